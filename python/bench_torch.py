@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Times the PyTorch reference (static KV cache, like LlamaGen's generate) on CPU.
+
+  /usr/bin/python3 python/bench_torch.py -m tests/fixtures/llamagen/c2i_f32 --tokens 14
+  /usr/bin/python3 python/bench_torch.py --gpt-model GPT-B --tokens 32 --dtype bf16 --threads 8
+
+One image with CFG (2 rows: cond + uncond). Untimed warm-up: the prefill and one decode step.
+Then K decode steps (forward of both rows, CFG, temperature/top-k sampling) are timed.
+Prints one JSON line.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+from tessera_ref.llamagen import GPT_CONFIGS, ModelArgs, Transformer, _cfg, sample  # noqa: E402
+from tessera_ref.safetensors_io import read_safetensors  # noqa: E402
+
+
+def load_dir(path):
+    cfg = json.load(open(os.path.join(path, "config.json")))["gpt"]
+    args = ModelArgs(dim=cfg["dim"], n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_kv_head=cfg.get("n_kv_head"),
+                     ffn_dim=cfg["ffn_dim"], rope_base=cfg.get("rope_base", 10000.0),
+                     norm_eps=cfg.get("norm_eps", 1e-5), num_classes=cfg.get("num_classes", 1000),
+                     caption_dim=cfg.get("caption_dim", 2048), model_type=cfg["model_type"],
+                     vocab_size=cfg["vocab_size"], cls_token_num=cfg["cls_token_num"],
+                     block_size=cfg["grid"] ** 2)
+    m = Transformer(args)
+    sd = read_safetensors(os.path.join(path, cfg.get("file", "gpt.safetensors")))
+    m.load_state_dict({k: v.float() for k, v in sd.items()})
+    return m
+
+
+def random_model(name, image_size, downsample, model_type):
+    L, H, D = GPT_CONFIGS[name]
+    args = ModelArgs(dim=D, n_layer=L, n_head=H, model_type=model_type,
+                     cls_token_num=1 if model_type == "c2i" else 120,
+                     block_size=(image_size // downsample) ** 2)
+    m = Transformer(args)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    return m
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("-m", "--model", help="tessera model directory")
+    src.add_argument("--gpt-model", choices=list(GPT_CONFIGS), help="named size with random weights")
+    ap.add_argument("--image-size", type=int, default=256)
+    ap.add_argument("--downsample", type=int, default=16)
+    ap.add_argument("--model-type", default="c2i", choices=["c2i", "t2i"])
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = torch default)")
+    ap.add_argument("--cfg", type=float, default=4.0)
+    ap.add_argument("--top-k", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    m = load_dir(a.model) if a.model else random_model(a.gpt_model, a.image_size, a.downsample, a.model_type)
+    m = m.eval()
+    if a.dtype == "bf16":
+        m = m.to(torch.bfloat16)
+    T, N = m.cls_token_num, m.block_size
+    K = a.tokens
+    if K + 2 > N:
+        sys.exit(f"--tokens {K} too large: at most {N - 2} for a {N}-token image (1 is used for warm-up)")
+    dtype = m.tok_embeddings.weight.dtype
+    with torch.inference_mode():
+        m.setup_caches(2, T + N, dtype)
+        if m.model_type == "c2i":
+            cond = torch.tensor([1, m.num_classes])
+        else:
+            cap = torch.randn(1, T, m.config.caption_dim).to(dtype)
+            cond = torch.cat([cap, m.cls_embedding.uncond_embedding.to(dtype).unsqueeze(0)])
+        skw = dict(temperature=1.0, top_k=a.top_k, top_p=1.0, sample_logits=True)
+        logits = _cfg(m(None, cond, torch.arange(0, T)), a.cfg)
+        tok, _ = sample(logits, **skw)
+        pos = torch.tensor([T])
+
+        def step(tok, pos):
+            x = tok.view(-1, 1)
+            lg = _cfg(m(torch.cat([x, x]), None, pos), a.cfg)
+            return sample(lg, **skw)[0]
+
+        tok = step(tok, pos)  # warm-up decode step
+        pos = pos + 1
+        t0 = time.perf_counter()
+        for _ in range(K):
+            tok = step(tok, pos)
+            pos = pos + 1
+        dt = time.perf_counter() - t0
+    print(json.dumps({"impl": "pytorch", "tokens": K, "seconds": round(dt, 6),
+                      "tokens_per_s": round(K / dt, 3), "ms_per_token": round(1000 * dt / K, 3),
+                      "model": a.model or a.gpt_model, "dtype": a.dtype, "threads": torch.get_num_threads(),
+                      "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+// NumPy .npy arrays (C order, little-endian): read any of f32/f16/i32/i64/u8, write f32/i32/u8.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera {
+
+struct NpyArray {
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<unsigned char> bytes;
+
+  std::vector<float> as_f32() const;      // f32 or f16 data
+  std::vector<int32_t> as_i32() const;    // i32, i64 or u8 data (range-checked)
+};
+
+NpyArray read_npy(const std::string& path);  // throws an Error naming the file and problem
+void write_npy(const std::string& path, DType dtype, const Shape& shape, const void* data);
+
+}  // namespace tessera

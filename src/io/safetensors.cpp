@@ -1,0 +1,125 @@
+#include "io/safetensors.h"
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+namespace {
+
+DType st_dtype(const std::string& s, const std::string& where) {
+  if (s == "F32") return DType::F32;
+  if (s == "F16") return DType::F16;
+  if (s == "BF16") return DType::BF16;
+  if (s == "I32") return DType::I32;
+  if (s == "I64") return DType::I64;
+  if (s == "U8") return DType::U8;
+  throw Error(where + ": unsupported dtype " + s);
+}
+
+const char* st_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+}  // namespace
+
+SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
+  SafeTensorsFile f;
+  f.file_ = MappedFile::open(path);
+  const size_t size = f.file_->size();
+  const std::string where = path;
+  if (size < 8) throw Error(where + ": truncated safetensors file (" + std::to_string(size) +
+                            " bytes, no header)");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, f.file_->data(), 8);
+  if (header_len > size - 8 || header_len > (100u << 20))
+    throw Error(where + ": corrupt safetensors header (header length " +
+                std::to_string(header_len) + " exceeds the file size " + std::to_string(size) +
+                ")");
+  const char* hp = reinterpret_cast<const char*>(f.file_->data() + 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(hp, hp + header_len);
+  } catch (const std::exception& e) {
+    throw Error(where + ": corrupt safetensors header (invalid JSON)");
+  }
+  if (!header.is_object()) throw Error(where + ": corrupt safetensors header (not a JSON object)");
+  const size_t data_start = 8 + header_len;
+  const size_t data_size = size - data_start;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (it->is_object())
+        for (auto m = it->begin(); m != it->end(); ++m)
+          if (m->is_string()) f.metadata_[m.key()] = m->get<std::string>();
+      continue;
+    }
+    const std::string tw = where + ": tensor '" + it.key() + "'";
+    const auto& e = *it;
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets") || !e["dtype"].is_string() || !e["shape"].is_array() ||
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+      throw Error(tw + ": corrupt header entry");
+    SafeTensorInfo info;
+    info.dtype = st_dtype(e["dtype"].get<std::string>(), tw);
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw Error(tw + ": bad shape");
+      info.shape.push_back(d.get<int64_t>());
+    }
+    const auto& off = e["data_offsets"];
+    if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw Error(tw + ": bad data offsets");
+    const uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
+    info.nbytes = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    if (en < b || en - b != info.nbytes)
+      throw Error(tw + ": data offsets [" + std::to_string(b) + ", " + std::to_string(en) +
+                  ") do not match shape " + shape_str(info.shape) + " of " +
+                  dtype_name(info.dtype));
+    if (en > data_size)
+      throw Error(where + ": truncated file (tensor '" + it.key() + "' ends at byte " +
+                  std::to_string(data_start + en) + " of " + std::to_string(size) + ")");
+    info.data = f.file_->data() + data_start + b;
+    f.tensors_.emplace(it.key(), std::move(info));
+  }
+  return f;
+}
+
+const SafeTensorInfo& SafeTensorsFile::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(path() + ": missing tensor '" + name + "'");
+  return it->second;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  size_t off = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", st_name(t.dtype)},
+                    {"shape", t.shape},
+                    {"data_offsets", {off, off + t.bytes.size()}}};
+    off += t.bytes.size();
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8) h.push_back(' ');
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw Error("cannot write " + path);
+  const uint64_t n = h.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& [name, t] : tensors)
+    out.write(reinterpret_cast<const char*>(t.bytes.data()),
+              static_cast<std::streamsize>(t.bytes.size()));
+  if (!out) throw Error("error writing " + path);
+}
+
+}  // namespace tessera

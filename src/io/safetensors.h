@@ -1,0 +1,48 @@
+// Reader for .safetensors files (memory-mapped) and a small writer for tests and tools.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/mapped_file.h"
+#include "tensor/tensor.h"
+
+namespace tessera {
+
+struct SafeTensorInfo {
+  DType dtype;
+  Shape shape;
+  const void* data;  // inside the mapping
+  size_t nbytes;
+};
+
+class SafeTensorsFile {
+ public:
+  // Maps and validates the header: every entry's dtype, shape and byte range. Throws an Error
+  // naming the file and the problem (truncated file, corrupt header, bad offsets, ...).
+  static SafeTensorsFile open(const std::string& path);
+
+  const std::string& path() const { return file_->path(); }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const SafeTensorInfo& get(const std::string& name) const;  // throws naming the tensor
+  const std::map<std::string, SafeTensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  std::shared_ptr<MappedFile> mapping() const { return file_; }
+
+ private:
+  std::shared_ptr<MappedFile> file_;
+  std::map<std::string, SafeTensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes host tensors (name -> dtype, shape, bytes) as a safetensors file.
+struct HostTensor {
+  DType dtype;
+  Shape shape;
+  std::vector<unsigned char> bytes;
+};
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors);
+
+}  // namespace tessera

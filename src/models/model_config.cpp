@@ -1,0 +1,127 @@
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessera/config.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+T req(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) throw Error(where + ": missing key \"" + key + "\"");
+  try {
+    return j.at(key).get<T>();
+  } catch (const std::exception&) {
+    throw Error(where + ": key \"" + key + "\" has the wrong type");
+  }
+}
+
+template <typename T>
+T opt(const json& j, const char* key, T fallback, const std::string& where) {
+  return j.contains(key) ? req<T>(j, key, where) : fallback;
+}
+
+void positive(int v, const char* key, const std::string& where) {
+  if (v <= 0) throw Error(where + ": \"" + key + "\" must be positive, got " + std::to_string(v));
+}
+
+}  // namespace
+
+ModelConfig load_model_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  ModelConfig mc;
+  mc.dir = dir;
+  if (!fs::is_directory(dir)) throw Error("model directory not found: " + dir);
+  const std::string path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(path);
+  if (!in) throw Error("missing " + path + " (not a tessera model directory)");
+  json root;
+  try {
+    root = json::parse(in);
+  } catch (const std::exception&) {
+    throw Error(path + ": invalid JSON");
+  }
+  const std::string where = path;
+  mc.architecture = opt<std::string>(root, "architecture", "llamagen", where);
+  if (mc.architecture != "llamagen")
+    throw Error(where + ": unsupported architecture \"" + mc.architecture + "\"");
+  if (!root.contains("gpt") || !root["gpt"].is_object())
+    throw Error(where + ": missing object \"gpt\"");
+  const json& g = root["gpt"];
+  const std::string gw = where + " gpt";
+  GptConfig& c = mc.gpt;
+  const std::string type = req<std::string>(g, "model_type", gw);
+  if (type == "c2i") c.model_type = ConditionType::ClassLabel;
+  else if (type == "t2i") c.model_type = ConditionType::Caption;
+  else throw Error(gw + ": model_type must be c2i or t2i, got \"" + type + "\"");
+  c.dim = req<int>(g, "dim", gw);
+  c.n_layer = req<int>(g, "n_layer", gw);
+  c.n_head = req<int>(g, "n_head", gw);
+  c.n_kv_head = opt<int>(g, "n_kv_head", c.n_head, gw);
+  c.ffn_dim = req<int>(g, "ffn_dim", gw);
+  c.vocab_size = req<int>(g, "vocab_size", gw);
+  c.cls_token_num = opt<int>(g, "cls_token_num", c.is_c2i() ? 1 : 120, gw);
+  if (c.is_c2i()) c.num_classes = req<int>(g, "num_classes", gw);
+  else c.caption_dim = req<int>(g, "caption_dim", gw);
+  c.rope_base = opt<float>(g, "rope_base", 10000.0f, gw);
+  c.norm_eps = opt<float>(g, "norm_eps", 1e-5f, gw);
+  c.image_size = req<int>(g, "image_size", gw);
+  c.downsample = req<int>(g, "downsample", gw);
+  c.grid = opt<int>(g, "grid", c.downsample > 0 ? c.image_size / c.downsample : 0, gw);
+  c.dtype = opt<std::string>(g, "dtype", "f32", gw);
+  c.file = opt<std::string>(g, "file", "gpt.safetensors", gw);
+  for (auto [v, k] : {std::pair{c.dim, "dim"}, {c.n_layer, "n_layer"}, {c.n_head, "n_head"},
+                      {c.n_kv_head, "n_kv_head"}, {c.ffn_dim, "ffn_dim"},
+                      {c.vocab_size, "vocab_size"}, {c.cls_token_num, "cls_token_num"},
+                      {c.image_size, "image_size"}, {c.downsample, "downsample"},
+                      {c.grid, "grid"}})
+    positive(v, k, gw);
+  if (c.is_c2i()) positive(c.num_classes, "num_classes", gw);
+  else positive(c.caption_dim, "caption_dim", gw);
+  if (c.dim % c.n_head) throw Error(gw + ": dim is not divisible by n_head");
+  if (c.n_head % c.n_kv_head) throw Error(gw + ": n_head is not divisible by n_kv_head");
+  if (c.head_dim() % 4)
+    throw Error(gw + ": head dim " + std::to_string(c.head_dim()) +
+                " is not a multiple of 4 (2D RoPE needs it)");
+  if (c.grid * c.downsample != c.image_size)
+    throw Error(gw + ": image_size " + std::to_string(c.image_size) + " != grid " +
+                std::to_string(c.grid) + " x downsample " + std::to_string(c.downsample));
+
+  if (root.contains("vq") && !root["vq"].is_null()) {
+    const json& v = root["vq"];
+    const std::string vw = where + " vq";
+    VqConfig& q = mc.vq;
+    mc.has_vq = true;
+    q.codebook_size = req<int>(v, "codebook_size", vw);
+    q.codebook_embed_dim = req<int>(v, "codebook_embed_dim", vw);
+    q.codebook_l2_norm = opt<bool>(v, "codebook_l2_norm", true, vw);
+    q.z_channels = req<int>(v, "z_channels", vw);
+    q.ch = req<int>(v, "ch", vw);
+    q.ch_mult = req<std::vector<int>>(v, "ch_mult", vw);
+    q.num_res_blocks = req<int>(v, "num_res_blocks", vw);
+    q.norm_groups = opt<int>(v, "norm_groups", 32, vw);
+    q.norm_eps = opt<float>(v, "norm_eps", 1e-6f, vw);
+    q.dtype = opt<std::string>(v, "dtype", "f32", vw);
+    q.file = opt<std::string>(v, "file", "vq.safetensors", vw);
+    for (auto [val, k] : {std::pair{q.codebook_size, "codebook_size"},
+                          {q.codebook_embed_dim, "codebook_embed_dim"},
+                          {q.z_channels, "z_channels"}, {q.ch, "ch"},
+                          {q.num_res_blocks, "num_res_blocks"}, {q.norm_groups, "norm_groups"}})
+      positive(val, k, vw);
+    if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
+    if (q.codebook_size != c.vocab_size)
+      throw Error(vw + ": codebook_size " + std::to_string(q.codebook_size) +
+                  " differs from the GPT vocab_size " + std::to_string(c.vocab_size));
+    if (q.upsample_factor() != c.downsample)
+      throw Error(vw + ": the decoder upsamples by " + std::to_string(q.upsample_factor()) +
+                  " but the GPT config says downsample " + std::to_string(c.downsample));
+  }
+  return mc;
+}
+
+}  // namespace tessera

@@ -1,0 +1,35 @@
+// Loads named weights from a safetensors file onto a backend, validating each name, shape and
+// dtype against what the model expects, and reporting exactly what is wrong.
+#pragma once
+
+#include <set>
+#include <string>
+
+#include "io/safetensors.h"
+#include "tensor/backend.h"
+
+namespace tessera {
+
+class WeightLoader {
+ public:
+  WeightLoader(const std::string& path, DType expected_dtype, Backend& backend);
+
+  // A matrix used as stored (memory-mapped on the CPU): must have `shape` and the file's dtype.
+  Tensor matrix(const std::string& name, const Shape& shape);
+  // A tensor converted to f32 (norm weights, biases, small tables): any float dtype.
+  Tensor f32(const std::string& name, const Shape& shape);
+  // After loading: throws when the file holds tensors the model does not use.
+  void finish();
+
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  const SafeTensorInfo& lookup(const std::string& name, const Shape& shape);
+  Tensor adopt(const SafeTensorInfo& info);
+  SafeTensorsFile file_;
+  DType expected_;
+  Backend& backend_;
+  std::set<std::string> used_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,81 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+void filter_top_k_top_p(std::span<float> logits, int top_k, float top_p) {
+  const int V = static_cast<int>(logits.size());
+  if (top_k > 0) {
+    const int k = std::min(std::max(top_k, 1), V);
+    std::vector<float> tmp(logits.begin(), logits.end());
+    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
+    const float threshold = tmp[k - 1];
+    for (float& l : logits)
+      if (l < threshold) l = -INFINITY;  // strictly below the k-th value: ties survive
+  }
+  if (top_p < 1.0f) {
+    std::vector<int> idx;
+    for (int i = 0; i < V; ++i)
+      if (logits[i] != -INFINITY) idx.push_back(i);
+    // Descending by logit; ties by index, so the kept set is deterministic.
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    const float mx = logits[idx.front()];
+    float total = 0.0f;
+    std::vector<float> e(idx.size());
+    for (size_t i = 0; i < idx.size(); ++i) total += (e[i] = std::exp(logits[idx[i]] - mx));
+    // Keep sorted position i iff i == 0 or the cumulative probability before it is <= top_p.
+    float cum = 0.0f;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      if (i > 0 && cum > top_p) logits[idx[i]] = -INFINITY;
+      cum += e[i] / total;
+    }
+  }
+}
+
+void target_distribution(std::span<const float> cond, std::span<const float> uncond, float scale,
+                         const SamplingParams& p, std::span<float> probs) {
+  const size_t V = cond.size();
+  check(probs.size() == V && (uncond.empty() || uncond.size() == V),
+        "internal: target_distribution sizes");
+  std::vector<float> l(V);
+  for (size_t i = 0; i < V; ++i) l[i] = uncond.empty() ? cond[i] : uncond[i] + (cond[i] - uncond[i]) * scale;
+  if (p.temperature <= 0.0f) {  // greedy: one-hot on the argmax (filters cannot change it)
+    std::fill(probs.begin(), probs.end(), 0.0f);
+    probs[static_cast<size_t>(argmax(l))] = 1.0f;
+    return;
+  }
+  const float t = std::max(p.temperature, 1e-5f);
+  for (float& v : l) v /= t;
+  filter_top_k_top_p(l, p.top_k, p.top_p);
+  const float mx = *std::max_element(l.begin(), l.end());
+  float total = 0.0f;
+  for (size_t i = 0; i < V; ++i) total += (probs[i] = l[i] == -INFINITY ? 0.0f : std::exp(l[i] - mx));
+  for (float& v : probs) v /= total;
+}
+
+int sample_index(std::span<const float> probs, double u) {
+  double total = 0.0;
+  for (float v : probs) total += v;
+  const double target = u * total;
+  double cum = 0.0;
+  int last = -1;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0f) continue;
+    cum += probs[i];
+    last = static_cast<int>(i);
+    if (cum > target) return last;
+  }
+  check(last >= 0, "internal: sampling from an empty distribution");
+  return last;  // rounding at the very top of the range
+}
+
+int argmax(std::span<const float> values) {
+  return static_cast<int>(std::max_element(values.begin(), values.end()) - values.begin());
+}
+
+}  // namespace tessera

@@ -1,0 +1,41 @@
+// Next-token distribution of LlamaGen's sampler (notes §3.2-3.3), in order: classifier-free
+// guidance uncond + (cond - uncond) * scale, temperature, top-k (ties at the threshold kept),
+// top-p (HF semantics: the first token crossing the threshold is kept), softmax. Temperature 0
+// means greedy: the distribution is one-hot on the argmax. Speculative decoding verifies against
+// exactly this distribution, so it is computed explicitly rather than fused into sampling.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tessera {
+
+struct SamplingParams {
+  float cfg_scale = 1.0f;     // <= 1: no guidance (the unconditional half is not run)
+  float cfg_interval = -1.0f; // > -1: guidance only while the decode-loop index i <= interval
+  float temperature = 1.0f;   // 0 = greedy
+  int top_k = 0;              // 0 = off
+  float top_p = 1.0f;         // 1 = off
+
+  bool uses_cfg() const { return cfg_scale > 1.0f; }
+  // Whether image token t (0-based) is guided. LlamaGen's loop index for token t >= 1 is t - 1;
+  // token 0 (from the prefill) is always guided.
+  bool guided(int token_index) const {
+    return uses_cfg() && (token_index == 0 || cfg_interval <= -1.0f ||
+                          static_cast<float>(token_index - 1) <= cfg_interval);
+  }
+};
+
+// Writes the target distribution over the vocabulary into probs. uncond may be empty (no guidance).
+void target_distribution(std::span<const float> cond, std::span<const float> uncond, float scale,
+                         const SamplingParams& p, std::span<float> probs);
+
+// Applies top-k then top-p in place to logits (removed entries become -inf).
+void filter_top_k_top_p(std::span<float> logits, int top_k, float top_p);
+
+// Inverse-CDF draw: the first index whose cumulative probability exceeds u * total. u in [0, 1).
+int sample_index(std::span<const float> probs, double u);
+int argmax(std::span<const float> values);  // first maximal index
+
+}  // namespace tessera

@@ -1,0 +1,97 @@
+// The compute backend interface. It knows tensors and ops, nothing about models. A model calls
+// these ops in order; a backend (CPU now, CUDA later) runs them on its own memory, so adding a
+// backend never touches model code.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace tessera {
+
+// Describes one attention call over a multi-sequence KV cache. Rows of the batch are
+// (sequence, new token) pairs: row r*n_new + j is token j of batch sequence r.
+struct AttentionBatch {
+  int n_new = 0;                   // tokens appended to each batch sequence in this call
+  std::vector<int32_t> seq;        // cache sequence id of each batch sequence
+  std::vector<int32_t> past;       // cached length of each batch sequence before this call
+  // Optional explicit mask (1 = may attend), [n_seq_batch][n_new][mask_stride], over cache slots
+  // 0..past+n_new-1. Empty means causal. Used for tree verification; a query never sees slots
+  // after its own, so tree nodes must be appended in topological order.
+  std::vector<uint8_t> mask;
+  int mask_stride = 0;
+  // Optional per-cache-slot key visibility, [n_seq_cache][capacity] (the t2i caption padding):
+  // a key whose flag is 0 is seen only by its own query (LlamaGen forces the diagonal on).
+  const Tensor* key_visible = nullptr;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual void set_threads(int n) = 0;
+  virtual int threads() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------------
+  virtual Tensor empty(DType dtype, Shape shape) = 0;
+  virtual Tensor zeros(DType dtype, Shape shape) = 0;
+  virtual Tensor upload(const void* host, DType dtype, Shape shape) = 0;
+  virtual void download(const Tensor& t, void* host) = 0;
+  // Makes host memory that outlives the call (a file mapping, kept alive by `owner`) usable as a
+  // tensor. The CPU backend uses it in place, without a copy; a device backend copies it.
+  virtual Tensor adopt_host(const void* host, DType dtype, Shape shape,
+                            std::shared_ptr<void> owner) = 0;
+  // A new f32 tensor with the values of t (any float dtype).
+  virtual Tensor to_f32(const Tensor& t) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count
+
+  // ---- transformer ops (activations f32; weights f32, f16 or bf16) ----------------------------
+  // y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]). Each output element is one dot product whose
+  // summation order does not depend on M or on the thread count (reproducible sampling).
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // out[i,:] = table[ids[i],:] converted to f32.
+  virtual void get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) = 0;
+  // y = x * rsqrt(mean(x^2) + eps) * w, per row.
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // y may alias a
+  virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) = 0;  // silu(gate)*up
+  virtual void gelu_tanh(Tensor& x) = 0;
+  virtual void silu(Tensor& x) = 0;
+  // Interleaved-pair rotary embedding on the first n_rot_heads heads of each row of
+  // x [rows, row_width]: pair p of a head uses table[pos[row], p] = (cos, sin).
+  virtual void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
+                    std::span<const int32_t> pos) = 0;
+  // Writes k and v of the new rows of qkv [rows, (H + 2*Hkv)*hd] into the caches
+  // k_cache / v_cache [n_seq_cache, capacity, Hkv*hd] at slots past..past+n_new-1.
+  virtual void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
+                        const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) = 0;
+  // out[rows, H*hd] = softmax(q k^T / sqrt(hd) + mask) v over the cached keys.
+  virtual void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
+                         const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
+                         Tensor& out) = 0;
+
+  // ---- image decoder ops (NCHW f32) ---------------------------------------------------------
+  // Stride-1 convolution with symmetric zero padding `pad`; w [O, C, kh, kw], bias [O].
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad,
+                      Tensor& y) = 0;
+  // GroupNorm over (C/groups, H, W) per sample, affine; optionally followed by swish.
+  virtual void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, int groups,
+                          float eps, bool swish, Tensor& y) = 0;
+  virtual void upsample_nearest2x(const Tensor& x, Tensor& y) = 0;
+  // c[b] = alpha * op(a[b]) · op(b[b]) for each of the batch matrices (3-D tensors).
+  virtual void batched_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                              float alpha, Tensor& c) = 0;
+  virtual void softmax_rows(Tensor& x) = 0;
+  virtual void l2_normalize_rows(Tensor& x, float eps) = 0;
+  // y[b, n, m] = x[b, m, n].
+  virtual void transpose_last2(const Tensor& x, Tensor& y) = 0;
+};
+
+// The process-wide CPU backend.
+Backend& cpu_backend();
+
+}  // namespace tessera

@@ -1,0 +1,120 @@
+// Rotary embedding, KV-cache writes and attention over a multi-sequence cache, on the CPU.
+#include <cmath>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+void CpuBackend::rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
+                      std::span<const int32_t> pos) {
+  const int64_t width = x.dim(-1), rows = x.numel() / width;
+  check(static_cast<int64_t>(pos.size()) == rows, "internal: rope positions vs rows");
+  const int64_t n_pos = cos_sin.dim(0), half = head_dim / 2;
+  check(cos_sin.dim(1) == half, "internal: rope table width");
+  for (int32_t p : pos) check(p >= 0 && p < n_pos, "internal: rope position out of table");
+  float* xp = x.ptr<float>();
+  const float* tab = cos_sin.ptr<float>();
+#pragma omp parallel for schedule(static) if (rows > 8)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* cs = tab + static_cast<int64_t>(pos[r]) * half * 2;
+    for (int h = 0; h < n_rot_heads; ++h) {
+      float* v = xp + r * width + static_cast<int64_t>(h) * head_dim;
+      for (int64_t p = 0; p < half; ++p) {
+        const float c = cs[2 * p], s = cs[2 * p + 1];
+        const float a = v[2 * p], b = v[2 * p + 1];
+        v[2 * p] = a * c - b * s;
+        v[2 * p + 1] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
+                          const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) {
+  const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
+  const int64_t width = qkv.dim(-1), cap = k_cache.dim(1);
+  const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
+  const float* src = qkv.ptr<float>();
+  float* kc = k_cache.ptr<float>();
+  float* vc = v_cache.ptr<float>();
+  for (size_t r = 0; r < b.seq.size(); ++r) {
+    check(b.past[r] + b.n_new <= cap, "KV cache full: sequence " + std::to_string(b.seq[r]) +
+                                          " needs " + std::to_string(b.past[r] + b.n_new) +
+                                          " slots, capacity " + std::to_string(cap));
+    for (int j = 0; j < b.n_new; ++j) {
+      const float* row = src + (static_cast<int64_t>(r) * b.n_new + j) * width;
+      const int64_t slot = (static_cast<int64_t>(b.seq[r]) * cap + b.past[r] + j) * kv_dim;
+      std::copy(row + q_dim, row + q_dim + kv_dim, kc + slot);
+      std::copy(row + q_dim + kv_dim, row + q_dim + 2 * kv_dim, vc + slot);
+    }
+  }
+}
+
+void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
+                           const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
+                           Tensor& out) {
+  const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
+  const int64_t width = qkv.dim(-1), cap = k_cache.dim(1);
+  const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
+  const int group = n_head / n_kv_head;
+  const int64_t n_seq = static_cast<int64_t>(b.seq.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float* src = qkv.ptr<float>();
+  const float* kc = k_cache.ptr<float>();
+  const float* vc = v_cache.ptr<float>();
+  const uint8_t* visible = b.key_visible ? b.key_visible->ptr<uint8_t>() : nullptr;
+  float* dst = out.ptr<float>();
+  const int64_t total = n_seq * b.n_new * n_head;
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(cap));
+#pragma omp for schedule(static)
+    for (int64_t idx = 0; idx < total; ++idx) {
+      const int64_t h = idx % n_head;
+      const int64_t j = (idx / n_head) % b.n_new;
+      const int64_t r = idx / (n_head * b.n_new);
+      const int64_t row = r * b.n_new + j;
+      const int64_t seq = b.seq[r];
+      const int64_t own = b.past[r] + j;  // this query's own cache slot
+      const int64_t n_keys = own + 1;
+      const float* q = src + row * width + h * head_dim;
+      const int64_t kvh = h / group;
+      const uint8_t* mrow =
+          b.mask.empty() ? nullptr : b.mask.data() + (r * b.n_new + j) * b.mask_stride;
+      float mx = -INFINITY;
+      for (int64_t s = 0; s < n_keys; ++s) {
+        bool ok = mrow ? mrow[s] != 0 : true;
+        if (ok && visible && s != own) ok = visible[seq * cap + s] != 0;
+        if (!ok) {
+          scores[s] = -INFINITY;
+          continue;
+        }
+        const float* k = kc + (seq * cap + s) * kv_dim + kvh * head_dim;
+        float d = 0.0f;
+        for (int e = 0; e < head_dim; ++e) d += q[e] * k[e];
+        scores[s] = d * scale;
+        if (scores[s] > mx) mx = scores[s];
+      }
+      float* o = dst + row * q_dim + h * head_dim;
+      for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
+      if (mx == -INFINITY) continue;  // no visible key (cannot happen with the diagonal kept)
+      float denom = 0.0f;
+      for (int64_t s = 0; s < n_keys; ++s) {
+        const float p = scores[s] == -INFINITY ? 0.0f : std::exp(scores[s] - mx);
+        scores[s] = p;
+        denom += p;
+      }
+      const float inv = 1.0f / denom;
+      for (int64_t s = 0; s < n_keys; ++s) {
+        if (scores[s] == 0.0f) continue;
+        const float p = scores[s] * inv;
+        const float* v = vc + (seq * cap + s) * kv_dim + kvh * head_dim;
+        for (int e = 0; e < head_dim; ++e) o[e] += p * v[e];
+      }
+    }
+  }
+}
+
+}  // namespace tessera

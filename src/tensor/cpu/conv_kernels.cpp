@@ -1,0 +1,156 @@
+// Image-decoder ops on the CPU (NCHW, f32). Convolutions are im2col + OpenBLAS SGEMM per image,
+// so an image's pixels do not depend on how many images share the batch.
+#include <cblas.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) {
+  const int64_t B = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t O = w.dim(0), kh = w.dim(2), kw = w.dim(3);
+  check(w.dim(1) == C && w.dtype == DType::F32, "internal: conv2d weight " + shape_str(w.shape) +
+                                                    " for input " + shape_str(x.shape));
+  const int64_t Ho = H + 2 * pad - kh + 1, Wo = W + 2 * pad - kw + 1;
+  check(y.dim(0) == B && y.dim(1) == O && y.dim(2) == Ho && y.dim(3) == Wo,
+        "internal: conv2d output shape " + shape_str(y.shape));
+  const int64_t ckk = C * kh * kw, hw = Ho * Wo;
+  const float* wp = w.ptr<float>();
+  const float* bp = bias.ptr<float>();
+  std::vector<float> col;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* xb = x.ptr<float>() + b * C * H * W;
+    float* yb = y.ptr<float>() + b * O * hw;
+    const float* rhs = xb;
+    if (!(kh == 1 && kw == 1 && pad == 0)) {
+      col.assign(static_cast<size_t>(ckk * hw), 0.0f);
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < C; ++c) {
+        for (int64_t i = 0; i < kh; ++i) {
+          for (int64_t j = 0; j < kw; ++j) {
+            float* dst = col.data() + ((c * kh + i) * kw + j) * hw;
+            for (int64_t oy = 0; oy < Ho; ++oy) {
+              const int64_t iy = oy + i - pad;
+              if (iy < 0 || iy >= H) continue;
+              for (int64_t ox = 0; ox < Wo; ++ox) {
+                const int64_t ix = ox + j - pad;
+                if (ix >= 0 && ix < W) dst[oy * Wo + ox] = xb[(c * H + iy) * W + ix];
+              }
+            }
+          }
+        }
+      }
+      rhs = col.data();
+    }
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t p = 0; p < hw; ++p) yb[o * hw + p] = bp[o];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(O),
+                static_cast<int>(hw), static_cast<int>(ckk), 1.0f, wp, static_cast<int>(ckk), rhs,
+                static_cast<int>(hw), 1.0f, yb, static_cast<int>(hw));
+  }
+}
+
+void CpuBackend::group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, int groups,
+                            float eps, bool swish, Tensor& y) {
+  const int64_t B = x.dim(0), C = x.dim(1), hw = x.numel() / (B * C);
+  check(C % groups == 0, "group_norm: " + std::to_string(C) + " channels not divisible by " +
+                             std::to_string(groups) + " groups");
+  const int64_t cpg = C / groups;
+  const float* xp = x.ptr<float>();
+  const float* g = gamma.ptr<float>();
+  const float* be = beta.ptr<float>();
+  float* yp = y.ptr<float>();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const int64_t base = (b * C + gi * cpg) * hw, n = cpg * hw;
+      double mean = 0.0, var = 0.0;
+      for (int64_t i = 0; i < n; ++i) mean += xp[base + i];
+      mean /= static_cast<double>(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double d = xp[base + i] - mean;
+        var += d * d;
+      }
+      var /= static_cast<double>(n);  // biased variance, as torch.nn.GroupNorm
+      const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+      const float m = static_cast<float>(mean);
+      for (int64_t c = 0; c < cpg; ++c) {
+        const int64_t ch = gi * cpg + c;
+        for (int64_t i = 0; i < hw; ++i) {
+          float v = (xp[base + c * hw + i] - m) * inv * g[ch] + be[ch];
+          if (swish) v = v / (1.0f + std::exp(-v));
+          yp[base + c * hw + i] = v;
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::upsample_nearest2x(const Tensor& x, Tensor& y) {
+  const int64_t BC = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
+  const float* xp = x.ptr<float>();
+  float* yp = y.ptr<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < BC; ++c)
+    for (int64_t i = 0; i < 2 * H; ++i)
+      for (int64_t j = 0; j < 2 * W; ++j)
+        yp[(c * 2 * H + i) * 2 * W + j] = xp[(c * H + i / 2) * W + j / 2];
+}
+
+void CpuBackend::batched_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+                                float alpha, Tensor& c) {
+  const int64_t batch = a.dim(0);
+  const int64_t M = trans_a ? a.dim(2) : a.dim(1), K = trans_a ? a.dim(1) : a.dim(2);
+  const int64_t N = trans_b ? b.dim(1) : b.dim(2);
+  check((trans_b ? b.dim(2) : b.dim(1)) == K && c.dim(1) == M && c.dim(2) == N,
+        "internal: batched_matmul shapes");
+  for (int64_t i = 0; i < batch; ++i) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), alpha, a.ptr<float>() + i * a.dim(1) * a.dim(2),
+                static_cast<int>(a.dim(2)), b.ptr<float>() + i * b.dim(1) * b.dim(2),
+                static_cast<int>(b.dim(2)), 0.0f, c.ptr<float>() + i * M * N,
+                static_cast<int>(N));
+  }
+}
+
+void CpuBackend::softmax_rows(Tensor& x) {
+  const int64_t n = x.dim(-1), rows = x.numel() / n;
+  float* p = x.ptr<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = p + r * n;
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, v[i]);
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += (v[i] = std::exp(v[i] - mx));
+    for (int64_t i = 0; i < n; ++i) v[i] /= s;
+  }
+}
+
+void CpuBackend::l2_normalize_rows(Tensor& x, float eps) {
+  const int64_t n = x.dim(-1), rows = x.numel() / n;
+  float* p = x.ptr<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = p + r * n;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; ++i) ss += v[i] * v[i];
+    const float norm = std::max(std::sqrt(ss), eps);  // F.normalize: x / max(||x||, eps)
+    for (int64_t i = 0; i < n; ++i) v[i] /= norm;
+  }
+}
+
+void CpuBackend::transpose_last2(const Tensor& x, Tensor& y) {
+  const int64_t M = x.dim(-2), N = x.dim(-1), batch = x.numel() / (M * N);
+  const float* xp = x.ptr<float>();
+  float* yp = y.ptr<float>();
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) yp[(b * N + n) * M + m] = xp[(b * M + m) * N + n];
+}
+
+}  // namespace tessera

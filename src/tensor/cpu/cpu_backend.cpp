@@ -1,0 +1,168 @@
+// CPU backend: memory and element-wise ops. Linear, attention and image-decoder kernels live in
+// their own files next to this one.
+#include "tensor/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "tessera/error.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace tessera {
+
+namespace {
+void require_f32(const Tensor& t, const char* what) {
+  check(t.dtype == DType::F32, std::string("internal: ") + what + " must be f32, got " +
+                                   dtype_name(t.dtype));
+}
+void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
+  check(a.numel() == b.numel(), std::string("internal: ") + what + ": " + shape_str(a.shape) +
+                                    " vs " + shape_str(b.shape));
+}
+}  // namespace
+
+CpuBackend::CpuBackend() { set_threads(omp_get_max_threads()); }
+
+void CpuBackend::set_threads(int n) {
+  threads_ = n > 0 ? n : 1;
+  omp_set_num_threads(threads_);
+  openblas_set_num_threads(threads_);
+}
+
+Tensor CpuBackend::empty(DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.backend = this;
+  const size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  void* p = bytes ? std::aligned_alloc(64, bytes) : nullptr;
+  check(bytes == 0 || p != nullptr, "out of memory allocating " + std::to_string(bytes) + " bytes");
+  t.data = p;
+  t.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return t;
+}
+
+Tensor CpuBackend::zeros(DType dtype, Shape shape) {
+  Tensor t = empty(dtype, std::move(shape));
+  if (t.nbytes()) std::memset(t.data, 0, t.nbytes());
+  return t;
+}
+
+Tensor CpuBackend::upload(const void* host, DType dtype, Shape shape) {
+  Tensor t = empty(dtype, std::move(shape));
+  if (t.nbytes()) std::memcpy(t.data, host, t.nbytes());
+  return t;
+}
+
+void CpuBackend::download(const Tensor& t, void* host) {
+  if (t.nbytes()) std::memcpy(host, t.data, t.nbytes());
+}
+
+Tensor CpuBackend::adopt_host(const void* host, DType dtype, Shape shape,
+                              std::shared_ptr<void> owner) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data = const_cast<void*>(host);
+  t.owner = std::move(owner);
+  t.backend = this;
+  return t;
+}
+
+Tensor CpuBackend::to_f32(const Tensor& t) {
+  Tensor out = empty(DType::F32, t.shape);
+  convert_to_f32(t.dtype, t.data, out.ptr<float>(), static_cast<size_t>(t.numel()));
+  return out;
+}
+
+void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  check(src.dtype == dst.dtype && src.numel() == dst.numel(), "internal: copy mismatch");
+  if (src.nbytes()) std::memmove(dst.data, src.data, src.nbytes());
+}
+
+void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) {
+  require_f32(x, "linear input");
+  require_f32(y, "linear output");
+  const int64_t K = w.dim(-1), N = w.dim(0);
+  check(x.dim(-1) == K && y.dim(-1) == N && x.numel() / K == y.numel() / N,
+        "internal: linear shapes x" + shape_str(x.shape) + " w" + shape_str(w.shape) + " y" +
+            shape_str(y.shape));
+  check(!bias || bias->dtype == DType::F32, "internal: linear bias must be f32");
+  cpu::linear(x.ptr<float>(), x.numel() / K, K, w.data, w.dtype, N,
+              bias ? bias->ptr<float>() : nullptr, y.ptr<float>());
+}
+
+void CpuBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
+  require_f32(out, "get_rows output");
+  const int64_t width = table.dim(-1), n_rows = table.dim(0);
+  check(out.numel() == static_cast<int64_t>(ids.size()) * width, "internal: get_rows shape");
+  const size_t es = dtype_size(table.dtype);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    check(ids[i] >= 0 && ids[i] < n_rows, "internal: row id " + std::to_string(ids[i]) +
+                                              " out of range [0, " + std::to_string(n_rows) + ")");
+    convert_to_f32(table.dtype, static_cast<const char*>(table.data) + ids[i] * width * es,
+                   out.ptr<float>() + i * width, static_cast<size_t>(width));
+  }
+}
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  require_f32(x, "rms_norm input");
+  require_f32(w, "rms_norm weight");
+  const int64_t D = x.dim(-1), rows = x.numel() / D;
+  const float* xp = x.ptr<float>();
+  const float* wp = w.ptr<float>();
+  float* yp = y.ptr<float>();
+#pragma omp parallel for schedule(static) if (rows > 8)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = xp + r * D;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    for (int64_t i = 0; i < D; ++i) yp[r * D + i] = xr[i] * inv * wp[i];
+  }
+}
+
+void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  require_same_numel(a, b, "add");
+  require_same_numel(a, y, "add");
+  const float* ap = a.ptr<float>();
+  const float* bp = b.ptr<float>();
+  float* yp = y.ptr<float>();
+  const int64_t n = a.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
+}
+
+void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+  require_same_numel(gate, up, "swiglu");
+  const float* g = gate.ptr<float>();
+  const float* u = up.ptr<float>();
+  float* yp = y.ptr<float>();
+  const int64_t n = gate.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) yp[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void CpuBackend::gelu_tanh(Tensor& x) {
+  float* p = x.ptr<float>();
+  const int64_t n = x.numel();
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = p[i];
+    p[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+  }
+}
+
+void CpuBackend::silu(Tensor& x) {
+  float* p = x.ptr<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] / (1.0f + std::exp(-p[i]));
+}
+
+}  // namespace tessera

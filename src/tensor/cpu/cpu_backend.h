@@ -1,0 +1,62 @@
+// CPU backend: OpenMP threads, OpenBLAS for the decoder's large GEMMs, AVX2/AVX-512 kernels for
+// the bandwidth-bound transformer linears.
+#pragma once
+
+#include "tensor/backend.h"
+
+namespace tessera {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend();
+  std::string name() const override { return "cpu"; }
+  void set_threads(int n) override;
+  int threads() const override { return threads_; }
+
+  Tensor empty(DType dtype, Shape shape) override;
+  Tensor zeros(DType dtype, Shape shape) override;
+  Tensor upload(const void* host, DType dtype, Shape shape) override;
+  void download(const Tensor& t, void* host) override;
+  Tensor adopt_host(const void* host, DType dtype, Shape shape,
+                    std::shared_ptr<void> owner) override;
+  Tensor to_f32(const Tensor& t) override;
+  void copy(const Tensor& src, Tensor& dst) override;
+
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
+  void get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override;
+  void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
+  void gelu_tanh(Tensor& x) override;
+  void silu(Tensor& x) override;
+  void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
+            std::span<const int32_t> pos) override;
+  void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
+                const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) override;
+  void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
+                 const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
+                 Tensor& out) override;
+
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) override;
+  void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, int groups, float eps,
+                  bool swish, Tensor& y) override;
+  void upsample_nearest2x(const Tensor& x, Tensor& y) override;
+  void batched_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha,
+                      Tensor& c) override;
+  void softmax_rows(Tensor& x) override;
+  void l2_normalize_rows(Tensor& x, float eps) override;
+  void transpose_last2(const Tensor& x, Tensor& y) override;
+
+ private:
+  int threads_ = 1;
+};
+
+// Kernels (one file per family), callable directly by tests.
+namespace cpu {
+// y[M,N] = x[M,K] · w[N,K]^T (+ bias); w in f32/f16/bf16; deterministic per element.
+void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+            const float* bias, float* y);
+const char* linear_isa();  // "avx512", "avx2" or "scalar"
+}  // namespace cpu
+
+}  // namespace tessera

@@ -1,0 +1,156 @@
+// Linear layers on the CPU: y = x · w^T with f32 activations and f32/f16/bf16 weights.
+//
+// Decoding a token multiplies a few activation rows (2 per image with CFG) by every weight
+// matrix, so the cost is streaming the weights from memory once. The kernel walks weight rows in
+// parallel (each thread streams a contiguous slice), converts each 16/8-wide chunk to f32 in
+// registers, and reuses it for a tile of activation rows. Every output element is one dot product
+// with four vector accumulators in a fixed order, independent of M, of the tile size and of the
+// thread count, so sampling results do not depend on batch size or threads.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "tensor/cpu/cpu_backend.h"
+
+namespace tessera::cpu {
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kTile = 4;  // activation rows per tile: 4 rows x 4 accumulators = 16 zmm
+struct Vec {
+  using reg = __m512;
+  static constexpr int W = 16;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static reg load(const uint16_t* p, DType t) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if (t == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static float sum(reg a) { return _mm512_reduce_add_ps(a); }
+};
+const char* kIsa = "avx512";
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+constexpr int kTile = 2;  // 16 ymm registers: 2 rows x 4 accumulators plus loads
+struct Vec {
+  using reg = __m256;
+  static constexpr int W = 8;
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static reg load(const uint16_t* p, DType t) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    if (t == DType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static float sum(reg a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+};
+const char* kIsa = "avx2";
+#else
+#define TESSERA_SCALAR_LINEAR 1
+constexpr int kTile = 1;
+const char* kIsa = "scalar";
+#endif
+
+inline float load_scalar(const void* w, DType t, int64_t k) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(w)[k];
+    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(w)[k]);
+    default: return f16_to_f32(static_cast<const uint16_t*>(w)[k]);
+  }
+}
+
+#ifndef TESSERA_SCALAR_LINEAR
+template <typename WT>
+inline typename Vec::reg load_w(const WT* w, DType t) {
+  if constexpr (sizeof(WT) == 4) {
+    (void)t;
+    return Vec::load(w);
+  } else {
+    return Vec::load(w, t);
+  }
+}
+
+// out[m] = dot(x[m*ldx .. +K], w[0..K]) for m < MT.
+template <typename WT, int MT>
+inline void dot_tile(const float* x, int64_t ldx, const WT* w, DType wt, int64_t K, float* out) {
+  constexpr int W = Vec::W;
+  typename Vec::reg acc[MT][4];
+  for (int m = 0; m < MT; ++m)
+    for (int j = 0; j < 4; ++j) acc[m][j] = Vec::zero();
+  int64_t k = 0;
+  for (; k + 4 * W <= K; k += 4 * W) {
+    const auto w0 = load_w(w + k, wt), w1 = load_w(w + k + W, wt);
+    const auto w2 = load_w(w + k + 2 * W, wt), w3 = load_w(w + k + 3 * W, wt);
+    for (int m = 0; m < MT; ++m) {
+      const float* xm = x + m * ldx + k;
+      acc[m][0] = Vec::fma(Vec::load(xm), w0, acc[m][0]);
+      acc[m][1] = Vec::fma(Vec::load(xm + W), w1, acc[m][1]);
+      acc[m][2] = Vec::fma(Vec::load(xm + 2 * W), w2, acc[m][2]);
+      acc[m][3] = Vec::fma(Vec::load(xm + 3 * W), w3, acc[m][3]);
+    }
+  }
+  for (int j = 0; k + W <= K; k += W, ++j) {
+    const auto wv = load_w(w + k, wt);
+    for (int m = 0; m < MT; ++m) acc[m][j] = Vec::fma(Vec::load(x + m * ldx + k), wv, acc[m][j]);
+  }
+  for (int m = 0; m < MT; ++m) {
+    float s = Vec::sum(Vec::add(Vec::add(acc[m][0], acc[m][1]), Vec::add(acc[m][2], acc[m][3])));
+    for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * load_scalar(w, wt, kk);
+    out[m] = s;
+  }
+}
+
+template <typename WT>
+void linear_typed(const float* x, int64_t M, int64_t K, const WT* w, DType wt, int64_t N,
+                  const float* bias, float* y) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const WT* wr = w + n * K;
+    float out[kTile];
+    const float b = bias ? bias[n] : 0.0f;
+    int64_t m0 = 0;
+    for (; m0 + kTile <= M; m0 += kTile) {
+      dot_tile<WT, kTile>(x + m0 * K, K, wr, wt, K, out);
+      for (int m = 0; m < kTile; ++m) y[(m0 + m) * N + n] = out[m] + b;
+    }
+    for (; m0 < M; ++m0) {
+      dot_tile<WT, 1>(x + m0 * K, K, wr, wt, K, out);
+      y[m0 * N + n] = out[0] + b;
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+const char* linear_isa() { return kIsa; }
+
+void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+            const float* bias, float* y) {
+#ifdef TESSERA_SCALAR_LINEAR
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t m = 0; m < M; ++m) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < K; ++k) s += x[m * K + k] * load_scalar(w, w_type, n * K + k);
+      y[m * N + n] = s + (bias ? bias[n] : 0.0f);
+    }
+  }
+#else
+  if (w_type == DType::F32)
+    linear_typed(x, M, K, static_cast<const float*>(w), w_type, N, bias, y);
+  else
+    linear_typed(x, M, K, static_cast<const uint16_t*>(w), w_type, N, bias, y);
+#endif
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,40 @@
+#include "tensor/tensor.h"
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor Tensor::view(Shape new_shape) const {
+  check(shape_numel(new_shape) == numel(),
+        "internal: cannot view " + shape_str(shape) + " as " + shape_str(new_shape));
+  Tensor t = *this;
+  t.shape = std::move(new_shape);
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  check(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],
+        "internal: rows out of range of " + shape_str(shape));
+  Tensor t = *this;
+  t.shape[0] = count;
+  const int64_t row_elems = shape[0] ? numel() / shape[0] : 0;
+  t.data = static_cast<char*>(data) + static_cast<size_t>(begin * row_elems) * dtype_size(dtype);
+  return t;
+}
+
+}  // namespace tessera

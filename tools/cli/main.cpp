@@ -1,0 +1,399 @@
+// tessera command-line tool: a thin front-end over the public API (include/tessera/tessera.h).
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log.h"
+#include "engine/bandwidth.h"
+#include "io/npy.h"
+#include "io/png_writer.h"
+#include "progress.h"
+#include "tensor/backend.h"
+#include "tessera/tessera.h"
+
+#ifndef TESSERA_SOURCE_DIR
+#define TESSERA_SOURCE_DIR "."
+#endif
+
+namespace fs = std::filesystem;
+using namespace tessera;
+
+namespace {
+
+struct CommonOpts {
+  std::string model;
+  int threads = 0;
+  bool quiet = false;
+};
+
+void add_common(CLI::App* cmd, CommonOpts& o, bool model_required = true) {
+  auto* m = cmd->add_option("-m,--model", o.model, "Model directory (config.json + safetensors)");
+  if (model_required) m->required();
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("-q,--quiet", o.quiet, "No progress or info messages on stderr");
+}
+
+struct CondOpts {
+  int class_id = -1;
+  std::string caption;
+  bool uncond = false;
+};
+
+Condition make_condition(const CondOpts& c, const GptConfig& cfg) {
+  const int given = (c.class_id >= 0) + !c.caption.empty() + c.uncond;
+  if (given != 1)
+    throw Error(cfg.is_c2i() ? "give exactly one of --class N or --uncond"
+                             : "give exactly one of --caption FILE or --uncond");
+  if (c.uncond) return Condition::unconditional();
+  if (!c.caption.empty()) return Condition::caption_file(c.caption, cfg);
+  if (!cfg.is_c2i()) throw Error("this model is text-conditional (t2i): use --caption, not --class");
+  if (c.class_id >= cfg.num_classes)
+    throw Error("class " + std::to_string(c.class_id) + " out of range [0, " +
+                std::to_string(cfg.num_classes) + ")");
+  return Condition::label(c.class_id);
+}
+
+std::string numbered(const std::string& path, size_t i, size_t n) {
+  if (n == 1) return path;
+  fs::path p(path);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "_%04zu", i);
+  return (p.parent_path() / (p.stem().string() + buf + p.extension().string())).string();
+}
+
+// Tiles n images [n, s, s, 3] into a grid with `cols` columns and 2 px black padding
+// (torchvision.utils.save_image style).
+std::vector<uint8_t> tile(const std::vector<uint8_t>& px, int n, int s, int cols, int& W, int& H) {
+  const int rows = (n + cols - 1) / cols, pad = 2;
+  W = cols * (s + pad) + pad;
+  H = rows * (s + pad) + pad;
+  std::vector<uint8_t> out(static_cast<size_t>(W) * H * 3, 0);
+  for (int i = 0; i < n; ++i) {
+    const int ox = pad + (i % cols) * (s + pad), oy = pad + (i / cols) * (s + pad);
+    for (int y = 0; y < s; ++y)
+      std::copy_n(px.data() + ((static_cast<size_t>(i) * s + y) * s) * 3, s * 3,
+                  out.data() + ((static_cast<size_t>(oy + y) * W + ox) * 3));
+  }
+  return out;
+}
+
+void write_images(Pipeline& pipe, const std::vector<int32_t>& flat, int n, const std::string& out,
+                  bool grid, const std::vector<std::string>& params) {
+  const std::vector<uint8_t> px = pipe.decode(flat, n);
+  const int s = pipe.image_size();
+  if (grid) {
+    int W, H;
+    const int cols = std::min(n, 8);
+    std::string all;
+    for (const auto& p : params) all += p + "\n";
+    write_png(out, tile(px, n, s, cols, W, H).data(), W, H, {{"parameters", all}});
+    log_info("wrote " + out);
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::string path = numbered(out, i, n);
+    write_png(path, px.data() + static_cast<size_t>(i) * s * s * 3, s, s,
+              {{"parameters", params[i]}, {"Software", "tessera"}});
+    log_info("wrote " + path);
+  }
+}
+
+std::string fmt(double v, int prec = 2) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(prec);
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera: autoregressive image generation (LlamaGen) with speculative decoding"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera 0.1.0");
+
+  // ---- generate -------------------------------------------------------------------------------
+  CommonOpts gen_common;
+  CondOpts gen_cond;
+  GenerateOptions gen;
+  int gen_n = 1;
+  std::string gen_out, gen_tokens_out;
+  bool gen_grid = false;
+  auto* g = app.add_subcommand("generate", "Generate images (or token grids) from a class or caption");
+  add_common(g, gen_common);
+  g->add_option("--class", gen_cond.class_id, "Class label (c2i models)")->check(CLI::NonNegativeNumber);
+  g->add_option("--caption", gen_cond.caption, "T5 caption features, .npy [rows, dim] or .safetensors (t2i)");
+  g->add_flag("--uncond", gen_cond.uncond, "Unconditional generation (null class / empty caption)");
+  g->add_option("-n,--n", gen_n, "Number of images")->check(CLI::PositiveNumber);
+  g->add_option("-b,--batch", gen.batch, "Images generated together")->check(CLI::PositiveNumber);
+  g->add_option("-s,--seed", gen.seed, "Random seed; image i uses stream (seed, i)");
+  g->add_option("--cfg", gen.sampling.cfg_scale, "Classifier-free guidance scale (<= 1: off)")
+      ->capture_default_str();
+  g->add_option("--cfg-interval", gen.sampling.cfg_interval,
+                "Guide only while the decode step index <= this (-1: always)")
+      ->capture_default_str();
+  g->add_option("--temperature", gen.sampling.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  g->add_option("--top-k", gen.sampling.top_k, "Keep the k most likely tokens (0: off)")
+      ->capture_default_str();
+  g->add_option("--top-p", gen.sampling.top_p, "Nucleus sampling threshold (1: off)")
+      ->capture_default_str();
+  g->add_option("-o,--output", gen_out, "Output PNG (numbered _0000.. when --n > 1)");
+  g->add_option("--tokens-out", gen_tokens_out, "Write token grids [n, grid, grid] as int32 .npy");
+  g->add_flag("--grid", gen_grid, "Write all images as one grid PNG");
+
+  // ---- forward --------------------------------------------------------------------------------
+  CommonOpts fwd_common;
+  CondOpts fwd_cond;
+  std::string fwd_tokens, fwd_out;
+  auto* f = app.add_subcommand("forward", "Teacher-forced logits for a token sequence (no guidance)");
+  add_common(f, fwd_common);
+  f->add_option("--class", fwd_cond.class_id, "Class label (c2i)")->check(CLI::NonNegativeNumber);
+  f->add_option("--caption", fwd_cond.caption, "Caption features file (t2i)");
+  f->add_flag("--uncond", fwd_cond.uncond, "Unconditional prefix");
+  f->add_option("--tokens", fwd_tokens, "Comma-separated token ids, e.g. 3,17,5 (may be empty)");
+  f->add_option("--logits-out", fwd_out, "Output .npy, float32 [len+1, vocab]")->required();
+
+  // ---- decode ---------------------------------------------------------------------------------
+  CommonOpts dec_common;
+  std::string dec_tokens, dec_out;
+  bool dec_grid = false;
+  auto* d = app.add_subcommand("decode", "Decode token grids (.npy) to PNG images");
+  add_common(d, dec_common);
+  d->add_option("--tokens", dec_tokens, ".npy of token ids: [grid,grid], [n,grid,grid] or [n,grid*grid]")
+      ->required();
+  d->add_option("-o,--output", dec_out, "Output PNG (numbered when several)")->required();
+  d->add_flag("--grid", dec_grid, "Write all images as one grid PNG");
+
+  // ---- bench ----------------------------------------------------------------------------------
+  CommonOpts b_common;
+  int b_n = 1, b_tokens = 0, b_class = 0;
+  float b_cfg = 4.0f;
+  bool b_torch = false, b_json = false;
+  auto* b = app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
+  add_common(b, b_common);
+  b->add_option("-n,--n", b_n, "Images (generated as one batch)")->check(CLI::PositiveNumber);
+  b->add_option("--tokens", b_tokens, "Tokens per image (default: the whole grid)")
+      ->check(CLI::NonNegativeNumber);
+  b->add_option("--cfg", b_cfg, "Guidance scale (> 1 runs both halves)")->capture_default_str();
+  b->add_option("--class", b_class, "Class label (c2i)");
+  b->add_flag("--torch", b_torch,
+              "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
+  b->add_flag("--json", b_json, "Print one JSON object instead of a table");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::fprintf(stderr, "error: %s (see tessera --help)\n", msg.c_str());
+    return 2;
+  }
+
+  try {
+    if (g->parsed()) {
+      set_log_level(gen_common.quiet ? LogLevel::Quiet : LogLevel::Info);
+      if (gen_out.empty() && gen_tokens_out.empty())
+        throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
+      if (gen_grid && gen_out.empty()) throw Error("--grid needs -o OUT.png");
+      LoadOptions lo;
+      lo.threads = gen_common.threads;
+      lo.load_decoder = !gen_out.empty();
+      auto pipe = Pipeline::load(gen_common.model, lo);
+      const GptConfig& cfg = pipe->config().gpt;
+      if (!gen_out.empty() && !pipe->has_decoder())
+        throw Error(gen_common.model + " has no VQ decoder: use --tokens-out only");
+      const Condition cond = make_condition(gen_cond, cfg);
+      std::vector<Condition> conds(gen_n, cond);
+      cli::ProgressBar bar("generate", !gen_common.quiet);
+      gen.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+      GenerateStats st;
+      auto grids = pipe->generate(conds, gen, &st);
+      bar.finish();
+      log_info("generated " + std::to_string(st.images) + " image(s), " +
+               std::to_string(st.tokens) + " tokens in " + fmt(st.seconds) + " s (" +
+               fmt(st.tokens / std::max(st.seconds, 1e-9), 1) + " tokens/s)");
+      std::vector<int32_t> flat;
+      for (const auto& gr : grids) flat.insert(flat.end(), gr.begin(), gr.end());
+      if (!gen_tokens_out.empty()) {
+        write_npy(gen_tokens_out, DType::I32, {gen_n, cfg.grid, cfg.grid}, flat.data());
+        log_info("wrote " + gen_tokens_out);
+      }
+      if (!gen_out.empty()) {
+        std::vector<std::string> params;
+        const std::string cond_str =
+            gen_cond.uncond ? "uncond"
+                            : (!gen_cond.caption.empty() ? "caption=" + gen_cond.caption
+                                                         : "class=" + std::to_string(gen_cond.class_id));
+        for (int i = 0; i < gen_n; ++i)
+          params.push_back("model=" + gen_common.model + "; " + cond_str + "; method=vanilla; seed=" +
+                           std::to_string(gen.seed) + "; image_index=" + std::to_string(i) +
+                           "; cfg=" + fmt(gen.sampling.cfg_scale, 3) + "; cfg_interval=" +
+                           fmt(gen.sampling.cfg_interval, 3) + "; temperature=" +
+                           fmt(gen.sampling.temperature, 3) + "; top_k=" +
+                           std::to_string(gen.sampling.top_k) + "; top_p=" +
+                           fmt(gen.sampling.top_p, 3) + "; tessera 0.1.0");
+        write_images(*pipe, flat, gen_n, gen_out, gen_grid, params);
+      }
+    } else if (f->parsed()) {
+      set_log_level(fwd_common.quiet ? LogLevel::Quiet : LogLevel::Info);
+      LoadOptions lo;
+      lo.threads = fwd_common.threads;
+      lo.load_decoder = false;
+      auto pipe = Pipeline::load(fwd_common.model, lo);
+      const GptConfig& cfg = pipe->config().gpt;
+      std::vector<int32_t> tokens;
+      std::stringstream ss(fwd_tokens);
+      for (std::string item; std::getline(ss, item, ',');) {
+        if (item.empty()) continue;
+        size_t used = 0;
+        long v = 0;
+        try {
+          v = std::stol(item, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != item.size()) throw Error("--tokens: '" + item + "' is not an integer");
+        if (v < 0 || v >= cfg.vocab_size)
+          throw Error("--tokens: token " + item + " out of range [0, " +
+                      std::to_string(cfg.vocab_size) + ")");
+        tokens.push_back(static_cast<int32_t>(v));
+      }
+      const Condition cond = make_condition(fwd_cond, cfg);
+      const auto logits = pipe->forward_logits(cond, tokens);
+      write_npy(fwd_out, DType::F32, {static_cast<int64_t>(tokens.size()) + 1, cfg.vocab_size},
+                logits.data());
+      log_info("wrote " + fwd_out);
+    } else if (d->parsed()) {
+      set_log_level(dec_common.quiet ? LogLevel::Quiet : LogLevel::Info);
+      LoadOptions lo;
+      lo.threads = dec_common.threads;
+      auto pipe = Pipeline::load(dec_common.model, lo);
+      const GptConfig& cfg = pipe->config().gpt;
+      if (!pipe->has_decoder()) throw Error(dec_common.model + " has no VQ decoder");
+      NpyArray a = read_npy(dec_tokens);
+      std::vector<int32_t> ids;
+      try {
+        ids = a.as_i32();
+      } catch (const Error& e) {
+        throw Error(dec_tokens + ": " + e.what());
+      }
+      const int64_t per = static_cast<int64_t>(cfg.grid) * cfg.grid;
+      const bool shape_ok =
+          (a.shape.size() == 2 && a.shape[0] == cfg.grid && a.shape[1] == cfg.grid) ||
+          (a.shape.size() == 1 && a.shape[0] == per) ||
+          (a.shape.size() == 3 && a.shape[1] == cfg.grid && a.shape[2] == cfg.grid) ||
+          (a.shape.size() == 2 && a.shape[1] == per);
+      if (!shape_ok || ids.empty())
+        throw Error(dec_tokens + ": token array has shape " + shape_str(a.shape) +
+                    "; expected [" + std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) +
+                    "], [n, " + std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) +
+                    "] or [n, " + std::to_string(per) + "]");
+      for (int32_t t : ids)
+        if (t < 0 || t >= cfg.vocab_size)
+          throw Error(dec_tokens + ": token " + std::to_string(t) + " out of range [0, " +
+                      std::to_string(cfg.vocab_size) + ")");
+      const int n = static_cast<int>(static_cast<int64_t>(ids.size()) / per);
+      std::vector<std::string> params(n, "decoded from " + dec_tokens + "; tessera 0.1.0");
+      write_images(*pipe, ids, n, dec_out, dec_grid, params);
+    } else if (b->parsed()) {
+      set_log_level(b_common.quiet ? LogLevel::Quiet : LogLevel::Info);
+      LoadOptions lo;
+      lo.threads = b_common.threads;
+      lo.load_decoder = false;
+      auto pipe = Pipeline::load(b_common.model, lo);
+      const GptConfig& cfg = pipe->config().gpt;
+      const int K = b_tokens > 0 ? b_tokens : cfg.n_image_tokens();
+      if (K > cfg.n_image_tokens())
+        throw Error("--tokens must be at most " + std::to_string(cfg.n_image_tokens()));
+      const int threads = cpu_backend().threads();
+      Condition cond = cfg.is_c2i() ? Condition::label(b_class) : Condition::unconditional();
+      GenerateOptions go;
+      go.sampling.cfg_scale = b_cfg;
+      go.batch = b_n;
+      go.max_tokens = K;
+      // Warm-up (page in the mapped weights), then the measured run.
+      GenerateOptions warm = go;
+      warm.max_tokens = std::min(K, 2);
+      pipe->generate(std::vector<Condition>(b_n, cond), warm);
+      GenerateStats st;
+      pipe->generate(std::vector<Condition>(b_n, cond), go, &st);
+      const double decode_s = st.seconds - st.prefill_seconds;
+      const int64_t steps = st.forward_passes - 1;
+      const double ms_step = steps > 0 ? 1e3 * decode_s / steps : 0.0;
+      const double tok_s = st.tokens / st.seconds;
+      const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
+      const double achieved = steps > 0 ? bytes / (decode_s / steps) / 1e9 : 0.0;
+      const double machine = measure_read_bandwidth_gbs();
+      const double stream_ms = bytes / (machine * 1e9) * 1e3;
+      nlohmann::json j = {{"model", b_common.model},
+                          {"weights_dtype", cfg.dtype},
+                          {"threads", threads},
+                          {"images", b_n},
+                          {"tokens_per_image", K},
+                          {"cfg", b_cfg},
+                          {"tokens_per_s", tok_s},
+                          {"ms_per_token", ms_step},
+                          {"prefill_ms", 1e3 * st.prefill_seconds},
+                          {"weight_bytes_per_step", bytes},
+                          {"achieved_weight_gbs", achieved},
+                          {"machine_read_gbs", machine},
+                          {"weight_stream_ms", stream_ms},
+                          {"step_over_stream", ms_step / stream_ms}};
+      if (b_torch) {
+        const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/bench_torch.py";
+        const std::string cmd = "/usr/bin/python3 " + script + " --model '" + b_common.model +
+                                "' --tokens " + std::to_string(K) + " --threads " +
+                                std::to_string(threads) + " --n " + std::to_string(b_n) +
+                                " --cfg " + fmt(b_cfg, 3);
+        log_info("running: " + cmd);
+        FILE* p = popen(cmd.c_str(), "r");
+        if (!p) throw Error("cannot run " + cmd);
+        std::string outp;
+        char buf[4096];
+        while (fgets(buf, sizeof buf, p)) outp += buf;
+        const int rc = pclose(p);
+        const auto pos = outp.rfind("{\"impl\"");
+        if (rc != 0 || pos == std::string::npos)
+          throw Error("the PyTorch reference benchmark failed (" + cmd + ")");
+        const auto tj = nlohmann::json::parse(outp.substr(pos, outp.find('\n', pos) - pos));
+        j["torch_tokens_per_s"] = tj["tokens_per_s"];
+        j["speedup_vs_torch"] = tok_s / tj["tokens_per_s"].get<double>();
+      }
+      if (b_json) {
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        std::printf("model            %s (%s weights, %d threads, %s kernels)\n",
+                    b_common.model.c_str(), cfg.dtype.c_str(), threads, "cpu");
+        std::printf("workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step)\n",
+                    b_n, K, b_cfg, b_cfg > 1.0f ? 2 * b_n : b_n);
+        std::printf("tokens/s         %.2f\n", tok_s);
+        std::printf("ms/token (step)  %.2f   prefill %.2f ms\n", ms_step, 1e3 * st.prefill_seconds);
+        std::printf("weights/step     %.1f MB  achieved %.2f GB/s\n", bytes / 1e6, achieved);
+        std::printf("machine read     %.2f GB/s  (stream once: %.2f ms; step/stream = %.2fx)\n",
+                    machine, stream_ms, ms_step / stream_ms);
+        if (b_torch)
+          std::printf("pytorch ref      %.2f tokens/s  (tessera speed-up %.2fx)\n",
+                      j["torch_tokens_per_s"].get<double>(), j["speedup_vs_torch"].get<double>());
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
