@@ -90,7 +90,8 @@ void write_images(Pipeline& pipe, const std::vector<int32_t>& flat, int n, const
     const int cols = std::min(n, 8);
     std::string all;
     for (const auto& p : params) all += p + "\n";
-    write_png(out, tile(px, n, s, cols, W, H).data(), W, H, {{"parameters", all}});
+    const std::vector<uint8_t> sheet = tile(px, n, s, cols, W, H);
+    write_png(out, sheet.data(), W, H, {{"parameters", all}});
     log_info("wrote " + out);
     return;
   }
@@ -352,11 +353,13 @@ int main(int argc, char** argv) {
                           {"weight_stream_ms", stream_ms},
                           {"step_over_stream", ms_step / stream_ms}};
       if (b_torch) {
+        if (b_n != 1) throw Error("--torch compares one image; use -n 1");
+        const int torch_k = std::min(K, cfg.n_image_tokens() - 2);  // it spends 2 on warm-up
         const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/bench_torch.py";
         const std::string cmd = "/usr/bin/python3 " + script + " --model '" + b_common.model +
-                                "' --tokens " + std::to_string(K) + " --threads " +
-                                std::to_string(threads) + " --n " + std::to_string(b_n) +
-                                " --cfg " + fmt(b_cfg, 3);
+                                "' --tokens " + std::to_string(torch_k) + " --threads " +
+                                std::to_string(threads) + " --cfg " + fmt(b_cfg, 3) +
+                                " --dtype " + (cfg.dtype == "bf16" ? "bf16" : "f32");
         log_info("running: " + cmd);
         FILE* p = popen(cmd.c_str(), "r");
         if (!p) throw Error("cannot run " + cmd);

@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""Write a random-weight LlamaGen model in the official checkpoint layout and convert it to a
+tessera model directory: the stand-in for official checkpoints in benchmarks (same shapes, same
+bytes streamed per token).
+
+  /usr/bin/python3 python/make_random_model.py --gpt-model GPT-B --out /tmp/gpt-b-f32
+  /usr/bin/python3 python/make_random_model.py --gpt-model GPT-B --dtype bf16 --out /tmp/gpt-b-bf16
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+
+from tessera_ref.llamagen import GPT_CONFIGS, ModelArgs, Transformer  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpt-model", default="GPT-B", choices=list(GPT_CONFIGS))
+    ap.add_argument("--image-size", type=int, default=256)
+    ap.add_argument("--downsample", type=int, default=16)
+    ap.add_argument("--model-type", default="c2i", choices=["c2i", "t2i"])
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    L, H, D = GPT_CONFIGS[a.gpt_model]
+    args = ModelArgs(dim=D, n_layer=L, n_head=H, model_type=a.model_type,
+                     cls_token_num=1 if a.model_type == "c2i" else 120,
+                     block_size=(a.image_size // a.downsample) ** 2)
+    m = Transformer(args)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    with tempfile.TemporaryDirectory() as tmp:
+        pt = os.path.join(tmp, "gpt.pt")
+        torch.save({"model": m.state_dict()}, pt)
+        cmd = [sys.executable, os.path.join(HERE, "..", "tools", "convert_llamagen.py"), "--gpt", pt,
+               "--gpt-model", a.gpt_model, "--image-size", str(a.image_size), "--downsample",
+               str(a.downsample), "--model-type", a.model_type, "--dtype", a.dtype, "--out", a.out]
+        subprocess.run(cmd, check=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds tessera and runs every test (GoogleTest suite + the PyTorch reference checks).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+ninja -C build
+ctest --test-dir build --output-on-failure -j2

@@ -1,0 +1,424 @@
+// End-to-end checks of the tessera CLI: every bad input (broken model directory, corrupt weights,
+// bad flags, bad token or caption files) must exit non-zero with exactly one stderr line
+// "error: ..." that names the problem; the good paths write what they promise.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/npy.h"
+#include "io/png_writer.h"
+#include "io/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace tessera;
+
+namespace {
+
+const fs::path kFixtures = fs::path(TESSERA_FIXTURES) / "llamagen";
+
+std::string fixture(const std::string& name) { return (kFixtures / name).string(); }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void spit(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << p;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct CliResult {
+  bool exited = false;  // false: killed by a signal (a crash is never an acceptable answer)
+  int code = -1;
+  std::string out, err;
+};
+
+// Every test gets its own scratch directory, removed afterwards.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    tmp_ = fs::temp_directory_path() /
+           ("tessera_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
+            info->name());
+    fs::remove_all(tmp_);
+    fs::create_directories(tmp_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);
+  }
+
+  std::string tmp(const std::string& name) const { return (tmp_ / name).string(); }
+
+  CliResult run(const std::vector<std::string>& args) const {
+    std::string cmd = shell_quote(TESSERA_BINARY);
+    for (const auto& a : args) cmd += " " + shell_quote(a);
+    const fs::path out = tmp_ / "cli.stdout", err = tmp_ / "cli.stderr";
+    cmd += " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) + " </dev/null";
+    const int st = std::system(cmd.c_str());
+    CliResult r;
+    r.exited = st != -1 && WIFEXITED(st);
+    r.code = r.exited ? WEXITSTATUS(st) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    fs::remove(out);
+    fs::remove(err);
+    return r;
+  }
+
+  // The command must fail cleanly with one "error: ..." line mentioning every needle.
+  void expect_error(const std::vector<std::string>& args,
+                    const std::vector<std::string>& needles) const {
+    std::string shown;
+    for (const auto& a : args) shown += " " + a;
+    SCOPED_TRACE("tessera" + shown);
+    const CliResult r = run(args);
+    ASSERT_TRUE(r.exited) << "killed by a signal; stderr: " << r.err;
+    EXPECT_NE(r.code, 0) << "stderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "stderr: " << r.err;
+    EXPECT_TRUE(!r.err.empty() && r.err.back() == '\n') << "stderr: " << r.err;
+    EXPECT_EQ(r.err.rfind("error:", 0), 0u) << "stderr: " << r.err;
+    for (const auto& n : needles)
+      EXPECT_NE(r.err.find(n), std::string::npos) << "expected '" << n << "' in: " << r.err;
+  }
+
+  // A copy of a fixture model directory that a test may corrupt.
+  fs::path copy_model(const std::string& name) const {
+    const fs::path dst = tmp_ / name;
+    fs::copy(kFixtures / name, dst, fs::copy_options::recursive);
+    return dst;
+  }
+
+  static void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+    auto j = nlohmann::json::parse(slurp(dir / "config.json"));
+    edit(j);
+    spit(dir / "config.json", j.dump(2));
+  }
+
+  // Rewrites DIR/gpt.safetensors with `edit` applied to its tensors.
+  static void edit_weights(const fs::path& dir,
+                           const std::function<void(std::map<std::string, HostTensor>&)>& edit) {
+    const std::string path = (dir / "gpt.safetensors").string();
+    std::map<std::string, HostTensor> tensors;
+    {
+      const SafeTensorsFile f = SafeTensorsFile::open(path);
+      for (const auto& [name, info] : f.tensors()) {
+        const auto* p = static_cast<const unsigned char*>(info.data);
+        tensors[name] = HostTensor{info.dtype, info.shape, {p, p + info.nbytes}};
+      }
+    }
+    edit(tensors);
+    write_safetensors(path, tensors);
+  }
+
+  // Arguments of a cheap command that loads DIR's transformer (and nothing else).
+  std::vector<std::string> tokens_only(const fs::path& dir) const {
+    return {"generate", "-m", dir.string(), "--class", "3", "--tokens-out", tmp("t.npy")};
+  }
+
+  fs::path tmp_;
+};
+
+class CliErrors : public CliTest {};
+class CliOutput : public CliTest {};
+
+// ---- the model directory and config.json ----------------------------------------------------
+
+TEST_F(CliErrors, MissingModelDirectory) {
+  expect_error(tokens_only(tmp_ / "no_such_model"), {"no_such_model"});
+}
+
+TEST_F(CliErrors, DirectoryWithoutConfig) {
+  const fs::path dir = copy_model("c2i_f32");
+  fs::remove(dir / "config.json");
+  expect_error(tokens_only(dir), {(dir / "config.json").string()});
+}
+
+TEST_F(CliErrors, ConfigInvalidJson) {
+  const fs::path dir = copy_model("c2i_f32");
+  spit(dir / "config.json", "{\"gpt\": {\"dim\": 64,");
+  expect_error(tokens_only(dir), {(dir / "config.json").string(), "invalid JSON"});
+}
+
+TEST_F(CliErrors, ConfigMissingDim) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["gpt"].erase("dim"); });
+  expect_error(tokens_only(dir), {"\"dim\"", "config.json"});
+}
+
+// ---- gpt.safetensors -------------------------------------------------------------------------
+
+TEST_F(CliErrors, GptWeightsMissing) {
+  const fs::path dir = copy_model("c2i_f32");
+  fs::remove(dir / "gpt.safetensors");
+  expect_error(tokens_only(dir), {(dir / "gpt.safetensors").string()});
+}
+
+TEST_F(CliErrors, GptWeightsTruncated) {
+  const fs::path dir = copy_model("c2i_f32");
+  const fs::path w = dir / "gpt.safetensors";
+  fs::resize_file(w, fs::file_size(w) / 2);
+  expect_error(tokens_only(dir), {w.string(), "truncated"});
+}
+
+TEST_F(CliErrors, GptHeaderLengthHuge) {
+  const fs::path dir = copy_model("c2i_f32");
+  const fs::path w = dir / "gpt.safetensors";
+  std::string bytes = slurp(w);
+  std::fill_n(bytes.begin(), 8, '\x7f');
+  spit(w, bytes);
+  expect_error(tokens_only(dir), {w.string(), "header"});
+}
+
+TEST_F(CliErrors, GptHeaderGarbage) {
+  const fs::path dir = copy_model("c2i_f32");
+  const fs::path w = dir / "gpt.safetensors";
+  std::string bytes = slurp(w);
+  std::fill_n(bytes.begin() + 8, 40, '#');
+  spit(w, bytes);
+  expect_error(tokens_only(dir), {w.string(), "header"});
+}
+
+TEST_F(CliErrors, ConfigShapeDisagreesWithWeights) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["gpt"]["dim"] = 128; });
+  // The first tensor checked may be a matrix [.., 64] or a norm [64]; both shapes are named.
+  expect_error(tokens_only(dir), {"gpt.safetensors", "tensor '", "64]", "128]"});
+}
+
+TEST_F(CliErrors, TensorMissing) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_weights(dir, [](auto& t) { t.erase("layers.1.feed_forward.w3.weight"); });
+  expect_error(tokens_only(dir), {"layers.1.feed_forward.w3.weight", "missing"});
+}
+
+TEST_F(CliErrors, UnexpectedExtraTensor) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_weights(dir, [](auto& t) {
+    t["extra.bias"] = HostTensor{DType::F32, {2}, std::vector<unsigned char>(8, 0)};
+  });
+  expect_error(tokens_only(dir), {"extra.bias", "unexpected"});
+}
+
+TEST_F(CliErrors, DtypeDisagreesWithConfig) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["gpt"]["dtype"] = "bf16"; });
+  expect_error(tokens_only(dir), {"gpt.safetensors", "tensor '", "f32", "bf16"});
+}
+
+// ---- flags and values --------------------------------------------------------------------------
+
+// A command line whose every argument beginning with "@/" is a fixture path ("@/c2i_f32") and
+// "%/" a path in the test's scratch directory; the error must mention `needle`.
+struct FlagCase {
+  const char* name;
+  std::vector<std::string> args;
+  std::vector<std::string> needles;
+};
+
+class CliFlagErrors : public CliTest, public ::testing::WithParamInterface<FlagCase> {};
+
+TEST_P(CliFlagErrors, ExitsWithOneErrorLine) {
+  std::vector<std::string> args;
+  for (const auto& a : GetParam().args) {
+    if (a.rfind("@/", 0) == 0) args.push_back(fixture(a.substr(2)));
+    else if (a.rfind("%/", 0) == 0) args.push_back(tmp(a.substr(2)));
+    else args.push_back(a);
+  }
+  expect_error(args, GetParam().needles);
+}
+
+const std::vector<std::string> kGenC2i = {"generate", "-m", "@/c2i_f32", "--tokens-out", "%/t.npy"};
+const std::vector<std::string> kGenT2i = {"generate", "-m", "@/t2i_f32", "--tokens-out", "%/t.npy"};
+const std::vector<std::string> kFwdC2i = {"forward", "-m", "@/c2i_f32", "--class", "1",
+                                          "--logits-out", "%/l.npy"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, CliFlagErrors,
+    ::testing::Values(
+        FlagCase{"UnknownFlag", with(kGenC2i, {"--class", "3", "--bogus"}), {"--bogus"}},
+        FlagCase{"MissingRequiredModel", {"generate", "--class", "3"}, {"--model"}},
+        FlagCase{"MissingRequiredLogitsOut", {"forward", "-m", "@/c2i_f32"}, {"--logits-out"}},
+        FlagCase{"NonNumericN", with(kGenC2i, {"--class", "3", "--n", "abc"}), {"--n", "abc"}},
+        FlagCase{"ClassOutOfRange", with(kGenC2i, {"--class", "10"}), {"class 10", "[0, 10)"}},
+        FlagCase{"ClassOnT2i", with(kGenT2i, {"--class", "1"}), {"--class", "--caption"}},
+        FlagCase{"CaptionOnC2i", with(kGenC2i, {"--caption", "@/golden/caption.npy"}),
+                 {"caption.npy", "--class"}},
+        FlagCase{"CaptionFileMissing", with(kGenT2i, {"--caption", "%/nope.npy"}), {"nope.npy"}},
+        FlagCase{"NoConditionGiven", kGenC2i, {"--class"}},
+        FlagCase{"ForwardTokenOutOfRange", with(kFwdC2i, {"--tokens", "3,999"}), {"999", "[0, 256)"}},
+        FlagCase{"ForwardTokenNotInteger", with(kFwdC2i, {"--tokens", "3,x"}), {"'x'", "--tokens"}},
+        FlagCase{"ForwardTooManyTokens",
+                 with(kFwdC2i, {"--tokens", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"}),
+                 {"15", "16"}},
+        FlagCase{"TopPZero", with(kGenC2i, {"--class", "3", "--top-p", "0"}), {"--top-p"}},
+        FlagCase{"TemperatureNegative", with(kGenC2i, {"--class", "3", "--temperature", "-1"}),
+                 {"--temperature"}},
+        FlagCase{"BatchZero", with(kGenC2i, {"--class", "3", "--batch", "0"}), {"--batch"}},
+        FlagCase{"NoOutputGiven", {"generate", "-m", "@/c2i_f32", "--class", "3"}, {"-o"}},
+        FlagCase{"NoSubcommand", {}, {"subcommand"}}),
+    [](const ::testing::TestParamInfo<FlagCase>& i) { return std::string(i.param.name); });
+
+// ---- caption and token files -------------------------------------------------------------------
+
+TEST_F(CliErrors, CaptionWrongWidth) {
+  const std::vector<float> feats(8 * 31, 0.5f);
+  write_npy(tmp("cap31.npy"), DType::F32, {8, 31}, feats.data());
+  expect_error({"generate", "-m", fixture("t2i_f32"), "--caption", tmp("cap31.npy"),
+                "--tokens-out", tmp("t.npy")},
+               {"cap31.npy", "31", "32"});
+}
+
+class CliDecodeErrors : public CliTest {
+ protected:
+  void expect_decode_error(const std::string& tokens_file, const std::vector<std::string>& needles) {
+    std::vector<std::string> all = needles;
+    all.push_back(tokens_file);
+    expect_error({"decode", "-m", fixture("c2i_f32"), "--tokens", tokens_file, "-o", tmp("d.png")},
+                 all);
+    EXPECT_FALSE(fs::exists(tmp("d.png")));
+  }
+};
+
+TEST_F(CliDecodeErrors, TokenOutOfRange) {
+  std::vector<int32_t> ids(16, 7);
+  ids[5] = 300;
+  write_npy(tmp("tok.npy"), DType::I32, {4, 4}, ids.data());
+  expect_decode_error(tmp("tok.npy"), {"300"});
+}
+
+TEST_F(CliDecodeErrors, WrongShape) {
+  const std::vector<int32_t> ids(9, 1);
+  write_npy(tmp("tok.npy"), DType::I32, {3, 3}, ids.data());
+  expect_decode_error(tmp("tok.npy"), {"[3, 3]"});
+}
+
+TEST_F(CliDecodeErrors, FloatDtype) {
+  const std::vector<float> ids(16, 1.0f);
+  write_npy(tmp("tok.npy"), DType::F32, {4, 4}, ids.data());
+  expect_decode_error(tmp("tok.npy"), {"f32"});
+}
+
+TEST_F(CliDecodeErrors, NotAnNpyFile) {
+  spit(tmp("tok.npy"), "3,4,5\n");
+  expect_decode_error(tmp("tok.npy"), {"not a .npy"});
+}
+
+// ---- a model directory without the VQ decoder ---------------------------------------------------
+
+TEST_F(CliErrors, PngFromModelWithoutVq) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j.erase("vq"); });
+  expect_error({"generate", "-m", dir.string(), "--class", "3", "-o", tmp("x.png")},
+               {"VQ decoder", "--tokens-out"});
+  EXPECT_FALSE(fs::exists(tmp("x.png")));
+}
+
+TEST_F(CliOutput, TokensFromModelWithoutVq) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j.erase("vq"); });
+  fs::remove(dir / "vq.safetensors");
+  const CliResult r = run({"generate", "-m", dir.string(), "--class", "3", "--n", "2", "-q",
+                           "--tokens-out", tmp("t.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const NpyArray a = read_npy(tmp("t.npy"));
+  EXPECT_EQ(a.shape, (Shape{2, 4, 4}));
+  for (int32_t t : a.as_i32()) EXPECT_TRUE(t >= 0 && t < 256) << t;
+}
+
+// ---- good paths ------------------------------------------------------------------------------
+
+TEST_F(CliOutput, HelpListsSubcommands) {
+  const CliResult r = run({"--help"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* sub : {"generate", "forward", "decode", "bench"})
+    EXPECT_NE(r.out.find(sub), std::string::npos) << sub << " missing from:\n" << r.out;
+}
+
+TEST_F(CliOutput, SubcommandHelp) {
+  for (const char* sub : {"generate", "forward", "decode", "bench"}) {
+    const CliResult r = run({sub, "--help"});
+    EXPECT_EQ(r.code, 0) << sub << ": " << r.err;
+    EXPECT_NE(r.out.find("--model"), std::string::npos) << sub << ":\n" << r.out;
+  }
+}
+
+std::string png_parameters(const std::string& path, int& w, int& h) {
+  std::vector<std::pair<std::string, std::string>> text;
+  read_png(path, w, h, &text);
+  for (const auto& [k, v] : text)
+    if (k == "parameters") return v;
+  ADD_FAILURE() << path << " has no 'parameters' text chunk";
+  return "";
+}
+
+TEST_F(CliOutput, GenerateNumbersImages) {
+  const CliResult r = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--n", "2",
+                           "--seed", "1", "-o", tmp("x.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(tmp("x.png")));
+  for (const char* name : {"x_0000.png", "x_0001.png"}) {
+    ASSERT_TRUE(fs::exists(tmp(name))) << name;
+    int w = 0, h = 0;
+    const std::string params = png_parameters(tmp(name), w, h);
+    EXPECT_EQ(w, 16);
+    EXPECT_EQ(h, 16);
+    EXPECT_NE(params.find("seed=1"), std::string::npos) << params;
+    EXPECT_NE(params.find("class=3"), std::string::npos) << params;
+    const std::string index = std::string("image_index=") + (name[5] == '1' ? "1" : "0");
+    EXPECT_NE(params.find(index), std::string::npos) << params;
+  }
+}
+
+TEST_F(CliOutput, GenerateGridWritesOnePng) {
+  const CliResult r = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--n", "2",
+                           "--seed", "1", "--grid", "-o", tmp("g.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<fs::path> pngs;
+  for (const auto& e : fs::directory_iterator(tmp_))
+    if (e.path().extension() == ".png") pngs.push_back(e.path());
+  ASSERT_EQ(pngs.size(), 1u);
+  EXPECT_EQ(pngs[0].filename(), "g.png");
+  int w = 0, h = 0;
+  const std::string params = png_parameters(tmp("g.png"), w, h);
+  EXPECT_EQ(w, 2 * (16 + 2) + 2);  // two 16-px tiles with 2-px padding
+  EXPECT_EQ(h, 16 + 2 + 2);
+  EXPECT_NE(params.find("seed=1"), std::string::npos) << params;
+}
+
+TEST_F(CliOutput, QuietMeansSilentStderr) {
+  const CliResult r = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--seed", "1",
+                           "--quiet", "-o", tmp("q.png"), "--tokens-out", tmp("q.npy")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(fs::exists(tmp("q.png")));
+  EXPECT_TRUE(fs::exists(tmp("q.npy")));
+}
+
+}  // namespace
