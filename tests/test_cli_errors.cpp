@@ -27,7 +27,9 @@ namespace {
 
 const fs::path kFixtures = fs::path(TESSERA_FIXTURES) / "llamagen";
 
-std::string fixture(const std::string& name) { return (kFixtures / name).string(); }
+std::string fixture(const std::string& name) {
+  return (kFixtures / name).string();
+}
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -58,9 +60,10 @@ class CliTest : public ::testing::Test {
   void SetUp() override {
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    tmp_ = fs::temp_directory_path() /
-           ("tessera_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-            info->name());
+    std::string name = info->name();  // "Test/Param" for parameterized tests
+    std::replace(name.begin(), name.end(), '/', '_');
+    tmp_ = fs::temp_directory_path() / ("tessera_cli_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(counter++) + "_" + name);
     fs::remove_all(tmp_);
     fs::create_directories(tmp_);
   }
@@ -72,10 +75,13 @@ class CliTest : public ::testing::Test {
   std::string tmp(const std::string& name) const { return (tmp_ / name).string(); }
 
   CliResult run(const std::vector<std::string>& args) const {
-    std::string cmd = shell_quote(TESSERA_BINARY);
-    for (const auto& a : args) cmd += " " + shell_quote(a);
     const fs::path out = tmp_ / "cli.stdout", err = tmp_ / "cli.stderr";
-    cmd += " >" + shell_quote(out.string()) + " 2>" + shell_quote(err.string()) + " </dev/null";
+    std::vector<std::string> words = {shell_quote(TESSERA_BINARY)};
+    for (const auto& a : args) words.push_back(shell_quote(a));
+    words.insert(words.end(),
+                 {">", shell_quote(out.string()), "2>", shell_quote(err.string()), "</dev/null"});
+    std::string cmd;
+    for (const auto& w : words) cmd.append(w).append(" ");
     const int st = std::system(cmd.c_str());
     CliResult r;
     r.exited = st != -1 && WIFEXITED(st);
@@ -242,17 +248,20 @@ class CliFlagErrors : public CliTest, public ::testing::WithParamInterface<FlagC
 TEST_P(CliFlagErrors, ExitsWithOneErrorLine) {
   std::vector<std::string> args;
   for (const auto& a : GetParam().args) {
-    if (a.rfind("@/", 0) == 0) args.push_back(fixture(a.substr(2)));
-    else if (a.rfind("%/", 0) == 0) args.push_back(tmp(a.substr(2)));
-    else args.push_back(a);
+    if (a.rfind("@/", 0) == 0)
+      args.push_back(fixture(a.substr(2)));
+    else if (a.rfind("%/", 0) == 0)
+      args.push_back(tmp(a.substr(2)));
+    else
+      args.push_back(a);
   }
   expect_error(args, GetParam().needles);
 }
 
 const std::vector<std::string> kGenC2i = {"generate", "-m", "@/c2i_f32", "--tokens-out", "%/t.npy"};
 const std::vector<std::string> kGenT2i = {"generate", "-m", "@/t2i_f32", "--tokens-out", "%/t.npy"};
-const std::vector<std::string> kFwdC2i = {"forward", "-m", "@/c2i_f32", "--class", "1",
-                                          "--logits-out", "%/l.npy"};
+const std::vector<std::string> kFwdC2i = {"forward", "-m",           "@/c2i_f32", "--class",
+                                          "1",       "--logits-out", "%/l.npy"};
 
 std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
@@ -268,17 +277,20 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"NonNumericN", with(kGenC2i, {"--class", "3", "--n", "abc"}), {"--n", "abc"}},
         FlagCase{"ClassOutOfRange", with(kGenC2i, {"--class", "10"}), {"class 10", "[0, 10)"}},
         FlagCase{"ClassOnT2i", with(kGenT2i, {"--class", "1"}), {"--class", "--caption"}},
-        FlagCase{"CaptionOnC2i", with(kGenC2i, {"--caption", "@/golden/caption.npy"}),
+        FlagCase{"CaptionOnC2i",
+                 with(kGenC2i, {"--caption", "@/golden/caption.npy"}),
                  {"caption.npy", "--class"}},
         FlagCase{"CaptionFileMissing", with(kGenT2i, {"--caption", "%/nope.npy"}), {"nope.npy"}},
         FlagCase{"NoConditionGiven", kGenC2i, {"--class"}},
-        FlagCase{"ForwardTokenOutOfRange", with(kFwdC2i, {"--tokens", "3,999"}), {"999", "[0, 256)"}},
+        FlagCase{
+            "ForwardTokenOutOfRange", with(kFwdC2i, {"--tokens", "3,999"}), {"999", "[0, 256)"}},
         FlagCase{"ForwardTokenNotInteger", with(kFwdC2i, {"--tokens", "3,x"}), {"'x'", "--tokens"}},
         FlagCase{"ForwardTooManyTokens",
                  with(kFwdC2i, {"--tokens", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16"}),
                  {"15", "16"}},
         FlagCase{"TopPZero", with(kGenC2i, {"--class", "3", "--top-p", "0"}), {"--top-p"}},
-        FlagCase{"TemperatureNegative", with(kGenC2i, {"--class", "3", "--temperature", "-1"}),
+        FlagCase{"TemperatureNegative",
+                 with(kGenC2i, {"--class", "3", "--temperature", "-1"}),
                  {"--temperature"}},
         FlagCase{"BatchZero", with(kGenC2i, {"--class", "3", "--batch", "0"}), {"--batch"}},
         FlagCase{"NoOutputGiven", {"generate", "-m", "@/c2i_f32", "--class", "3"}, {"-o"}},
@@ -287,17 +299,33 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- caption and token files -------------------------------------------------------------------
 
-TEST_F(CliErrors, CaptionWrongWidth) {
-  const std::vector<float> feats(8 * 31, 0.5f);
-  write_npy(tmp("cap31.npy"), DType::F32, {8, 31}, feats.data());
-  expect_error({"generate", "-m", fixture("t2i_f32"), "--caption", tmp("cap31.npy"),
-                "--tokens-out", tmp("t.npy")},
-               {"cap31.npy", "31", "32"});
+class CliCaptionErrors : public CliTest {
+ protected:
+  // Writes a [rows, width] caption filled with `value` and expects the t2i model to refuse it.
+  void expect_caption_error(int rows, int width, float value, const std::string& needle) {
+    const std::vector<float> feats(static_cast<size_t>(rows) * width, value);
+    const std::string path = tmp("caption.npy");
+    write_npy(path, DType::F32, {rows, width}, feats.data());
+    expect_error(
+        {"generate", "-m", fixture("t2i_f32"), "--caption", path, "--tokens-out", tmp("t.npy")},
+        {path, needle});
+  }
+};
+
+TEST_F(CliCaptionErrors, WrongWidth) {
+  expect_caption_error(8, 31, 0.5f, "width 31");
+}
+TEST_F(CliCaptionErrors, TooManyRows) {
+  expect_caption_error(9, 32, 0.5f, "9 rows");
+}
+TEST_F(CliCaptionErrors, AllZero) {
+  expect_caption_error(8, 32, 0.0f, "zero");
 }
 
 class CliDecodeErrors : public CliTest {
  protected:
-  void expect_decode_error(const std::string& tokens_file, const std::vector<std::string>& needles) {
+  void expect_decode_error(const std::string& tokens_file,
+                           const std::vector<std::string>& needles) {
     std::vector<std::string> all = needles;
     all.push_back(tokens_file);
     expect_error({"decode", "-m", fixture("c2i_f32"), "--tokens", tokens_file, "-o", tmp("d.png")},
@@ -338,6 +366,20 @@ TEST_F(CliErrors, PngFromModelWithoutVq) {
   expect_error({"generate", "-m", dir.string(), "--class", "3", "-o", tmp("x.png")},
                {"VQ decoder", "--tokens-out"});
   EXPECT_FALSE(fs::exists(tmp("x.png")));
+  expect_error({"decode", "-m", dir.string(), "--tokens", fixture("golden/vq_tokens.npy"), "-o",
+                tmp("d.png")},
+               {"VQ decoder"});
+}
+
+// A path that cannot be written is a bad input too: one error line, no half-finished output.
+// (Checked before any work is done, so no progress/info line precedes the error.)
+TEST_F(CliErrors, UnwritableOutputPath) {
+  expect_error(with({"generate", "-m", fixture("c2i_f32"), "--class", "3"},
+                    {"--tokens-out", tmp("no_dir/t.npy")}),
+               {"no_dir/t.npy"});
+  expect_error(
+      with({"generate", "-m", fixture("c2i_f32"), "--class", "3"}, {"-o", tmp("no_dir/x.png")}),
+      {"no_dir/x.png"});
 }
 
 TEST_F(CliOutput, TokensFromModelWithoutVq) {

@@ -128,17 +128,19 @@ TEST_F(IoSafetensors, HeaderIsPaddedSoDataIsAligned) {
 }
 
 TEST_F(IoSafetensors, ReadsMetadata) {
-  const std::string path =
-      raw("meta.safetensors",
-          R"({"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
-          8);
+  const std::string path = raw(
+      "meta.safetensors",
+      R"({"__metadata__":{"format":"pt"},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      8);
   const SafeTensorsFile f = SafeTensorsFile::open(path);
   EXPECT_EQ(f.tensors().size(), 1u);
   ASSERT_EQ(f.metadata().count("format"), 1u);
   EXPECT_EQ(f.metadata().at("format"), "pt");
 }
 
-TEST_F(IoSafetensors, RejectsMissingFile) { expect_open_error(tmp("absent.safetensors"), "cannot"); }
+TEST_F(IoSafetensors, RejectsMissingFile) {
+  expect_open_error(tmp("absent.safetensors"), "cannot");
+}
 
 TEST_F(IoSafetensors, RejectsFileShorterThanHeaderLength) {
   write_bytes(tmp("short.safetensors"), "abc");
@@ -173,10 +175,18 @@ TEST_F(IoSafetensors, RejectsTensorBeyondEndOfFile) {
       "'w'");
 }
 
+// 2^62 x 4 elements of 4 bytes is 2^66 bytes: the size must not wrap around to 0 and match the
+// empty byte range.
+TEST_F(IoSafetensors, RejectsShapeWhoseByteSizeOverflows) {
+  expect_open_error(
+      raw("ovf.safetensors",
+          R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 8),
+      "'w'");
+}
+
 TEST_F(IoSafetensors, RejectsBadEntries) {
   expect_open_error(
-      raw("dt.safetensors", R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8),
-      "F64");
+      raw("dt.safetensors", R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8), "F64");
   expect_open_error(raw("miss.safetensors", R"({"w":{"dtype":"F32","shape":[1]}})", 4), "'w'");
   expect_open_error(
       raw("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
@@ -263,6 +273,11 @@ TEST_F(IoNpy, RejectsTruncatedData) {
   expect_error([&] { read_npy(path); }, {path, "truncated", "[4, 4]", "64"});
 }
 
+TEST_F(IoNpy, RejectsShapeWhoseByteSizeOverflows) {
+  const std::string path = raw("ovf.npy", dict("<f4", "(4611686018427387904, 4)"), "");
+  expect_error([&] { read_npy(path); }, {path});
+}
+
 TEST_F(IoNpy, RejectsTruncatedHeader) {
   const std::string path = tmp("hdr.npy");
   write_bytes(path, std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 18));
@@ -277,9 +292,9 @@ TEST_F(IoNpy, RejectsUnsupportedDescr) {
 }
 
 TEST_F(IoNpy, RejectsFortranOrderAndNonNpy) {
-  const std::string f = raw("fortran.npy",
-                            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
-                            std::string(16, '\0'));
+  const std::string f =
+      raw("fortran.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
+          std::string(16, '\0'));
   expect_error([&] { read_npy(f); }, {f, "Fortran"});
   write_bytes(tmp("text.npy"), "just some text, not an array\n");
   expect_error([&] { read_npy(tmp("text.npy")); }, {tmp("text.npy"), "not a .npy"});
@@ -359,8 +374,11 @@ TEST_F(IoWeights, LoadsMatricesAndConvertsSmallTensors) {
 
 TEST_F(IoWeights, ReportsMissingTensor) {
   WeightLoader l = loader();
-  expect_error([&] { l.matrix("layers.0.attention.wo.weight", {2, 3}); },
-               {path_, "missing", "'layers.0.attention.wo.weight'"});
+  expect_error(
+      [&] {
+        l.matrix("layers.0.attention.wo.weight", {2, 3});
+      },
+      {path_, "missing", "'layers.0.attention.wo.weight'"});
 }
 
 TEST_F(IoWeights, ReportsWrongShape) {

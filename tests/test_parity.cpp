@@ -18,7 +18,9 @@ namespace {
 const std::string kDir = std::string(TESSERA_FIXTURES) + "/llamagen/";
 const std::string kGolden = kDir + "golden/";
 
-std::vector<int32_t> golden_tokens() { return read_npy(kGolden + "tokens.npy").as_i32(); }
+std::vector<int32_t> golden_tokens() {
+  return read_npy(kGolden + "tokens.npy").as_i32();
+}
 
 struct Diff {
   double max_abs = 0, mean_abs = 0, ref_std = 0;
@@ -77,15 +79,15 @@ TEST_P(LogitParity, ForwardMatchesReference) {
   EXPECT_GT(d.ref_std, 1.0) << "degenerate golden";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Goldens, LogitParity,
-    ::testing::Values(LogitCase{"c2i_f32", "c2i_class3_f32.npy", "class3"},
-                      LogitCase{"c2i_f32", "c2i_uncond_f32.npy", "uncond"},
-                      LogitCase{"c2i_bf16", "c2i_class3_bf16w.npy", "class3"},
-                      LogitCase{"c2i_f16", "c2i_class3_f16w.npy", "class3"},
-                      LogitCase{"t2i_f32", "t2i_caption_f32.npy", "caption"},
-                      LogitCase{"t2i_f32", "t2i_uncond_f32.npy", "uncond"},
-                      LogitCase{"t2i_bf16", "t2i_caption_bf16w.npy", "caption"}));
+INSTANTIATE_TEST_SUITE_P(Goldens, LogitParity,
+                         ::testing::Values(LogitCase{"c2i_f32", "c2i_class3_f32.npy", "class3"},
+                                           LogitCase{"c2i_f32", "c2i_uncond_f32.npy", "uncond"},
+                                           LogitCase{"c2i_bf16", "c2i_class3_bf16w.npy", "class3"},
+                                           LogitCase{"c2i_f16", "c2i_class3_f16w.npy", "class3"},
+                                           LogitCase{"t2i_f32", "t2i_caption_f32.npy", "caption"},
+                                           LogitCase{"t2i_f32", "t2i_uncond_f32.npy", "uncond"},
+                                           LogitCase{"t2i_bf16", "t2i_caption_bf16w.npy",
+                                                     "caption"}));
 
 // Against the official precision path (every activation rounded to bf16 as LlamaGen's sample
 // scripts run): tessera keeps activations in f32, so only a loose bound holds. Observed: max
@@ -215,8 +217,7 @@ TEST(KVCache, TruncateAndReappendMatchesFreshPass) {
   append(cache, wrong, 6);
   cache.truncate(0, 1 + 6);
   const auto rest = append(cache, std::span(tokens).subspan(6), 6);
-  for (size_t i = 0; i < rest.size(); ++i)
-    ASSERT_NEAR(rest[i], ref[6 * V + i], 1e-4) << i;
+  for (size_t i = 0; i < rest.size(); ++i) ASSERT_NEAR(rest[i], ref[6 * V + i], 1e-4) << i;
 }
 
 // The explicit attention mask (for tree verification): an all-ones mask equals the causal

@@ -41,10 +41,10 @@ TEST(SamplerTopP, KeepsTheFirstTokenCrossingTheThreshold) {
   };
   // Cumulative mass in sorted order: 0.5, 0.75, 0.875, 1. A token is removed when the mass
   // before it already exceeds top_p (HF: remove cum > p, shifted right by one).
-  EXPECT_EQ(run(0.4f), (std::vector<int>{1}));          // top-1 always kept
-  EXPECT_EQ(run(0.5001f), (std::vector<int>{1, 2}));    // 0.5 <= p: the 0.25 token is kept
-  EXPECT_EQ(run(0.7499f), (std::vector<int>{1, 2}));    // 0.75 > p: the 0.125 tokens go
-  EXPECT_EQ(run(0.7501f), (std::vector<int>{0, 1, 2})); // tie broken by index: token 0 first
+  EXPECT_EQ(run(0.4f), (std::vector<int>{1}));           // top-1 always kept
+  EXPECT_EQ(run(0.5001f), (std::vector<int>{1, 2}));     // 0.5 <= p: the 0.25 token is kept
+  EXPECT_EQ(run(0.7499f), (std::vector<int>{1, 2}));     // 0.75 > p: the 0.125 tokens go
+  EXPECT_EQ(run(0.7501f), (std::vector<int>{0, 1, 2}));  // tie broken by index: token 0 first
   EXPECT_EQ(run(0.9f), (std::vector<int>{0, 1, 2, 3}));
 }
 
@@ -79,9 +79,9 @@ TEST(TargetDistribution, CfgIntervalFollowsTheDecodeLoopIndex) {
   SamplingParams p;
   p.cfg_scale = 4.0f;
   p.cfg_interval = 5.0f;
-  EXPECT_TRUE(p.guided(0));  // prefill token
-  EXPECT_TRUE(p.guided(6));  // loop index 5 <= 5
-  EXPECT_FALSE(p.guided(7)); // loop index 6 > 5
+  EXPECT_TRUE(p.guided(0));   // prefill token
+  EXPECT_TRUE(p.guided(6));   // loop index 5 <= 5
+  EXPECT_FALSE(p.guided(7));  // loop index 6 > 5
   p.cfg_interval = -1.0f;
   EXPECT_TRUE(p.guided(255));
   p.cfg_scale = 1.0f;

@@ -44,9 +44,9 @@ struct SamplingOptions {
 struct GenerateOptions {
   SamplingOptions sampling;
   uint64_t seed = 0;
-  int batch = 1;                  // images generated together (each with its own RNG stream)
-  uint64_t first_image_index = 0; // image i of the call uses RNG stream first_image_index + i
-  int max_tokens = 0;             // > 0: stop after this many tokens per image (benchmarks)
+  int batch = 1;                   // images generated together (each with its own RNG stream)
+  uint64_t first_image_index = 0;  // image i of the call uses RNG stream first_image_index + i
+  int max_tokens = 0;              // > 0: stop after this many tokens per image (benchmarks)
   // Called after every generated token: (tokens done, tokens total) over the whole call.
   std::function<void(int64_t, int64_t)> progress;
 };

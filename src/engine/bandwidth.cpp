@@ -34,8 +34,7 @@ double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
       total += s;
 #endif
     }
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + total;
     const double gbs = static_cast<double>(n / 64 * 64 * 4) / dt / 1e9;
     if (gbs > best) best = gbs;

@@ -15,7 +15,9 @@ Condition Condition::label(int id) {
   return c;
 }
 
-Condition Condition::unconditional() { return Condition{}; }
+Condition Condition::unconditional() {
+  return Condition{};
+}
 
 Condition Condition::from_caption(std::vector<float> features, int rows, int dim,
                                   const GptConfig& config) {
@@ -68,9 +70,11 @@ Condition Condition::caption_file(const std::string& path, const GptConfig& conf
       if (m.dtype == DType::U8) {
         for (int64_t i = 0; i < n; ++i) mv[i] = static_cast<const uint8_t*>(m.data)[i];
       } else if (m.dtype == DType::I64) {
-        for (int64_t i = 0; i < n; ++i) mv[i] = static_cast<float>(static_cast<const int64_t*>(m.data)[i]);
+        for (int64_t i = 0; i < n; ++i)
+          mv[i] = static_cast<float>(static_cast<const int64_t*>(m.data)[i]);
       } else if (m.dtype == DType::I32) {
-        for (int64_t i = 0; i < n; ++i) mv[i] = static_cast<float>(static_cast<const int32_t*>(m.data)[i]);
+        for (int64_t i = 0; i < n; ++i)
+          mv[i] = static_cast<float>(static_cast<const int32_t*>(m.data)[i]);
       } else {
         convert_to_f32(m.dtype, m.data, mv.data(), mv.size());
       }
@@ -82,12 +86,13 @@ Condition Condition::caption_file(const std::string& path, const GptConfig& conf
     feats = a.as_f32();
   }
   if (shape.size() == 3 && shape[0] == 1) shape.erase(shape.begin());
-  check(shape.size() == 2, path + ": caption features must be [rows, dim], got " + shape_str(shape));
+  check(shape.size() == 2,
+        path + ": caption features must be [rows, dim], got " + shape_str(shape));
   const int rows = static_cast<int>(shape[0]), dim = static_cast<int>(shape[1]);
   if (!mask.empty()) {  // an explicit mask: zero the masked rows, then treat zero rows as padding
-    check(static_cast<int>(mask.size()) == rows,
-          path + ": mask has " + std::to_string(mask.size()) + " entries for " +
-              std::to_string(rows) + " caption rows");
+    check(static_cast<int>(mask.size()) == rows, path + ": mask has " +
+                                                     std::to_string(mask.size()) + " entries for " +
+                                                     std::to_string(rows) + " caption rows");
     for (int r = 0; r < rows; ++r)
       if (!mask[r])
         std::fill(feats.begin() + static_cast<int64_t>(r) * dim,

@@ -10,8 +10,7 @@ namespace tessera {
 
 namespace {
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
@@ -43,8 +42,8 @@ Tensor prefix_embeddings(const LlamaGen& model, const std::vector<const Conditio
       throw Error("this model is text-conditional (t2i): use --caption, not --class");
     if (cd.kind != Condition::Kind::Caption) continue;
     check(cd.caption.size() == per && cd.caption_mask.size() == static_cast<size_t>(T),
-          "caption features must be [" + std::to_string(T) + ", " +
-              std::to_string(c.caption_dim) + "]");
+          "caption features must be [" + std::to_string(T) + ", " + std::to_string(c.caption_dim) +
+              "]");
     use_uncond[i] = 0;
     for (int t = 0; t < T; ++t) {
       const float m = cd.caption_mask[t] ? 1.0f : 0.0f;  // c = emb * mask (LlamaGen)
@@ -60,13 +59,10 @@ Tensor prefix_embeddings(const LlamaGen& model, const std::vector<const Conditio
   return model.embed_captions(features, use_uncond);
 }
 
-std::vector<std::vector<int32_t>> generate_batch(const LlamaGen& model,
-                                                 const std::vector<const Condition*>& conds,
-                                                 const std::vector<uint64_t>& image_indices,
-                                                 const SamplingParams& params, uint64_t seed,
-                                                 int max_tokens,
-                                                 const std::function<void()>& on_token,
-                                                 GenerateStats& stats) {
+std::vector<std::vector<int32_t>> generate_batch(
+    const LlamaGen& model, const std::vector<const Condition*>& conds,
+    const std::vector<uint64_t>& image_indices, const SamplingParams& params, uint64_t seed,
+    int max_tokens, const std::function<void()>& on_token, GenerateStats& stats) {
   const GptConfig& c = model.config();
   Backend& be = model.backend();
   const int n = static_cast<int>(conds.size());

@@ -19,13 +19,10 @@ Tensor prefix_embeddings(const LlamaGen& model, const std::vector<const Conditio
 
 // Generates one token grid per condition, all in one batch (max_tokens > 0: only that many;
 // the rest of the grid stays 0).
-std::vector<std::vector<int32_t>> generate_batch(const LlamaGen& model,
-                                                 const std::vector<const Condition*>& conds,
-                                                 const std::vector<uint64_t>& image_indices,
-                                                 const SamplingParams& params, uint64_t seed,
-                                                 int max_tokens,
-                                                 const std::function<void()>& on_token,
-                                                 GenerateStats& stats);
+std::vector<std::vector<int32_t>> generate_batch(
+    const LlamaGen& model, const std::vector<const Condition*>& conds,
+    const std::vector<uint64_t>& image_indices, const SamplingParams& params, uint64_t seed,
+    int max_tokens, const std::function<void()>& on_token, GenerateStats& stats);
 
 // Logits without guidance for one sequence: [tokens.size() + 1, V].
 std::vector<float> teacher_forced_logits(const LlamaGen& model, const Condition& cond,

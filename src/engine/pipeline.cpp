@@ -30,14 +30,22 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
-const ModelConfig& Pipeline::config() const { return impl_->config; }
-bool Pipeline::has_decoder() const { return impl_->vq != nullptr; }
-void Pipeline::set_threads(int n) { impl_->backend->set_threads(n); }
-int Pipeline::image_size() const {
-  return impl_->config.gpt.grid * (impl_->config.has_vq ? impl_->config.vq.upsample_factor()
-                                                         : impl_->config.gpt.downsample);
+const ModelConfig& Pipeline::config() const {
+  return impl_->config;
 }
-int64_t Pipeline::weight_bytes_per_step() const { return impl_->gpt->streamed_weight_bytes(); }
+bool Pipeline::has_decoder() const {
+  return impl_->vq != nullptr;
+}
+void Pipeline::set_threads(int n) {
+  impl_->backend->set_threads(n);
+}
+int Pipeline::image_size() const {
+  return impl_->config.gpt.grid *
+         (impl_->config.has_vq ? impl_->config.vq.upsample_factor() : impl_->config.gpt.downsample);
+}
+int64_t Pipeline::weight_bytes_per_step() const {
+  return impl_->gpt->streamed_weight_bytes();
+}
 
 std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition>& conditions,
                                                      const GenerateOptions& opts,

@@ -38,12 +38,18 @@ NpyArray read_npy(const std::string& path) {
   if (std::regex_search(header, std::regex("'fortran_order':\\s*True")))
     throw Error(path + ": Fortran-ordered .npy arrays are not supported");
   NpyArray a;
-  if (descr == "<f4") a.dtype = DType::F32;
-  else if (descr == "<f2") a.dtype = DType::F16;
-  else if (descr == "<i4") a.dtype = DType::I32;
-  else if (descr == "<i8") a.dtype = DType::I64;
-  else if (descr == "|u1") a.dtype = DType::U8;
-  else throw Error(path + ": unsupported .npy dtype " + descr);
+  if (descr == "<f4")
+    a.dtype = DType::F32;
+  else if (descr == "<f2")
+    a.dtype = DType::F16;
+  else if (descr == "<i4")
+    a.dtype = DType::I32;
+  else if (descr == "<i8")
+    a.dtype = DType::I64;
+  else if (descr == "|u1")
+    a.dtype = DType::U8;
+  else
+    throw Error(path + ": unsupported .npy dtype " + descr);
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
     throw Error(path + ": .npy header has no shape");
   const std::string dims = m[1];
@@ -51,7 +57,12 @@ NpyArray read_npy(const std::string& path) {
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator();
        ++it)
     a.shape.push_back(std::stoll(it->str()));
-  const size_t need = static_cast<size_t>(shape_numel(a.shape)) * dtype_size(a.dtype);
+  size_t need = 0;
+  try {
+    need = static_cast<size_t>(shape_numel(a.shape)) * dtype_size(a.dtype);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
   const size_t dstart = hstart + hlen;
   if (buf.size() - dstart < need)
     throw Error(path + ": truncated .npy data (" + std::to_string(buf.size() - dstart) +
@@ -97,8 +108,8 @@ void write_npy(const std::string& path, DType dtype, const Shape& shape, const v
   std::string dims;
   for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + ",";
   if (shape.size() > 1) dims.pop_back();
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
-                       dims + "), }";
+  std::string header =
+      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64) header.push_back(' ');
   header.push_back('\n');
   std::ofstream out(path, std::ios::binary);

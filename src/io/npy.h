@@ -13,8 +13,8 @@ struct NpyArray {
   Shape shape;
   std::vector<unsigned char> bytes;
 
-  std::vector<float> as_f32() const;      // f32 or f16 data
-  std::vector<int32_t> as_i32() const;    // i32, i64 or u8 data (range-checked)
+  std::vector<float> as_f32() const;    // f32 or f16 data
+  std::vector<int32_t> as_i32() const;  // i32, i64 or u8 data (range-checked)
 };
 
 NpyArray read_npy(const std::string& path);  // throws an Error naming the file and problem

@@ -68,7 +68,8 @@ std::vector<uint8_t> read_png(const std::string& path, int& width, int& height,
   width = static_cast<int>(png_get_image_width(png, info));
   height = static_cast<int>(png_get_image_height(png, info));
   std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y) png_read_row(png, rgb.data() + static_cast<size_t>(y) * width * 3, nullptr);
+  for (int y = 0; y < height; ++y)
+    png_read_row(png, rgb.data() + static_cast<size_t>(y) * width * 3, nullptr);
   png_read_end(png, info);
   if (text) {
     png_textp chunks = nullptr;

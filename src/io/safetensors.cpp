@@ -22,12 +22,18 @@ DType st_dtype(const std::string& s, const std::string& where) {
 
 const char* st_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::U8: return "U8";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
+    case DType::U8:
+      return "U8";
   }
   return "?";
 }
@@ -39,8 +45,9 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
   f.file_ = MappedFile::open(path);
   const size_t size = f.file_->size();
   const std::string where = path;
-  if (size < 8) throw Error(where + ": truncated safetensors file (" + std::to_string(size) +
-                            " bytes, no header)");
+  if (size < 8)
+    throw Error(where + ": truncated safetensors file (" + std::to_string(size) +
+                " bytes, no header)");
   uint64_t header_len = 0;
   std::memcpy(&header_len, f.file_->data(), 8);
   if (header_len > size - 8 || header_len > (100u << 20))
@@ -80,7 +87,11 @@ SafeTensorsFile SafeTensorsFile::open(const std::string& path) {
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw Error(tw + ": bad data offsets");
     const uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
-    info.nbytes = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    try {
+      info.nbytes = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
+    } catch (const Error& e) {
+      throw Error(tw + ": " + e.what());
+    }
     if (en < b || en - b != info.nbytes)
       throw Error(tw + ": data offsets [" + std::to_string(b) + ", " + std::to_string(en) +
                   ") do not match shape " + shape_str(info.shape) + " of " +

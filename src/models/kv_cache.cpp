@@ -17,8 +17,8 @@ KVCache::KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int kv_
 
 void KVCache::truncate(int seq, int length) {
   check(length >= 0 && length <= len_.at(seq), "KV cache: cannot truncate sequence " +
-                                                  std::to_string(seq) + " to " +
-                                                  std::to_string(length));
+                                                   std::to_string(seq) + " to " +
+                                                   std::to_string(length));
   len_[seq] = length;
 }
 
@@ -44,8 +44,8 @@ AttentionBatch KVCache::plan_append(std::span<const int32_t> seqs, int n_new) {
   for (int32_t s : seqs) {
     check(s >= 0 && s < n_seq(), "KV cache: sequence " + std::to_string(s) + " out of range");
     check(len_[s] + n_new <= capacity_, "KV cache: sequence " + std::to_string(s) + " would hold " +
-                                            std::to_string(len_[s] + n_new) +
-                                            " tokens, capacity " + std::to_string(capacity_));
+                                            std::to_string(len_[s] + n_new) + " tokens, capacity " +
+                                            std::to_string(capacity_));
     b.past.push_back(len_[s]);
   }
   if (any_hidden_) {

@@ -61,8 +61,7 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
   w.finish();
   const std::vector<float> rope =
       llamagen_rope_table(c.grid, static_cast<int>(hd), c.rope_base, c.cls_token_num);
-  rope_ = backend.upload(rope.data(), DType::F32,
-                         {c.cls_token_num + c.grid * c.grid, hd / 2, 2});
+  rope_ = backend.upload(rope.data(), DType::F32, {c.cls_token_num + c.grid * c.grid, hd / 2, 2});
 }
 
 int64_t LlamaGen::streamed_weight_bytes() const {
@@ -85,9 +84,8 @@ KVCache LlamaGen::make_cache(int n_seq, int extra_capacity) const {
 Tensor LlamaGen::embed_classes(std::span<const int32_t> ids) const {
   check(cfg_.is_c2i(), "this model is text-conditional (t2i): give a caption, not a class");
   for (int32_t id : ids)
-    check(id >= 0 && id <= cfg_.num_classes,
-          "class " + std::to_string(id) + " out of range [0, " + std::to_string(cfg_.num_classes) +
-              ")");
+    check(id >= 0 && id <= cfg_.num_classes, "class " + std::to_string(id) + " out of range [0, " +
+                                                 std::to_string(cfg_.num_classes) + ")");
   // T = 1 for every released c2i model; the label embedding is repeated if T > 1 is configured
   // (LlamaGen slices [:, :T] of a single row, so only T = 1 is meaningful).
   check(cfg_.cls_token_num == 1, "c2i models with cls_token_num != 1 are not supported");
@@ -146,8 +144,8 @@ Tensor LlamaGen::forward(const Tensor& x_in, ForwardParams& p, KVCache& cache) c
     be.linear(h, L.wqkv, nullptr, qkv);
     be.rope(qkv, c.n_head + c.n_kv_head, static_cast<int>(hd), rope_, p.rope_pos);  // q and k
     be.kv_store(qkv, c.n_head, c.n_kv_head, static_cast<int>(hd), p.attn, cache.k(l), cache.v(l));
-    be.attention(qkv, c.n_head, c.n_kv_head, static_cast<int>(hd), p.attn, cache.k(l),
-                 cache.v(l), att);
+    be.attention(qkv, c.n_head, c.n_kv_head, static_cast<int>(hd), p.attn, cache.k(l), cache.v(l),
+                 att);
     be.linear(att, L.wo, nullptr, h);
     be.add(x, h, x);
     // out = h + SwiGLU(RMSNorm(h)) = h + w2(silu(w1 n) * w3 n)

@@ -56,9 +56,12 @@ ModelConfig load_model_config(const std::string& dir) {
   const std::string gw = where + " gpt";
   GptConfig& c = mc.gpt;
   const std::string type = req<std::string>(g, "model_type", gw);
-  if (type == "c2i") c.model_type = ConditionType::ClassLabel;
-  else if (type == "t2i") c.model_type = ConditionType::Caption;
-  else throw Error(gw + ": model_type must be c2i or t2i, got \"" + type + "\"");
+  if (type == "c2i")
+    c.model_type = ConditionType::ClassLabel;
+  else if (type == "t2i")
+    c.model_type = ConditionType::Caption;
+  else
+    throw Error(gw + ": model_type must be c2i or t2i, got \"" + type + "\"");
   c.dim = req<int>(g, "dim", gw);
   c.n_layer = req<int>(g, "n_layer", gw);
   c.n_head = req<int>(g, "n_head", gw);
@@ -66,8 +69,10 @@ ModelConfig load_model_config(const std::string& dir) {
   c.ffn_dim = req<int>(g, "ffn_dim", gw);
   c.vocab_size = req<int>(g, "vocab_size", gw);
   c.cls_token_num = opt<int>(g, "cls_token_num", c.is_c2i() ? 1 : 120, gw);
-  if (c.is_c2i()) c.num_classes = req<int>(g, "num_classes", gw);
-  else c.caption_dim = req<int>(g, "caption_dim", gw);
+  if (c.is_c2i())
+    c.num_classes = req<int>(g, "num_classes", gw);
+  else
+    c.caption_dim = req<int>(g, "caption_dim", gw);
   c.rope_base = opt<float>(g, "rope_base", 10000.0f, gw);
   c.norm_eps = opt<float>(g, "norm_eps", 1e-5f, gw);
   c.image_size = req<int>(g, "image_size", gw);
@@ -75,14 +80,21 @@ ModelConfig load_model_config(const std::string& dir) {
   c.grid = opt<int>(g, "grid", c.downsample > 0 ? c.image_size / c.downsample : 0, gw);
   c.dtype = opt<std::string>(g, "dtype", "f32", gw);
   c.file = opt<std::string>(g, "file", "gpt.safetensors", gw);
-  for (auto [v, k] : {std::pair{c.dim, "dim"}, {c.n_layer, "n_layer"}, {c.n_head, "n_head"},
-                      {c.n_kv_head, "n_kv_head"}, {c.ffn_dim, "ffn_dim"},
-                      {c.vocab_size, "vocab_size"}, {c.cls_token_num, "cls_token_num"},
-                      {c.image_size, "image_size"}, {c.downsample, "downsample"},
+  for (auto [v, k] : {std::pair{c.dim, "dim"},
+                      {c.n_layer, "n_layer"},
+                      {c.n_head, "n_head"},
+                      {c.n_kv_head, "n_kv_head"},
+                      {c.ffn_dim, "ffn_dim"},
+                      {c.vocab_size, "vocab_size"},
+                      {c.cls_token_num, "cls_token_num"},
+                      {c.image_size, "image_size"},
+                      {c.downsample, "downsample"},
                       {c.grid, "grid"}})
     positive(v, k, gw);
-  if (c.is_c2i()) positive(c.num_classes, "num_classes", gw);
-  else positive(c.caption_dim, "caption_dim", gw);
+  if (c.is_c2i())
+    positive(c.num_classes, "num_classes", gw);
+  else
+    positive(c.caption_dim, "caption_dim", gw);
   if (c.dim % c.n_head) throw Error(gw + ": dim is not divisible by n_head");
   if (c.n_head % c.n_kv_head) throw Error(gw + ": n_head is not divisible by n_kv_head");
   if (c.head_dim() % 4)
@@ -110,8 +122,10 @@ ModelConfig load_model_config(const std::string& dir) {
     q.file = opt<std::string>(v, "file", "vq.safetensors", vw);
     for (auto [val, k] : {std::pair{q.codebook_size, "codebook_size"},
                           {q.codebook_embed_dim, "codebook_embed_dim"},
-                          {q.z_channels, "z_channels"}, {q.ch, "ch"},
-                          {q.num_res_blocks, "num_res_blocks"}, {q.norm_groups, "norm_groups"}})
+                          {q.z_channels, "z_channels"},
+                          {q.ch, "ch"},
+                          {q.num_res_blocks, "num_res_blocks"},
+                          {q.norm_groups, "norm_groups"}})
       positive(val, k, vw);
     if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
     if (q.codebook_size != c.vocab_size)

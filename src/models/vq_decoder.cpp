@@ -137,8 +137,7 @@ Tensor VqDecoder::decode(std::span<const int32_t> tokens, int n, int grid) const
         "decode: expected " + std::to_string(n * HW) + " tokens, got " +
             std::to_string(tokens.size()));
   for (int32_t t : tokens)
-    check(t >= 0 && t < cfg_.codebook_size, "token " + std::to_string(t) +
-                                                " out of range [0, " +
+    check(t >= 0 && t < cfg_.codebook_size, "token " + std::to_string(t) + " out of range [0, " +
                                                 std::to_string(cfg_.codebook_size) + ")");
   Tensor z = backend_.empty(DType::F32, {n * HW, E});
   backend_.get_rows(codebook_, tokens, z);

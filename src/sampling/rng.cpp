@@ -17,9 +17,9 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint3
 }
 
 double CounterRng::uniform(uint32_t token, uint32_t stream) const {
-  const auto r = philox4x32({token, stream, static_cast<uint32_t>(image_),
-                             static_cast<uint32_t>(image_ >> 32)},
-                            {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
+  const auto r = philox4x32(
+      {token, stream, static_cast<uint32_t>(image_), static_cast<uint32_t>(image_ >> 32)},
+      {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
   const uint64_t bits = (static_cast<uint64_t>(r[0]) << 21) ^ (static_cast<uint64_t>(r[1]) >> 11);
   return static_cast<double>(bits & ((1ull << 53) - 1)) * (1.0 / 9007199254740992.0);
 }

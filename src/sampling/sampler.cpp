@@ -43,7 +43,8 @@ void target_distribution(std::span<const float> cond, std::span<const float> unc
   check(probs.size() == V && (uncond.empty() || uncond.size() == V),
         "internal: target_distribution sizes");
   std::vector<float> l(V);
-  for (size_t i = 0; i < V; ++i) l[i] = uncond.empty() ? cond[i] : uncond[i] + (cond[i] - uncond[i]) * scale;
+  for (size_t i = 0; i < V; ++i)
+    l[i] = uncond.empty() ? cond[i] : uncond[i] + (cond[i] - uncond[i]) * scale;
   if (p.temperature <= 0.0f) {  // greedy: one-hot on the argmax (filters cannot change it)
     std::fill(probs.begin(), probs.end(), 0.0f);
     probs[static_cast<size_t>(argmax(l))] = 1.0f;
@@ -54,7 +55,8 @@ void target_distribution(std::span<const float> cond, std::span<const float> unc
   filter_top_k_top_p(l, p.top_k, p.top_p);
   const float mx = *std::max_element(l.begin(), l.end());
   float total = 0.0f;
-  for (size_t i = 0; i < V; ++i) total += (probs[i] = l[i] == -INFINITY ? 0.0f : std::exp(l[i] - mx));
+  for (size_t i = 0; i < V; ++i)
+    total += (probs[i] = l[i] == -INFINITY ? 0.0f : std::exp(l[i] - mx));
   for (float& v : probs) v /= total;
 }
 

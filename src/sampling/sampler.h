@@ -12,11 +12,11 @@
 namespace tessera {
 
 struct SamplingParams {
-  float cfg_scale = 1.0f;     // <= 1: no guidance (the unconditional half is not run)
-  float cfg_interval = -1.0f; // > -1: guidance only while the decode-loop index i <= interval
-  float temperature = 1.0f;   // 0 = greedy
-  int top_k = 0;              // 0 = off
-  float top_p = 1.0f;         // 1 = off
+  float cfg_scale = 1.0f;      // <= 1: no guidance (the unconditional half is not run)
+  float cfg_interval = -1.0f;  // > -1: guidance only while the decode-loop index i <= interval
+  float temperature = 1.0f;    // 0 = greedy
+  int top_k = 0;               // 0 = off
+  float top_p = 1.0f;          // 1 = off
 
   bool uses_cfg() const { return cfg_scale > 1.0f; }
   // Whether image token t (0-based) is guided. LlamaGen's loop index for token t >= 1 is t - 1;

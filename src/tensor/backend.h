@@ -16,9 +16,9 @@ namespace tessera {
 // Describes one attention call over a multi-sequence KV cache. Rows of the batch are
 // (sequence, new token) pairs: row r*n_new + j is token j of batch sequence r.
 struct AttentionBatch {
-  int n_new = 0;                   // tokens appended to each batch sequence in this call
-  std::vector<int32_t> seq;        // cache sequence id of each batch sequence
-  std::vector<int32_t> past;       // cached length of each batch sequence before this call
+  int n_new = 0;              // tokens appended to each batch sequence in this call
+  std::vector<int32_t> seq;   // cache sequence id of each batch sequence
+  std::vector<int32_t> past;  // cached length of each batch sequence before this call
   // Optional explicit mask (1 = may attend), [n_seq_batch][n_new][mask_stride], over cache slots
   // 0..past+n_new-1. Empty means causal. Used for tree verification; a query never sees slots
   // after its own, so tree nodes must be appended in topological order.
@@ -57,7 +57,7 @@ class Backend {
   virtual void get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) = 0;
   // y = x * rsqrt(mean(x^2) + eps) * w, per row.
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
-  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;  // y may alias a
+  virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;         // y may alias a
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) = 0;  // silu(gate)*up
   virtual void gelu_tanh(Tensor& x) = 0;
   virtual void silu(Tensor& x) = 0;
@@ -76,8 +76,7 @@ class Backend {
 
   // ---- image decoder ops (NCHW f32) ---------------------------------------------------------
   // Stride-1 convolution with symmetric zero padding `pad`; w [O, C, kh, kw], bias [O].
-  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad,
-                      Tensor& y) = 0;
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) = 0;
   // GroupNorm over (C/groups, H, W) per sample, affine; optionally followed by swish.
   virtual void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, int groups,
                           float eps, bool swish, Tensor& y) = 0;

@@ -8,24 +8,36 @@ namespace tessera {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
+    case DType::F32:
+      return 4;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::U8: return "u8";
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
+    case DType::U8:
+      return "u8";
   }
   return "?";
 }
@@ -68,9 +80,9 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00;             // NaN
-  if (a >= 0x477ff000u) return sign | 0x7c00;            // overflow to inf (rounds past 65504)
-  if (a < 0x38800000u) {                                 // subnormal or zero in f16
+  if (a > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00;  // overflow to inf (rounds past 65504)
+  if (a < 0x38800000u) {                       // subnormal or zero in f16
     float af;
     std::memcpy(&af, &a, 4);
     // nearbyint under the default round-to-nearest-even mode
@@ -82,7 +94,9 @@ uint16_t f32_to_f16(float f) {
 
 void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
   switch (src_type) {
-    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::BF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
@@ -93,13 +107,16 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
       return;
     }
-    default: throw Error(std::string("cannot convert ") + dtype_name(src_type) + " to f32");
+    default:
+      throw Error(std::string("cannot convert ") + dtype_name(src_type) + " to f32");
   }
 }
 
 void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
   switch (dst_type) {
-    case DType::F32: std::memcpy(dst, src, n * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::BF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
@@ -110,7 +127,8 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
       return;
     }
-    default: throw Error(std::string("cannot convert f32 to ") + dtype_name(dst_type));
+    default:
+      throw Error(std::string("cannot convert f32 to ") + dtype_name(dst_type));
   }
 }
 

@@ -11,7 +11,7 @@ namespace tessera {
 enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8 };
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);      // "f32", "f16", ...
+const char* dtype_name(DType t);          // "f32", "f16", ...
 DType parse_dtype(const std::string& s);  // accepts "f32"/"F32"/"float32", ...; throws on others
 
 inline float bf16_to_f32(uint16_t h) {

@@ -15,7 +15,12 @@ std::string shape_str(const Shape& s) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) {
+    check(d >= 0, "negative dimension in shape " + shape_str(s));
+    // Shapes come from files: refuse sizes whose bytes could not be addressed.
+    if (__builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 56))
+      throw Error("shape " + shape_str(s) + " is too large");
+  }
   return n;
 }
 

@@ -22,8 +22,8 @@ int64_t shape_numel(const Shape& s);
 struct Tensor {
   DType dtype = DType::F32;
   Shape shape;
-  void* data = nullptr;          // backend memory (a device address for device backends)
-  std::shared_ptr<void> owner;   // keeps the allocation or file mapping alive
+  void* data = nullptr;         // backend memory (a device address for device backends)
+  std::shared_ptr<void> owner;  // keeps the allocation or file mapping alive
   Backend* backend = nullptr;
 
   bool defined() const { return data != nullptr || numel() == 0; }
@@ -39,7 +39,9 @@ struct Tensor {
 
   // Typed pointer for backend kernels that run on the host (CPU backend, tests).
   template <typename T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 };
 
 }  // namespace tessera

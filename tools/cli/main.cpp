@@ -29,11 +29,37 @@ struct CommonOpts {
   bool quiet = false;
 };
 
+// Integers >= min, with a message that says so (CLI11's PositiveNumber prints a float range).
+CLI::Validator int_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        size_t used = 0;
+        long long x = 0;
+        try {
+          x = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || used == 0) return "'" + v + "' is not an integer";
+        if (x < min) return "must be at least " + std::to_string(min) + ", got " + v;
+        return "";
+      },
+      "INT>=" + std::to_string(min));
+}
+
+// Fails before any work when an output file's directory does not exist.
+void check_output_path(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir))
+    throw Error(std::string(flag) + " " + path + ": directory " + dir.string() + " does not exist");
+}
+
 void add_common(CLI::App* cmd, CommonOpts& o, bool model_required = true) {
   auto* m = cmd->add_option("-m,--model", o.model, "Model directory (config.json + safetensors)");
   if (model_required) m->required();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_at_least(0));
   cmd->add_flag("-q,--quiet", o.quiet, "No progress or info messages on stderr");
 }
 
@@ -50,7 +76,8 @@ Condition make_condition(const CondOpts& c, const GptConfig& cfg) {
                              : "give exactly one of --caption FILE or --uncond");
   if (c.uncond) return Condition::unconditional();
   if (!c.caption.empty()) return Condition::caption_file(c.caption, cfg);
-  if (!cfg.is_c2i()) throw Error("this model is text-conditional (t2i): use --caption, not --class");
+  if (!cfg.is_c2i())
+    throw Error("this model is text-conditional (t2i): use --caption, not --class");
   if (c.class_id >= cfg.num_classes)
     throw Error("class " + std::to_string(c.class_id) + " out of range [0, " +
                 std::to_string(cfg.num_classes) + ")");
@@ -125,13 +152,15 @@ int main(int argc, char** argv) {
   int gen_n = 1;
   std::string gen_out, gen_tokens_out;
   bool gen_grid = false;
-  auto* g = app.add_subcommand("generate", "Generate images (or token grids) from a class or caption");
+  auto* g =
+      app.add_subcommand("generate", "Generate images (or token grids) from a class or caption");
   add_common(g, gen_common);
-  g->add_option("--class", gen_cond.class_id, "Class label (c2i models)")->check(CLI::NonNegativeNumber);
-  g->add_option("--caption", gen_cond.caption, "T5 caption features, .npy [rows, dim] or .safetensors (t2i)");
+  g->add_option("--class", gen_cond.class_id, "Class label (c2i models)")->check(int_at_least(0));
+  g->add_option("--caption", gen_cond.caption,
+                "T5 caption features, .npy [rows, dim] or .safetensors (t2i)");
   g->add_flag("--uncond", gen_cond.uncond, "Unconditional generation (null class / empty caption)");
-  g->add_option("-n,--n", gen_n, "Number of images")->check(CLI::PositiveNumber);
-  g->add_option("-b,--batch", gen.batch, "Images generated together")->check(CLI::PositiveNumber);
+  g->add_option("-n,--n", gen_n, "Number of images")->check(int_at_least(1));
+  g->add_option("-b,--batch", gen.batch, "Images generated together")->check(int_at_least(1));
   g->add_option("-s,--seed", gen.seed, "Random seed; image i uses stream (seed, i)");
   g->add_option("--cfg", gen.sampling.cfg_scale, "Classifier-free guidance scale (<= 1: off)")
       ->capture_default_str();
@@ -152,9 +181,10 @@ int main(int argc, char** argv) {
   CommonOpts fwd_common;
   CondOpts fwd_cond;
   std::string fwd_tokens, fwd_out;
-  auto* f = app.add_subcommand("forward", "Teacher-forced logits for a token sequence (no guidance)");
+  auto* f =
+      app.add_subcommand("forward", "Teacher-forced logits for a token sequence (no guidance)");
   add_common(f, fwd_common);
-  f->add_option("--class", fwd_cond.class_id, "Class label (c2i)")->check(CLI::NonNegativeNumber);
+  f->add_option("--class", fwd_cond.class_id, "Class label (c2i)")->check(int_at_least(0));
   f->add_option("--caption", fwd_cond.caption, "Caption features file (t2i)");
   f->add_flag("--uncond", fwd_cond.uncond, "Unconditional prefix");
   f->add_option("--tokens", fwd_tokens, "Comma-separated token ids, e.g. 3,17,5 (may be empty)");
@@ -166,7 +196,8 @@ int main(int argc, char** argv) {
   bool dec_grid = false;
   auto* d = app.add_subcommand("decode", "Decode token grids (.npy) to PNG images");
   add_common(d, dec_common);
-  d->add_option("--tokens", dec_tokens, ".npy of token ids: [grid,grid], [n,grid,grid] or [n,grid*grid]")
+  d->add_option("--tokens", dec_tokens,
+                ".npy of token ids: [grid,grid], [n,grid,grid] or [n,grid*grid]")
       ->required();
   d->add_option("-o,--output", dec_out, "Output PNG (numbered when several)")->required();
   d->add_flag("--grid", dec_grid, "Write all images as one grid PNG");
@@ -176,11 +207,12 @@ int main(int argc, char** argv) {
   int b_n = 1, b_tokens = 0, b_class = 0;
   float b_cfg = 4.0f;
   bool b_torch = false, b_json = false;
-  auto* b = app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
+  auto* b =
+      app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
   add_common(b, b_common);
-  b->add_option("-n,--n", b_n, "Images (generated as one batch)")->check(CLI::PositiveNumber);
+  b->add_option("-n,--n", b_n, "Images (generated as one batch)")->check(int_at_least(1));
   b->add_option("--tokens", b_tokens, "Tokens per image (default: the whole grid)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_at_least(0));
   b->add_option("--cfg", b_cfg, "Guidance scale (> 1 runs both halves)")->capture_default_str();
   b->add_option("--class", b_class, "Class label (c2i)");
   b->add_flag("--torch", b_torch,
@@ -208,6 +240,8 @@ int main(int argc, char** argv) {
       if (gen_out.empty() && gen_tokens_out.empty())
         throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
       if (gen_grid && gen_out.empty()) throw Error("--grid needs -o OUT.png");
+      check_output_path(gen_out, "-o");
+      check_output_path(gen_tokens_out, "--tokens-out");
       LoadOptions lo;
       lo.threads = gen_common.threads;
       lo.load_decoder = !gen_out.empty();
@@ -234,17 +268,18 @@ int main(int argc, char** argv) {
       if (!gen_out.empty()) {
         std::vector<std::string> params;
         const std::string cond_str =
-            gen_cond.uncond ? "uncond"
-                            : (!gen_cond.caption.empty() ? "caption=" + gen_cond.caption
-                                                         : "class=" + std::to_string(gen_cond.class_id));
+            gen_cond.uncond
+                ? "uncond"
+                : (!gen_cond.caption.empty() ? "caption=" + gen_cond.caption
+                                             : "class=" + std::to_string(gen_cond.class_id));
         for (int i = 0; i < gen_n; ++i)
-          params.push_back("model=" + gen_common.model + "; " + cond_str + "; method=vanilla; seed=" +
-                           std::to_string(gen.seed) + "; image_index=" + std::to_string(i) +
-                           "; cfg=" + fmt(gen.sampling.cfg_scale, 3) + "; cfg_interval=" +
-                           fmt(gen.sampling.cfg_interval, 3) + "; temperature=" +
-                           fmt(gen.sampling.temperature, 3) + "; top_k=" +
-                           std::to_string(gen.sampling.top_k) + "; top_p=" +
-                           fmt(gen.sampling.top_p, 3) + "; tessera 0.1.0");
+          params.push_back("model=" + gen_common.model + "; " + cond_str +
+                           "; method=vanilla; seed=" + std::to_string(gen.seed) + "; image_index=" +
+                           std::to_string(i) + "; cfg=" + fmt(gen.sampling.cfg_scale, 3) +
+                           "; cfg_interval=" + fmt(gen.sampling.cfg_interval, 3) +
+                           "; temperature=" + fmt(gen.sampling.temperature, 3) +
+                           "; top_k=" + std::to_string(gen.sampling.top_k) +
+                           "; top_p=" + fmt(gen.sampling.top_p, 3) + "; tessera 0.1.0");
         write_images(*pipe, flat, gen_n, gen_out, gen_grid, params);
       }
     } else if (f->parsed()) {
@@ -252,6 +287,7 @@ int main(int argc, char** argv) {
       LoadOptions lo;
       lo.threads = fwd_common.threads;
       lo.load_decoder = false;
+      check_output_path(fwd_out, "--logits-out");
       auto pipe = Pipeline::load(fwd_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
       std::vector<int32_t> tokens;
@@ -280,6 +316,7 @@ int main(int argc, char** argv) {
       set_log_level(dec_common.quiet ? LogLevel::Quiet : LogLevel::Info);
       LoadOptions lo;
       lo.threads = dec_common.threads;
+      check_output_path(dec_out, "-o");
       auto pipe = Pipeline::load(dec_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
       if (!pipe->has_decoder()) throw Error(dec_common.model + " has no VQ decoder");
@@ -297,10 +334,10 @@ int main(int argc, char** argv) {
           (a.shape.size() == 3 && a.shape[1] == cfg.grid && a.shape[2] == cfg.grid) ||
           (a.shape.size() == 2 && a.shape[1] == per);
       if (!shape_ok || ids.empty())
-        throw Error(dec_tokens + ": token array has shape " + shape_str(a.shape) +
-                    "; expected [" + std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) +
-                    "], [n, " + std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) +
-                    "] or [n, " + std::to_string(per) + "]");
+        throw Error(dec_tokens + ": token array has shape " + shape_str(a.shape) + "; expected [" +
+                    std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) + "], [n, " +
+                    std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) + "] or [n, " +
+                    std::to_string(per) + "]");
       for (int32_t t : ids)
         if (t < 0 || t >= cfg.vocab_size)
           throw Error(dec_tokens + ": token " + std::to_string(t) + " out of range [0, " +
@@ -358,8 +395,8 @@ int main(int argc, char** argv) {
         const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/bench_torch.py";
         const std::string cmd = "/usr/bin/python3 " + script + " --model '" + b_common.model +
                                 "' --tokens " + std::to_string(torch_k) + " --threads " +
-                                std::to_string(threads) + " --cfg " + fmt(b_cfg, 3) +
-                                " --dtype " + (cfg.dtype == "bf16" ? "bf16" : "f32");
+                                std::to_string(threads) + " --cfg " + fmt(b_cfg, 3) + " --dtype " +
+                                (cfg.dtype == "bf16" ? "bf16" : "f32");
         log_info("running: " + cmd);
         FILE* p = popen(cmd.c_str(), "r");
         if (!p) throw Error("cannot run " + cmd);
@@ -379,8 +416,8 @@ int main(int argc, char** argv) {
       } else {
         std::printf("model            %s (%s weights, %d threads, %s kernels)\n",
                     b_common.model.c_str(), cfg.dtype.c_str(), threads, "cpu");
-        std::printf("workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step)\n",
-                    b_n, K, b_cfg, b_cfg > 1.0f ? 2 * b_n : b_n);
+        std::printf("workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step)\n", b_n,
+                    K, b_cfg, b_cfg > 1.0f ? 2 * b_n : b_n);
         std::printf("tokens/s         %.2f\n", tok_s);
         std::printf("ms/token (step)  %.2f   prefill %.2f ms\n", ms_step, 1e3 * st.prefill_seconds);
         std::printf("weights/step     %.1f MB  achieved %.2f GB/s\n", bytes / 1e6, achieved);

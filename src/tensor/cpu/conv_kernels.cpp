@@ -13,8 +13,8 @@ namespace tessera {
 void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) {
   const int64_t B = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t O = w.dim(0), kh = w.dim(2), kw = w.dim(3);
-  check(w.dim(1) == C && w.dtype == DType::F32, "internal: conv2d weight " + shape_str(w.shape) +
-                                                    " for input " + shape_str(x.shape));
+  check(w.dim(1) == C && w.dtype == DType::F32,
+        "internal: conv2d weight " + shape_str(w.shape) + " for input " + shape_str(x.shape));
   const int64_t Ho = H + 2 * pad - kh + 1, Wo = W + 2 * pad - kw + 1;
   check(y.dim(0) == B && y.dim(1) == O && y.dim(2) == Ho && y.dim(3) == Wo,
         "internal: conv2d output shape " + shape_str(y.shape));
@@ -113,8 +113,7 @@ void CpuBackend::batched_matmul(const Tensor& a, bool trans_a, const Tensor& b, 
                 trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
                 static_cast<int>(K), alpha, a.ptr<float>() + i * a.dim(1) * a.dim(2),
                 static_cast<int>(a.dim(2)), b.ptr<float>() + i * b.dim(1) * b.dim(2),
-                static_cast<int>(b.dim(2)), 0.0f, c.ptr<float>() + i * M * N,
-                static_cast<int>(N));
+                static_cast<int>(b.dim(2)), 0.0f, c.ptr<float>() + i * M * N, static_cast<int>(N));
   }
 }
 

@@ -16,16 +16,18 @@ namespace tessera {
 
 namespace {
 void require_f32(const Tensor& t, const char* what) {
-  check(t.dtype == DType::F32, std::string("internal: ") + what + " must be f32, got " +
-                                   dtype_name(t.dtype));
+  check(t.dtype == DType::F32,
+        std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype));
 }
 void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  check(a.numel() == b.numel(), std::string("internal: ") + what + ": " + shape_str(a.shape) +
-                                    " vs " + shape_str(b.shape));
+  check(a.numel() == b.numel(),
+        std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " + shape_str(b.shape));
 }
 }  // namespace
 
-CpuBackend::CpuBackend() { set_threads(omp_get_max_threads()); }
+CpuBackend::CpuBackend() {
+  set_threads(omp_get_max_threads());
+}
 
 void CpuBackend::set_threads(int n) {
   threads_ = n > 0 ? n : 1;

@@ -31,8 +31,8 @@ class CpuBackend final : public Backend {
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
             std::span<const int32_t> pos) override;
-  void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
-                const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) override;
+  void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim, const AttentionBatch& b,
+                Tensor& k_cache, Tensor& v_cache) override;
   void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                  const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                  Tensor& out) override;

@@ -62,9 +62,12 @@ const char* kIsa = "scalar";
 
 inline float load_scalar(const void* w, DType t, int64_t k) {
   switch (t) {
-    case DType::F32: return static_cast<const float*>(w)[k];
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(w)[k]);
-    default: return f16_to_f32(static_cast<const uint16_t*>(w)[k]);
+    case DType::F32:
+      return static_cast<const float*>(w)[k];
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(w)[k]);
+    default:
+      return f16_to_f32(static_cast<const uint16_t*>(w)[k]);
   }
 }
 
@@ -132,7 +135,9 @@ void linear_typed(const float* x, int64_t M, int64_t K, const WT* w, DType wt, i
 
 }  // namespace
 
-const char* linear_isa() { return kIsa; }
+const char* linear_isa() {
+  return kIsa;
+}
 
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y) {
