@@ -30,6 +30,9 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
       throw Error("cannot map " + path + ": " + std::strerror(errno));
     }
     f->data_ = static_cast<unsigned char*>(p);
+    // Weights are streamed front to back every token: ask for read-ahead and large pages.
+    madvise(p, f->size_, MADV_HUGEPAGE);
+    madvise(p, f->size_, MADV_WILLNEED);
   }
   ::close(fd);
   return f;

@@ -9,7 +9,7 @@ namespace tessera {
 KVCache::KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int kv_dim)
     : backend_(backend), capacity_(capacity), len_(n_seq, 0) {
   for (int l = 0; l < n_layer; ++l) {
-    k_.push_back(backend.zeros(DType::F32, {n_seq, capacity, kv_dim}));
+    k_.push_back(backend.zeros(DType::F32, {n_seq, kv_dim, capacity}));  // keys transposed
     v_.push_back(backend.zeros(DType::F32, {n_seq, capacity, kv_dim}));
   }
   visible_host_.assign(static_cast<size_t>(n_seq) * capacity, 1);

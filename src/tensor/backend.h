@@ -65,8 +65,9 @@ class Backend {
   // x [rows, row_width]: pair p of a head uses table[pos[row], p] = (cos, sin).
   virtual void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
                     std::span<const int32_t> pos) = 0;
-  // Writes k and v of the new rows of qkv [rows, (H + 2*Hkv)*hd] into the caches
-  // k_cache / v_cache [n_seq_cache, capacity, Hkv*hd] at slots past..past+n_new-1.
+  // Writes k and v of the new rows of qkv [rows, (H + 2*Hkv)*hd] into the caches at slots
+  // past..past+n_new-1: k_cache [n_seq_cache, Hkv*hd, capacity] (keys transposed, so scores are
+  // contiguous over keys), v_cache [n_seq_cache, capacity, Hkv*hd].
   virtual void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                         const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) = 0;
   // out[rows, H*hd] = softmax(q k^T / sqrt(hd) + mask) v over the cached keys.

@@ -34,8 +34,9 @@ void CpuBackend::rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& co
 void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                           const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) {
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
-  const int64_t width = qkv.dim(-1), cap = k_cache.dim(1);
+  const int64_t width = qkv.dim(-1), cap = v_cache.dim(1);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
+  check(k_cache.dim(1) == kv_dim && k_cache.dim(2) == cap, "internal: K cache layout");
   const float* src = qkv.ptr<float>();
   float* kc = k_cache.ptr<float>();
   float* vc = v_cache.ptr<float>();
@@ -45,9 +46,10 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
                                           " slots, capacity " + std::to_string(cap));
     for (int j = 0; j < b.n_new; ++j) {
       const float* row = src + (static_cast<int64_t>(r) * b.n_new + j) * width;
-      const int64_t slot = (static_cast<int64_t>(b.seq[r]) * cap + b.past[r] + j) * kv_dim;
-      std::copy(row + q_dim, row + q_dim + kv_dim, kc + slot);
-      std::copy(row + q_dim + kv_dim, row + q_dim + 2 * kv_dim, vc + slot);
+      const int64_t seq = b.seq[r], slot = b.past[r] + j;
+      // K is stored transposed, [seq][kv_dim][slot], so scores vectorise over keys.
+      for (int64_t e = 0; e < kv_dim; ++e) kc[(seq * kv_dim + e) * cap + slot] = row[q_dim + e];
+      std::copy(row + q_dim + kv_dim, row + q_dim + 2 * kv_dim, vc + (seq * cap + slot) * kv_dim);
     }
   }
 }
@@ -56,7 +58,7 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
                            const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                            Tensor& out) {
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
-  const int64_t width = qkv.dim(-1), cap = k_cache.dim(1);
+  const int64_t width = qkv.dim(-1), cap = v_cache.dim(1);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
   const int group = n_head / n_kv_head;
   const int64_t n_seq = static_cast<int64_t>(b.seq.size());
@@ -83,18 +85,20 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
       const int64_t kvh = h / group;
       const uint8_t* mrow =
           b.mask.empty() ? nullptr : b.mask.data() + (r * b.n_new + j) * b.mask_stride;
+      // scores[s] = q . k_s, accumulated over e in a fixed order (vectorised across keys).
+      std::fill(scores.begin(), scores.begin() + n_keys, 0.0f);
+      const float* kt = kc + (seq * kv_dim + kvh * head_dim) * cap;
+      for (int e = 0; e < head_dim; ++e) {
+        const float qe = q[e];
+        const float* krow = kt + static_cast<int64_t>(e) * cap;
+#pragma omp simd
+        for (int64_t s = 0; s < n_keys; ++s) scores[s] += qe * krow[s];
+      }
       float mx = -INFINITY;
       for (int64_t s = 0; s < n_keys; ++s) {
         bool ok = mrow ? mrow[s] != 0 : true;
         if (ok && visible && s != own) ok = visible[seq * cap + s] != 0;
-        if (!ok) {
-          scores[s] = -INFINITY;
-          continue;
-        }
-        const float* k = kc + (seq * cap + s) * kv_dim + kvh * head_dim;
-        float d = 0.0f;
-        for (int e = 0; e < head_dim; ++e) d += q[e] * k[e];
-        scores[s] = d * scale;
+        scores[s] = ok ? scores[s] * scale : -INFINITY;
         if (scores[s] > mx) mx = scores[s];
       }
       float* o = dst + row * q_dim + h * head_dim;

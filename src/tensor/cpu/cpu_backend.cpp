@@ -122,6 +122,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = xp + r * D;
     float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
     for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
     for (int64_t i = 0; i < D; ++i) yp[r * D + i] = xr[i] * inv * wp[i];

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "tensor/cpu/cpu_backend.h"
 
@@ -22,9 +23,11 @@ struct Vec {
   static constexpr int W = 16;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
-  static reg load(const uint16_t* p, DType t) {
-    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    if (t == DType::F16) return _mm512_cvtph_ps(h);
+  static reg load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static reg load_bf16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
@@ -39,9 +42,11 @@ struct Vec {
   static constexpr int W = 8;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
-  static reg load(const uint16_t* p, DType t) {
-    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    if (t == DType::F16) return _mm256_cvtph_ps(h);
+  static reg load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static reg load_bf16(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
@@ -72,27 +77,31 @@ inline float load_scalar(const void* w, DType t, int64_t k) {
 }
 
 #ifndef TESSERA_SCALAR_LINEAR
-template <typename WT>
-inline typename Vec::reg load_w(const WT* w, DType t) {
-  if constexpr (sizeof(WT) == 4) {
-    (void)t;
+// The weight storage format is a template parameter so the inner loop has no branches.
+template <DType WD>
+using storage_t = std::conditional_t<WD == DType::F32, float, uint16_t>;
+
+template <DType WD>
+inline typename Vec::reg load_w(const storage_t<WD>* w) {
+  if constexpr (WD == DType::F32)
     return Vec::load(w);
-  } else {
-    return Vec::load(w, t);
-  }
+  else if constexpr (WD == DType::F16)
+    return Vec::load_f16(w);
+  else
+    return Vec::load_bf16(w);
 }
 
 // out[m] = dot(x[m*ldx .. +K], w[0..K]) for m < MT.
-template <typename WT, int MT>
-inline void dot_tile(const float* x, int64_t ldx, const WT* w, DType wt, int64_t K, float* out) {
+template <DType WD, int MT>
+inline void dot_tile(const float* x, int64_t ldx, const storage_t<WD>* w, int64_t K, float* out) {
   constexpr int W = Vec::W;
   typename Vec::reg acc[MT][4];
   for (int m = 0; m < MT; ++m)
     for (int j = 0; j < 4; ++j) acc[m][j] = Vec::zero();
   int64_t k = 0;
   for (; k + 4 * W <= K; k += 4 * W) {
-    const auto w0 = load_w(w + k, wt), w1 = load_w(w + k + W, wt);
-    const auto w2 = load_w(w + k + 2 * W, wt), w3 = load_w(w + k + 3 * W, wt);
+    const auto w0 = load_w<WD>(w + k), w1 = load_w<WD>(w + k + W);
+    const auto w2 = load_w<WD>(w + k + 2 * W), w3 = load_w<WD>(w + k + 3 * W);
     for (int m = 0; m < MT; ++m) {
       const float* xm = x + m * ldx + k;
       acc[m][0] = Vec::fma(Vec::load(xm), w0, acc[m][0]);
@@ -102,32 +111,37 @@ inline void dot_tile(const float* x, int64_t ldx, const WT* w, DType wt, int64_t
     }
   }
   for (int j = 0; k + W <= K; k += W, ++j) {
-    const auto wv = load_w(w + k, wt);
+    const auto wv = load_w<WD>(w + k);
     for (int m = 0; m < MT; ++m) acc[m][j] = Vec::fma(Vec::load(x + m * ldx + k), wv, acc[m][j]);
   }
   for (int m = 0; m < MT; ++m) {
     float s = Vec::sum(Vec::add(Vec::add(acc[m][0], acc[m][1]), Vec::add(acc[m][2], acc[m][3])));
-    for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * load_scalar(w, wt, kk);
+    for (int64_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * load_scalar(w, WD, kk);
     out[m] = s;
   }
 }
 
-template <typename WT>
-void linear_typed(const float* x, int64_t M, int64_t K, const WT* w, DType wt, int64_t N,
+template <DType WD>
+void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, int64_t N,
                   const float* bias, float* y) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const WT* wr = w + n * K;
+    const storage_t<WD>* wr = w + n * K;
     float out[kTile];
     const float b = bias ? bias[n] : 0.0f;
     int64_t m0 = 0;
     for (; m0 + kTile <= M; m0 += kTile) {
-      dot_tile<WT, kTile>(x + m0 * K, K, wr, wt, K, out);
+      dot_tile<WD, kTile>(x + m0 * K, K, wr, K, out);
       for (int m = 0; m < kTile; ++m) y[(m0 + m) * N + n] = out[m] + b;
     }
-    for (; m0 < M; ++m0) {
-      dot_tile<WT, 1>(x + m0 * K, K, wr, wt, K, out);
-      y[m0 * N + n] = out[0] + b;
+    const int rest = static_cast<int>(M - m0);  // one tile for the remainder: W read once more
+    if (rest > 0) {
+      if (rest == 1) dot_tile<WD, 1>(x + m0 * K, K, wr, K, out);
+      if constexpr (kTile > 2) {
+        if (rest == 2) dot_tile<WD, 2>(x + m0 * K, K, wr, K, out);
+        if (rest == 3) dot_tile<WD, 3>(x + m0 * K, K, wr, K, out);
+      }
+      for (int m = 0; m < rest; ++m) y[(m0 + m) * N + n] = out[m] + b;
     }
   }
 }
@@ -151,10 +165,14 @@ void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, i
     }
   }
 #else
-  if (w_type == DType::F32)
-    linear_typed(x, M, K, static_cast<const float*>(w), w_type, N, bias, y);
-  else
-    linear_typed(x, M, K, static_cast<const uint16_t*>(w), w_type, N, bias, y);
+  switch (w_type) {
+    case DType::F32:
+      return linear_typed<DType::F32>(x, M, K, static_cast<const float*>(w), N, bias, y);
+    case DType::F16:
+      return linear_typed<DType::F16>(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
+    default:
+      return linear_typed<DType::BF16>(x, M, K, static_cast<const uint16_t*>(w), N, bias, y);
+  }
 #endif
 }
 
