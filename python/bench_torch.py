@@ -19,7 +19,7 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-from tessera_ref.llamagen import GPT_CONFIGS, ModelArgs, Transformer, _cfg, sample  # noqa: E402
+from tessera_ref.llamagen import GPT_CONFIGS, ModelArgs, Transformer, _cfg, random_gpt, sample  # noqa: E402
 from tessera_ref.safetensors_io import read_safetensors  # noqa: E402
 
 
@@ -34,21 +34,6 @@ def load_dir(path):
     m = Transformer(args)
     sd = read_safetensors(os.path.join(path, cfg.get("file", "gpt.safetensors")))
     m.load_state_dict({k: v.float() for k, v in sd.items()})
-    return m
-
-
-def random_model(name, image_size, downsample, model_type):
-    L, H, D = GPT_CONFIGS[name]
-    args = ModelArgs(dim=D, n_layer=L, n_head=H, model_type=model_type,
-                     cls_token_num=1 if model_type == "c2i" else 120,
-                     block_size=(image_size // downsample) ** 2)
-    m = Transformer(args)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
     return m
 
 
@@ -70,7 +55,7 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    m = load_dir(a.model) if a.model else random_model(a.gpt_model, a.image_size, a.downsample, a.model_type)
+    m = load_dir(a.model) if a.model else random_gpt(a.gpt_model, a.image_size, a.downsample, a.model_type)
     m = m.eval()
     if a.dtype == "bf16":
         m = m.to(torch.bfloat16)

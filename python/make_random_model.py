@@ -17,7 +17,7 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-from tessera_ref.llamagen import GPT_CONFIGS, ModelArgs, Transformer  # noqa: E402
+from tessera_ref.llamagen import GPT_CONFIGS, random_gpt  # noqa: E402
 
 
 def main():
@@ -31,17 +31,7 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
-    L, H, D = GPT_CONFIGS[a.gpt_model]
-    args = ModelArgs(dim=D, n_layer=L, n_head=H, model_type=a.model_type,
-                     cls_token_num=1 if a.model_type == "c2i" else 120,
-                     block_size=(a.image_size // a.downsample) ** 2)
-    m = Transformer(args)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
+    m = random_gpt(a.gpt_model, a.image_size, a.downsample, a.model_type)
     with tempfile.TemporaryDirectory() as tmp:
         pt = os.path.join(tmp, "gpt.pt")
         torch.save({"model": m.state_dict()}, pt)

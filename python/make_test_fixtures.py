@@ -128,16 +128,22 @@ def main():
         sys.exit("no seed gave robust greedy goldens")
 
 
-def build(seed, min_margin):
-    torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-
+def tiny_models(g):
+    """The tiny c2i GPT, t2i GPT and VQ model with random weights drawn from generator g."""
     c2i = Transformer(gpt_args("c2i")).eval()
     init_gpt(c2i, g)
     t2i = Transformer(gpt_args("t2i")).eval()
     init_gpt(t2i, g)
     vq = VQModel(vq_args()).eval()
     init_vq(vq, g)
+    return c2i, t2i, vq
+
+
+def build(seed, min_margin):
+    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+
+    c2i, t2i, vq = tiny_models(g)
 
     tokens = torch.randint(0, TINY["vocab_size"], (N - 1,), generator=g).to(torch.int32)
     T = TINY["t2i_T"]

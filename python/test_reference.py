@@ -16,8 +16,8 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-from make_test_fixtures import TINY, gpt_args, init_gpt, init_vq, vq_args  # noqa: E402
-from tessera_ref.llamagen import (Transformer, VQDecoderModel, VQModel, caption_mask,  # noqa: E402
+from make_test_fixtures import TINY, tiny_models, vq_args  # noqa: E402
+from tessera_ref.llamagen import (Transformer, VQDecoderModel, caption_mask,  # noqa: E402
                                   forward_logits, generate)
 from tessera_ref.safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
@@ -54,12 +54,7 @@ def same(a, b):
 def main():
     torch.set_num_threads(min(4, torch.get_num_threads()))
     g = torch.Generator().manual_seed(99)
-    c2i = Transformer(gpt_args("c2i")).eval()
-    init_gpt(c2i, g)
-    t2i = Transformer(gpt_args("t2i")).eval()
-    init_gpt(t2i, g)
-    vq = VQModel(vq_args()).eval()
-    init_vq(vq, g)
+    c2i, t2i, vq = tiny_models(g)
     tmp = tempfile.mkdtemp(prefix="tessera_test_ref_")
 
     # ---------------- (a) converter round trip

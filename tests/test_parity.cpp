@@ -178,82 +178,73 @@ TEST(Determinism, SampledTokensIndependentOfBatchAndThreads) {
   EXPECT_NE(p->generate(conds, o), ref);
 }
 
-// Appending in several calls, truncating and re-appending gives the logits of one fresh pass:
-// the cache bookkeeping speculative decoding relies on.
-TEST(KVCache, TruncateAndReappendMatchesFreshPass) {
-  const ModelConfig mc = load_model_config(kDir + "c2i_f32");
-  Backend& be = cpu_backend();
-  LlamaGen model(mc, be);
-  const int V = mc.gpt.vocab_size;
-  const auto tokens = golden_tokens();
-  auto prefill = [&](KVCache& cache) {
+// Direct use of the model and its multi-sequence cache (one sequence, class 3).
+class KVCacheTest : public ::testing::Test {
+ protected:
+  KVCacheTest()
+      : mc_(load_model_config(kDir + "c2i_f32")),
+        model_(mc_, cpu_backend()),
+        tokens_(golden_tokens()) {}
+
+  KVCache prefilled() {
+    KVCache cache = model_.make_cache(1);
     const int32_t cls = 3;
     ForwardParams fp;
     fp.attn = cache.plan_append(std::vector<int32_t>{0}, 1);
     fp.rope_pos = {0};
     fp.logits_at = {0};
-    model.forward(model.embed_classes(std::span<const int32_t>(&cls, 1)), fp, cache);
-  };
-  auto append = [&](KVCache& cache, std::span<const int32_t> toks, int first) {
+    model_.forward(model_.embed_classes(std::span<const int32_t>(&cls, 1)), fp, cache);
+    return cache;
+  }
+
+  // Appends toks (image positions first..) and returns their logits; `mask` is optional.
+  std::vector<float> append(KVCache& cache, std::span<const int32_t> toks, int first,
+                            std::vector<uint8_t> mask = {}) {
     ForwardParams fp;
     const int n = static_cast<int>(toks.size());
     fp.attn = cache.plan_append(std::vector<int32_t>{0}, n);
+    if (!mask.empty()) {
+      fp.attn.mask = std::move(mask);
+      fp.attn.mask_stride = cache.length(0) + n;
+    }
     for (int j = 0; j < n; ++j) {
-      fp.rope_pos.push_back(model.rope_row(first + j));
+      fp.rope_pos.push_back(model_.rope_row(first + j));
       fp.logits_at.push_back(j);
     }
-    std::vector<float> out(static_cast<size_t>(n) * V);
-    be.download(model.forward(model.embed_tokens(toks), fp, cache), out.data());
+    std::vector<float> out(static_cast<size_t>(n) * mc_.gpt.vocab_size);
+    cpu_backend().download(model_.forward(model_.embed_tokens(toks), fp, cache), out.data());
     return out;
-  };
-  KVCache fresh = model.make_cache(1);
-  prefill(fresh);
-  const auto ref = append(fresh, tokens, 0);
+  }
 
-  KVCache cache = model.make_cache(1);
-  prefill(cache);
-  append(cache, std::span(tokens).subspan(0, 6), 0);
+  ModelConfig mc_;
+  LlamaGen model_;
+  std::vector<int32_t> tokens_;
+};
+
+// Appending in several calls, truncating and re-appending gives the logits of one fresh pass:
+// the cache bookkeeping speculative decoding relies on.
+TEST_F(KVCacheTest, TruncateAndReappendMatchesFreshPass) {
+  const int V = mc_.gpt.vocab_size;
+  KVCache fresh = prefilled();
+  const auto ref = append(fresh, tokens_, 0);
+  KVCache cache = prefilled();
+  append(cache, std::span(tokens_).subspan(0, 6), 0);
   const std::vector<int32_t> wrong = {7, 7, 7, 7};  // a rejected draft
   append(cache, wrong, 6);
   cache.truncate(0, 1 + 6);
-  const auto rest = append(cache, std::span(tokens).subspan(6), 6);
+  const auto rest = append(cache, std::span(tokens_).subspan(6), 6);
   for (size_t i = 0; i < rest.size(); ++i) ASSERT_NEAR(rest[i], ref[6 * V + i], 1e-4) << i;
 }
 
 // The explicit attention mask (for tree verification): an all-ones mask equals the causal
 // default, and hiding the class token from every query changes the logits.
-TEST(KVCache, ExplicitMaskEqualsCausalWhenFull) {
-  const ModelConfig mc = load_model_config(kDir + "c2i_f32");
-  Backend& be = cpu_backend();
-  LlamaGen model(mc, be);
-  const int V = mc.gpt.vocab_size;
-  const auto tokens = golden_tokens();
-  auto run = [&](int mask_mode) {  // 0: causal, 1: explicit full, 2: hide the prefix
-    KVCache cache = model.make_cache(1);
-    const int32_t cls = 3;
-    ForwardParams fp;
-    fp.attn = cache.plan_append(std::vector<int32_t>{0}, 1);
-    fp.rope_pos = {0};
-    fp.logits_at = {0};
-    model.forward(model.embed_classes(std::span<const int32_t>(&cls, 1)), fp, cache);
-    ForwardParams f2;
-    const int n = 4;
-    f2.attn = cache.plan_append(std::vector<int32_t>{0}, n);
-    if (mask_mode) {
-      f2.attn.mask_stride = 1 + n;
-      f2.attn.mask.assign(static_cast<size_t>(n) * (1 + n), 1);
-      if (mask_mode == 2)
-        for (int j = 0; j < n; ++j) f2.attn.mask[j * (1 + n)] = 0;
-    }
-    for (int j = 0; j < n; ++j) {
-      f2.rope_pos.push_back(model.rope_row(j));
-      f2.logits_at.push_back(j);
-    }
-    std::vector<float> out(static_cast<size_t>(n) * V);
-    be.download(model.forward(model.embed_tokens(std::span(tokens).subspan(0, n)), f2, cache),
-                out.data());
-    return out;
-  };
-  EXPECT_EQ(run(0), run(1));
-  EXPECT_NE(run(0), run(2));
+TEST_F(KVCacheTest, ExplicitMaskEqualsCausalWhenFull) {
+  const int n = 4;
+  const auto toks = std::span(tokens_).subspan(0, n);
+  KVCache a = prefilled(), b = prefilled(), c = prefilled();
+  const auto causal = append(a, toks, 0);
+  std::vector<uint8_t> full(static_cast<size_t>(n) * (1 + n), 1);
+  EXPECT_EQ(append(b, toks, 0, full), causal);
+  for (int j = 0; j < n; ++j) full[j * (1 + n)] = 0;  // slot 0 = the class token
+  EXPECT_NE(append(c, toks, 0, full), causal);
 }

@@ -673,3 +673,20 @@ def to_uint8(x):
     """[B, 3, H, W] float -> uint8 NHWC: trunc(clamp(127.5x + 128, 0, 255))."""
     y = torch.clamp(127.5 * x.float() + 128.0, 0, 255)
     return y.to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def random_gpt(name, image_size=256, downsample=16, model_type="c2i"):
+    """A named LlamaGen size with random weights (normal(0, 0.02), norms 1): benchmark stand-in
+    with the official shapes."""
+    L, H, D = GPT_CONFIGS[name]
+    args = ModelArgs(dim=D, n_layer=L, n_head=H, model_type=model_type,
+                     cls_token_num=1 if model_type == "c2i" else 120,
+                     block_size=(image_size // downsample) ** 2)
+    m = Transformer(args)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    return m
