@@ -1,5 +1,6 @@
 #include "io/safetensors.h"
 
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,32 +11,20 @@ namespace tessera {
 
 namespace {
 
-DType st_dtype(const std::string& s, const std::string& where) {
-  if (s == "F32") return DType::F32;
-  if (s == "F16") return DType::F16;
-  if (s == "BF16") return DType::BF16;
-  if (s == "I32") return DType::I32;
-  if (s == "I64") return DType::I64;
-  if (s == "U8") return DType::U8;
-  throw Error(where + ": unsupported dtype " + s);
+// safetensors spells the dtypes as tessera's names in upper case ("F32", "BF16", ...).
+std::string st_name(DType t) {
+  std::string n = dtype_name(t);
+  for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return n;
 }
 
-const char* st_name(DType t) {
-  switch (t) {
-    case DType::F32:
-      return "F32";
-    case DType::F16:
-      return "F16";
-    case DType::BF16:
-      return "BF16";
-    case DType::I32:
-      return "I32";
-    case DType::I64:
-      return "I64";
-    case DType::U8:
-      return "U8";
+DType st_dtype(const std::string& s, const std::string& where) {
+  try {
+    const DType t = parse_dtype(s);
+    if (st_name(t) == s) return t;
+  } catch (const Error&) {
   }
-  return "?";
+  throw Error(where + ": unsupported dtype " + s);
 }
 
 }  // namespace
