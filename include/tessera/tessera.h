@@ -41,8 +41,36 @@ struct SamplingOptions {
   float top_p = 1.0f;
 };
 
+// Speculative decoding (docs/methods.md). A method is a drafter (a draft model with --draft, or
+// Jacobi iteration) plus an acceptance rule and its resampling distribution.
+struct SpeculativeOptions {
+  // vanilla | sd | sjd | lantern | lantern++ | gsd | uniform-rsd | cool-sd | amplify | addition
+  std::string method = "vanilla";
+  std::string draft_model;  // draft model directory (same VQ vocabulary); empty: Jacobi drafts
+  int draft_len = 0;        // draft tokens per round (Jacobi: window incl. the root); 0: default
+  std::string resample;     // "" (method default) | vanilla | optimal (G*, seed 004 Eq. 5)
+  int lantern_k = 0;        // 0: 1000 for lantern, 10 for lantern++
+  float lantern_delta = 0.1f;
+  float lantern_lambda = 2.0f;
+  std::string lantern_metric = "l2";  // l2 | cosine
+  bool lantern_reference = false;     // the published code's B_k, <= and residual
+  int gsd_g = 10;
+  float gsd_d = 0.5f;
+  float gsd_delta = 0.15f;
+  std::string gsd_embedding = "tokens";  // tokens (target input embeddings) | codebook
+  float rsd_delta = 1.1f;
+  float cool_delta = 1.1f;
+  float cool_nu = 0.7f;
+  float amplify_k = 2.0f;
+  float addition_eps = 0.1f;
+  // Analysis: after this many rounds an image is finished by the target alone (0: never). The
+  // bound of seed 004 Eq. 4 is about one round followed by target sampling.
+  int max_rounds = 0;
+};
+
 struct GenerateOptions {
   SamplingOptions sampling;
+  SpeculativeOptions spec;
   uint64_t seed = 0;
   int batch = 1;                   // images generated together (each with its own RNG stream)
   uint64_t first_image_index = 0;  // image i of the call uses RNG stream first_image_index + i
@@ -51,9 +79,36 @@ struct GenerateOptions {
   std::function<void(int64_t, int64_t)> progress;
 };
 
+// Per-image record of a generation.
+struct ImageStats {
+  int64_t tokens = 0;
+  int64_t rounds = 0;           // target forwards after the prefill (verification rounds)
+  int64_t target_forwards = 0;  // NFE of the target, prefill included
+  int64_t draft_forwards = 0;   // draft-model forwards this image took part in
+  std::vector<int64_t> proposed, accepted;  // per draft depth 1..L: drafts verified / accepted
+  // Per token (raster order): the draft depth at which it was accepted, 0 if the target sampled it.
+  std::vector<uint8_t> accepted_depth;
+  // Mean accepted length: tokens per verification round (the prefill's first token excluded).
+  double mean_accepted_length() const {
+    return rounds > 0 ? static_cast<double>(tokens - 1) / rounds : 0.0;
+  }
+};
+
 struct GenerateStats {
-  int64_t images = 0, tokens = 0, forward_passes = 0;
+  int64_t images = 0, tokens = 0, forward_passes = 0;  // forward_passes: batched target forwards
+  int64_t draft_forward_passes = 0;                    // batched draft-model forwards
   double seconds = 0.0, prefill_seconds = 0.0;
+  // Wall time split: target forwards, drafting (draft model or Jacobi bookkeeping), and
+  // verification (target distributions, acceptance rules, resampling).
+  double target_seconds = 0.0, draft_seconds = 0.0, verify_seconds = 0.0;
+  double rule_seconds = 0.0;  // the part of verify_seconds spent in acceptance rules and resampling
+  std::vector<ImageStats> per_image;  // in the order of the conditions
+
+  int64_t rounds() const;
+  int64_t target_forwards() const;
+  double mean_accepted_length() const;  // over all images: (tokens - images) / rounds
+  // Acceptance rate per draft depth (accepted / verified), over all images.
+  std::vector<double> acceptance_by_depth() const;
 };
 
 struct LoadOptions {

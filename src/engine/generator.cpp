@@ -113,8 +113,18 @@ std::vector<std::vector<int32_t>> generate_batch(
     logits_dev = model.forward(x, fp, cache);
     stats.forward_passes++;
   }
+  for (int i = 0; i < n; ++i) {
+    ImageStats is;
+    is.tokens = steps;
+    is.rounds = steps - 1;
+    is.target_forwards = steps;
+    is.accepted_depth.assign(N, 0);
+    stats.per_image.push_back(std::move(is));
+  }
   stats.images += n;
-  stats.seconds += now_s() - t0;
+  const double t1 = now_s();
+  stats.seconds += t1 - t0;
+  stats.target_seconds += t1 - t0;
   return out;
 }
 

@@ -4,6 +4,10 @@
 #include "engine/generator.h"
 #include "models/llamagen.h"
 #include "models/vq_decoder.h"
+#include "spec/drafters/jacobi_drafter.h"
+#include "spec/drafters/model_drafter.h"
+#include "spec/method.h"
+#include "spec/speculative_loop.h"
 #include "tensor/backend.h"
 #include "tessera/tessera.h"
 
@@ -14,7 +18,67 @@ struct Pipeline::Impl {
   Backend* backend = nullptr;
   std::unique_ptr<LlamaGen> gpt;
   std::unique_ptr<VqDecoder> vq;
+  // The draft model of the last speculative call (reloaded when --draft changes).
+  std::string draft_dir;
+  ModelConfig draft_config;
+  std::unique_ptr<LlamaGen> draft;
+
+  const LlamaGen& draft_model(const std::string& dir);
 };
+
+const LlamaGen& Pipeline::Impl::draft_model(const std::string& dir) {
+  if (draft && draft_dir == dir) return *draft;
+  draft.reset();
+  ModelConfig dc = load_model_config(dir);
+  const GptConfig &t = config.gpt, &d = dc.gpt;
+  auto same = [&](const char* what, long a, long b) {
+    check(a == b, "--draft " + dir + ": " + what + " " + std::to_string(b) +
+                      " does not match the target's " + std::to_string(a) +
+                      " (a draft model must share the target's VQ vocabulary, grid and "
+                      "conditioning)");
+  };
+  same("vocab_size", t.vocab_size, d.vocab_size);
+  same("grid", t.grid, d.grid);
+  check(t.model_type == d.model_type,
+        "--draft " + dir + ": the target is " + (t.is_c2i() ? "c2i" : "t2i") +
+            " but the draft model is " + (d.is_c2i() ? "c2i" : "t2i"));
+  if (t.is_c2i())
+    same("num_classes", t.num_classes, d.num_classes);
+  else
+    same("caption_dim", t.caption_dim, d.caption_dim);
+  draft = std::make_unique<LlamaGen>(dc, *backend);
+  draft_config = std::move(dc);
+  draft_dir = dir;
+  return *draft;
+}
+
+int64_t GenerateStats::rounds() const {
+  int64_t r = 0;
+  for (const auto& s : per_image) r += s.rounds;
+  return r;
+}
+int64_t GenerateStats::target_forwards() const {
+  int64_t r = 0;
+  for (const auto& s : per_image) r += s.target_forwards;
+  return r;
+}
+double GenerateStats::mean_accepted_length() const {
+  const int64_t r = rounds();
+  return r > 0 ? static_cast<double>(tokens - images) / r : 0.0;
+}
+std::vector<double> GenerateStats::acceptance_by_depth() const {
+  std::vector<int64_t> prop, acc;
+  for (const auto& s : per_image) {
+    if (s.proposed.size() > prop.size()) prop.resize(s.proposed.size(), 0);
+    if (s.accepted.size() > acc.size()) acc.resize(s.accepted.size(), 0);
+    for (size_t i = 0; i < s.proposed.size(); ++i) prop[i] += s.proposed[i];
+    for (size_t i = 0; i < s.accepted.size(); ++i) acc[i] += s.accepted[i];
+  }
+  std::vector<double> out(prop.size(), 0.0);
+  for (size_t i = 0; i < prop.size(); ++i)
+    out[i] = prop[i] > 0 ? static_cast<double>(i < acc.size() ? acc[i] : 0) / prop[i] : 0.0;
+  return out;
+}
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
@@ -70,6 +134,9 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
   const int64_t total =
       static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
   int64_t done = 0;
+  check(opts.spec.max_rounds >= 0, "max_rounds must be >= 0");
+  spec::Method method = spec::make_method(opts.spec, impl_->config.dir, impl_->config.gpt);
+  const LlamaGen* draft = method.draft_model ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
   std::vector<std::vector<int32_t>> out;
   for (size_t b0 = 0; b0 < conditions.size(); b0 += opts.batch) {
     const size_t b1 = std::min(conditions.size(), b0 + static_cast<size_t>(opts.batch));
@@ -84,8 +151,28 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
       done += per_step;
       if (opts.progress) opts.progress(done, total);
     };
-    auto grids =
-        generate_batch(*impl_->gpt, conds, idx, p, opts.seed, opts.max_tokens, on_token, st);
+    std::vector<std::vector<int32_t>> grids;
+    if (!method.rule) {
+      grids = generate_batch(*impl_->gpt, conds, idx, p, opts.seed, opts.max_tokens, on_token, st);
+    } else {
+      check(opts.max_tokens == 0 || opts.max_tokens == N,
+            "--tokens (a partial grid) is only supported by --method vanilla");
+      std::unique_ptr<spec::Drafter> drafter;
+      if (draft)
+        drafter = std::make_unique<spec::ModelDrafter>(*draft, p, method.draft_len);
+      else
+        drafter = std::make_unique<spec::JacobiDrafter>(impl_->config.gpt.vocab_size, p);
+      spec::LoopSettings ls;
+      ls.rule = method.rule.get();
+      ls.drafter = drafter.get();
+      ls.draft_len = method.draft_len;
+      ls.max_rounds = opts.spec.max_rounds;
+      auto on_tokens = [&](int64_t k) {
+        done += k;
+        if (opts.progress) opts.progress(done, total);
+      };
+      grids = spec::generate_speculative(*impl_->gpt, conds, idx, p, opts.seed, ls, on_tokens, st);
+    }
     for (auto& g : grids) out.push_back(std::move(g));
   }
   return out;

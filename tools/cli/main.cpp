@@ -3,11 +3,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/log.h"
 #include "engine/bandwidth.h"
+#include "heatmap.h"
 #include "io/npy.h"
 #include "io/png_writer.h"
 #include "progress.h"
@@ -138,6 +140,92 @@ std::string fmt(double v, int prec = 2) {
   return s.str();
 }
 
+// The speculative-decoding flags of generate and bench; each method's parameters carry its name.
+void add_spec_options(CLI::App* cmd, SpeculativeOptions& o) {
+  cmd->add_option("--method", o.method,
+                  "vanilla|sd|sjd|lantern|lantern++|gsd|uniform-rsd|cool-sd|amplify|addition")
+      ->capture_default_str();
+  cmd->add_option("--draft", o.draft_model,
+                  "Draft model directory (same VQ vocabulary); without it drafts come from "
+                  "Jacobi iteration");
+  cmd->add_option("--draft-len", o.draft_len,
+                  "Draft tokens per round (default 5); with Jacobi drafts the window incl. the "
+                  "last token (default 16)")
+      ->check(int_at_least(1));
+  cmd->add_option("--resample", o.resample,
+                  "Resampling at a rejection: vanilla (the method's own) or optimal (G*, seed 004 "
+                  "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
+  cmd->add_option("--lantern-k", o.lantern_k, "LANTERN neighbours k (default 1000; lantern++: 10)")
+      ->check(int_at_least(1));
+  cmd->add_option("--lantern-delta", o.lantern_delta, "LANTERN total-variation budget δ")
+      ->capture_default_str();
+  cmd->add_option("--lantern-lambda", o.lantern_lambda, "LANTERN++ λ")->capture_default_str();
+  cmd->add_option("--lantern-metric", o.lantern_metric, "Latent distance: l2 or cosine")
+      ->capture_default_str();
+  cmd->add_flag("--lantern-reference", o.lantern_reference,
+                "The published code's B_k (k others), <= test and residual (docs/methods.md)");
+  cmd->add_option("--gsd-g", o.gsd_g, "GSD cluster size G")->capture_default_str();
+  cmd->add_option("--gsd-d", o.gsd_d, "GSD embedding-distance threshold d")->capture_default_str();
+  cmd->add_option("--gsd-delta", o.gsd_delta, "GSD probability-gap threshold δ")
+      ->capture_default_str();
+  cmd->add_option("--gsd-embedding", o.gsd_embedding,
+                  "GSD distance embedding: tokens (target input embeddings) or codebook")
+      ->capture_default_str();
+  cmd->add_option("--rsd-delta", o.rsd_delta, "UniformRSD relaxation ω = δ")->capture_default_str();
+  cmd->add_option("--cool-delta", o.cool_delta, "COOL-SD relaxation budget δ")
+      ->capture_default_str();
+  cmd->add_option("--cool-nu", o.cool_nu, "COOL-SD decay ν")->capture_default_str();
+  cmd->add_option("--amplify-k", o.amplify_k, "Amplify factor k")->capture_default_str();
+  cmd->add_option("--addition-eps", o.addition_eps, "Addition ε")->capture_default_str();
+}
+
+nlohmann::json image_stats_json(const ImageStats& s) {
+  std::vector<double> rate;
+  for (size_t i = 0; i < s.proposed.size(); ++i)
+    rate.push_back(s.proposed[i] ? static_cast<double>(i < s.accepted.size() ? s.accepted[i] : 0) /
+                                       s.proposed[i]
+                                 : 0.0);
+  return {{"tokens", s.tokens},
+          {"rounds", s.rounds},
+          {"target_forwards", s.target_forwards},
+          {"draft_forwards", s.draft_forwards},
+          {"mean_accepted_length", s.mean_accepted_length()},
+          {"proposed_by_depth", s.proposed},
+          {"accepted_by_depth", s.accepted},
+          {"acceptance_by_depth", rate}};
+}
+
+nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
+  nlohmann::json per = nlohmann::json::array();
+  for (const auto& s : st.per_image) per.push_back(image_stats_json(s));
+  const double img = std::max<int64_t>(st.images, 1);
+  return {{"method", method},
+          {"images", st.images},
+          {"tokens", st.tokens},
+          {"seconds", st.seconds},
+          {"seconds_per_image", st.seconds / img},
+          {"tokens_per_s", st.tokens / std::max(st.seconds, 1e-9)},
+          {"mean_accepted_length", st.mean_accepted_length()},
+          {"target_forwards_per_image", st.target_forwards() / img},
+          {"batched_target_forwards", st.forward_passes},
+          {"batched_draft_forwards", st.draft_forward_passes},
+          {"acceptance_by_depth", st.acceptance_by_depth()},
+          {"time_split_s",
+           {{"target", st.target_seconds},
+            {"draft", st.draft_seconds},
+            {"verify", st.verify_seconds},
+            {"rules", st.rule_seconds}}},
+          {"per_image", per}};
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,6 +264,12 @@ int main(int argc, char** argv) {
   g->add_option("-o,--output", gen_out, "Output PNG (numbered _0000.. when --n > 1)");
   g->add_option("--tokens-out", gen_tokens_out, "Write token grids [n, grid, grid] as int32 .npy");
   g->add_flag("--grid", gen_grid, "Write all images as one grid PNG");
+  std::string gen_stats_out, gen_heatmap_out;
+  add_spec_options(g, gen.spec);
+  g->add_option("--stats-out", gen_stats_out,
+                "Write per-image and aggregate statistics (NFE, accepted lengths, ...) as JSON");
+  g->add_option("--heatmap-out", gen_heatmap_out,
+                "Write each image's acceptance heatmap over the token grid (PNG)");
 
   // ---- forward --------------------------------------------------------------------------------
   CommonOpts fwd_common;
@@ -218,6 +312,19 @@ int main(int argc, char** argv) {
   b->add_flag("--torch", b_torch,
               "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
   b->add_flag("--json", b_json, "Print one JSON object instead of a table");
+  std::string b_methods;
+  GenerateOptions b_gen;
+  b->add_option("--methods", b_methods,
+                "Compare methods (comma-separated, e.g. sd,lantern,cool-sd) against vanilla on the "
+                "same classes and seeds in this run");
+  b->add_option("-b,--batch", b_gen.batch, "Images generated together (--methods)")
+      ->check(int_at_least(1));
+  b->add_option("-s,--seed", b_gen.seed, "Random seed (--methods)");
+  b->add_option("--temperature", b_gen.sampling.temperature, "Sampling temperature (--methods)")
+      ->capture_default_str();
+  b->add_option("--top-k", b_gen.sampling.top_k, "Top-k (--methods)")->capture_default_str();
+  b->add_option("--top-p", b_gen.sampling.top_p, "Top-p (--methods)")->capture_default_str();
+  add_spec_options(b, b_gen.spec);
 
   try {
     app.parse(argc, argv);
@@ -242,6 +349,8 @@ int main(int argc, char** argv) {
       if (gen_grid && gen_out.empty()) throw Error("--grid needs -o OUT.png");
       check_output_path(gen_out, "-o");
       check_output_path(gen_tokens_out, "--tokens-out");
+      check_output_path(gen_stats_out, "--stats-out");
+      check_output_path(gen_heatmap_out, "--heatmap-out");
       LoadOptions lo;
       lo.threads = gen_common.threads;
       lo.load_decoder = !gen_out.empty();
@@ -258,7 +367,29 @@ int main(int argc, char** argv) {
       bar.finish();
       log_info("generated " + std::to_string(st.images) + " image(s), " +
                std::to_string(st.tokens) + " tokens in " + fmt(st.seconds) + " s (" +
-               fmt(st.tokens / std::max(st.seconds, 1e-9), 1) + " tokens/s)");
+               fmt(st.tokens / std::max(st.seconds, 1e-9), 1) + " tokens/s, " + gen.spec.method +
+               ", mean accepted length " + fmt(st.mean_accepted_length()) + ", " +
+               fmt(static_cast<double>(st.target_forwards()) / std::max<int64_t>(st.images, 1), 1) +
+               " target forwards per image)");
+      if (!gen_stats_out.empty()) {
+        std::ofstream f(gen_stats_out);
+        f << stats_json(st, gen.spec.method).dump(2) << "\n";
+        if (!f) throw Error("--stats-out " + gen_stats_out + ": cannot write");
+        log_info("wrote " + gen_stats_out);
+      }
+      if (!gen_heatmap_out.empty()) {
+        int depth = 1;
+        for (const auto& s : st.per_image) depth = std::max<int>(depth, s.proposed.size());
+        for (int i = 0; i < gen_n; ++i) {
+          const std::string path = numbered(gen_heatmap_out, i, gen_n);
+          cli::write_acceptance_heatmap(
+              path, st.per_image[i].accepted_depth, cfg.grid, depth,
+              "acceptance over the token grid; method=" + gen.spec.method +
+                  "; dark = sampled by the target, yellow..blue = accepted at draft depth 1.." +
+                  std::to_string(depth));
+          log_info("wrote " + path);
+        }
+      }
       std::vector<int32_t> flat;
       for (const auto& gr : grids) flat.insert(flat.end(), gr.begin(), gr.end());
       if (!gen_tokens_out.empty()) {
@@ -274,8 +405,9 @@ int main(int argc, char** argv) {
                                              : "class=" + std::to_string(gen_cond.class_id));
         for (int i = 0; i < gen_n; ++i)
           params.push_back("model=" + gen_common.model + "; " + cond_str +
-                           "; method=vanilla; seed=" + std::to_string(gen.seed) + "; image_index=" +
-                           std::to_string(i) + "; cfg=" + fmt(gen.sampling.cfg_scale, 3) +
+                           "; method=" + gen.spec.method + "; seed=" + std::to_string(gen.seed) +
+                           "; image_index=" + std::to_string(i) +
+                           "; cfg=" + fmt(gen.sampling.cfg_scale, 3) +
                            "; cfg_interval=" + fmt(gen.sampling.cfg_interval, 3) +
                            "; temperature=" + fmt(gen.sampling.temperature, 3) +
                            "; top_k=" + std::to_string(gen.sampling.top_k) +
@@ -352,6 +484,86 @@ int main(int argc, char** argv) {
       lo.load_decoder = false;
       auto pipe = Pipeline::load(b_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
+      if (!b_methods.empty()) {
+        if (b_torch) throw Error("--torch and --methods are separate benchmarks");
+        if (b_tokens > 0) throw Error("--methods generates whole images; drop --tokens");
+        std::vector<std::string> methods = split_list(b_methods);
+        methods.erase(std::remove(methods.begin(), methods.end(), "vanilla"), methods.end());
+        methods.insert(methods.begin(), "vanilla");  // the baseline, measured in this run
+        b_gen.sampling.cfg_scale = b_cfg;
+        std::vector<Condition> conds;
+        for (int i = 0; i < b_n; ++i)
+          conds.push_back(cfg.is_c2i() ? Condition::label((b_class + i) % cfg.num_classes)
+                                       : Condition::unconditional());
+        {  // warm-up: page in the weights (and the draft model's) before anything is timed
+          GenerateOptions w = b_gen;
+          w.spec.method = "vanilla";
+          w.spec.draft_model.clear();
+          w.max_tokens = 2;
+          pipe->generate({conds.front()}, w);
+        }
+        nlohmann::json rows = nlohmann::json::array();
+        double vanilla_s = 0.0;
+        for (const std::string& m : methods) {
+          GenerateOptions o = b_gen;
+          o.spec.method = m;
+          if (m == "vanilla" || m == "sjd") o.spec.draft_model.clear();
+          GenerateStats st;
+          if (!b_common.quiet) std::fprintf(stderr, "bench: %s ...\n", m.c_str());
+          pipe->generate(conds, o, &st);
+          if (m == "vanilla") vanilla_s = st.seconds;
+          nlohmann::json r = stats_json(st, m);
+          r.erase("per_image");
+          r["speedup_vs_vanilla"] = vanilla_s / std::max(st.seconds, 1e-12);
+          const double fwd = std::max<int64_t>(st.forward_passes - 1, 1);  // decode forwards
+          r["target_ms_per_forward"] = 1e3 * (st.target_seconds - st.prefill_seconds) / fwd;
+          r["rule_ms_per_forward"] = 1e3 * st.rule_seconds / fwd;
+          r["rule_overhead_vs_target_forward"] =
+              st.rule_seconds / std::max(st.target_seconds - st.prefill_seconds, 1e-12);
+          rows.push_back(r);
+        }
+        nlohmann::json j = {{"model", b_common.model},
+                            {"draft", b_gen.spec.draft_model},
+                            {"threads", cpu_backend().threads()},
+                            {"images", b_n},
+                            {"batch", b_gen.batch},
+                            {"seed", b_gen.seed},
+                            {"cfg", b_cfg},
+                            {"temperature", b_gen.sampling.temperature},
+                            {"top_k", b_gen.sampling.top_k},
+                            {"top_p", b_gen.sampling.top_p},
+                            {"methods", rows}};
+        if (b_json) {
+          std::printf("%s\n", j.dump(2).c_str());
+        } else {
+          std::printf(
+              "model %s, draft %s, %d image(s), batch %d, seed %llu, cfg %.2f, T %.2f, "
+              "top-k %d, top-p %.2f, %d threads\n",
+              b_common.model.c_str(),
+              b_gen.spec.draft_model.empty() ? "-" : b_gen.spec.draft_model.c_str(), b_n,
+              b_gen.batch, static_cast<unsigned long long>(b_gen.seed), b_cfg,
+              b_gen.sampling.temperature, b_gen.sampling.top_k, b_gen.sampling.top_p,
+              cpu_backend().threads());
+          std::printf("%-12s %10s %8s %7s %9s %9s %8s %8s %8s %8s %9s\n", "method", "s/image",
+                      "speed-up", "MAL", "NFE/img", "draft fw", "target%", "draft%", "verify%",
+                      "acc@1", "rules/fw");
+          for (const auto& r : rows) {
+            const double sec = r["seconds"].get<double>();
+            const auto& ts = r["time_split_s"];
+            const auto acc = r["acceptance_by_depth"].get<std::vector<double>>();
+            std::printf(
+                "%-12s %10.3f %7.2fx %7.2f %9.1f %9lld %7.1f%% %7.1f%% %7.1f%% %8s %8.2f%%\n",
+                r["method"].get<std::string>().c_str(), r["seconds_per_image"].get<double>(),
+                r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
+                r["target_forwards_per_image"].get<double>(),
+                static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()),
+                100 * ts["target"].get<double>() / sec, 100 * ts["draft"].get<double>() / sec,
+                100 * ts["verify"].get<double>() / sec, acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
+                100 * r["rule_overhead_vs_target_forward"].get<double>());
+          }
+        }
+        return 0;
+      }
       const int K = b_tokens > 0 ? b_tokens : cfg.n_image_tokens();
       if (K > cfg.n_image_tokens())
         throw Error("--tokens must be at most " + std::to_string(cfg.n_image_tokens()));

@@ -1,0 +1,15 @@
+// Acceptance heatmap over the token grid (as seed 002, Fig. 16): one cell per token, dark where
+// the target sampled the token, coloured by the draft depth at which it was accepted otherwise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+// depth: [grid * grid] raster order, 0 = target-sampled, d >= 1 = accepted at draft depth d.
+void write_acceptance_heatmap(const std::string& path, const std::vector<uint8_t>& depth, int grid,
+                              int max_depth, const std::string& description);
+
+}  // namespace tessera::cli
