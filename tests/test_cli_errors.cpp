@@ -294,7 +294,40 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--temperature"}},
         FlagCase{"BatchZero", with(kGenC2i, {"--class", "3", "--batch", "0"}), {"--batch"}},
         FlagCase{"NoOutputGiven", {"generate", "-m", "@/c2i_f32", "--class", "3"}, {"-o"}},
-        FlagCase{"NoSubcommand", {}, {"subcommand"}}),
+        FlagCase{"NoSubcommand", {}, {"subcommand"}},
+        FlagCase{"UnknownMethod",
+                 with(kGenC2i, {"--class", "3", "--method", "medusa"}),
+                 {"--method", "medusa", "cool-sd"}},
+        FlagCase{"SdWithoutDraft", with(kGenC2i, {"--class", "3", "--method", "sd"}), {"--draft"}},
+        FlagCase{"SjdWithDraft",
+                 with(kGenC2i,
+                      {"--class", "3", "--method", "sjd", "--draft", "@/../spec/tiny_draft"}),
+                 {"sjd", "--method sd"}},
+        FlagCase{"DraftMissing",
+                 with(kGenC2i, {"--class", "3", "--method", "sd", "--draft", "%/nope"}),
+                 {"nope"}},
+        FlagCase{"DraftVocabularyMismatch",
+                 with(kGenC2i,
+                      {"--class", "3", "--method", "sd", "--draft", "@/../spec/micro_draft"}),
+                 {"--draft", "vocab_size 4", "256"}},
+        FlagCase{"LanternDeltaOutOfRange",
+                 with(kGenC2i, {"--class", "3", "--method", "lantern", "--lantern-delta", "2"}),
+                 {"--lantern-delta"}},
+        FlagCase{"LanternKTooLarge",
+                 with(kGenC2i, {"--class", "3", "--method", "lantern", "--lantern-k", "300"}),
+                 {"--lantern-k 300", "255"}},
+        FlagCase{"ResampleUnknown",
+                 with(kGenC2i, {"--class", "3", "--method", "cool-sd", "--resample", "best"}),
+                 {"--resample", "best"}},
+        FlagCase{"GsdEmbeddingUnknown",
+                 with(kGenC2i, {"--class", "3", "--method", "gsd", "--gsd-embedding", "clip"}),
+                 {"--gsd-embedding", "clip"}},
+        FlagCase{"JacobiWindowTooShort",
+                 with(kGenC2i, {"--class", "3", "--method", "sjd", "--draft-len", "1"}),
+                 {"--draft-len"}},
+        FlagCase{"BenchMethodsWithTokens",
+                 {"bench", "-m", "@/c2i_f32", "--methods", "sjd", "--tokens", "4"},
+                 {"--tokens"}}),
     [](const ::testing::TestParamInfo<FlagCase>& i) { return std::string(i.param.name); });
 
 // ---- caption and token files -------------------------------------------------------------------
@@ -461,6 +494,50 @@ TEST_F(CliOutput, QuietMeansSilentStderr) {
   EXPECT_EQ(r.err, "");
   EXPECT_TRUE(fs::exists(tmp("q.png")));
   EXPECT_TRUE(fs::exists(tmp("q.npy")));
+}
+
+TEST_F(CliOutput, SpeculativeGenerateWritesStatsAndHeatmap) {
+  const std::string draft = (kFixtures / ".." / "spec" / "tiny_draft").string();
+  const CliResult r = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--n", "2",
+                           "--method", "cool-sd", "--draft", draft, "--draft-len", "3", "-o",
+                           tmp("x.png"), "--stats-out", tmp("s.json"), "--heatmap-out",
+                           tmp("h.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(slurp(tmp("s.json")));
+  EXPECT_EQ(j["method"], "cool-sd");
+  EXPECT_EQ(j["images"], 2);
+  EXPECT_EQ(j["tokens"], 32);
+  ASSERT_EQ(j["per_image"].size(), 2u);
+  for (const auto& im : j["per_image"]) {
+    EXPECT_EQ(im["tokens"], 16);
+    EXPECT_EQ(im["target_forwards"].get<int>(), im["rounds"].get<int>() + 1);
+    EXPECT_GT(im["draft_forwards"].get<int>(), 0);
+    EXPECT_GE(im["mean_accepted_length"].get<double>(), 1.0);
+  }
+  int w = 0, h = 0;
+  const std::string params = png_parameters(tmp("x_0001.png"), w, h);
+  EXPECT_NE(params.find("method=cool-sd"), std::string::npos) << params;
+  for (const char* name : {"h_0000.png", "h_0001.png"}) {
+    const std::string desc = png_parameters(tmp(name), w, h);
+    EXPECT_EQ(w, 256);  // 4x4 grid, 64-px cells
+    EXPECT_EQ(h, 256);
+  }
+}
+
+TEST_F(CliOutput, BenchComparesMethodsAgainstVanilla) {
+  const std::string draft = (kFixtures / ".." / "spec" / "tiny_draft").string();
+  const CliResult r = run({"bench", "-m", fixture("c2i_f32"), "--methods", "sd,sjd,uniform-rsd",
+                           "--draft", draft, "-n", "2", "--json", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["methods"].size(), 4u);
+  EXPECT_EQ(j["methods"][0]["method"], "vanilla");
+  EXPECT_DOUBLE_EQ(j["methods"][0]["speedup_vs_vanilla"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(j["methods"][0]["mean_accepted_length"].get<double>(), 1.0);
+  EXPECT_EQ(j["methods"][1]["method"], "sd");
+  EXPECT_GT(j["methods"][1]["batched_draft_forwards"].get<int>(), 0);
+  EXPECT_EQ(j["methods"][2]["batched_draft_forwards"].get<int>(), 0);  // sjd: no draft model
+  for (const auto& m : j["methods"]) EXPECT_GT(m["speedup_vs_vanilla"].get<double>(), 0.0);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ void write_acceptance_heatmap(const std::string& path, const std::vector<uint8_t
       }
       std::copy_n(rgb, 3, px.data() + (static_cast<size_t>(y) * W + x) * 3);
     }
-  write_png(path, px.data(), W, W, {{"Description", description}, {"Software", "tessera"}});
+  write_png(path, px.data(), W, W, {{"parameters", description}, {"Software", "tessera"}});
 }
 
 }  // namespace tessera::cli
