@@ -299,17 +299,17 @@ INSTANTIATE_TEST_SUITE_P(
                  with(kGenC2i, {"--class", "3", "--method", "medusa"}),
                  {"--method", "medusa", "cool-sd"}},
         FlagCase{"SdWithoutDraft", with(kGenC2i, {"--class", "3", "--method", "sd"}), {"--draft"}},
-        FlagCase{"SjdWithDraft",
-                 with(kGenC2i,
-                      {"--class", "3", "--method", "sjd", "--draft", "@/../spec/tiny_draft"}),
-                 {"sjd", "--method sd"}},
+        FlagCase{
+            "SjdWithDraft",
+            with(kGenC2i, {"--class", "3", "--method", "sjd", "--draft", "@/../spec/tiny_draft"}),
+            {"sjd", "--method sd"}},
         FlagCase{"DraftMissing",
                  with(kGenC2i, {"--class", "3", "--method", "sd", "--draft", "%/nope"}),
                  {"nope"}},
-        FlagCase{"DraftVocabularyMismatch",
-                 with(kGenC2i,
-                      {"--class", "3", "--method", "sd", "--draft", "@/../spec/micro_draft"}),
-                 {"--draft", "vocab_size 4", "256"}},
+        FlagCase{
+            "DraftVocabularyMismatch",
+            with(kGenC2i, {"--class", "3", "--method", "sd", "--draft", "@/../spec/micro_draft"}),
+            {"--draft", "vocab_size 4", "256"}},
         FlagCase{"LanternDeltaOutOfRange",
                  with(kGenC2i, {"--class", "3", "--method", "lantern", "--lantern-delta", "2"}),
                  {"--lantern-delta"}},
@@ -498,10 +498,10 @@ TEST_F(CliOutput, QuietMeansSilentStderr) {
 
 TEST_F(CliOutput, SpeculativeGenerateWritesStatsAndHeatmap) {
   const std::string draft = (kFixtures / ".." / "spec" / "tiny_draft").string();
-  const CliResult r = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--n", "2",
-                           "--method", "cool-sd", "--draft", draft, "--draft-len", "3", "-o",
-                           tmp("x.png"), "--stats-out", tmp("s.json"), "--heatmap-out",
-                           tmp("h.png")});
+  const CliResult r =
+      run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--n", "2", "--method", "cool-sd",
+           "--draft", draft, "--draft-len", "3", "-o", tmp("x.png"), "--stats-out", tmp("s.json"),
+           "--heatmap-out", tmp("h.png")});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(slurp(tmp("s.json")));
   EXPECT_EQ(j["method"], "cool-sd");

@@ -78,6 +78,7 @@ std::vector<std::vector<int32_t>> generate_speculative(
   std::vector<int> max_depth;
   std::vector<DraftTree> trees;
   std::vector<float> logits, dists;
+  std::vector<uint8_t> computed;
   for (;;) {
     active.clear();
     max_depth.clear();
@@ -136,18 +137,25 @@ std::vector<std::vector<int32_t>> generate_speculative(
       ImageState& im = *active[j];
       const DraftTree& tree = trees[j];
       const int base = static_cast<int>(im.tokens.size());  // token index of row 0's prediction
+      // Target distributions are computed when first asked for: a draft-model round rejected
+      // early never needs the rows after the rejection.
       const int used = static_cast<int>(tree.size()) + 1;
-      for (int r = 0; r < used; ++r) {
-        const size_t cr = (static_cast<size_t>(j) * rows + r) * V;
-        std::span<const float> cond(logits.data() + cr, V), uncond;
-        if (cfg && params.guided(base + r))
-          uncond = {logits.data() + (static_cast<size_t>(m + j) * rows + r) * V,
-                    static_cast<size_t>(V)};
-        target_distribution(cond, uncond, params.cfg_scale, verify_params,
-                            std::span<float>(dists.data() + static_cast<size_t>(r) * V, V));
-      }
+      computed.assign(used, 0);
+      double dist_s = 0.0;
       auto dist = [&](int r) {
-        return std::span<const float>(dists.data() + static_cast<size_t>(r) * V, V);
+        std::span<float> out(dists.data() + static_cast<size_t>(r) * V, V);
+        if (!computed[r]) {
+          const double td = now_s();
+          const size_t cr = (static_cast<size_t>(j) * rows + r) * V;
+          std::span<const float> cond(logits.data() + cr, V), uncond;
+          if (cfg && params.guided(base + r))
+            uncond = {logits.data() + (static_cast<size_t>(m + j) * rows + r) * V,
+                      static_cast<size_t>(V)};
+          target_distribution(cond, uncond, params.cfg_scale, verify_params, out);
+          computed[r] = 1;
+          dist_s += now_s() - td;
+        }
+        return std::span<const float>(out);
       };
       VerifySettings vs;
       vs.rule = loop.rule;
@@ -155,7 +163,7 @@ std::vector<std::vector<int32_t>> generate_speculative(
       vs.greedy = greedy;
       const double tr = now_s();
       const VerifyOutcome out = verify_draft(vs, tree, dist, im.rng, im.round, base, im.stats);
-      stats.rule_seconds += now_s() - tr;
+      stats.rule_seconds += now_s() - tr - dist_s;
       for (size_t a = 0; a < out.accepted.size(); ++a) {
         im.stats.accepted_depth[base + a] = static_cast<uint8_t>(std::min<size_t>(a + 1, 255));
         im.tokens.push_back(tree[out.accepted[a]].token);
