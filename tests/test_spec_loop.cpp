@@ -123,22 +123,12 @@ std::map<Seq, double> empirical(const std::vector<Seq>& samples) {
   return m;
 }
 
-SamplingParams to_params(const SamplingOptions& s) {
-  SamplingParams p;
-  p.cfg_scale = s.cfg_scale;
-  p.cfg_interval = s.cfg_interval;
-  p.temperature = s.temperature;
-  p.top_k = s.top_k;
-  p.top_p = s.top_p;
-  return p;
-}
-
 // The next-token distribution of a model (with CFG, temperature, top-k, top-p) after a prefix,
 // memoised: the "P(.|x_{<i})" and "Q(.|x_{<i})" of the analysis.
 class Conditionals {
  public:
   Conditionals(Pipeline& pipe, int cls, const SamplingOptions& s)
-      : pipe_(pipe), cls_(cls), params_(to_params(s)) {}
+      : pipe_(pipe), cls_(cls), params_(to_sampling_params(s)) {}
   const std::vector<float>& operator()(const Seq& prefix) {
     auto it = memo_.find(prefix);
     if (it != memo_.end()) return it->second;
@@ -282,7 +272,7 @@ class BrokenResidualRule : public spec::AcceptanceRule {
 
 TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
   GenerateOptions o = sampling_options("sd");
-  const SamplingParams params = to_params(o.sampling);
+  const SamplingParams params = to_sampling_params(o.sampling);
   const ModelConfig tc = load_model_config(kSpec + "micro_target");
   const ModelConfig dc = load_model_config(kSpec + "micro_draft");
   cpu_backend().set_threads(1);

@@ -59,6 +59,38 @@ Tensor prefix_embeddings(const LlamaGen& model, const std::vector<const Conditio
   return model.embed_captions(features, use_uncond);
 }
 
+Tensor prefill(const LlamaGen& model, const std::vector<const Condition*>& conds, bool with_uncond,
+               KVCache& cache) {
+  const int R = static_cast<int>(conds.size()) * (with_uncond ? 2 : 1), T = model.prefix_len();
+  std::vector<int32_t> seqs(R);
+  std::iota(seqs.begin(), seqs.end(), 0);
+  ForwardParams fp;
+  Tensor x = prefix_embeddings(model, conds, with_uncond, cache);
+  fp.attn = cache.plan_append(seqs, T);
+  fp.rope_pos.resize(static_cast<size_t>(R) * T);
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) fp.rope_pos[static_cast<size_t>(r) * T + t] = t;  // zero rows
+  fp.logits_at = {T - 1};
+  return model.forward(x, fp, cache);
+}
+
+SamplingParams to_sampling_params(const SamplingOptions& s) {
+  SamplingParams p;
+  p.cfg_scale = s.cfg_scale;
+  p.cfg_interval = s.cfg_interval;
+  p.temperature = s.temperature;
+  p.top_k = s.top_k;
+  p.top_p = s.top_p;
+  return p;
+}
+
+void guided_distribution(const float* cond, const float* uncond, int vocab, const SamplingParams& p,
+                         int token_index, std::span<float> probs) {
+  std::span<const float> c(cond, static_cast<size_t>(vocab)), u;
+  if (uncond && p.guided(token_index)) u = {uncond, static_cast<size_t>(vocab)};
+  target_distribution(c, u, p.cfg_scale, p, probs);
+}
+
 std::vector<std::vector<int32_t>> generate_batch(
     const LlamaGen& model, const std::vector<const Condition*>& conds,
     const std::vector<uint64_t>& image_indices, const SamplingParams& params, uint64_t seed,
@@ -67,20 +99,14 @@ std::vector<std::vector<int32_t>> generate_batch(
   Backend& be = model.backend();
   const int n = static_cast<int>(conds.size());
   const bool cfg = params.uses_cfg();
-  const int R = cfg ? 2 * n : n, T = c.cls_token_num, N = c.n_image_tokens(), V = c.vocab_size;
+  const int R = cfg ? 2 * n : n, N = c.n_image_tokens(), V = c.vocab_size;
   const double t0 = now_s();
   KVCache cache = model.make_cache(R);
   std::vector<int32_t> seqs(R);
   std::iota(seqs.begin(), seqs.end(), 0);
-
+  Tensor logits_dev = prefill(model, conds, cfg, cache);
   ForwardParams fp;
-  Tensor x = prefix_embeddings(model, conds, cfg, cache);
-  fp.attn = cache.plan_append(seqs, T);
-  fp.rope_pos.resize(static_cast<size_t>(R) * T);
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) fp.rope_pos[static_cast<size_t>(r) * T + t] = t;  // zero rows
-  fp.logits_at = {T - 1};
-  Tensor logits_dev = model.forward(x, fp, cache);
+  Tensor x;
   stats.forward_passes++;
   stats.prefill_seconds += now_s() - t0;
 
@@ -90,12 +116,10 @@ std::vector<std::vector<int32_t>> generate_batch(
   const int steps = max_tokens > 0 ? std::min(max_tokens, N) : N;
   for (int t = 0; t < steps; ++t) {
     be.download(logits_dev, logits.data());
-    const bool guided = params.guided(t);
     for (int i = 0; i < n; ++i) {
-      std::span<const float> cond(logits.data() + static_cast<size_t>(i) * V, V);
-      std::span<const float> uncond;
-      if (guided) uncond = {logits.data() + static_cast<size_t>(n + i) * V, static_cast<size_t>(V)};
-      target_distribution(cond, uncond, params.cfg_scale, params, probs);
+      guided_distribution(logits.data() + static_cast<size_t>(i) * V,
+                          cfg ? logits.data() + static_cast<size_t>(n + i) * V : nullptr, V, params,
+                          t, probs);
       const int tok = params.temperature <= 0.0f
                           ? argmax(probs)
                           : sample_index(probs, CounterRng(seed, image_indices[i]).uniform(t));

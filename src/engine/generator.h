@@ -17,6 +17,19 @@ namespace tessera {
 Tensor prefix_embeddings(const LlamaGen& model, const std::vector<const Condition*>& conds,
                          bool with_uncond, KVCache& cache);
 
+// Runs the condition prefix of sequences 0..R-1 (conditional rows, then with_uncond the
+// unconditional ones) into `cache`; returns the f32 logits of the last prefix position, [R, V].
+Tensor prefill(const LlamaGen& model, const std::vector<const Condition*>& conds, bool with_uncond,
+               KVCache& cache);
+
+// The sampler's parameters for the public SamplingOptions.
+SamplingParams to_sampling_params(const SamplingOptions& s);
+
+// Distribution of image token `token_index` from its conditional logits row and, when guided at
+// that token, the unconditional row (uncond may be null when the unconditional half is not run).
+void guided_distribution(const float* cond, const float* uncond, int vocab, const SamplingParams& p,
+                         int token_index, std::span<float> probs);
+
 // Generates one token grid per condition, all in one batch (max_tokens > 0: only that many;
 // the rest of the grid stays 0).
 std::vector<std::vector<int32_t>> generate_batch(

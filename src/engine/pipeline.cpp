@@ -120,12 +120,7 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
   check(s.top_k >= 0, "--top-k must be >= 0");
   check(s.top_p > 0.0f && s.top_p <= 1.0f, "--top-p must be in (0, 1]");
   check(s.cfg_scale >= 0.0f, "--cfg must be >= 0");
-  SamplingParams p;
-  p.cfg_scale = s.cfg_scale;
-  p.cfg_interval = s.cfg_interval;
-  p.temperature = s.temperature;
-  p.top_k = s.top_k;
-  p.top_p = s.top_p;
+  const SamplingParams p = to_sampling_params(s);
   GenerateStats local;
   GenerateStats& st = stats ? *stats : local;
   const int N = impl_->config.gpt.n_image_tokens();

@@ -43,23 +43,13 @@ std::vector<std::vector<int32_t>> generate_speculative(
 
   // Prefill, and the first token exactly as vanilla sampling draws it.
   {
-    std::vector<int32_t> seqs(R);
-    std::iota(seqs.begin(), seqs.end(), 0);
-    ForwardParams fp;
-    Tensor x = prefix_embeddings(target, conds, cfg, cache);
-    fp.attn = cache.plan_append(seqs, T);
-    fp.rope_pos.resize(static_cast<size_t>(R) * T);
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) fp.rope_pos[static_cast<size_t>(r) * T + t] = t;
-    fp.logits_at = {T - 1};
     std::vector<float> logits(static_cast<size_t>(R) * V), probs(V);
-    be.download(target.forward(x, fp, cache), logits.data());
+    be.download(prefill(target, conds, cfg, cache), logits.data());
     stats.forward_passes++;
     for (int i = 0; i < n; ++i) {
-      std::span<const float> cond(logits.data() + static_cast<size_t>(i) * V, V), uncond;
-      if (params.guided(0))
-        uncond = {logits.data() + static_cast<size_t>(n + i) * V, static_cast<size_t>(V)};
-      target_distribution(cond, uncond, params.cfg_scale, params, probs);
+      guided_distribution(logits.data() + static_cast<size_t>(i) * V,
+                          cfg ? logits.data() + static_cast<size_t>(n + i) * V : nullptr, V, params,
+                          0, probs);
       images[i].tokens.push_back(greedy ? argmax(probs)
                                         : sample_index(probs, images[i].rng.uniform(0)));
       images[i].stats.tokens = 1;
@@ -146,12 +136,10 @@ std::vector<std::vector<int32_t>> generate_speculative(
         std::span<float> out(dists.data() + static_cast<size_t>(r) * V, V);
         if (!computed[r]) {
           const double td = now_s();
-          const size_t cr = (static_cast<size_t>(j) * rows + r) * V;
-          std::span<const float> cond(logits.data() + cr, V), uncond;
-          if (cfg && params.guided(base + r))
-            uncond = {logits.data() + (static_cast<size_t>(m + j) * rows + r) * V,
-                      static_cast<size_t>(V)};
-          target_distribution(cond, uncond, params.cfg_scale, verify_params, out);
+          guided_distribution(
+              logits.data() + (static_cast<size_t>(j) * rows + r) * V,
+              cfg ? logits.data() + (static_cast<size_t>(m + j) * rows + r) * V : nullptr, V,
+              verify_params, base + r, out);
           computed[r] = 1;
           dist_s += now_s() - td;
         }

@@ -15,18 +15,9 @@ void ModelDrafter::start(const std::vector<const Condition*>& conds,
                          std::vector<ImageState>& images) {
   n_ = static_cast<int>(conds.size());
   const bool cfg = params_.uses_cfg();
-  const int R = cfg ? 2 * n_ : n_, T = model_.prefix_len();
+  const int R = cfg ? 2 * n_ : n_;
   cache_ = std::make_unique<KVCache>(model_.make_cache(R, max_depth_ + 2));
-  std::vector<int32_t> seqs(R);
-  std::iota(seqs.begin(), seqs.end(), 0);
-  ForwardParams fp;
-  Tensor x = prefix_embeddings(model_, conds, cfg, *cache_);
-  fp.attn = cache_->plan_append(seqs, T);
-  fp.rope_pos.resize(static_cast<size_t>(R) * T);
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) fp.rope_pos[static_cast<size_t>(r) * T + t] = t;
-  fp.logits_at = {T - 1};
-  model_.forward(x, fp, *cache_);  // the prefix only; its logits are not needed
+  prefill(model_, conds, cfg, *cache_);  // the prefix only; its logits are not needed
   forwards_++;
   for (auto& im : images) im.stats.draft_forwards++;
 }
@@ -101,10 +92,9 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
       node.parent = d - 2;
       node.depth = d;
       node.q.resize(V);
-      std::span<const float> cond(logits.data() + static_cast<size_t>(i) * V, V), uncond;
-      if (cfg && params_.guided(t))
-        uncond = {logits.data() + static_cast<size_t>(m + i) * V, static_cast<size_t>(V)};
-      target_distribution(cond, uncond, params_.cfg_scale, params_, node.q);
+      guided_distribution(logits.data() + static_cast<size_t>(i) * V,
+                          cfg ? logits.data() + static_cast<size_t>(m + i) * V : nullptr, V,
+                          params_, t, node.q);
       node.token =
           params_.temperature <= 0.0f
               ? argmax(node.q)
