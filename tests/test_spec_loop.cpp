@@ -461,3 +461,39 @@ TEST(SpecReproducibility, ResultsDoNotDependOnTheBatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// The target as its own draft model: q = p at every node, so every draft must be accepted
+// (f = min(1, p/q) = 1) and a round commits L + 1 tokens, for c2i and for t2i (caption prefix
+// with padding, CFG on both models).
+TEST(SpecSelfDraft, EveryDraftIsAccepted) {
+  const std::string dir = std::string(TESSERA_FIXTURES) + "/llamagen/";
+  for (const std::string model : {"c2i_f32", "t2i_f32"}) {
+    SCOPED_TRACE(model);
+    LoadOptions lo;
+    lo.load_decoder = false;
+    auto pipe = Pipeline::load(dir + model, lo);
+    const Condition cond =
+        model == "c2i_f32"
+            ? Condition::label(4)
+            : Condition::caption_file(dir + "golden/caption.npy", pipe->config().gpt);
+    GenerateOptions o;
+    o.spec.method = "sd";
+    o.spec.draft_model = dir + model;
+    o.spec.draft_len = 4;
+    o.batch = 2;
+    GenerateStats st;
+    const auto grids = pipe->generate({cond, cond, cond}, o, &st);
+    ASSERT_EQ(grids.size(), 3u);
+    for (const auto& im : st.per_image) {
+      EXPECT_EQ(im.tokens, 16);
+      EXPECT_EQ(im.rounds, 3);  // 1 + 5 + 5 + 5 tokens
+      ASSERT_EQ(im.proposed.size(), 4u);
+      EXPECT_EQ(im.accepted, im.proposed);
+    }
+    EXPECT_DOUBLE_EQ(st.mean_accepted_length(), 5.0);
+  }
+}
+
+}  // namespace
