@@ -88,6 +88,8 @@ struct ImageStats {
   std::vector<int64_t> proposed, accepted;  // per draft depth 1..L: drafts verified / accepted
   // Per token (raster order): the draft depth at which it was accepted, 0 if the target sampled it.
   std::vector<uint8_t> accepted_depth;
+  // Acceptance rate per draft depth: accepted / verified (0 where nothing was verified).
+  std::vector<double> acceptance_by_depth() const;
   // Mean accepted length: tokens per verification round (the prefill's first token excluded).
   double mean_accepted_length() const {
     return rounds > 0 ? static_cast<double>(tokens - 1) / rounds : 0.0;

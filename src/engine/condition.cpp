@@ -59,10 +59,7 @@ Condition Condition::caption_file(const std::string& path, const GptConfig& conf
     SafeTensorsFile f = SafeTensorsFile::open(path);
     const SafeTensorInfo& info = f.get("caption");
     shape = info.shape;
-    feats.resize(static_cast<size_t>(shape_numel(shape)));
-    if (info.dtype != DType::F32 && info.dtype != DType::F16 && info.dtype != DType::BF16)
-      throw Error(path + ": tensor 'caption' must be a float tensor");
-    convert_to_f32(info.dtype, info.data, feats.data(), feats.size());
+    feats = f.read_f32("caption");
     if (f.has("mask")) {
       const SafeTensorInfo& m = f.get("mask");
       const int64_t n = shape_numel(m.shape);

@@ -66,18 +66,22 @@ double GenerateStats::mean_accepted_length() const {
   const int64_t r = rounds();
   return r > 0 ? static_cast<double>(tokens - images) / r : 0.0;
 }
-std::vector<double> GenerateStats::acceptance_by_depth() const {
-  std::vector<int64_t> prop, acc;
-  for (const auto& s : per_image) {
-    if (s.proposed.size() > prop.size()) prop.resize(s.proposed.size(), 0);
-    if (s.accepted.size() > acc.size()) acc.resize(s.accepted.size(), 0);
-    for (size_t i = 0; i < s.proposed.size(); ++i) prop[i] += s.proposed[i];
-    for (size_t i = 0; i < s.accepted.size(); ++i) acc[i] += s.accepted[i];
-  }
-  std::vector<double> out(prop.size(), 0.0);
-  for (size_t i = 0; i < prop.size(); ++i)
-    out[i] = prop[i] > 0 ? static_cast<double>(i < acc.size() ? acc[i] : 0) / prop[i] : 0.0;
+std::vector<double> ImageStats::acceptance_by_depth() const {
+  std::vector<double> out(proposed.size(), 0.0);
+  for (size_t i = 0; i < proposed.size(); ++i)
+    if (proposed[i] > 0)
+      out[i] = static_cast<double>(i < accepted.size() ? accepted[i] : 0) / proposed[i];
   return out;
+}
+std::vector<double> GenerateStats::acceptance_by_depth() const {
+  ImageStats all;  // the counts of every image, summed
+  for (const auto& s : per_image) {
+    all.proposed.resize(std::max(all.proposed.size(), s.proposed.size()), 0);
+    all.accepted.resize(std::max(all.accepted.size(), s.accepted.size()), 0);
+    for (size_t i = 0; i < s.proposed.size(); ++i) all.proposed[i] += s.proposed[i];
+    for (size_t i = 0; i < s.accepted.size(); ++i) all.accepted[i] += s.accepted[i];
+  }
+  return all.acceptance_by_depth();
 }
 
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -130,8 +134,10 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
       static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
   int64_t done = 0;
   check(opts.spec.max_rounds >= 0, "max_rounds must be >= 0");
+  // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
+  const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
+  const LlamaGen* draft = wants_draft ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
   spec::Method method = spec::make_method(opts.spec, impl_->config.dir, impl_->config.gpt);
-  const LlamaGen* draft = method.draft_model ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
   std::vector<std::vector<int32_t>> out;
   for (size_t b0 = 0; b0 < conditions.size(); b0 += opts.batch) {
     const size_t b1 = std::min(conditions.size(), b0 + static_cast<size_t>(opts.batch));

@@ -100,6 +100,16 @@ const SafeTensorInfo& SafeTensorsFile::get(const std::string& name) const {
   return it->second;
 }
 
+std::vector<float> SafeTensorsFile::read_f32(const std::string& name) const {
+  const SafeTensorInfo& t = get(name);
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16)
+    throw Error(path() + ": tensor '" + name + "' must be a float tensor (f32, f16 or bf16), got " +
+                dtype_name(t.dtype));
+  std::vector<float> out(static_cast<size_t>(shape_numel(t.shape)));
+  convert_to_f32(t.dtype, t.data, out.data(), out.size());
+  return out;
+}
+
 void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   size_t off = 0;

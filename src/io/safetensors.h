@@ -27,6 +27,9 @@ class SafeTensorsFile {
   const std::string& path() const { return file_->path(); }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const SafeTensorInfo& get(const std::string& name) const;  // throws naming the tensor
+  // A float tensor (f32, f16 or bf16) converted to f32 host values; throws naming the tensor
+  // when it is missing or not a float tensor.
+  std::vector<float> read_f32(const std::string& name) const;
   const std::map<std::string, SafeTensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   std::shared_ptr<MappedFile> mapping() const { return file_; }

@@ -125,9 +125,6 @@ LatentNeighbours LatentNeighbours::for_model(const std::string& model_dir, int k
   if (info.shape.size() != 2 || info.shape[0] < 1 || info.shape[1] < 1)
     throw Error(vq_path + ": " + name + " has shape " + shape_str(info.shape) +
                 ", expected [codebook_size, embed_dim]");
-  if (info.dtype != DType::F32 && info.dtype != DType::F16 && info.dtype != DType::BF16)
-    throw Error(vq_path + ": " + name + " has dtype " + dtype_name(info.dtype) +
-                ", expected f32, f16 or bf16");
   const int V = static_cast<int>(info.shape[0]);
   const int dim = static_cast<int>(info.shape[1]);
   const int k = std::clamp(k_max, 0, V - 1);
@@ -171,9 +168,7 @@ LatentNeighbours LatentNeighbours::for_model(const std::string& model_dir, int k
     }
   }
 
-  std::vector<float> codebook(static_cast<size_t>(V) * dim);
-  convert_to_f32(info.dtype, info.data, codebook.data(), codebook.size());
-  LatentNeighbours t = build(codebook, V, dim, k, metric);
+  LatentNeighbours t = build(file.read_f32(name), V, dim, k, metric);
   if (!cache.empty()) {
     // Write-then-rename so a concurrent reader never sees a partial file.
     const fs::path tmp = cache.string() + ".tmp." + std::to_string(getpid());

@@ -1,10 +1,10 @@
 #include "spec/method.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "io/safetensors.h"
 #include "spec/rules/rules.h"
+#include "tensor/backend.h"
 #include "tessera/error.h"
 
 namespace tessera::spec {
@@ -35,19 +35,15 @@ std::shared_ptr<const std::vector<float>> gsd_embedding(const std::string& dir,
   check(t.shape.size() == 2 && t.shape[0] >= V,
         path + ": " + name + " must be [>= " + std::to_string(V) + ", dim]");
   *dim = static_cast<int>(t.shape[1]);
-  auto e = std::make_shared<std::vector<float>>(static_cast<size_t>(V) * *dim);
-  convert_to_f32(t.dtype, t.data, e->data(), e->size());
-  if (!tokens) {  // LlamaGen looks codes up L2-normalised; compare them the same way
-    for (int v = 0; v < V; ++v) {
-      double ss = 0.0;
-      for (int d = 0; d < *dim; ++d)
-        ss += static_cast<double>((*e)[v * *dim + d]) * (*e)[v * *dim + d];
-      const double inv = ss > 0.0 ? 1.0 / std::sqrt(ss) : 0.0;
-      for (int d = 0; d < *dim; ++d)
-        (*e)[v * *dim + d] = static_cast<float>((*e)[v * *dim + d] * inv);
-    }
+  std::vector<float> e = f.read_f32(name);
+  e.resize(static_cast<size_t>(V) * *dim);
+  if (!tokens) {  // LlamaGen looks codes up L2-normalised (as VqDecoder); compare them the same way
+    Backend& be = cpu_backend();
+    Tensor c = be.upload(e.data(), DType::F32, {V, *dim});
+    be.l2_normalize_rows(c, 1e-12f);
+    be.download(c, e.data());
   }
-  return e;
+  return std::make_shared<const std::vector<float>>(std::move(e));
 }
 
 }  // namespace

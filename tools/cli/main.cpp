@@ -180,11 +180,6 @@ void add_spec_options(CLI::App* cmd, SpeculativeOptions& o) {
 }
 
 nlohmann::json image_stats_json(const ImageStats& s) {
-  std::vector<double> rate;
-  for (size_t i = 0; i < s.proposed.size(); ++i)
-    rate.push_back(s.proposed[i] ? static_cast<double>(i < s.accepted.size() ? s.accepted[i] : 0) /
-                                       s.proposed[i]
-                                 : 0.0);
   return {{"tokens", s.tokens},
           {"rounds", s.rounds},
           {"target_forwards", s.target_forwards},
@@ -192,7 +187,7 @@ nlohmann::json image_stats_json(const ImageStats& s) {
           {"mean_accepted_length", s.mean_accepted_length()},
           {"proposed_by_depth", s.proposed},
           {"accepted_by_depth", s.accepted},
-          {"acceptance_by_depth", rate}};
+          {"acceptance_by_depth", s.acceptance_by_depth()}};
 }
 
 nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {

@@ -14,6 +14,11 @@ bool AcceptanceRule::greedy_accept(const NodeView& n) const {
   return n.token == tessera::argmax(n.p);
 }
 
+double ratio_accept(double numerator, double q) {
+  if (q <= 0.0) return numerator > 0.0 ? 1.0 : 0.0;
+  return std::min(1.0, numerator / q);
+}
+
 void exact_residual(const NodeView& n, std::span<float> out) {
   // [p - q]+ (seed 004, Eq. 2); a one-hot q only removes mass at x~.
   const size_t V = n.p.size();

@@ -52,6 +52,10 @@ class AcceptanceRule {
 // evaluated only where q(y) > 0 (elsewhere the term is p(y)).
 void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out);
 
+// min(1, numerator / q): the ratio test every rule shares. q = 0 (a token a correct drafter never
+// proposes) is treated as accept iff the numerator is positive.
+double ratio_accept(double numerator, double q);
+
 // Norm([p - q]+) unnormalised: the residual of exact speculative sampling (seed 004, Eq. 2).
 void exact_residual(const NodeView& n, std::span<float> out);
 

@@ -11,12 +11,7 @@ class ExactRule final : public AcceptanceRule {
   std::string name() const override { return "exact"; }
 
   double accept_probability(const NodeView& n) const override {
-    const double p = n.p[n.token];
-    const double q = n.q_of(n.token);
-    // A token the drafter could not draw (q = 0) is never proposed by a correct drafter; treat it
-    // defensively as accept iff the target can produce it.
-    if (q <= 0.0) return p > 0.0 ? 1.0 : 0.0;
-    return std::min(1.0, p / q);  // Eq. 1
+    return ratio_accept(n.p[n.token], n.q_of(n.token));  // Eq. 1
   }
 
   void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }

@@ -29,9 +29,7 @@ class GsdRule final : public AcceptanceRule {
       pc += n.p[y];
       qc += n.q_of(y);  // one-hot q: q(C) = 1 since x~ is in C
     }
-    // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C)).
-    if (qc <= 0.0) return pc > 0.0 ? 1.0 : 0.0;  // q(x~) = 0: never proposed by a correct drafter
-    return std::min(1.0, pc / qc);
+    return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
   }
 
   // Alg. 3 line 17: the token-level residual of SJD, not a cluster-level one.

@@ -58,23 +58,17 @@ class LanternRule final : public AcceptanceRule {
   double accept_probability(const NodeView& n) const override {
     const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
     const double relaxed = static_cast<double>(n.p[n.token]) + a.mass;  // p~(x~) = p_{k,δ}(x~)
-    const double q = n.q_of(n.token);
-    if (q <= 0.0) return relaxed > 0.0 ? 1.0 : 0.0;  // never proposed by a correct drafter
-    return std::min(1.0, relaxed / q);               // seed 000, §4.3
+    return ratio_accept(relaxed, n.q_of(n.token));                      // seed 000, §4.3
   }
 
   void residual(const NodeView& n, std::span<float> out) const override {
     if (!params_.reference) {
-      // Paper: [p_{k,δ} - q]+ (seed 000, Alg. 1).
-      lantern_distorted_target(params_, *nb_, n.p, n.token, out, nullptr);
-      const size_t V = n.p.size();
-      if (n.q.empty()) {
-        out[n.token] = static_cast<float>(std::max(0.0, static_cast<double>(out[n.token]) - 1.0));
-      } else {
-        for (size_t y = 0; y < V; ++y)
-          out[y] = static_cast<float>(
-              std::max(0.0, static_cast<double>(out[y]) - static_cast<double>(n.q[y])));
-      }
+      // Paper: [p_{k,δ} - q]+ (seed 000, Alg. 1): the exact residual of the distorted target.
+      std::vector<float> distorted(n.p.size());
+      lantern_distorted_target(params_, *nb_, n.p, n.token, distorted, nullptr);
+      NodeView m = n;
+      m.p = distorted;
+      exact_residual(m, out);
       return;
     }
     // Reference code (notes §1.3): the k+1 nearest codes are zeroed whenever A is non-empty,
@@ -82,19 +76,15 @@ class LanternRule final : public AcceptanceRule {
     const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
     const std::span<const int32_t> zeroed =
         a.members.empty() ? std::span<const int32_t>() : nb_->nearest(n.token, params_.k + 1);
-    std::copy(n.p.begin(), n.p.end(), out.begin());
+    exact_residual(n, out);  // relu(p - q), p unmodified
     if (n.q.empty()) {
       // Dynamic tree (evaluate_posterior): gtp[x~] = 0, gtp[nearest[x~, :k+1]] = 0.
       out[n.token] = 0.0f;
       for (int32_t b : zeroed) out[b] = 0.0f;
       return;
     }
-    // Static tree (evaluate_posterior_v1): q[nearest[x~, :k+1]] = 0 without renormalising, then
-    // relu(p - q') with p unmodified.
-    const size_t V = n.p.size();
-    for (size_t y = 0; y < V; ++y)
-      out[y] = static_cast<float>(
-          std::max(0.0, static_cast<double>(n.p[y]) - static_cast<double>(n.q[y])));
+    // Static tree (evaluate_posterior_v1): q[nearest[x~, :k+1]] = 0 without renormalising, so
+    // those codes keep their full target mass.
     for (int32_t b : zeroed) out[b] = n.p[b];
   }
 

@@ -10,13 +10,6 @@
 namespace tessera::spec {
 namespace {
 
-// min(1, num/q), with q(x~) = 0 treated as accept iff num > 0 (a correct drafter never proposes
-// a token it gives no mass).
-double ratio_accept(double num, double q) {
-  if (q <= 0.0) return num > 0.0 ? 1.0 : 0.0;
-  return std::min(1.0, num / q);
-}
-
 // f = min(1, ω_i p / q) (seed 004, Eq. 7) with a per-position ω_i.
 class OmegaRule final : public AcceptanceRule {
  public:
