@@ -39,12 +39,54 @@ struct VqConfig {
   int upsample_factor() const { return 1 << (static_cast<int>(ch_mult.size()) - 1); }
 };
 
+// MAR (Li et al. 2024): MAE encoder/decoder with buffer (class) tokens, and the DiffLoss head
+// (SimpleMLPAdaLN) that samples each continuous token by diffusion.
+// ../shared/notes/continuous_sd.md.
+struct MarConfig {
+  int dim = 0, encoder_depth = 0, decoder_depth = 0, n_head = 0;
+  float mlp_ratio = 4.0f;
+  int num_classes = 0;   // class_emb rows; the unconditional branch uses fake_latent
+  int buffer_size = 64;  // buffer rows, all set to the class embedding
+  int image_size = 0, vae_stride = 16, patch_size = 1, vae_embed_dim = 16;
+  float norm_eps = 1e-6f;
+  int diffloss_depth = 0, diffloss_width = 0;
+  int num_train_timesteps = 1000, num_sampling_steps = 100;
+  std::string noise_schedule = "cosine";
+  std::string dtype = "f32";
+  std::string file = "mar.safetensors";
+
+  int seq_side() const { return image_size / vae_stride / patch_size; }
+  int seq_len() const { return seq_side() * seq_side(); }
+  int token_dim() const { return vae_embed_dim * patch_size * patch_size; }
+  int head_dim() const { return dim / n_head; }
+  int mlp_dim() const { return static_cast<int>(static_cast<float>(dim) * mlp_ratio); }
+};
+
+// LDM's AutoencoderKL decoder (MAR's KL-16 tokenizer).
+struct VaeConfig {
+  int embed_dim = 16, z_channels = 16, ch = 128, num_res_blocks = 2;
+  std::vector<int> ch_mult;
+  std::vector<int> attn_resolutions;  // LDM's curr_res values with up-path attention
+  int norm_groups = 32;
+  float norm_eps = 1e-6f;
+  float scale = 0.2325f;  // latents = posterior sample * scale; decode(tokens / scale)
+  std::string dtype = "f32";
+  std::string file = "vae.safetensors";
+
+  int upsample_factor() const { return 1 << (static_cast<int>(ch_mult.size()) - 1); }
+};
+
 struct ModelConfig {
   std::string dir;
-  std::string architecture = "llamagen";
-  GptConfig gpt;
+  std::string architecture = "llamagen";  // llamagen | mar
+  GptConfig gpt;                          // llamagen
   bool has_vq = false;
   VqConfig vq;
+  MarConfig mar;  // mar
+  bool has_vae = false;
+  VaeConfig vae;
+
+  bool is_mar() const { return architecture == "mar"; }
 };
 
 // Reads and validates DIR/config.json; throws tessera::Error naming the missing or bad key.

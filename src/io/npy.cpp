@@ -1,5 +1,6 @@
 #include "io/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -48,6 +49,8 @@ NpyArray read_npy(const std::string& path) {
     a.dtype = DType::I64;
   else if (descr == "|u1")
     a.dtype = DType::U8;
+  else if (descr == "<f8")
+    a.dtype = DType::F64;
   else
     throw Error(path + ": unsupported .npy dtype " + descr);
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
@@ -74,9 +77,21 @@ NpyArray read_npy(const std::string& path) {
 
 std::vector<float> NpyArray::as_f32() const {
   std::vector<float> out(static_cast<size_t>(shape_numel(shape)));
-  if (dtype != DType::F32 && dtype != DType::F16)
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::F64)
     throw Error(std::string("expected a float array, got ") + dtype_name(dtype));
   convert_to_f32(dtype, bytes.data(), out.data(), out.size());
+  return out;
+}
+
+std::vector<double> NpyArray::as_f64() const {
+  const size_t n = static_cast<size_t>(shape_numel(shape));
+  std::vector<double> out(n);
+  if (dtype == DType::F64) {
+    std::memcpy(out.data(), bytes.data(), n * 8);
+    return out;
+  }
+  const std::vector<float> f = as_f32();
+  std::copy(f.begin(), f.end(), out.begin());
   return out;
 }
 

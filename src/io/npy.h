@@ -1,4 +1,4 @@
-// NumPy .npy arrays (C order, little-endian): read any of f32/f16/i32/i64/u8, write f32/i32/u8.
+// NumPy .npy arrays (C order, little-endian): read any of f32/f16/f64/i32/i64/u8, write f32/i32/u8.
 #pragma once
 
 #include <string>
@@ -13,7 +13,8 @@ struct NpyArray {
   Shape shape;
   std::vector<unsigned char> bytes;
 
-  std::vector<float> as_f32() const;    // f32 or f16 data
+  std::vector<float> as_f32() const;    // f32, f16 or f64 data
+  std::vector<double> as_f64() const;   // any float data, widened
   std::vector<int32_t> as_i32() const;  // i32, i64 or u8 data (range-checked)
 };
 

@@ -30,6 +30,87 @@ void positive(int v, const char* key, const std::string& where) {
   if (v <= 0) throw Error(where + ": \"" + key + "\" must be positive, got " + std::to_string(v));
 }
 
+void load_mar_config(const json& root, const std::string& where, ModelConfig& mc) {
+  if (!root.contains("mar") || !root["mar"].is_object())
+    throw Error(where + ": missing object \"mar\"");
+  const json& m = root["mar"];
+  const std::string mw = where + " mar";
+  MarConfig& c = mc.mar;
+  c.dim = req<int>(m, "dim", mw);
+  c.encoder_depth = req<int>(m, "encoder_depth", mw);
+  c.decoder_depth = req<int>(m, "decoder_depth", mw);
+  c.n_head = req<int>(m, "n_head", mw);
+  c.mlp_ratio = opt<float>(m, "mlp_ratio", 4.0f, mw);
+  c.num_classes = req<int>(m, "num_classes", mw);
+  c.buffer_size = opt<int>(m, "buffer_size", 64, mw);
+  c.image_size = req<int>(m, "image_size", mw);
+  c.vae_stride = opt<int>(m, "vae_stride", 16, mw);
+  c.patch_size = opt<int>(m, "patch_size", 1, mw);
+  c.vae_embed_dim = opt<int>(m, "vae_embed_dim", 16, mw);
+  c.norm_eps = opt<float>(m, "norm_eps", 1e-6f, mw);
+  c.diffloss_depth = req<int>(m, "diffloss_depth", mw);
+  c.diffloss_width = req<int>(m, "diffloss_width", mw);
+  c.num_train_timesteps = opt<int>(m, "num_train_timesteps", 1000, mw);
+  c.num_sampling_steps = opt<int>(m, "num_sampling_steps", 100, mw);
+  c.noise_schedule = opt<std::string>(m, "noise_schedule", "cosine", mw);
+  c.dtype = opt<std::string>(m, "dtype", "f32", mw);
+  c.file = opt<std::string>(m, "file", "mar.safetensors", mw);
+  for (auto [v, k] : {std::pair{c.dim, "dim"},
+                      {c.encoder_depth, "encoder_depth"},
+                      {c.decoder_depth, "decoder_depth"},
+                      {c.n_head, "n_head"},
+                      {c.num_classes, "num_classes"},
+                      {c.buffer_size, "buffer_size"},
+                      {c.image_size, "image_size"},
+                      {c.vae_stride, "vae_stride"},
+                      {c.patch_size, "patch_size"},
+                      {c.vae_embed_dim, "vae_embed_dim"},
+                      {c.diffloss_depth, "diffloss_depth"},
+                      {c.diffloss_width, "diffloss_width"},
+                      {c.num_train_timesteps, "num_train_timesteps"},
+                      {c.num_sampling_steps, "num_sampling_steps"}})
+    positive(v, k, mw);
+  if (c.dim % c.n_head) throw Error(mw + ": dim is not divisible by n_head");
+  if (c.image_size % (c.vae_stride * c.patch_size))
+    throw Error(mw + ": image_size is not divisible by vae_stride * patch_size");
+  if (c.noise_schedule != "cosine" && c.noise_schedule != "linear")
+    throw Error(mw + ": noise_schedule must be cosine or linear, got \"" + c.noise_schedule + "\"");
+  if (c.num_sampling_steps > c.num_train_timesteps)
+    throw Error(mw + ": num_sampling_steps exceeds num_train_timesteps");
+
+  if (root.contains("vae") && !root["vae"].is_null()) {
+    const json& v = root["vae"];
+    const std::string vw = where + " vae";
+    VaeConfig& q = mc.vae;
+    mc.has_vae = true;
+    q.embed_dim = req<int>(v, "embed_dim", vw);
+    q.z_channels = opt<int>(v, "z_channels", q.embed_dim, vw);
+    q.ch = req<int>(v, "ch", vw);
+    q.ch_mult = req<std::vector<int>>(v, "ch_mult", vw);
+    q.num_res_blocks = req<int>(v, "num_res_blocks", vw);
+    q.attn_resolutions = opt<std::vector<int>>(v, "attn_resolutions", {}, vw);
+    q.norm_groups = opt<int>(v, "norm_groups", 32, vw);
+    q.norm_eps = opt<float>(v, "norm_eps", 1e-6f, vw);
+    q.scale = opt<float>(v, "scale", 0.2325f, vw);
+    q.dtype = opt<std::string>(v, "dtype", "f32", vw);
+    q.file = opt<std::string>(v, "file", "vae.safetensors", vw);
+    for (auto [val, k] : {std::pair{q.embed_dim, "embed_dim"},
+                          {q.z_channels, "z_channels"},
+                          {q.ch, "ch"},
+                          {q.num_res_blocks, "num_res_blocks"},
+                          {q.norm_groups, "norm_groups"}})
+      positive(val, k, vw);
+    if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
+    if (!(q.scale > 0.0f)) throw Error(vw + ": scale must be positive");
+    if (q.embed_dim != c.vae_embed_dim)
+      throw Error(vw + ": embed_dim " + std::to_string(q.embed_dim) +
+                  " differs from the MAR vae_embed_dim " + std::to_string(c.vae_embed_dim));
+    if (q.upsample_factor() != c.vae_stride)
+      throw Error(vw + ": the decoder upsamples by " + std::to_string(q.upsample_factor()) +
+                  " but the MAR config says vae_stride " + std::to_string(c.vae_stride));
+  }
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& dir) {
@@ -48,8 +129,13 @@ ModelConfig load_model_config(const std::string& dir) {
   }
   const std::string where = path;
   mc.architecture = opt<std::string>(root, "architecture", "llamagen", where);
+  if (mc.architecture == "mar") {
+    load_mar_config(root, where, mc);
+    return mc;
+  }
   if (mc.architecture != "llamagen")
-    throw Error(where + ": unsupported architecture \"" + mc.architecture + "\"");
+    throw Error(where + ": unsupported architecture \"" + mc.architecture +
+                "\" (supported: llamagen, mar)");
   if (!root.contains("gpt") || !root["gpt"].is_object())
     throw Error(where + ": missing object \"gpt\"");
   const json& g = root["gpt"];

@@ -75,6 +75,22 @@ class Backend {
                          const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                          Tensor& out) = 0;
 
+  // ---- MAE / diffusion-head ops (MAR; activations f32) ----------------------------------------
+  // y = (x - mean) / sqrt(var + eps) per row, then * gamma + beta when given (null: no affine).
+  virtual void layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
+                          Tensor& y) = 0;
+  virtual void gelu_erf(Tensor& x) = 0;  // exact GELU, x * Phi(x)
+  // Bidirectional self-attention without a cache: qkv [batch*N, 3*H*hd] holds q, k, v blocks
+  // (head-major within each); out [batch*N, H*hd]. Every token attends to all N of its sequence.
+  virtual void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
+                              Tensor& out) = 0;
+  // y = x * (1 + scale) + shift, element-wise (AdaLN modulation). y may alias x.
+  virtual void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) = 0;
+  // h += gate * u, element-wise (gated residual).
+  virtual void add_gated(Tensor& h, const Tensor& gate, const Tensor& u) = 0;
+  // x [batch*N, D] += table [N, D] for each of the batch blocks (position embeddings).
+  virtual void add_rows_broadcast(Tensor& x, const Tensor& table) = 0;
+
   // ---- image decoder ops (NCHW f32) ---------------------------------------------------------
   // Stride-1 convolution with symmetric zero padding `pad`; w [O, C, kh, kw], bias [O].
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) = 0;

@@ -20,6 +20,8 @@ size_t dtype_size(DType t) {
       return 8;
     case DType::U8:
       return 1;
+    case DType::F64:
+      return 8;
   }
   return 0;
 }
@@ -38,6 +40,8 @@ const char* dtype_name(DType t) {
       return "i64";
     case DType::U8:
       return "u8";
+    case DType::F64:
+      return "f64";
   }
   return "?";
 }
@@ -105,6 +109,14 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
     case DType::F16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::F64: {
+      for (size_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, static_cast<const char*>(src) + 8 * i, 8);
+        dst[i] = static_cast<float>(v);
+      }
       return;
     }
     default:

@@ -10,10 +10,13 @@
 #include "common/log.h"
 #include "engine/bandwidth.h"
 #include "heatmap.h"
+#include "image_output.h"
 #include "io/npy.h"
 #include "io/png_writer.h"
+#include "mar_commands.h"
 #include "progress.h"
 #include "tensor/backend.h"
+#include "tessera/mar.h"
 #include "tessera/tessera.h"
 
 #ifndef TESSERA_SOURCE_DIR
@@ -86,50 +89,9 @@ Condition make_condition(const CondOpts& c, const GptConfig& cfg) {
   return Condition::label(c.class_id);
 }
 
-std::string numbered(const std::string& path, size_t i, size_t n) {
-  if (n == 1) return path;
-  fs::path p(path);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "_%04zu", i);
-  return (p.parent_path() / (p.stem().string() + buf + p.extension().string())).string();
-}
-
-// Tiles n images [n, s, s, 3] into a grid with `cols` columns and 2 px black padding
-// (torchvision.utils.save_image style).
-std::vector<uint8_t> tile(const std::vector<uint8_t>& px, int n, int s, int cols, int& W, int& H) {
-  const int rows = (n + cols - 1) / cols, pad = 2;
-  W = cols * (s + pad) + pad;
-  H = rows * (s + pad) + pad;
-  std::vector<uint8_t> out(static_cast<size_t>(W) * H * 3, 0);
-  for (int i = 0; i < n; ++i) {
-    const int ox = pad + (i % cols) * (s + pad), oy = pad + (i / cols) * (s + pad);
-    for (int y = 0; y < s; ++y)
-      std::copy_n(px.data() + ((static_cast<size_t>(i) * s + y) * s) * 3, s * 3,
-                  out.data() + ((static_cast<size_t>(oy + y) * W + ox) * 3));
-  }
-  return out;
-}
-
 void write_images(Pipeline& pipe, const std::vector<int32_t>& flat, int n, const std::string& out,
                   bool grid, const std::vector<std::string>& params) {
-  const std::vector<uint8_t> px = pipe.decode(flat, n);
-  const int s = pipe.image_size();
-  if (grid) {
-    int W, H;
-    const int cols = std::min(n, 8);
-    std::string all;
-    for (const auto& p : params) all += p + "\n";
-    const std::vector<uint8_t> sheet = tile(px, n, s, cols, W, H);
-    write_png(out, sheet.data(), W, H, {{"parameters", all}});
-    log_info("wrote " + out);
-    return;
-  }
-  for (int i = 0; i < n; ++i) {
-    const std::string path = numbered(out, i, n);
-    write_png(path, px.data() + static_cast<size_t>(i) * s * s * 3, s, s,
-              {{"parameters", params[i]}, {"Software", "tessera"}});
-    log_info("wrote " + path);
-  }
+  cli::write_pngs(pipe.decode(flat, n), n, pipe.image_size(), out, grid, params);
 }
 
 std::string fmt(double v, int prec = 2) {
@@ -221,6 +183,84 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// MAR-only flags of generate and bench.
+struct MarOnly {
+  int steps = 64;
+  std::string cfg_schedule = "linear";
+  float prefill = 0.05f;
+  float inner_temperature = 42.0f;
+  int test_step = -1;
+  int max_tries = 100;
+};
+
+void add_mar_options(CLI::App* cmd, MarOnly& o) {
+  cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (64; 256 = one token per step)")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--cfg-schedule", o.cfg_schedule, "MAR: guidance schedule, linear or constant")
+      ->capture_default_str();
+  cmd->add_option("--prefill", o.prefill,
+                  "MAR cspd*: fraction of the steps run by the target first (seed 002 §3.2)")
+      ->capture_default_str();
+  cmd->add_option("--inner-temperature", o.inner_temperature,
+                  "MAR cspd-reference: the published code's inner temperature")
+      ->capture_default_str();
+  cmd->add_option("--cspd-test-step", o.test_step,
+                  "MAR cspd-exact: respaced diffusion step tested (default: half way)");
+  cmd->add_option("--max-resample-tries", o.max_tries,
+                  "MAR cspd*: accept-reject tries before falling back to the target mean")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+}
+
+bool is_mar(const std::string& dir) {
+  return !dir.empty() && model_architecture(dir) == "mar";
+}
+
+int parse_int(const std::string& v, const char* flag) {
+  size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || x < 1)
+    throw Error(std::string(flag) + ": '" + v + "' is not a positive integer");
+  return x;
+}
+
+// The MAR run options from the shared flags. MAR's own defaults (main_mar.py) apply where a shared
+// flag was not given: cfg 1.0 (no guidance), temperature 1.0, draft length 8.
+cli::MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
+                           const GenerateOptions& g, const MarOnly& m, CLI::App* cmd) {
+  if (!cond.caption.empty())
+    throw Error("MAR models are class-conditional: use --class, not --caption");
+  cli::MarRunOptions o;
+  o.model = common.model;
+  o.threads = common.threads;
+  o.quiet = common.quiet;
+  o.class_id = cond.class_id;
+  o.uncond = cond.uncond;
+  o.n = n;
+  MarGenerateOptions& mg = o.gen;
+  mg.seed = g.seed;
+  mg.batch = g.batch;
+  const bool given_cfg = cmd && cmd->count("--cfg") > 0;
+  mg.sampling.cfg_scale = given_cfg ? g.sampling.cfg_scale : 1.0f;
+  mg.sampling.temperature = cmd && cmd->count("--temperature") > 0 ? g.sampling.temperature : 1.0f;
+  mg.sampling.num_iter = m.steps;
+  mg.sampling.cfg_schedule = m.cfg_schedule;
+  mg.spec.method = g.spec.method;
+  mg.spec.draft_model = g.spec.draft_model;
+  mg.spec.draft_len = g.spec.draft_len > 0 ? g.spec.draft_len : 8;
+  mg.spec.prefill = m.prefill;
+  mg.spec.inner_temperature = m.inner_temperature;
+  mg.spec.exact_test_step = m.test_step;
+  mg.spec.max_resample_tries = m.max_tries;
+  return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,6 +305,11 @@ int main(int argc, char** argv) {
                 "Write per-image and aggregate statistics (NFE, accepted lengths, ...) as JSON");
   g->add_option("--heatmap-out", gen_heatmap_out,
                 "Write each image's acceptance heatmap over the token grid (PNG)");
+  MarOnly gen_mar;
+  add_mar_options(g, gen_mar);
+  std::string gen_latents_out;
+  g->add_option("--latents-out", gen_latents_out,
+                "MAR: write the generated latents [n, seq_len, token_dim] as float32 .npy");
 
   // ---- forward --------------------------------------------------------------------------------
   CommonOpts fwd_common;
@@ -277,7 +322,11 @@ int main(int argc, char** argv) {
   f->add_option("--caption", fwd_cond.caption, "Caption features file (t2i)");
   f->add_flag("--uncond", fwd_cond.uncond, "Unconditional prefix");
   f->add_option("--tokens", fwd_tokens, "Comma-separated token ids, e.g. 3,17,5 (may be empty)");
-  f->add_option("--logits-out", fwd_out, "Output .npy, float32 [len+1, vocab]")->required();
+  f->add_option("--logits-out", fwd_out, "Output .npy, float32 [len+1, vocab] (LlamaGen)");
+  std::string fwd_latents, fwd_unknown, fwd_z_out;
+  f->add_option("--latents", fwd_latents, "MAR: canvas latents .npy [seq_len, token_dim]");
+  f->add_option("--unknown", fwd_unknown, "MAR: mask .npy [seq_len], nonzero = masked");
+  f->add_option("--z-out", fwd_z_out, "MAR: output .npy, float32 z [seq_len, dim]");
 
   // ---- decode ---------------------------------------------------------------------------------
   CommonOpts dec_common;
@@ -286,8 +335,9 @@ int main(int argc, char** argv) {
   auto* d = app.add_subcommand("decode", "Decode token grids (.npy) to PNG images");
   add_common(d, dec_common);
   d->add_option("--tokens", dec_tokens,
-                ".npy of token ids: [grid,grid], [n,grid,grid] or [n,grid*grid]")
-      ->required();
+                ".npy of token ids: [grid,grid], [n,grid,grid] or [n,grid*grid]");
+  std::string dec_latents;
+  d->add_option("--latents", dec_latents, "MAR: .npy of latents [n, seq_len, token_dim]");
   d->add_option("-o,--output", dec_out, "Output PNG (numbered when several)")->required();
   d->add_flag("--grid", dec_grid, "Write all images as one grid PNG");
 
@@ -320,6 +370,12 @@ int main(int argc, char** argv) {
   b->add_option("--top-k", b_gen.sampling.top_k, "Top-k (--methods)")->capture_default_str();
   b->add_option("--top-p", b_gen.sampling.top_p, "Top-p (--methods)")->capture_default_str();
   add_spec_options(b, b_gen.spec);
+  MarOnly b_mar;
+  add_mar_options(b, b_mar);
+  std::string b_draft_lens, b_batches;
+  b->add_option("--draft-lens", b_draft_lens,
+                "MAR --methods: draft lengths to sweep, e.g. 4,8,16,32");
+  b->add_option("--batches", b_batches, "MAR --methods: batch sizes to sweep, e.g. 1,8,32");
 
   try {
     app.parse(argc, argv);
@@ -339,13 +395,19 @@ int main(int argc, char** argv) {
   try {
     if (g->parsed()) {
       set_log_level(gen_common.quiet ? LogLevel::Quiet : LogLevel::Info);
-      if (gen_out.empty() && gen_tokens_out.empty())
+      if (gen_out.empty() && gen_tokens_out.empty() && gen_latents_out.empty())
         throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
       if (gen_grid && gen_out.empty()) throw Error("--grid needs -o OUT.png");
       check_output_path(gen_out, "-o");
       check_output_path(gen_tokens_out, "--tokens-out");
       check_output_path(gen_stats_out, "--stats-out");
       check_output_path(gen_heatmap_out, "--heatmap-out");
+      if (is_mar(gen_common.model)) {
+        cli::MarRunOptions mo = mar_run(gen_common, gen_cond, gen_n, gen, gen_mar, g);
+        cli::mar_generate(mo, {gen_out, gen_latents_out, gen_stats_out, gen_heatmap_out, gen_grid});
+        return 0;
+      }
+      if (!gen_latents_out.empty()) throw Error("--latents-out is for MAR models");
       LoadOptions lo;
       lo.threads = gen_common.threads;
       lo.load_decoder = !gen_out.empty();
@@ -376,7 +438,7 @@ int main(int argc, char** argv) {
         int depth = 1;
         for (const auto& s : st.per_image) depth = std::max<int>(depth, s.proposed.size());
         for (int i = 0; i < gen_n; ++i) {
-          const std::string path = numbered(gen_heatmap_out, i, gen_n);
+          const std::string path = cli::numbered(gen_heatmap_out, i, gen_n);
           cli::write_acceptance_heatmap(
               path, st.per_image[i].accepted_depth, cfg.grid, depth,
               "acceptance over the token grid; method=" + gen.spec.method +
@@ -415,6 +477,16 @@ int main(int argc, char** argv) {
       lo.threads = fwd_common.threads;
       lo.load_decoder = false;
       check_output_path(fwd_out, "--logits-out");
+      check_output_path(fwd_z_out, "--z-out");
+      if (is_mar(fwd_common.model)) {
+        if (fwd_z_out.empty()) throw Error("forward on a MAR model needs --z-out Z.npy");
+        GenerateOptions unused;
+        MarOnly none;
+        cli::MarRunOptions mo = mar_run(fwd_common, fwd_cond, 1, unused, none, nullptr);
+        cli::mar_forward(mo, fwd_latents, fwd_unknown, fwd_z_out);
+        return 0;
+      }
+      if (fwd_out.empty()) throw Error("--logits-out is required");
       auto pipe = Pipeline::load(fwd_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
       std::vector<int32_t> tokens;
@@ -444,6 +516,15 @@ int main(int argc, char** argv) {
       LoadOptions lo;
       lo.threads = dec_common.threads;
       check_output_path(dec_out, "-o");
+      if (is_mar(dec_common.model)) {
+        if (dec_latents.empty()) throw Error("decode on a MAR model needs --latents L.npy");
+        cli::MarRunOptions mo;
+        mo.model = dec_common.model;
+        mo.threads = dec_common.threads;
+        cli::mar_decode(mo, dec_latents, dec_out, dec_grid);
+        return 0;
+      }
+      if (dec_tokens.empty()) throw Error("--tokens is required");
       auto pipe = Pipeline::load(dec_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
       if (!pipe->has_decoder()) throw Error(dec_common.model + " has no VQ decoder");
@@ -477,6 +558,21 @@ int main(int argc, char** argv) {
       LoadOptions lo;
       lo.threads = b_common.threads;
       lo.load_decoder = false;
+      if (is_mar(b_common.model)) {
+        CondOpts bc;
+        bc.class_id = b_class;
+        GenerateOptions bg = b_gen;
+        bg.sampling.cfg_scale = b_cfg;
+        cli::MarRunOptions mo = mar_run(b_common, bc, b_n, bg, b_mar, b);
+        cli::MarBenchOptions mb;
+        mb.methods = split_list(b_methods);
+        for (const auto& x : split_list(b_draft_lens))
+          mb.draft_lens.push_back(parse_int(x, "--draft-lens"));
+        for (const auto& x : split_list(b_batches)) mb.batches.push_back(parse_int(x, "--batches"));
+        mb.json = b_json;
+        cli::mar_bench(mo, mb);
+        return 0;
+      }
       auto pipe = Pipeline::load(b_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
       if (!b_methods.empty()) {

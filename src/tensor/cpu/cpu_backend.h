@@ -37,6 +37,14 @@ class CpuBackend final : public Backend {
                  const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                  Tensor& out) override;
 
+  void layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
+                  Tensor& y) override;
+  void gelu_erf(Tensor& x) override;
+  void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim, Tensor& out) override;
+  void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) override;
+  void add_gated(Tensor& h, const Tensor& gate, const Tensor& u) override;
+  void add_rows_broadcast(Tensor& x, const Tensor& table) override;
+
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) override;
   void group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, int groups, float eps,
                   bool swish, Tensor& y) override;

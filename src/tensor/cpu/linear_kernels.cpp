@@ -1,3 +1,4 @@
+#include <algorithm>
 // Linear layers on the CPU: y = x · w^T with f32 activations and f32/f16/bf16 weights.
 //
 // Decoding a token multiplies a few activation rows (2 per image with CFG) by every weight
@@ -124,24 +125,35 @@ inline void dot_tile(const float* x, int64_t ldx, const storage_t<WD>* w, int64_
 template <DType WD>
 void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, int64_t N,
                   const float* bias, float* y) {
+  // Rows are processed in blocks whose activations stay in L2 (~256 KB) while every weight row
+  // passes over them; without blocking, a large M (MAR's 640-row MAE passes, thousands of
+  // diffusion-head rows) re-reads all of x from memory once per output column. Each element is
+  // still one dot_tile with the same summation order, so results do not depend on M or blocking.
+  const int64_t block = std::max<int64_t>(
+      kTile, (static_cast<int64_t>(65536) / std::max<int64_t>(K, 1)) / kTile * kTile);
+  for (int64_t b0 = 0; b0 < M; b0 += block) {
+    const int64_t bM = std::min(block, M - b0);
+    const float* xb = x + b0 * K;
+    float* yb = y + b0 * N;
 #pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const storage_t<WD>* wr = w + n * K;
-    float out[kTile];
-    const float b = bias ? bias[n] : 0.0f;
-    int64_t m0 = 0;
-    for (; m0 + kTile <= M; m0 += kTile) {
-      dot_tile<WD, kTile>(x + m0 * K, K, wr, K, out);
-      for (int m = 0; m < kTile; ++m) y[(m0 + m) * N + n] = out[m] + b;
-    }
-    const int rest = static_cast<int>(M - m0);  // one tile for the remainder: W read once more
-    if (rest > 0) {
-      if (rest == 1) dot_tile<WD, 1>(x + m0 * K, K, wr, K, out);
-      if constexpr (kTile > 2) {
-        if (rest == 2) dot_tile<WD, 2>(x + m0 * K, K, wr, K, out);
-        if (rest == 3) dot_tile<WD, 3>(x + m0 * K, K, wr, K, out);
+    for (int64_t n = 0; n < N; ++n) {
+      const storage_t<WD>* wr = w + n * K;
+      float out[kTile];
+      const float b = bias ? bias[n] : 0.0f;
+      int64_t m0 = 0;
+      for (; m0 + kTile <= bM; m0 += kTile) {
+        dot_tile<WD, kTile>(xb + m0 * K, K, wr, K, out);
+        for (int m = 0; m < kTile; ++m) yb[(m0 + m) * N + n] = out[m] + b;
       }
-      for (int m = 0; m < rest; ++m) y[(m0 + m) * N + n] = out[m] + b;
+      const int rest = static_cast<int>(bM - m0);  // one tile for the remainder: W read once more
+      if (rest > 0) {
+        if (rest == 1) dot_tile<WD, 1>(xb + m0 * K, K, wr, K, out);
+        if constexpr (kTile > 2) {
+          if (rest == 2) dot_tile<WD, 2>(xb + m0 * K, K, wr, K, out);
+          if (rest == 3) dot_tile<WD, 3>(xb + m0 * K, K, wr, K, out);
+        }
+        for (int m = 0; m < rest; ++m) yb[(m0 + m) * N + n] = out[m] + b;
+      }
     }
   }
 }

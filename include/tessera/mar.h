@@ -1,0 +1,108 @@
+// tessera public API for continuous-token models: MAR (masked autoregressive generation with a
+// diffusion head per token and a KL VAE decoder), and continuous speculative decoding on it
+// (seed 002; docs/methods.md "Continuous speculative decoding").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tessera/config.h"
+#include "tessera/error.h"
+#include "tessera/tessera.h"
+
+namespace tessera {
+
+struct MarSamplingOptions {
+  int num_iter = 64;                    // MAR steps (--steps); 256 = one token per step
+  float cfg_scale = 1.0f;               // 1: no guidance (no unconditional branch)
+  std::string cfg_schedule = "linear";  // linear (MAR's default) | constant
+  float temperature = 1.0f;             // scales the diffusion noise of every noisy step
+};
+
+// Continuous speculative decoding: a draft MAR (same VAE) drafts `draft_len` MAR steps, the target
+// verifies them in one pass. Variants (docs/methods.md):
+//   cspd            seed 002 Eq. 4-11 as written
+//   cspd-reference  what the published code computes (inverted variance factor, inner temperature)
+//   cspd-exact      exact speculative sampling on one diffusion transition, finished by the target
+struct ContinuousSpecOptions {
+  std::string method = "vanilla";   // vanilla | cspd | cspd-reference | cspd-exact
+  std::string draft_model;          // draft MAR directory (required by the cspd methods)
+  int draft_len = 8;                // gamma: MAR steps per draft window
+  float prefill = 0.05f;            // fraction of the MAR steps run by the target first
+  float inner_temperature = 42.0f;  // cspd-reference only (the published code's constant)
+  int exact_test_step = -1;         // cspd-exact: respaced diffusion step tested; -1: half way
+  int max_resample_tries = 100;     // accept-reject tries before falling back to the target mean
+};
+
+struct MarGenerateOptions {
+  MarSamplingOptions sampling;
+  ContinuousSpecOptions spec;
+  uint64_t seed = 0;
+  int batch = 1;                   // images generated together
+  uint64_t first_image_index = 0;  // image i of the call uses random stream first_image_index + i
+  // Called after every MAR step with (tokens done, tokens total) over the whole call.
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+struct MarStats {
+  int64_t images = 0, tokens = 0;
+  int64_t target_forwards = 0;        // batched target MAE passes (prefill steps + verifications)
+  int64_t draft_forwards = 0;         // batched draft MAE passes
+  int64_t drafted = 0, accepted = 0;  // draft tokens verified / accepted
+  int64_t resample_tries = 0, fallbacks = 0;
+  int64_t head_rows_target = 0, head_rows_draft = 0;  // diffusion-net row evaluations
+  double seconds = 0.0;
+  // Wall time split: target transformer, target diffusion head, draft (transformer + head),
+  // verification (acceptance tests and residual sampling).
+  double target_transformer_seconds = 0.0, target_head_seconds = 0.0;
+  double draft_seconds = 0.0, verify_seconds = 0.0;
+  // Per image, per token position: 1 if the token is a verified draft, 2 if a rejected draft was
+  // replaced, 0 if the target generated it (prefill or vanilla).
+  std::vector<std::vector<uint8_t>> token_origin;
+
+  double acceptance_rate() const {
+    return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
+  }
+};
+
+class MarPipeline {
+ public:
+  static std::unique_ptr<MarPipeline> load(const std::string& model_dir,
+                                           const LoadOptions& opts = {});
+  ~MarPipeline();
+
+  const ModelConfig& config() const;
+  bool has_decoder() const;
+  void set_threads(int n);
+
+  // One image per label (a class id, or -1 for the unconditional embedding): tokens
+  // [seq_len * token_dim] each (MAR's scaled latents, raster order).
+  std::vector<std::vector<float>> generate(const std::vector<int>& labels,
+                                           const MarGenerateOptions& opts,
+                                           MarStats* stats = nullptr);
+
+  // MAE forward for debugging: z [seq_len, dim] of every position of one canvas (tokens
+  // [seq_len * token_dim], unknown [seq_len] with 1 = masked).
+  std::vector<float> forward_z(int label, std::span<const float> tokens,
+                               std::span<const uint8_t> unknown);
+
+  // VAE decoder output [n, 3, H, W] (nominal [-1, 1]) and RGB pixels [n, H, W, 3].
+  std::vector<float> decode_float(std::span<const float> tokens, int n);
+  std::vector<uint8_t> decode(std::span<const float> tokens, int n);
+  int image_size() const;
+
+  struct Impl;
+
+ private:
+  explicit MarPipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The architecture named by DIR/config.json ("llamagen" or "mar"), to pick a pipeline.
+std::string model_architecture(const std::string& model_dir);
+
+}  // namespace tessera

@@ -1,0 +1,135 @@
+// MAE-transformer and diffusion-head kernels on the CPU (MAR): LayerNorm, exact GELU,
+// bidirectional self-attention without a cache, and the AdaLN element-wise ops.
+#include <cmath>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+namespace {
+void same_numel(const Tensor& a, const Tensor& b, const char* what) {
+  check(a.numel() == b.numel(),
+        std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " + shape_str(b.shape));
+}
+}  // namespace
+
+void CpuBackend::layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
+                            Tensor& y) {
+  same_numel(x, y, "layer_norm");
+  const int64_t D = x.dim(-1), rows = x.numel() / D;
+  check(!gamma || gamma->numel() == D, "internal: layer_norm gamma width");
+  check(!beta || beta->numel() == D, "internal: layer_norm beta width");
+  const float* xp = x.ptr<float>();
+  const float* g = gamma ? gamma->ptr<float>() : nullptr;
+  const float* bt = beta ? beta->ptr<float>() : nullptr;
+  float* yp = y.ptr<float>();
+#pragma omp parallel for schedule(static) if (rows > 8)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = xp + r * D;
+    float* yr = yp + r * D;
+    // Two passes (mean, then centred variance) as PyTorch computes it: no cancellation.
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < D; ++i) sum += xr[i];
+    const float mean = sum / static_cast<float>(D);
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < D; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+    for (int64_t i = 0; i < D; ++i) {
+      float v = (xr[i] - mean) * inv;
+      if (g) v *= g[i];
+      if (bt) v += bt[i];
+      yr[i] = v;
+    }
+  }
+}
+
+void CpuBackend::gelu_erf(Tensor& x) {
+  float* p = x.ptr<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * 0.70710678118f));
+}
+
+void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
+                                Tensor& out) {
+  const int64_t D = static_cast<int64_t>(n_head) * head_dim, width = 3 * D;
+  check(qkv.dim(-1) == width, "internal: self_attention qkv width");
+  const int64_t N = qkv.numel() / width / batch;
+  check(N * batch * width == qkv.numel() && out.numel() == N * batch * D,
+        "internal: self_attention shapes");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float* src = qkv.ptr<float>();
+  float* dst = out.ptr<float>();
+  const int64_t total = static_cast<int64_t>(batch) * n_head * N;
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(N));
+#pragma omp for schedule(static)
+    for (int64_t idx = 0; idx < total; ++idx) {
+      const int64_t i = idx % N, h = (idx / N) % n_head, b = idx / (N * n_head);
+      const float* base = src + b * N * width;
+      const float* q = base + i * width + h * head_dim;
+      float mx = -INFINITY;
+      for (int64_t s = 0; s < N; ++s) {
+        const float* k = base + s * width + D + h * head_dim;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int e = 0; e < head_dim; ++e) dot += q[e] * k[e];
+        scores[s] = dot * scale;
+        mx = std::max(mx, scores[s]);
+      }
+      float denom = 0.0f;
+      for (int64_t s = 0; s < N; ++s) denom += (scores[s] = std::exp(scores[s] - mx));
+      const float inv = 1.0f / denom;
+      float* o = dst + (b * N + i) * D + h * head_dim;
+      for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
+      for (int64_t s = 0; s < N; ++s) {
+        const float p = scores[s] * inv;
+        const float* v = base + s * width + 2 * D + h * head_dim;
+#pragma omp simd
+        for (int e = 0; e < head_dim; ++e) o[e] += p * v[e];
+      }
+    }
+  }
+}
+
+void CpuBackend::modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) {
+  same_numel(x, shift, "modulate shift");
+  same_numel(x, scale, "modulate scale");
+  same_numel(x, y, "modulate output");
+  const float* xp = x.ptr<float>();
+  const float* sh = shift.ptr<float>();
+  const float* sc = scale.ptr<float>();
+  float* yp = y.ptr<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] * (1.0f + sc[i]) + sh[i];
+}
+
+void CpuBackend::add_gated(Tensor& h, const Tensor& gate, const Tensor& u) {
+  same_numel(h, gate, "add_gated gate");
+  same_numel(h, u, "add_gated input");
+  float* hp = h.ptr<float>();
+  const float* g = gate.ptr<float>();
+  const float* up = u.ptr<float>();
+  const int64_t n = h.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) hp[i] += g[i] * up[i];
+}
+
+void CpuBackend::add_rows_broadcast(Tensor& x, const Tensor& table) {
+  const int64_t block = table.numel();
+  check(block > 0 && x.numel() % block == 0,
+        "internal: add_rows_broadcast " + shape_str(x.shape) + " vs " + shape_str(table.shape));
+  float* xp = x.ptr<float>();
+  const float* t = table.ptr<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) xp[i] += t[i % block];
+}
+
+}  // namespace tessera

@@ -1,0 +1,60 @@
+#include "image_output.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/log.h"
+#include "io/png_writer.h"
+
+namespace tessera::cli {
+
+namespace fs = std::filesystem;
+
+std::string numbered(const std::string& path, size_t i, size_t n) {
+  if (n == 1) return path;
+  fs::path p(path);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "_%04zu", i);
+  return (p.parent_path() / (p.stem().string() + buf + p.extension().string())).string();
+}
+
+namespace {
+// Tiles n images [n, s, s, 3] into a grid with `cols` columns and 2 px black padding
+// (torchvision.utils.save_image style).
+std::vector<uint8_t> tile(const std::vector<uint8_t>& px, int n, int s, int cols, int& W, int& H) {
+  const int rows = (n + cols - 1) / cols, pad = 2;
+  W = cols * (s + pad) + pad;
+  H = rows * (s + pad) + pad;
+  std::vector<uint8_t> out(static_cast<size_t>(W) * H * 3, 0);
+  for (int i = 0; i < n; ++i) {
+    const int ox = pad + (i % cols) * (s + pad), oy = pad + (i / cols) * (s + pad);
+    for (int y = 0; y < s; ++y)
+      std::copy_n(px.data() + ((static_cast<size_t>(i) * s + y) * s) * 3, s * 3,
+                  out.data() + ((static_cast<size_t>(oy + y) * W + ox) * 3));
+  }
+  return out;
+}
+}  // namespace
+
+void write_pngs(const std::vector<uint8_t>& px, int n, int s, const std::string& out, bool grid,
+                const std::vector<std::string>& params) {
+  if (grid) {
+    int W, H;
+    const int cols = std::min(n, 8);
+    std::string all;
+    for (const auto& p : params) all += p + "\n";
+    const std::vector<uint8_t> sheet = tile(px, n, s, cols, W, H);
+    write_png(out, sheet.data(), W, H, {{"parameters", all}});
+    log_info("wrote " + out);
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    const std::string path = numbered(out, i, n);
+    write_png(path, px.data() + static_cast<size_t>(i) * s * s * 3, s, s,
+              {{"parameters", params[i]}, {"Software", "tessera"}});
+    log_info("wrote " + path);
+  }
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,248 @@
+#include "mar_commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/log.h"
+#include "heatmap.h"
+#include "image_output.h"
+#include "io/npy.h"
+#include "progress.h"
+#include "tensor/backend.h"
+
+namespace tessera::cli {
+
+namespace {
+
+std::string fmt(double v, int prec = 2) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(prec);
+  s << v;
+  return s.str();
+}
+
+std::unique_ptr<MarPipeline> load(const MarRunOptions& o, bool decoder) {
+  LoadOptions lo;
+  lo.threads = o.threads;
+  lo.load_decoder = decoder;
+  return MarPipeline::load(o.model, lo);
+}
+
+int label_of(const MarRunOptions& o) {
+  if ((o.class_id >= 0) + o.uncond != 1) throw Error("give exactly one of --class N or --uncond");
+  return o.uncond ? -1 : o.class_id;
+}
+
+nlohmann::json stats_json(const MarStats& st, const MarGenerateOptions& g) {
+  const double img = std::max<int64_t>(st.images, 1);
+  return {{"method", g.spec.method},
+          {"images", st.images},
+          {"tokens", st.tokens},
+          {"steps", g.sampling.num_iter},
+          {"seconds", st.seconds},
+          {"seconds_per_image", st.seconds / img},
+          {"tokens_per_s", st.tokens / std::max(st.seconds, 1e-9)},
+          {"target_forwards", st.target_forwards},
+          {"draft_forwards", st.draft_forwards},
+          {"drafted", st.drafted},
+          {"accepted", st.accepted},
+          {"acceptance_rate", st.acceptance_rate()},
+          {"resample_tries", st.resample_tries},
+          {"fallbacks", st.fallbacks},
+          {"head_rows_target", st.head_rows_target},
+          {"head_rows_draft", st.head_rows_draft},
+          {"time_split_s",
+           {{"target_transformer", st.target_transformer_seconds},
+            {"target_head", st.target_head_seconds},
+            {"draft", st.draft_seconds},
+            {"verify", st.verify_seconds}}}};
+}
+
+NpyArray read_f32(const std::string& path) {
+  NpyArray a = read_npy(path);
+  return a;
+}
+
+}  // namespace
+
+void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
+  const int label = label_of(o);
+  auto pipe = load(o, !out.png.empty());
+  const MarConfig& c = pipe->config().mar;
+  if (!out.png.empty() && !pipe->has_decoder())
+    throw Error(o.model + " has no VAE decoder: use --latents-out only");
+  ProgressBar bar("generate", !o.quiet);
+  MarGenerateOptions g = o.gen;
+  g.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  MarStats st;
+  const auto images = pipe->generate(std::vector<int>(o.n, label), g, &st);
+  bar.finish();
+  log_info("generated " + std::to_string(st.images) + " image(s), " + std::to_string(st.tokens) +
+           " tokens in " + fmt(st.seconds) + " s (" + g.spec.method + ", " +
+           std::to_string(g.sampling.num_iter) + " steps, " +
+           fmt(static_cast<double>(st.target_forwards), 0) + " target forwards" +
+           (g.spec.method == "vanilla" ? std::string(")")
+                                       : ", acceptance " + fmt(st.acceptance_rate(), 3) + " of " +
+                                             std::to_string(st.drafted) + " drafts)"));
+  if (!out.stats.empty()) {
+    std::ofstream f(out.stats);
+    f << stats_json(st, g).dump(2) << "\n";
+    if (!f) throw Error("--stats-out " + out.stats + ": cannot write");
+    log_info("wrote " + out.stats);
+  }
+  if (!out.heatmap.empty())
+    for (int i = 0; i < o.n; ++i) {
+      const std::string path = numbered(out.heatmap, i, o.n);
+      write_acceptance_heatmap(path, st.token_origin[i], c.seq_side(), 2,
+                               "token origin; method=" + g.spec.method +
+                                   "; dark = target (pre-fill), 1 = accepted draft, 2 = rejected "
+                                   "draft replaced by the verification");
+      log_info("wrote " + path);
+    }
+  std::vector<float> flat;
+  for (const auto& im : images) flat.insert(flat.end(), im.begin(), im.end());
+  if (!out.latents.empty()) {
+    write_npy(out.latents, DType::F32, {o.n, c.seq_len(), c.token_dim()}, flat.data());
+    log_info("wrote " + out.latents);
+  }
+  if (!out.png.empty()) {
+    std::vector<std::string> params;
+    for (int i = 0; i < o.n; ++i)
+      params.push_back("model=" + o.model + "; " +
+                       (o.uncond ? std::string("uncond") : "class=" + std::to_string(label)) +
+                       "; method=" + g.spec.method +
+                       (g.spec.method == "vanilla" ? "" : "; draft=" + g.spec.draft_model) +
+                       "; seed=" + std::to_string(g.seed) + "; image_index=" + std::to_string(i) +
+                       "; steps=" + std::to_string(g.sampling.num_iter) +
+                       "; cfg=" + fmt(g.sampling.cfg_scale, 3) + " (" + g.sampling.cfg_schedule +
+                       "); temperature=" + fmt(g.sampling.temperature, 3) + "; tessera 0.1.0");
+    write_pngs(pipe->decode(flat, o.n), o.n, pipe->image_size(), out.png, out.grid, params);
+  }
+}
+
+void mar_forward(const MarRunOptions& o, const std::string& latents, const std::string& unknown,
+                 const std::string& z_out) {
+  const int label = label_of(o);
+  auto pipe = load(o, false);
+  const MarConfig& c = pipe->config().mar;
+  if (latents.empty()) throw Error("forward on a MAR model needs --latents L.npy");
+  NpyArray a = read_f32(latents);
+  std::vector<float> tokens = a.as_f32();
+  if (static_cast<int64_t>(tokens.size()) != static_cast<int64_t>(c.seq_len()) * c.token_dim())
+    throw Error(latents + ": latent array has shape " + shape_str(a.shape) + "; expected [" +
+                std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
+  std::vector<uint8_t> mask(c.seq_len(), 0);
+  if (!unknown.empty()) {
+    NpyArray m = read_npy(unknown);
+    const std::vector<float> v = m.as_f32();
+    if (static_cast<int>(v.size()) != c.seq_len())
+      throw Error(unknown + ": mask has shape " + shape_str(m.shape) + "; expected [" +
+                  std::to_string(c.seq_len()) + "]");
+    for (int i = 0; i < c.seq_len(); ++i) mask[i] = v[i] != 0.0f;
+  }
+  const std::vector<float> z = pipe->forward_z(label, tokens, mask);
+  write_npy(z_out, DType::F32, {c.seq_len(), c.dim}, z.data());
+  log_info("wrote " + z_out);
+}
+
+void mar_decode(const MarRunOptions& o, const std::string& latents, const std::string& png,
+                bool grid) {
+  auto pipe = load(o, true);
+  const MarConfig& c = pipe->config().mar;
+  if (!pipe->has_decoder()) throw Error(o.model + " has no VAE decoder");
+  NpyArray a = read_f32(latents);
+  const std::vector<float> v = a.as_f32();
+  const int64_t per = static_cast<int64_t>(c.seq_len()) * c.token_dim();
+  const bool ok = !v.empty() && static_cast<int64_t>(v.size()) % per == 0 && a.shape.size() >= 2 &&
+                  a.shape.back() == c.token_dim() && a.shape[a.shape.size() - 2] == c.seq_len();
+  if (!ok)
+    throw Error(latents + ": latent array has shape " + shape_str(a.shape) + "; expected [n, " +
+                std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
+  const int n = static_cast<int>(static_cast<int64_t>(v.size()) / per);
+  write_pngs(pipe->decode(v, n), n, pipe->image_size(), png, grid,
+             std::vector<std::string>(n, "decoded from " + latents + "; tessera 0.1.0"));
+}
+
+void mar_bench(const MarRunOptions& o, const MarBenchOptions& b) {
+  auto pipe = load(o, false);
+  const MarConfig& c = pipe->config().mar;
+  std::vector<int> labels;
+  for (int i = 0; i < o.n; ++i) labels.push_back((std::max(o.class_id, 0) + i) % c.num_classes);
+  {  // warm-up: page in the weights (and the draft's) before anything is timed
+    MarGenerateOptions w = o.gen;
+    w.sampling.num_iter = 1;
+    w.spec.method = "vanilla";
+    pipe->generate({labels.front()}, w);
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  const std::vector<int> batches = b.batches.empty() ? std::vector<int>{o.gen.batch} : b.batches;
+  const std::vector<int> lens =
+      b.draft_lens.empty() ? std::vector<int>{o.gen.spec.draft_len} : b.draft_lens;
+  for (int batch : batches) {
+    double vanilla_s = 0.0;
+    auto run = [&](const std::string& method, int gamma) {
+      MarGenerateOptions g = o.gen;
+      g.batch = batch;
+      g.spec.method = method;
+      g.spec.draft_len = gamma;
+      MarStats st;
+      if (!o.quiet)
+        std::fprintf(stderr, "bench: batch %d %s%s ...\n", batch, method.c_str(),
+                     method == "vanilla" ? "" : (" gamma " + std::to_string(gamma)).c_str());
+      pipe->generate(labels, g, &st);
+      if (method == "vanilla") vanilla_s = st.seconds;
+      nlohmann::json r = stats_json(st, g);
+      r["batch"] = batch;
+      r["draft_len"] = method == "vanilla" ? 0 : gamma;
+      r["speedup_vs_vanilla"] = vanilla_s / std::max(st.seconds, 1e-12);
+      rows.push_back(r);
+    };
+    run("vanilla", 0);
+    for (const auto& m : b.methods)
+      if (m != "vanilla")
+        for (int gamma : lens) run(m, gamma);
+  }
+  nlohmann::json j = {{"model", o.model},
+                      {"draft", o.gen.spec.draft_model},
+                      {"threads", cpu_backend().threads()},
+                      {"images", o.n},
+                      {"steps", o.gen.sampling.num_iter},
+                      {"cfg", o.gen.sampling.cfg_scale},
+                      {"cfg_schedule", o.gen.sampling.cfg_schedule},
+                      {"temperature", o.gen.sampling.temperature},
+                      {"prefill", o.gen.spec.prefill},
+                      {"seed", o.gen.seed},
+                      {"runs", rows}};
+  if (b.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  std::printf(
+      "model %s, draft %s, %d image(s), %d steps, cfg %.2f (%s), T %.2f, prefill %.2f, "
+      "%d threads\n",
+      o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
+      o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
+      o.gen.sampling.temperature, o.gen.spec.prefill, cpu_backend().threads());
+  std::printf("%-15s %5s %5s %9s %8s %7s %7s %7s %8s %8s %8s %8s\n", "method", "batch", "gamma",
+              "s/image", "speed-up", "accept", "tgt fw", "dft fw", "tgt-tf%", "tgt-hd%", "draft%",
+              "verify%");
+  for (const auto& r : rows) {
+    const double sec = std::max(r["seconds"].get<double>(), 1e-12);
+    const auto& ts = r["time_split_s"];
+    std::printf("%-15s %5d %5d %9.3f %7.2fx %7.3f %7lld %7lld %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n",
+                r["method"].get<std::string>().c_str(), r["batch"].get<int>(),
+                r["draft_len"].get<int>(), r["seconds_per_image"].get<double>(),
+                r["speedup_vs_vanilla"].get<double>(), r["acceptance_rate"].get<double>(),
+                static_cast<long long>(r["target_forwards"].get<int64_t>()),
+                static_cast<long long>(r["draft_forwards"].get<int64_t>()),
+                100 * ts["target_transformer"].get<double>() / sec,
+                100 * ts["target_head"].get<double>() / sec, 100 * ts["draft"].get<double>() / sec,
+                100 * ts["verify"].get<double>() / sec);
+  }
+}
+
+}  // namespace tessera::cli
