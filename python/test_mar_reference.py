@@ -78,9 +78,9 @@ def test_converter(tmp):
                         "vae_stride": 16, "patch_size": 1, "vae_embed_dim": 16, "norm_eps": 1e-06,
                         "diffloss_depth": 2, "diffloss_width": 64, "num_train_timesteps": 1000,
                         "num_sampling_steps": 100, "noise_schedule": "cosine"},
-                "vae": {"file": "vae.safetensors", "dtype": dt, "embed_dim": 16, "z_channels": 16, "ch": 32,
+                "vae": {"file": "vae.safetensors", "dtype": dt, "embed_dim": 16, "z_channels": 16, "ch": 16,
                         "ch_mult": [1, 1, 1, 1, 2], "num_res_blocks": 1, "attn_resolutions": [],
-                        "norm_groups": 32, "norm_eps": 1e-06, "scale": 0.2325}}
+                        "norm_groups": 16, "norm_eps": 1e-06, "scale": 0.2325}}
         check(cfg == want and list(cfg["mar"]) == list(want["mar"]) and list(cfg["vae"]) == list(want["vae"]),
               f"{dt}: config.json matches the contract")
 
