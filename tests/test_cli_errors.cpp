@@ -263,6 +263,9 @@ const std::vector<std::string> kGenT2i = {"generate", "-m", "@/t2i_f32", "--toke
 const std::vector<std::string> kFwdC2i = {"forward", "-m",           "@/c2i_f32", "--class",
                                           "1",       "--logits-out", "%/l.npy"};
 
+const std::vector<std::string> kGenMar = {"generate", "-m", "@/../mar/target_f32", "--latents-out",
+                                          "%/z.npy"};
+
 std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
   base.insert(base.end(), more.begin(), more.end());
   return base;
@@ -327,7 +330,40 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--draft-len"}},
         FlagCase{"BenchMethodsWithTokens",
                  {"bench", "-m", "@/c2i_f32", "--methods", "sjd", "--tokens", "4"},
-                 {"--tokens"}}),
+                 {"--tokens"}},
+        // MAR model directories
+        FlagCase{"MarClassOutOfRange", with(kGenMar, {"--class", "10"}), {"class 10", "[0, 10)"}},
+        FlagCase{
+            "MarCaption", with(kGenMar, {"--caption", "@/golden/caption.npy"}), {"MAR", "--class"}},
+        FlagCase{
+            "MarStepsTooMany", with(kGenMar, {"--class", "1", "--steps", "17"}), {"--steps", "17"}},
+        FlagCase{"MarCfgSchedule",
+                 with(kGenMar, {"--class", "1", "--cfg-schedule", "cosine"}),
+                 {"--cfg-schedule", "cosine"}},
+        FlagCase{"MarLlamaGenMethod",
+                 with(kGenMar, {"--class", "1", "--method", "lantern"}),
+                 {"--method", "lantern", "cspd-exact"}},
+        FlagCase{"MarCspdWithoutDraft",
+                 with(kGenMar, {"--class", "1", "--method", "cspd"}),
+                 {"cspd", "--draft"}},
+        FlagCase{"MarDraftNotMar",
+                 with(kGenMar, {"--class", "1", "--method", "cspd", "--draft", "@/c2i_f32"}),
+                 {"--draft", "not a MAR"}},
+        FlagCase{"MarPrefillOutOfRange",
+                 with(kGenMar, {"--class", "1", "--method", "cspd", "--draft", "@/../mar/draft_f32",
+                                "--prefill", "1.5"}),
+                 {"--prefill"}},
+        FlagCase{"MarTestStepOutOfRange",
+                 with(kGenMar, {"--class", "1", "--method", "cspd-exact", "--draft",
+                                "@/../mar/draft_f32", "--cspd-test-step", "0"}),
+                 {"--cspd-test-step"}},
+        FlagCase{"MarForwardWithoutZOut",
+                 {"forward", "-m", "@/../mar/target_f32", "--class", "1"},
+                 {"--z-out"}},
+        FlagCase{"MarDecodeWrongShape",
+                 {"decode", "-m", "@/../mar/target_f32", "--latents", "@/../mar/golden/diff_xT.npy",
+                  "-o", "%/a.png"},
+                 {"diff_xT.npy", "[n, 16, 16]"}}),
     [](const ::testing::TestParamInfo<FlagCase>& i) { return std::string(i.param.name); });
 
 // ---- caption and token files -------------------------------------------------------------------

@@ -17,8 +17,8 @@
 namespace tessera {
 
 struct MarSamplingOptions {
-  int num_iter = 64;                    // MAR steps (--steps); 256 = one token per step
-  float cfg_scale = 1.0f;               // 1: no guidance (no unconditional branch)
+  int num_iter = 64;       // MAR steps (--steps); 256 = one token per step; 0: min(64, seq_len)
+  float cfg_scale = 1.0f;  // 1: no guidance (no unconditional branch)
   std::string cfg_schedule = "linear";  // linear (MAR's default) | constant
   float temperature = 1.0f;             // scales the diffusion noise of every noisy step
 };
@@ -50,6 +50,7 @@ struct MarGenerateOptions {
 
 struct MarStats {
   int64_t images = 0, tokens = 0;
+  int steps = 0;                      // MAR steps per image (the resolved --steps)
   int64_t target_forwards = 0;        // batched target MAE passes (prefill steps + verifications)
   int64_t draft_forwards = 0;         // batched draft MAE passes
   int64_t drafted = 0, accepted = 0;  // draft tokens verified / accepted

@@ -89,7 +89,8 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
                                                       const MarGenerateOptions& opts,
                                                       MarStats* stats) {
   const MarConfig& c = impl_->config.mar;
-  const MarSamplingOptions& s = opts.sampling;
+  MarSamplingOptions s = opts.sampling;
+  if (s.num_iter == 0) s.num_iter = std::min(64, c.seq_len());
   check(opts.batch >= 1, "--batch must be at least 1");
   check(s.temperature > 0.0f, "--temperature must be > 0");
   check(s.cfg_scale >= 0.0f, "--cfg must be >= 0");
@@ -110,6 +111,7 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
 
   MarStats local;
   MarStats& st = stats ? *stats : local;
+  st.steps = s.num_iter;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t total = static_cast<int64_t>(labels.size()) * c.seq_len();
   int64_t done = 0;

@@ -249,7 +249,8 @@ cli::MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n
   const bool given_cfg = cmd && cmd->count("--cfg") > 0;
   mg.sampling.cfg_scale = given_cfg ? g.sampling.cfg_scale : 1.0f;
   mg.sampling.temperature = cmd && cmd->count("--temperature") > 0 ? g.sampling.temperature : 1.0f;
-  mg.sampling.num_iter = m.steps;
+  // MAR's default of 64 steps, capped at the model's tokens (a small model may have fewer).
+  mg.sampling.num_iter = cmd && cmd->count("--steps") > 0 ? m.steps : 0;
   mg.sampling.cfg_schedule = m.cfg_schedule;
   mg.spec.method = g.spec.method;
   mg.spec.draft_model = g.spec.draft_model;

@@ -42,7 +42,7 @@ nlohmann::json stats_json(const MarStats& st, const MarGenerateOptions& g) {
   return {{"method", g.spec.method},
           {"images", st.images},
           {"tokens", st.tokens},
-          {"steps", g.sampling.num_iter},
+          {"steps", st.steps},
           {"seconds", st.seconds},
           {"seconds_per_image", st.seconds / img},
           {"tokens_per_s", st.tokens / std::max(st.seconds, 1e-9)},
@@ -83,7 +83,6 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   bar.finish();
   log_info("generated " + std::to_string(st.images) + " image(s), " + std::to_string(st.tokens) +
            " tokens in " + fmt(st.seconds) + " s (" + g.spec.method + ", " +
-           std::to_string(g.sampling.num_iter) + " steps, " +
            fmt(static_cast<double>(st.target_forwards), 0) + " target forwards" +
            (g.spec.method == "vanilla" ? std::string(")")
                                        : ", acceptance " + fmt(st.acceptance_rate(), 3) + " of " +
@@ -117,7 +116,7 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
                        "; method=" + g.spec.method +
                        (g.spec.method == "vanilla" ? "" : "; draft=" + g.spec.draft_model) +
                        "; seed=" + std::to_string(g.seed) + "; image_index=" + std::to_string(i) +
-                       "; steps=" + std::to_string(g.sampling.num_iter) +
+                       "; steps=" + std::to_string(st.steps) +
                        "; cfg=" + fmt(g.sampling.cfg_scale, 3) + " (" + g.sampling.cfg_schedule +
                        "); temperature=" + fmt(g.sampling.temperature, 3) + "; tessera 0.1.0");
     write_pngs(pipe->decode(flat, o.n), o.n, pipe->image_size(), out.png, out.grid, params);
@@ -167,9 +166,11 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
              std::vector<std::string>(n, "decoded from " + latents + "; tessera 0.1.0"));
 }
 
-void mar_bench(const MarRunOptions& o, const MarBenchOptions& b) {
-  auto pipe = load(o, false);
+void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
+  auto pipe = load(run, false);
   const MarConfig& c = pipe->config().mar;
+  MarRunOptions o = run;
+  if (o.gen.sampling.num_iter == 0) o.gen.sampling.num_iter = std::min(64, c.seq_len());
   std::vector<int> labels;
   for (int i = 0; i < o.n; ++i) labels.push_back((std::max(o.class_id, 0) + i) % c.num_classes);
   {  // warm-up: page in the weights (and the draft's) before anything is timed
