@@ -13,6 +13,8 @@
 //   densities written out in this file, not from the implementation's log_density.
 #include <gtest/gtest.h>
 
+#include "stat_tests.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,6 +32,9 @@ using namespace tessera;
 using namespace tessera::cspd;
 
 namespace {
+
+using test_stats::gamma_q;
+using test_stats::kolmogorov_q;
 
 constexpr double kAlpha = 1e-3;     // significance of every goodness-of-fit test in this file
 constexpr double kBroken = 1e-6;    // a broken control must be rejected at least this strongly
@@ -201,19 +206,6 @@ std::vector<double> gaussian_cells(const Chain& c) {
 
 // ---- tests of fit -----------------------------------------------------------------------------
 
-// Kolmogorov distribution tail Q(lambda) = 2 sum_k (-1)^(k-1) exp(-2 k^2 lambda^2).
-double kolmogorov_q(double lambda) {
-  if (lambda < 0.2) return 1.0;
-  double sum = 0.0, sign = 1.0;
-  for (int k = 1; k <= 200; ++k) {
-    const double term = sign * std::exp(-2.0 * k * k * lambda * lambda);
-    sum += term;
-    if (std::fabs(term) < 1e-300 || std::fabs(term) < 1e-17 * std::fabs(sum)) break;
-    sign = -sign;
-  }
-  return std::clamp(2.0 * sum, 0.0, 1.0);
-}
-
 struct Fit {
   double stat = 0.0, p_value = 1.0;
   int df = 0;
@@ -230,35 +222,6 @@ Fit ks_test(std::vector<double> xs, const std::function<double(double)>& cdf) {
   }
   const double sn = std::sqrt(n);
   return {d, kolmogorov_q((sn + 0.12 + 0.11 / sn) * d), 0};
-}
-
-// Regularised upper incomplete gamma Q(a, x), for chi-square p-values (as tests/test_spec_loop).
-double gamma_q(double a, double x) {
-  if (x <= 0.0) return 1.0;
-  const double lg = std::lgamma(a);
-  if (x < a + 1.0) {
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 1000; ++n) {
-      term *= x / (a + n);
-      sum += term;
-      if (std::fabs(term) < std::fabs(sum) * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(-x + a * std::log(x) - lg);
-  }
-  double b = x + 1.0 - a, c = 1e300, d = 1.0 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::fabs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::fabs(c) < 1e-300) c = 1e-300;
-    d = 1.0 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::fabs(del - 1.0) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - lg) * h;
 }
 
 // Pearson chi-square of 2-D samples against cell probabilities (normalised here).

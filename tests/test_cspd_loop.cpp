@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/mar_sampler.h"
+#include "stat_tests.h"
 #include "tessera/mar.h"
 
 using namespace tessera;
@@ -17,29 +18,6 @@ using namespace tessera;
 namespace {
 
 const std::string kDir = std::string(TESSERA_FIXTURES) + "/mar/";
-
-// Asymptotic two-sample KS p-value (Numerical Recipes' effective-n correction).
-double ks_pvalue(double D, double n1, double n2) {
-  const double ne = n1 * n2 / (n1 + n2), l = (std::sqrt(ne) + 0.12 + 0.11 / std::sqrt(ne)) * D;
-  double p = 0.0;
-  for (int k = 1; k <= 100; ++k) p += 2.0 * (k % 2 ? 1.0 : -1.0) * std::exp(-2.0 * k * k * l * l);
-  return std::clamp(p, 0.0, 1.0);
-}
-
-double ks_statistic(std::vector<double> a, std::vector<double> b) {
-  std::sort(a.begin(), a.end());
-  std::sort(b.begin(), b.end());
-  size_t i = 0, j = 0;
-  double D = 0.0;
-  while (i < a.size() && j < b.size()) {
-    const double x = std::min(a[i], b[j]);
-    while (i < a.size() && a[i] <= x) ++i;
-    while (j < b.size() && b[j] <= x) ++j;
-    D = std::max(D,
-                 std::fabs(static_cast<double>(i) / a.size() - static_cast<double>(j) / b.size()));
-  }
-  return D;
-}
 
 // Statistics of each image: per position, the mean of its token and its first coordinate.
 std::vector<std::vector<double>> statistics(const std::vector<std::vector<float>>& images, int L,
@@ -64,9 +42,9 @@ Comparison compare(const std::vector<std::vector<float>>& a,
   const auto sa = statistics(a, L, d), sb = statistics(b, L, d);
   Comparison c;
   for (size_t k = 0; k < sa.size(); ++k) {
-    const double D = ks_statistic(sa[k], sb[k]);
+    const double D = test_stats::ks_two_sample_statistic(sa[k], sb[k]);
     c.max_D = std::max(c.max_D, D);
-    c.min_p = std::min(c.min_p, ks_pvalue(D, sa[k].size(), sb[k].size()));
+    c.min_p = std::min(c.min_p, test_stats::ks_two_sample_pvalue(D, sa[k].size(), sb[k].size()));
   }
   return c;
 }

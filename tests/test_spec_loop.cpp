@@ -12,6 +12,8 @@
 //   computed exactly.
 #include <gtest/gtest.h>
 
+#include "stat_tests.h"
+
 #include <cmath>
 #include <functional>
 #include <map>
@@ -35,36 +37,7 @@ const std::string kSpec = std::string(TESSERA_FIXTURES) + "/spec/";
 const std::string kTiny = std::string(TESSERA_FIXTURES) + "/llamagen/c2i_f32";
 
 using Seq = std::vector<int32_t>;
-
-// Regularised upper incomplete gamma Q(a, x) (series for x < a + 1, Lentz continued fraction
-// otherwise), for chi-square p-values.
-double gamma_q(double a, double x) {
-  if (x <= 0.0) return 1.0;
-  const double lg = std::lgamma(a);
-  if (x < a + 1.0) {
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 1000; ++n) {
-      term *= x / (a + n);
-      sum += term;
-      if (std::fabs(term) < std::fabs(sum) * 1e-15) break;
-    }
-    return 1.0 - sum * std::exp(-x + a * std::log(x) - lg);
-  }
-  double b = x + 1.0 - a, c = 1e300, d = 1.0 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    const double an = -i * (i - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::fabs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::fabs(c) < 1e-300) c = 1e-300;
-    d = 1.0 / d;
-    const double del = d * c;
-    h *= del;
-    if (std::fabs(del - 1.0) < 1e-15) break;
-  }
-  return std::exp(-x + a * std::log(x) - lg) * h;
-}
+using test_stats::gamma_q;
 
 struct ChiSquare {
   double stat = 0.0, p_value = 1.0;
@@ -474,10 +447,9 @@ TEST(SpecSelfDraft, EveryDraftIsAccepted) {
     LoadOptions lo;
     lo.load_decoder = false;
     auto pipe = Pipeline::load(dir + model, lo);
-    const Condition cond =
-        model == "c2i_f32"
-            ? Condition::label(4)
-            : Condition::caption_file(dir + "golden/caption.npy", pipe->config().gpt);
+    const Condition cond = model == "c2i_f32" ? Condition::label(4)
+                                              : Condition::caption_file(dir + "golden/caption.npy",
+                                                                        pipe->config().gpt);
     GenerateOptions o;
     o.spec.method = "sd";
     o.spec.draft_model = dir + model;
