@@ -285,10 +285,21 @@ TEST_F(IoNpy, RejectsTruncatedHeader) {
 }
 
 TEST_F(IoNpy, RejectsUnsupportedDescr) {
-  for (const char* descr : {"<f8", ">i4", "<U3", "|b1"}) {
+  for (const char* descr : {"<c8", ">f8", ">i4", "<U3", "|b1"}) {
     const std::string path = raw("descr.npy", dict(descr, "(2,)"), std::string(32, '\0'));
     expect_error([&] { read_npy(path); }, {path, descr});
   }
+}
+
+// float64 arrays (reference tables) are read, widened exactly by as_f64 and rounded by as_f32.
+TEST_F(IoNpy, ReadsFloat64) {
+  const double v[2] = {0.1, -2.5e-300};
+  std::string data(reinterpret_cast<const char*>(v), sizeof v);
+  const std::string path = raw("f8.npy", dict("<f8", "(2,)"), data);
+  const NpyArray a = read_npy(path);
+  EXPECT_EQ(a.as_f64(), std::vector<double>(v, v + 2));
+  EXPECT_EQ(a.as_f32(), (std::vector<float>{0.1f, -0.0f}));
+  EXPECT_THROW(a.as_i32(), Error);
 }
 
 TEST_F(IoNpy, RejectsFortranOrderAndNonNpy) {
