@@ -299,8 +299,8 @@ def main():
     gold = compute_goldens(target, draft, vae, inp)
 
     # ---- write checkpoints
-    if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
+    for sub in ("pt", "golden", "target_f32", "target_f16", "draft_f32"):  # README.md stays
+        shutil.rmtree(os.path.join(OUT, sub), ignore_errors=True)
     os.makedirs(os.path.join(OUT, "pt"))
     os.makedirs(os.path.join(OUT, "golden"))
     tsd = target.state_dict()

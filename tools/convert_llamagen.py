@@ -18,16 +18,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import torch  # noqa: E402
 
+from tessera_ref.convert_common import DecoderTensors, UserError, shape_str  # noqa: E402
 from tessera_ref.llamagen import GPT_CONFIGS, VQ_CONFIGS, default_ffn_dim  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, read_safetensors, write_safetensors  # noqa: E402
-
-
-class UserError(Exception):
-    pass
-
-
-def shape_str(s):
-    return "[" + ", ".join(str(int(x)) for x in s) + "]"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,26 +175,8 @@ def vq_expected(c):
     ch, mult, r = c["ch"], c["ch_mult"], c["num_res_blocks"]
     n = len(mult)
 
-    def conv(p, cin, cout, k):
-        E[p + ".weight"] = [cout, cin, k, k]
-        E[p + ".bias"] = [cout]
-
-    def gn(p, cc):
-        E[p + ".weight"] = [cc]
-        E[p + ".bias"] = [cc]
-
-    def res(p, cin, cout):
-        gn(p + ".norm1", cin)
-        conv(p + ".conv1", cin, cout, 3)
-        gn(p + ".norm2", cout)
-        conv(p + ".conv2", cout, cout, 3)
-        if cin != cout:
-            conv(p + ".nin_shortcut", cin, cout, 1)
-
-    def attn(p, cc):
-        gn(p + ".norm", cc)
-        for s in ("q", "k", "v", "proj_out"):
-            conv(p + "." + s, cc, cc, 1)
+    T = DecoderTensors(E)
+    conv, gn, res, attn = T.conv, T.gn, T.res, T.attn
 
     bi = ch * mult[n - 1]
     conv("decoder.conv_in", c["z_channels"], bi, 3)

@@ -27,15 +27,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import torch  # noqa: E402
 
 from tessera_ref.mar import MAR_CONFIGS, MarArgs, VAEArgs, mar_expected, vae_expected  # noqa: E402
+from tessera_ref.convert_common import UserError, shape_str  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, read_safetensors, write_safetensors  # noqa: E402
 
 
-class UserError(Exception):
-    pass
-
-
-def shape_str(s):
-    return "[" + ", ".join(str(int(x)) for x in s) + "]"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,7 +183,7 @@ def vae_args_from(args, a):
         mult = [int(x) for x in args.vae_ch_mult.split(",") if x.strip()]
         attn = [int(x) for x in args.vae_attn_resolutions.split(",") if x.strip()]
     except ValueError:
-        raise UserError(f"--vae-ch-mult / --vae-attn-resolutions must be comma-separated integers")
+        raise UserError("--vae-ch-mult / --vae-attn-resolutions must be comma-separated integers")
     if not mult or min(mult) <= 0:
         raise UserError(f"--vae-ch-mult {args.vae_ch_mult} is invalid")
     v = VAEArgs(embed_dim=a.vae_embed_dim,

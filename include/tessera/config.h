@@ -26,17 +26,22 @@ struct GptConfig {
   bool is_c2i() const { return model_type == ConditionType::ClassLabel; }
 };
 
-struct VqConfig {
-  int codebook_size = 0, codebook_embed_dim = 0;
-  bool codebook_l2_norm = true;
+// The shape of the convolutional image decoder shared by VQGAN (LlamaGen's VQ) and LDM's
+// AutoencoderKL (MAR's KL-16).
+struct ConvDecoderConfig {
   int z_channels = 0, ch = 0, num_res_blocks = 0;
   std::vector<int> ch_mult;
   int norm_groups = 32;
   float norm_eps = 1e-6f;
-  std::string dtype = "f32";
-  std::string file = "vq.safetensors";
 
   int upsample_factor() const { return 1 << (static_cast<int>(ch_mult.size()) - 1); }
+};
+
+struct VqConfig : ConvDecoderConfig {
+  int codebook_size = 0, codebook_embed_dim = 0;
+  bool codebook_l2_norm = true;
+  std::string dtype = "f32";
+  std::string file = "vq.safetensors";
 };
 
 // MAR (Li et al. 2024): MAE encoder/decoder with buffer (class) tokens, and the DiffLoss head
@@ -63,17 +68,12 @@ struct MarConfig {
 };
 
 // LDM's AutoencoderKL decoder (MAR's KL-16 tokenizer).
-struct VaeConfig {
-  int embed_dim = 16, z_channels = 16, ch = 128, num_res_blocks = 2;
-  std::vector<int> ch_mult;
+struct VaeConfig : ConvDecoderConfig {
+  int embed_dim = 16;
   std::vector<int> attn_resolutions;  // LDM's curr_res values with up-path attention
-  int norm_groups = 32;
-  float norm_eps = 1e-6f;
-  float scale = 0.2325f;  // latents = posterior sample * scale; decode(tokens / scale)
+  float scale = 0.2325f;              // latents = posterior sample * scale; decode(tokens / scale)
   std::string dtype = "f32";
   std::string file = "vae.safetensors";
-
-  int upsample_factor() const { return 1 << (static_cast<int>(ch_mult.size()) - 1); }
 };
 
 struct ModelConfig {

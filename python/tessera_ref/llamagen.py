@@ -443,11 +443,13 @@ def swish(x):
 
 
 class ResnetBlock(nn.Module):
-    def __init__(self, cin, cout):
+    """VQGAN / LDM ResnetBlock (dropout 0); MAR's KL decoder reuses it with its GroupNorm."""
+
+    def __init__(self, cin, cout, groups=32, eps=1e-6):
         super().__init__()
-        self.norm1 = Normalize(cin)
+        self.norm1 = Normalize(cin, groups, eps)
         self.conv1 = nn.Conv2d(cin, cout, 3, 1, 1)
-        self.norm2 = Normalize(cout)
+        self.norm2 = Normalize(cout, groups, eps)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1)
         if cin != cout:
             self.nin_shortcut = nn.Conv2d(cin, cout, 1, 1, 0)
@@ -462,9 +464,11 @@ class ResnetBlock(nn.Module):
 
 
 class AttnBlock(nn.Module):
-    def __init__(self, c):
+    """Single-head spatial self-attention, softmax(q^T k / sqrt(C)), residual."""
+
+    def __init__(self, c, groups=32, eps=1e-6):
         super().__init__()
-        self.norm = Normalize(c)
+        self.norm = Normalize(c, groups, eps)
         self.q = nn.Conv2d(c, c, 1)
         self.k = nn.Conv2d(c, c, 1)
         self.v = nn.Conv2d(c, c, 1)

@@ -21,12 +21,15 @@ the official sampler or in float64 for golden files):
 """
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .convert_common import DecoderTensors
+from .llamagen import AttnBlock, ResnetBlock, Upsample, swish
 
 
 # ----------------------------------------------------------------------------------------------
@@ -517,54 +520,7 @@ class VAEArgs:
     scale: float = 0.2325
 
 
-def swish(x):
-    return x * torch.sigmoid(x)
-
-
-class ResnetBlock(nn.Module):
-    def __init__(self, cin, cout, groups, eps):
-        super().__init__()
-        self.norm1 = nn.GroupNorm(groups, cin, eps=eps)
-        self.conv1 = nn.Conv2d(cin, cout, 3, 1, 1)
-        self.norm2 = nn.GroupNorm(groups, cout, eps=eps)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1)
-        self.nin_shortcut = nn.Conv2d(cin, cout, 1, 1, 0) if cin != cout else None
-
-    def forward(self, x):
-        h = self.conv1(swish(self.norm1(x)))
-        h = self.conv2(swish(self.norm2(h)))                   # dropout 0
-        return (x if self.nin_shortcut is None else self.nin_shortcut(x)) + h
-
-
-class AttnBlock(nn.Module):
-    """Single-head spatial self-attention, softmax(q^T k / sqrt(C)), residual."""
-
-    def __init__(self, c, groups, eps):
-        super().__init__()
-        self.norm = nn.GroupNorm(groups, c, eps=eps)
-        self.q = nn.Conv2d(c, c, 1)
-        self.k = nn.Conv2d(c, c, 1)
-        self.v = nn.Conv2d(c, c, 1)
-        self.proj_out = nn.Conv2d(c, c, 1)
-
-    def forward(self, x):
-        h = self.norm(x)
-        b, c, hh, ww = x.shape
-        q = self.q(h).reshape(b, c, hh * ww).transpose(1, 2)    # [b, hw, c]
-        k = self.k(h).reshape(b, c, hh * ww)                    # [b, c, hw]
-        v = self.v(h).reshape(b, c, hh * ww)
-        w = torch.softmax(torch.bmm(q, k) * c ** -0.5, dim=2)  # [b, query, key]
-        out = torch.bmm(v, w.transpose(1, 2)).reshape(b, c, hh, ww)
-        return x + self.proj_out(out)
-
-
-class Upsample(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.conv = nn.Conv2d(c, c, 3, 1, 1)
-
-    def forward(self, x):
-        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+# The decoder blocks are VQGAN's (tessera_ref.llamagen): same names, same arithmetic.
 
 
 class _Mid(nn.Module):
@@ -730,27 +686,8 @@ def mar_expected(a: MarArgs):
 def vae_expected(a: VAEArgs):
     """Ordered official name -> shape of the decode-path tensors of kl16.ckpt."""
     E = {}
-
-    def conv(p, cin, cout, k):
-        E[p + ".weight"] = [cout, cin, k, k]
-        E[p + ".bias"] = [cout]
-
-    def gn(p, c):
-        E[p + ".weight"] = [c]
-        E[p + ".bias"] = [c]
-
-    def res(p, cin, cout):
-        gn(p + ".norm1", cin)
-        conv(p + ".conv1", cin, cout, 3)
-        gn(p + ".norm2", cout)
-        conv(p + ".conv2", cout, cout, 3)
-        if cin != cout:
-            conv(p + ".nin_shortcut", cin, cout, 1)
-
-    def attn(p, c):
-        gn(p + ".norm", c)
-        for s in ("q", "k", "v", "proj_out"):
-            conv(p + "." + s, c, c, 1)
+    T = DecoderTensors(E)
+    conv, gn, res, attn = T.conv, T.gn, T.res, T.attn
 
     conv("post_quant_conv", a.embed_dim, a.z_channels, 1)
     n = len(a.ch_mult)

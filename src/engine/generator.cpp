@@ -1,18 +1,12 @@
 #include "engine/generator.h"
 
-#include <chrono>
 #include <numeric>
 
+#include "common/clock.h"
 #include "sampling/rng.h"
 #include "tessera/error.h"
 
 namespace tessera {
-
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 Tensor prefix_embeddings(const LlamaGen& model, const std::vector<const Condition*>& conds,
                          bool with_uncond, KVCache& cache) {

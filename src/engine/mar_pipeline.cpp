@@ -1,10 +1,10 @@
 // MarPipeline: the public API over a MAR model directory (transformer + diffusion head, KL VAE),
 // vanilla MAR sampling and continuous speculative decoding with a draft MAR.
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "engine/mar_sampler.h"
 #include "models/kl_vae_decoder.h"
 #include "models/mar.h"
@@ -112,7 +112,7 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
   MarStats local;
   MarStats& st = stats ? *stats : local;
   st.steps = s.num_iter;
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = now_s();
   const int64_t total = static_cast<int64_t>(labels.size()) * c.seq_len();
   int64_t done = 0;
   std::vector<std::vector<float>> out;
@@ -132,7 +132,7 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
                                       noise, on_tokens, st);
     for (auto& im : images) out.push_back(std::move(im));
   }
-  st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.seconds += now_s() - t0;
   return out;
 }
 

@@ -1,20 +1,15 @@
 #include "engine/mar_sampler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "common/clock.h"
 #include "sampling/rng.h"
 #include "tessera/error.h"
 
 namespace tessera {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Philox stream ids (counter word 1); the position is counter word 0.
 constexpr uint32_t kStreamStart = 0x10000000u;    // | pair
@@ -205,6 +200,12 @@ std::vector<std::vector<int32_t>> MarCanvas::step_positions(int mask_len_after, 
   return out;
 }
 
+void MarCanvas::write(int image, int position, const float* x) {
+  const size_t at = static_cast<size_t>(image) * seq_len + position;
+  std::copy(x, x + token_dim, tokens.begin() + at * token_dim);
+  unknown[at] = 0;
+}
+
 MarCanvas new_canvas(const MarConfig& c, const std::vector<int>& labels, const MarNoise& noise) {
   MarCanvas cv;
   cv.images = static_cast<int>(labels.size());
@@ -226,7 +227,7 @@ MarStepResult mar_step(const Mar& model, const GaussianDiffusion& diffusion, Bac
   MarStepResult res;
   const bool guided = cfg != 1.0f;  // MAR doubles the batch only when cfg != 1
   const int B = cv.images;
-  auto t0 = Clock::now();
+  double t0 = now_s();
   Tensor z;
   if (guided) {
     // [conditional rows; unconditional rows (fake_latent)] on the same canvas.
@@ -243,26 +244,39 @@ MarStepResult mar_step(const Mar& model, const GaussianDiffusion& diffusion, Bac
     const std::vector<int32_t> labels(cv.labels.begin(), cv.labels.end());
     z = model.forward(cv.tokens, cv.unknown, labels, predict);
   }
-  res.transformer_seconds = since(t0);
-  t0 = Clock::now();
+  res.transformer_seconds = (now_s() - t0);
+  t0 = now_s();
   const int64_t n = guided ? z.dim(0) / 2 : z.dim(0);
   const Tensor zc = z.rows(0, n);
   const Tensor zu = guided ? z.rows(n, n) : Tensor{};
   res.chains = std::make_unique<DiffusionChains>(model.head(), diffusion, backend, zc,
                                                  guided ? &zu : nullptr, cfg, temperature);
   // Row r of the chains is (image, position) in predict order.
-  std::vector<std::pair<int, int>> who;
   for (int b = 0; b < B; ++b)
-    for (int32_t p : predict[b]) who.push_back({b, p});
+    for (int32_t p : predict[b]) res.rows.push_back({b, p});
   const int d = res.chains->dim();
-  for (size_t r = 0; r < who.size(); ++r)
-    noise.start(who[r].first, who[r].second,
+  for (size_t r = 0; r < res.rows.size(); ++r)
+    noise.start(res.rows[r].first, res.rows[r].second,
                 std::span<float>(res.chains->x().data() + r * d, static_cast<size_t>(d)));
   res.chains->run(diffusion.steps() - 1, stop_step, [&](int row, int j, std::span<float> out) {
-    noise.step(who[row].first, who[row].second, j, out);
+    res.step_noise(noise, row, j, out);
   });
-  res.head_seconds = since(t0);
+  res.head_seconds = (now_s() - t0);
   return res;
+}
+
+int64_t mar_target_step(const Mar& model, const GaussianDiffusion& diffusion, Backend& backend,
+                        MarCanvas& cv, const std::vector<std::vector<int32_t>>& predict, float cfg,
+                        float temperature, const MarNoise& noise, MarStats& stats) {
+  const MarStepResult r = mar_step(model, diffusion, backend, cv, predict, cfg, temperature, noise);
+  const int d = cv.token_dim;
+  for (size_t row = 0; row < r.rows.size(); ++row)
+    cv.write(r.rows[row].first, r.rows[row].second, r.chains->x().data() + row * d);
+  stats.target_forwards += 1;
+  stats.head_rows_target += r.chains->net_rows();
+  stats.target_transformer_seconds += r.transformer_seconds;
+  stats.target_head_seconds += r.head_seconds;
+  return static_cast<int64_t>(r.rows.size());
 }
 
 std::vector<std::vector<float>> mar_generate(const Mar& model, const GaussianDiffusion& diffusion,
@@ -276,22 +290,10 @@ std::vector<std::vector<float>> mar_generate(const Mar& model, const GaussianDif
   const int L = cv.seq_len, d = cv.token_dim;
   const std::vector<int> lens = mask_lengths(L, sampling.num_iter);
   for (int s = 0; s < sampling.num_iter; ++s) {
-    const bool last = s == sampling.num_iter - 1;
-    const auto predict = cv.step_positions(lens[s], last);
-    MarStepResult r = mar_step(model, diffusion, backend, cv, predict,
-                               cfg_at_step(sampling, L, lens[s]), sampling.temperature, noise);
-    int64_t row = 0, done = 0;
-    for (int b = 0; b < cv.images; ++b)
-      for (int32_t p : predict[b]) {
-        const float* x = r.chains->x().data() + row++ * d;
-        std::copy(x, x + d, cv.tokens.begin() + (static_cast<size_t>(b) * L + p) * d);
-        cv.unknown[static_cast<size_t>(b) * L + p] = 0;
-        ++done;
-      }
-    stats.target_forwards += 1;
-    stats.head_rows_target += r.chains->net_rows();
-    stats.target_transformer_seconds += r.transformer_seconds;
-    stats.target_head_seconds += r.head_seconds;
+    const auto predict = cv.step_positions(lens[s], s == sampling.num_iter - 1);
+    const int64_t done =
+        mar_target_step(model, diffusion, backend, cv, predict, cfg_at_step(sampling, L, lens[s]),
+                        sampling.temperature, noise, stats);
     if (on_tokens) on_tokens(done);
   }
   std::vector<std::vector<float>> out(cv.images);

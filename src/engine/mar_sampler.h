@@ -96,6 +96,8 @@ struct MarCanvas {
   int masked() const;            // unknown count of one image (equal across images)
   // Positions that step s predicts (order[mask_len_after:mask_len_before], or all remaining).
   std::vector<std::vector<int32_t>> step_positions(int mask_len_after, bool last) const;
+  // Writes token x (token_dim values) at (image, position) and marks it known.
+  void write(int image, int position, const float* x);
 };
 
 // One MAR step of `model` on the canvas: the MAE forward (doubled for guidance) on `visible`
@@ -103,11 +105,22 @@ struct MarCanvas {
 // chains of the predicted positions. Returns the chains after `stop_step` (0: complete tokens).
 struct MarStepResult {
   std::unique_ptr<DiffusionChains> chains;
+  std::vector<std::pair<int, int>> rows;  // (image, position) of each chain row
   double transformer_seconds = 0.0, head_seconds = 0.0;
+  // Row r's noise at diffusion step j (the shared trajectory of its position).
+  void step_noise(const MarNoise& noise, int row, int j, std::span<float> out) const {
+    noise.step(rows[row].first, rows[row].second, j, out);
+  }
 };
 MarStepResult mar_step(const Mar& model, const GaussianDiffusion& diffusion, Backend& backend,
                        const MarCanvas& visible, const std::vector<std::vector<int32_t>>& predict,
                        float cfg, float temperature, const MarNoise& noise, int stop_step = 0);
+
+// One complete MAR step of the target alone: writes the predicted tokens into the canvas and
+// counts the pass in stats. Returns the number of tokens written.
+int64_t mar_target_step(const Mar& model, const GaussianDiffusion& diffusion, Backend& backend,
+                        MarCanvas& canvas, const std::vector<std::vector<int32_t>>& predict,
+                        float cfg, float temperature, const MarNoise& noise, MarStats& stats);
 
 // MAR.sample_tokens for every label with the target alone.
 std::vector<std::vector<float>> mar_generate(const Mar& model, const GaussianDiffusion& diffusion,

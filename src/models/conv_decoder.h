@@ -11,14 +11,12 @@
 
 #include "models/weights.h"
 #include "tensor/backend.h"
+#include "tessera/config.h"
 
 namespace tessera {
 
-struct ConvDecoderLayout {
-  int z_channels = 0, ch = 0, num_res_blocks = 0;
-  std::vector<int> ch_mult;
-  int norm_groups = 32;
-  float norm_eps = 1e-6f;
+struct ConvDecoderLayout : ConvDecoderConfig {
+  explicit ConvDecoderLayout(const ConvDecoderConfig& shape) : ConvDecoderConfig(shape) {}
   // Name prefixes. Level b counts from the lowest resolution (b = 0) upwards.
   std::string conv_in, norm_out, conv_out;
   std::string mid_res0, mid_attn, mid_res1;
@@ -34,7 +32,7 @@ class ConvDecoder {
 
   // z [n, z_channels, h, w] -> [n, 3, h * 2^(levels-1), w * 2^(levels-1)] (nominal [-1, 1]).
   Tensor decode(const Tensor& z) const;
-  int upsample_factor() const { return 1 << (static_cast<int>(layout_.ch_mult.size()) - 1); }
+  int upsample_factor() const { return layout_.upsample_factor(); }
 
   struct Conv {
     Tensor w, b;

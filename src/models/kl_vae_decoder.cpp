@@ -21,13 +21,7 @@ KlVaeDecoder::KlVaeDecoder(const ModelConfig& mc, Backend& backend)
   // lowest resolution) is up.{levels-1-b}; attention where LDM's curr_res is listed.
   const int levels = static_cast<int>(c.ch_mult.size());
   const int latent_side = side_ * patch_;
-  ConvDecoderLayout L;
-  L.z_channels = c.z_channels;
-  L.ch = c.ch;
-  L.ch_mult = c.ch_mult;
-  L.num_res_blocks = c.num_res_blocks;
-  L.norm_groups = c.norm_groups;
-  L.norm_eps = c.norm_eps;
+  ConvDecoderLayout L(c);
   L.conv_in = "decoder.conv_in";
   L.mid_res0 = "decoder.mid.block_1";
   L.mid_attn = "decoder.mid.attn_1";

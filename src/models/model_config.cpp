@@ -30,6 +30,21 @@ void positive(int v, const char* key, const std::string& where) {
   if (v <= 0) throw Error(where + ": \"" + key + "\" must be positive, got " + std::to_string(v));
 }
 
+// The decoder-shape keys shared by "vq" and "vae" (z_channels is read by the caller).
+void read_conv_decoder(const json& v, const std::string& vw, ConvDecoderConfig& q) {
+  q.ch = req<int>(v, "ch", vw);
+  q.ch_mult = req<std::vector<int>>(v, "ch_mult", vw);
+  q.num_res_blocks = req<int>(v, "num_res_blocks", vw);
+  q.norm_groups = opt<int>(v, "norm_groups", 32, vw);
+  q.norm_eps = opt<float>(v, "norm_eps", 1e-6f, vw);
+  for (auto [val, k] : {std::pair{q.z_channels, "z_channels"},
+                        {q.ch, "ch"},
+                        {q.num_res_blocks, "num_res_blocks"},
+                        {q.norm_groups, "norm_groups"}})
+    positive(val, k, vw);
+  if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
+}
+
 void load_mar_config(const json& root, const std::string& where, ModelConfig& mc) {
   if (!root.contains("mar") || !root["mar"].is_object())
     throw Error(where + ": missing object \"mar\"");
@@ -84,23 +99,13 @@ void load_mar_config(const json& root, const std::string& where, ModelConfig& mc
     VaeConfig& q = mc.vae;
     mc.has_vae = true;
     q.embed_dim = req<int>(v, "embed_dim", vw);
+    positive(q.embed_dim, "embed_dim", vw);
     q.z_channels = opt<int>(v, "z_channels", q.embed_dim, vw);
-    q.ch = req<int>(v, "ch", vw);
-    q.ch_mult = req<std::vector<int>>(v, "ch_mult", vw);
-    q.num_res_blocks = req<int>(v, "num_res_blocks", vw);
+    read_conv_decoder(v, vw, q);
     q.attn_resolutions = opt<std::vector<int>>(v, "attn_resolutions", {}, vw);
-    q.norm_groups = opt<int>(v, "norm_groups", 32, vw);
-    q.norm_eps = opt<float>(v, "norm_eps", 1e-6f, vw);
     q.scale = opt<float>(v, "scale", 0.2325f, vw);
     q.dtype = opt<std::string>(v, "dtype", "f32", vw);
     q.file = opt<std::string>(v, "file", "vae.safetensors", vw);
-    for (auto [val, k] : {std::pair{q.embed_dim, "embed_dim"},
-                          {q.z_channels, "z_channels"},
-                          {q.ch, "ch"},
-                          {q.num_res_blocks, "num_res_blocks"},
-                          {q.norm_groups, "norm_groups"}})
-      positive(val, k, vw);
-    if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
     if (!(q.scale > 0.0f)) throw Error(vw + ": scale must be positive");
     if (q.embed_dim != c.vae_embed_dim)
       throw Error(vw + ": embed_dim " + std::to_string(q.embed_dim) +
@@ -199,21 +204,11 @@ ModelConfig load_model_config(const std::string& dir) {
     q.codebook_embed_dim = req<int>(v, "codebook_embed_dim", vw);
     q.codebook_l2_norm = opt<bool>(v, "codebook_l2_norm", true, vw);
     q.z_channels = req<int>(v, "z_channels", vw);
-    q.ch = req<int>(v, "ch", vw);
-    q.ch_mult = req<std::vector<int>>(v, "ch_mult", vw);
-    q.num_res_blocks = req<int>(v, "num_res_blocks", vw);
-    q.norm_groups = opt<int>(v, "norm_groups", 32, vw);
-    q.norm_eps = opt<float>(v, "norm_eps", 1e-6f, vw);
+    positive(q.codebook_size, "codebook_size", vw);
+    positive(q.codebook_embed_dim, "codebook_embed_dim", vw);
+    read_conv_decoder(v, vw, q);
     q.dtype = opt<std::string>(v, "dtype", "f32", vw);
     q.file = opt<std::string>(v, "file", "vq.safetensors", vw);
-    for (auto [val, k] : {std::pair{q.codebook_size, "codebook_size"},
-                          {q.codebook_embed_dim, "codebook_embed_dim"},
-                          {q.z_channels, "z_channels"},
-                          {q.ch, "ch"},
-                          {q.num_res_blocks, "num_res_blocks"},
-                          {q.norm_groups, "norm_groups"}})
-      positive(val, k, vw);
-    if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
     if (q.codebook_size != c.vocab_size)
       throw Error(vw + ": codebook_size " + std::to_string(q.codebook_size) +
                   " differs from the GPT vocab_size " + std::to_string(c.vocab_size));

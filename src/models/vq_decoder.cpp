@@ -25,13 +25,7 @@ VqDecoder::VqDecoder(const ModelConfig& mc, Backend& backend) : cfg_(mc.vq), bac
 
   // LlamaGen names: decoder.conv_blocks.{b} counts from the lowest resolution; attention only
   // there (ch_mult[-1] level).
-  ConvDecoderLayout L;
-  L.z_channels = c.z_channels;
-  L.ch = c.ch;
-  L.ch_mult = c.ch_mult;
-  L.num_res_blocks = c.num_res_blocks;
-  L.norm_groups = c.norm_groups;
-  L.norm_eps = c.norm_eps;
+  ConvDecoderLayout L(c);
   L.conv_in = "decoder.conv_in";
   L.mid_res0 = "decoder.mid.0";
   L.mid_attn = "decoder.mid.1";

@@ -1,20 +1,14 @@
 #include "spec/speculative_loop.h"
 
 #include <algorithm>
-#include <chrono>
 #include <numeric>
 
+#include "common/clock.h"
 #include "engine/generator.h"
 #include "spec/verify.h"
 #include "tessera/error.h"
 
 namespace tessera::spec {
-
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 std::vector<std::vector<int32_t>> generate_speculative(
     const LlamaGen& target, const std::vector<const Condition*>& conds,

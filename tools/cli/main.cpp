@@ -18,6 +18,7 @@
 #include "tensor/backend.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
+#include "text_format.h"
 
 #ifndef TESSERA_SOURCE_DIR
 #define TESSERA_SOURCE_DIR "."
@@ -94,13 +95,7 @@ void write_images(Pipeline& pipe, const std::vector<int32_t>& flat, int n, const
   cli::write_pngs(pipe.decode(flat, n), n, pipe.image_size(), out, grid, params);
 }
 
-std::string fmt(double v, int prec = 2) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(prec);
-  s << v;
-  return s.str();
-}
+using cli::fmt;
 
 // The speculative-decoding flags of generate and bench; each method's parameters carry its name.
 void add_spec_options(CLI::App* cmd, SpeculativeOptions& o) {

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/log.h"
 #include "heatmap.h"
@@ -12,18 +11,11 @@
 #include "io/npy.h"
 #include "progress.h"
 #include "tensor/backend.h"
+#include "text_format.h"
 
 namespace tessera::cli {
 
 namespace {
-
-std::string fmt(double v, int prec = 2) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(prec);
-  s << v;
-  return s.str();
-}
 
 std::unique_ptr<MarPipeline> load(const MarRunOptions& o, bool decoder) {
   LoadOptions lo;
@@ -60,11 +52,6 @@ nlohmann::json stats_json(const MarStats& st, const MarGenerateOptions& g) {
             {"target_head", st.target_head_seconds},
             {"draft", st.draft_seconds},
             {"verify", st.verify_seconds}}}};
-}
-
-NpyArray read_f32(const std::string& path) {
-  NpyArray a = read_npy(path);
-  return a;
 }
 
 }  // namespace
@@ -129,7 +116,7 @@ void mar_forward(const MarRunOptions& o, const std::string& latents, const std::
   auto pipe = load(o, false);
   const MarConfig& c = pipe->config().mar;
   if (latents.empty()) throw Error("forward on a MAR model needs --latents L.npy");
-  NpyArray a = read_f32(latents);
+  NpyArray a = read_npy(latents);
   std::vector<float> tokens = a.as_f32();
   if (static_cast<int64_t>(tokens.size()) != static_cast<int64_t>(c.seq_len()) * c.token_dim())
     throw Error(latents + ": latent array has shape " + shape_str(a.shape) + "; expected [" +
@@ -153,7 +140,7 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
   auto pipe = load(o, true);
   const MarConfig& c = pipe->config().mar;
   if (!pipe->has_decoder()) throw Error(o.model + " has no VAE decoder");
-  NpyArray a = read_f32(latents);
+  NpyArray a = read_npy(latents);
   const std::vector<float> v = a.as_f32();
   const int64_t per = static_cast<int64_t>(c.seq_len()) * c.token_dim();
   const bool ok = !v.empty() && static_cast<int64_t>(v.size()) % per == 0 && a.shape.size() >= 2 &&

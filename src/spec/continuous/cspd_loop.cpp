@@ -1,20 +1,15 @@
 #include "spec/continuous/cspd_loop.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "common/clock.h"
 #include "spec/continuous/cspd_acceptance.h"
 #include "tessera/error.h"
 
 namespace tessera {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Random purposes of the verification streams (MarNoise::uniform / normal).
 constexpr uint32_t kPurposeDecision = 1;
@@ -73,64 +68,46 @@ std::vector<std::vector<float>> cspd_generate(
   std::vector<std::vector<DraftRecord>> records(B, std::vector<DraftRecord>(L));
   std::vector<uint8_t> origin(static_cast<size_t>(B) * L, 0);
 
-  auto write = [&](int b, int p, const float* x) {
-    std::copy(x, x + d, cv.tokens.begin() + (static_cast<size_t>(b) * L + p) * d);
-    cv.unknown[static_cast<size_t>(b) * L + p] = 0;
-  };
-
   for (int s = 0; s < sampling.num_iter; ++s) {
     const bool last = s == sampling.num_iter - 1;
     const auto predict = cv.step_positions(lens[s], last);
     const float cfg = cfg_at_step(sampling, L, lens[s]);
-    int64_t done = 0;
     if (s <= milestone) {  // pre-filling by the target (seed 002 §3.2)
-      MarStepResult r =
-          mar_step(target, diffusion, backend, cv, predict, cfg, sampling.temperature, noise);
-      int64_t row = 0;
-      for (int b = 0; b < B; ++b)
-        for (int32_t p : predict[b]) write(b, p, r.chains->x().data() + row++ * d), ++done;
+      const int64_t done = mar_target_step(target, diffusion, backend, cv, predict, cfg,
+                                           sampling.temperature, noise, stats);
       verified_unknown = cv.unknown;
-      stats.target_forwards += 1;
-      stats.head_rows_target += r.chains->net_rows();
-      stats.target_transformer_seconds += r.transformer_seconds;
-      stats.target_head_seconds += r.head_seconds;
       if (on_tokens) on_tokens(done);
       continue;
     }
 
     // Draft step: the draft's own class embedding and guidance, the positions' shared noise.
-    auto t0 = Clock::now();
+    double t0 = now_s();
     MarStepResult r = mar_step(draft, diffusion, backend, cv, predict, cfg, sampling.temperature,
                                noise, test_step + 1);
     DiffusionChains& dc = *r.chains;
     dc.gaussian(test_step);
     const std::vector<float> test_mean = dc.mean(), test_log_var = dc.log_var();
     const std::vector<double> draft_sum_log_std = dc.sum_log_std();
-    std::vector<std::pair<int, int>> who;
-    for (int b = 0; b < B; ++b)
-      for (int32_t p : predict[b]) who.push_back({b, p});
-    dc.advance(test_step, [&](int row, std::span<float> out) {
-      noise.step(who[row].first, who[row].second, test_step, out);
-    });
+    dc.advance(test_step,
+               [&](int row, std::span<float> out) { r.step_noise(noise, row, test_step, out); });
     const std::vector<float> test_x = dc.x();  // the draft's value after the tested step
     if (exact)
-      dc.run(test_step - 1, 0, [&](int row, int j, std::span<float> out) {
-        noise.step(who[row].first, who[row].second, j, out);
-      });
-    for (size_t row = 0; row < who.size(); ++row) {
-      const auto [b, p] = who[row];
+      dc.run(test_step - 1, 0,
+             [&](int row, int j, std::span<float> out) { r.step_noise(noise, row, j, out); });
+    for (size_t row = 0; row < r.rows.size(); ++row) {
+      const auto [b, p] = r.rows[row];
       DraftRecord& rec = records[b][p];
       const size_t off = row * d;
       rec.mean.assign(test_mean.begin() + off, test_mean.begin() + off + d);
       rec.std = stds(test_log_var, off, d, sampling.temperature);
       rec.x.assign(test_x.begin() + off, test_x.begin() + off + d);
       rec.sum_log_std.assign(draft_sum_log_std.begin() + off, draft_sum_log_std.begin() + off + d);
-      write(b, p, dc.x().data() + off);  // the draft token (Paper/Reference: x == mu_0^q)
+      cv.write(b, p, dc.x().data() + off);  // the draft token (Paper/Reference: x == mu_0^q)
       window[b].push_back(p);
     }
     stats.draft_forwards += 1;
     stats.head_rows_draft += dc.net_rows();
-    stats.draft_seconds += since(t0);
+    stats.draft_seconds += (now_s() - t0);
 
     if (!((s % spec.draft_len == 0 && s != 0) || last)) {
       if (on_tokens) on_tokens(0);
@@ -143,16 +120,14 @@ std::vector<std::vector<float>> cspd_generate(
     MarStepResult t = mar_step(target, diffusion, backend, visible, window, cfg,
                                sampling.temperature, noise, test_step + 1);
     DiffusionChains& tc = *t.chains;
-    t0 = Clock::now();
+    t0 = now_s();
     tc.gaussian(test_step);
-    stats.target_head_seconds += since(t0);
-    t0 = Clock::now();
-    std::vector<std::pair<int, int>> twho;
-    for (int b = 0; b < B; ++b)
-      for (int32_t p : window[b]) twho.push_back({b, p});
-    std::vector<std::vector<float>> decided(twho.size());
-    for (size_t row = 0; row < twho.size(); ++row) {
-      const auto [b, p] = twho[row];
+    stats.target_head_seconds += (now_s() - t0);
+    t0 = now_s();
+    const auto& rows = t.rows;
+    std::vector<std::vector<float>> decided(rows.size());
+    for (size_t row = 0; row < rows.size(); ++row) {
+      const auto [b, p] = rows[row];
       const DraftRecord& q = records[b][p];
       const size_t off = row * d;
       const std::vector<float> p_mean(tc.mean().begin() + off, tc.mean().begin() + off + d);
@@ -173,28 +148,27 @@ std::vector<std::vector<float>> cspd_generate(
       stats.fallbacks += dec.fallback ? 1 : 0;
       origin[static_cast<size_t>(b) * L + p] = dec.accepted ? 1 : 2;
     }
-    stats.verify_seconds += since(t0);
+    stats.verify_seconds += (now_s() - t0);
     if (exact) {
       // The decided value is the target's state after step t*; the target finishes the chain.
-      t0 = Clock::now();
-      for (size_t row = 0; row < twho.size(); ++row)
+      t0 = now_s();
+      for (size_t row = 0; row < rows.size(); ++row)
         std::copy(decided[row].begin(), decided[row].end(), tc.x().begin() + row * d);
-      tc.run(test_step - 1, 0, [&](int row, int j, std::span<float> out) {
-        noise.step(twho[row].first, twho[row].second, j, out);
-      });
-      for (size_t row = 0; row < twho.size(); ++row)
+      tc.run(test_step - 1, 0,
+             [&](int row, int j, std::span<float> out) { t.step_noise(noise, row, j, out); });
+      for (size_t row = 0; row < rows.size(); ++row)
         decided[row].assign(tc.x().begin() + row * d, tc.x().begin() + (row + 1) * d);
-      stats.target_head_seconds += since(t0);
+      stats.target_head_seconds += (now_s() - t0);
     }
-    for (size_t row = 0; row < twho.size(); ++row)
-      write(twho[row].first, twho[row].second, decided[row].data()), ++done;
+    for (size_t row = 0; row < rows.size(); ++row)
+      cv.write(rows[row].first, rows[row].second, decided[row].data());
     stats.target_forwards += 1;
     stats.head_rows_target += tc.net_rows();
     stats.target_transformer_seconds += t.transformer_seconds;
     stats.target_head_seconds += t.head_seconds;
     verified_unknown = cv.unknown;
     for (auto& w : window) w.clear();
-    if (on_tokens) on_tokens(done);
+    if (on_tokens) on_tokens(static_cast<int64_t>(rows.size()));
   }
   std::vector<std::vector<float>> out(B);
   for (int b = 0; b < B; ++b) {
