@@ -74,9 +74,10 @@ class CliTest : public ::testing::Test {
 
   std::string tmp(const std::string& name) const { return (tmp_ / name).string(); }
 
-  CliResult run(const std::vector<std::string>& args) const {
+  // prefix: shell words before the binary, e.g. "cd DIR &&" or "VAR=value".
+  CliResult run(const std::vector<std::string>& args, const std::string& prefix = "") const {
     const fs::path out = tmp_ / "cli.stdout", err = tmp_ / "cli.stderr";
-    std::vector<std::string> words = {shell_quote(TESSERA_BINARY)};
+    std::vector<std::string> words = {prefix, shell_quote(TESSERA_BINARY)};
     for (const auto& a : args) words.push_back(shell_quote(a));
     words.insert(words.end(),
                  {">", shell_quote(out.string()), "2>", shell_quote(err.string()), "</dev/null"});
@@ -275,7 +276,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cli, CliFlagErrors,
     ::testing::Values(
         FlagCase{"UnknownFlag", with(kGenC2i, {"--class", "3", "--bogus"}), {"--bogus"}},
-        FlagCase{"MissingRequiredModel", {"generate", "--class", "3"}, {"--model"}},
+        FlagCase{"MissingRequiredModel", {"forward", "--class", "3"}, {"--model"}},
         FlagCase{"MissingRequiredLogitsOut", {"forward", "-m", "@/c2i_f32"}, {"--logits-out"}},
         FlagCase{"NonNumericN", with(kGenC2i, {"--class", "3", "--n", "abc"}), {"--n", "abc"}},
         FlagCase{"ClassOutOfRange", with(kGenC2i, {"--class", "10"}), {"class 10", "[0, 10)"}},
@@ -574,6 +575,95 @@ TEST_F(CliOutput, BenchComparesMethodsAgainstVanilla) {
   EXPECT_GT(j["methods"][1]["batched_draft_forwards"].get<int>(), 0);
   EXPECT_EQ(j["methods"][2]["batched_draft_forwards"].get<int>(), 0);  // sjd: no draft model
   for (const auto& m : j["methods"]) EXPECT_GT(m["speedup_vs_vanilla"].get<double>(), 0.0);
+}
+
+// ---- prompts (classes.json) and the default model --------------------------------------------
+
+// The c2i fixture (10 classes) named as 5 emoji in 2 styles; class = emoji * 2 + style.
+class CliPrompt : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    model_ = (tmp_ / "models" / "emoji" / "target");
+    fs::create_directories(model_.parent_path());
+    fs::copy(kFixtures / "c2i_f32", model_, fs::copy_options::recursive);
+    nlohmann::json classes = {{"styles", {"twitter", "google"}},
+                              {"classes", nlohmann::json::array()}};
+    for (const char* name : {"red apple", "green apple", "grinning face", "cat face", "rocket"})
+      for (const char* style : {"twitter", "google"})
+        classes["classes"].push_back({{"name", name}, {"style", style}, {"category", "test"}});
+    classes["aliases"] = {{"red apple", {"apple"}}};
+    spit(model_ / "classes.json", classes.dump());
+  }
+  std::string env() const { return "TESSERA_DEFAULT_MODEL=" + shell_quote(model_.string()); }
+  fs::path model_;
+};
+
+TEST_F(CliPrompt, MatchesAPromptAndNamesTheOutputAfterIt) {
+  const CliResult r = run({"generate", "apple", "--style", "google", "--seed", "2"},
+                          "cd " + shell_quote(tmp_.string()) + " && " + env());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("-> class 1: red apple (google)"), std::string::npos) << r.err;
+  const std::string png = tmp("red_apple_google.png");
+  EXPECT_NE(r.err.find("wrote red_apple_google.png"), std::string::npos) << r.err;
+  ASSERT_TRUE(fs::exists(png));
+  int w = 0, h = 0;
+  const std::string params = png_parameters(png, w, h);
+  EXPECT_NE(params.find("class=1 (red apple (google))"), std::string::npos) << params;
+}
+
+TEST_F(CliPrompt, SamePromptSameSeedSameTokensAsTheClass) {
+  ASSERT_EQ(run({"generate", "-m", model_.string(), "rocket", "--seed", "5", "--tokens-out",
+                 tmp("p.npy")})
+                .code,
+            0);
+  ASSERT_EQ(run({"generate", "-m", model_.string(), "--class", "8", "--seed", "5", "--tokens-out",
+                 tmp("c.npy")})
+                .code,
+            0);
+  EXPECT_EQ(slurp(tmp("p.npy")), slurp(tmp("c.npy")));
+}
+
+TEST_F(CliPrompt, ClassesListsAndFilters) {
+  const CliResult r = run({"classes", "apple", "--style", "twitter"}, env());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("red apple"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("green apple"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rocket"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("google"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+}
+
+TEST_F(CliPrompt, BadPromptsFailWithOneLine) {
+  const std::string e = env();
+  auto expect = [&](const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+    std::string shown;
+    for (const auto& a : args) shown += " " + a;
+    SCOPED_TRACE("tessera" + shown);
+    const CliResult r = run(args, e);
+    ASSERT_TRUE(r.exited);
+    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("error:", 0), 0u) << r.err;
+    for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
+  };
+  expect({"generate", "submarine", "-o", tmp("x.png")}, {"no emoji named 'submarine'", "closest"});
+  expect({"generate", "face", "-o", tmp("x.png")},
+         {"matches 2 emoji", "'grinning face'", "'cat face'"});
+  expect({"generate", "apple", "--style", "openmoji", "-o", tmp("x.png")},
+         {"unknown style 'openmoji'"});
+  expect({"generate", "apple", "--class", "1", "-o", tmp("x.png")}, {"not both"});
+  expect({"generate", "--style", "google", "-o", tmp("x.png")}, {"--style", "prompt"});
+  expect({"generate", "-o", tmp("x.png")}, {"give a prompt"});
+  expect({"generate", "-m", fixture("c2i_f32"), "apple", "-o", tmp("x.png")}, {"no classes.json"});
+  expect({"classes", "-m", fixture("c2i_f32")}, {"no classes.json"});
+}
+
+TEST_F(CliPrompt, NoDefaultModelIsAClearError) {
+  const CliResult r =
+      run({"generate", "apple"}, "TESSERA_DEFAULT_MODEL=" + shell_quote(tmp("none")));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("has no config.json"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "default_model.h"
 #include "engine/bandwidth.h"
 #include "heatmap.h"
 #include "image_output.h"
@@ -16,6 +17,7 @@
 #include "mar_commands.h"
 #include "progress.h"
 #include "tensor/backend.h"
+#include "tessera/class_names.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
 #include "text_format.h"
@@ -257,6 +259,54 @@ cli::MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n
   return o;
 }
 
+int model_num_classes(const std::string& dir) {
+  const ModelConfig mc = load_model_config(dir);
+  return mc.is_mar() ? mc.mar.num_classes : (mc.gpt.is_c2i() ? mc.gpt.num_classes : 0);
+}
+
+ClassNames model_class_names(const std::string& dir) {
+  if (!ClassNames::present(dir))
+    throw Error(dir + " has no classes.json (class names); use --class N");
+  return ClassNames::load(dir, model_num_classes(dir));
+}
+
+// Sets cond.class_id from a prompt; returns the matched class's label.
+std::string resolve_prompt(const std::string& dir, const std::string& prompt,
+                           const std::string& style, CondOpts& cond) {
+  const ClassNames names = model_class_names(dir);
+  const ClassMatch m = names.match(prompt, style);
+  cond.class_id = m.class_id;
+  const std::string label = names.label(m.class_id);
+  log_info("prompt '" + prompt + "' -> class " + std::to_string(m.class_id) + ": " + label +
+           (m.how == "exact" ? "" : " (matched by " + m.how + ")"));
+  return label;
+}
+
+void list_classes(const std::string& dir, const std::string& filter, const std::string& style) {
+  const ClassNames names = model_class_names(dir);
+  if (!style.empty() &&
+      std::find(names.styles().begin(), names.styles().end(), style) == names.styles().end())
+    throw Error("--style: unknown style '" + style + "'");
+  std::vector<std::string> want;
+  {
+    std::stringstream ss(normalize_name(filter));
+    for (std::string w; ss >> w;) want.push_back(w);
+  }
+  int shown = 0;
+  for (size_t i = 0; i < names.classes().size(); ++i) {
+    const ClassName& c = names.classes()[i];
+    if (!style.empty() && c.style != style) continue;
+    std::string hay = " " + normalize_name(c.name) + " ";
+    for (const auto& a : c.aliases) hay += normalize_name(a) + " ";
+    bool ok = true;
+    for (const auto& w : want) ok = ok && hay.find(" " + w + " ") != std::string::npos;
+    if (!ok) continue;
+    std::printf("%6zu  %-40s %-9s %s\n", i, c.name.c_str(), c.style.c_str(), c.category.c_str());
+    ++shown;
+  }
+  log_info(std::to_string(shown) + " of " + std::to_string(names.classes().size()) + " classes");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -271,9 +321,16 @@ int main(int argc, char** argv) {
   int gen_n = 1;
   std::string gen_out, gen_tokens_out;
   bool gen_grid = false;
-  auto* g =
-      app.add_subcommand("generate", "Generate images (or token grids) from a class or caption");
-  add_common(g, gen_common);
+  std::string gen_prompt, gen_style;
+  auto* g = app.add_subcommand(
+      "generate",
+      "Generate images (or token grids) from a prompt, a class or a caption; without -m it uses "
+      "the embedded emoji model, e.g. tessera generate \"red apple\"");
+  add_common(g, gen_common, /*model_required=*/false);
+  g->add_option("prompt", gen_prompt,
+                "Class name to match (models with classes.json, such as the default emoji model)");
+  g->add_option("--style", gen_style,
+                "Drawing style for a prompt (emoji model: twitter, google or openmoji)");
   g->add_option("--class", gen_cond.class_id, "Class label (c2i models)")->check(int_at_least(0));
   g->add_option("--caption", gen_cond.caption,
                 "T5 caption features, .npy [rows, dim] or .safetensors (t2i)");
@@ -342,6 +399,15 @@ int main(int argc, char** argv) {
   int b_n = 1, b_tokens = 0, b_class = 0;
   float b_cfg = 4.0f;
   bool b_torch = false, b_json = false;
+  // ---- classes --------------------------------------------------------------------------------
+  CommonOpts cls_common;
+  std::string cls_filter, cls_style;
+  auto* c = app.add_subcommand("classes",
+                               "List a model's class names (default: the embedded emoji model)");
+  add_common(c, cls_common, /*model_required=*/false);
+  c->add_option("filter", cls_filter, "Only names containing these words");
+  c->add_option("--style", cls_style, "Only this style");
+
   auto* b =
       app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
   add_common(b, b_common);
@@ -391,6 +457,28 @@ int main(int argc, char** argv) {
   try {
     if (g->parsed()) {
       set_log_level(gen_common.quiet ? LogLevel::Quiet : LogLevel::Info);
+      const bool default_model = gen_common.model.empty();
+      if (default_model) {
+        gen_common.model = cli::default_model_dir();
+        // Draft-based methods use the draft shipped with the default model.
+        if (gen.spec.draft_model.empty() && gen.spec.method != "vanilla" &&
+            gen.spec.method != "sjd")
+          gen.spec.draft_model = cli::sibling_draft_dir(gen_common.model);
+      }
+      std::string prompt_label;
+      if (!gen_prompt.empty()) {
+        if (gen_cond.class_id >= 0 || !gen_cond.caption.empty() || gen_cond.uncond)
+          throw Error("give a prompt or --class/--caption/--uncond, not both");
+        prompt_label = resolve_prompt(gen_common.model, gen_prompt, gen_style, gen_cond);
+        if (gen_out.empty() && gen_tokens_out.empty() && gen_latents_out.empty())
+          gen_out = cli::prompt_file_name(prompt_label);
+      } else if (!gen_style.empty()) {
+        throw Error("--style selects the drawing of a prompt; give a prompt, e.g. \"red apple\"");
+      } else if (default_model && gen_cond.class_id < 0 && !gen_cond.uncond) {
+        throw Error(
+            "give a prompt, e.g. tessera generate \"red apple\" (tessera classes lists "
+            "the names), or -m DIR --class N");
+      }
       if (gen_out.empty() && gen_tokens_out.empty() && gen_latents_out.empty())
         throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
       if (gen_grid && gen_out.empty()) throw Error("--grid needs -o OUT.png");
@@ -451,11 +539,12 @@ int main(int argc, char** argv) {
       }
       if (!gen_out.empty()) {
         std::vector<std::string> params;
-        const std::string cond_str =
+        std::string cond_str =
             gen_cond.uncond
                 ? "uncond"
                 : (!gen_cond.caption.empty() ? "caption=" + gen_cond.caption
                                              : "class=" + std::to_string(gen_cond.class_id));
+        if (!prompt_label.empty()) cond_str += " (" + prompt_label + ")";
         for (int i = 0; i < gen_n; ++i)
           params.push_back("model=" + gen_common.model + "; " + cond_str +
                            "; method=" + gen.spec.method + "; seed=" + std::to_string(gen.seed) +
@@ -549,6 +638,10 @@ int main(int argc, char** argv) {
       const int n = static_cast<int>(static_cast<int64_t>(ids.size()) / per);
       std::vector<std::string> params(n, "decoded from " + dec_tokens + "; tessera 0.1.0");
       write_images(*pipe, ids, n, dec_out, dec_grid, params);
+    } else if (c->parsed()) {
+      set_log_level(cls_common.quiet ? LogLevel::Quiet : LogLevel::Info);
+      if (cls_common.model.empty()) cls_common.model = cli::default_model_dir();
+      list_classes(cls_common.model, cls_filter, cls_style);
     } else if (b->parsed()) {
       set_log_level(b_common.quiet ? LogLevel::Quiet : LogLevel::Info);
       LoadOptions lo;

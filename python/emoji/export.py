@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Export trained emoji checkpoints to tessera model directories with the project's converter
+(tools/convert_llamagen.py, the same path official LlamaGen checkpoints take), f16 weights:
+
+  OUT/target/  config.json, gpt.safetensors, vq.safetensors, classes.json
+  OUT/draft/   config.json, gpt.safetensors, classes.json
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+from common import EmojiData
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import convert_llamagen  # noqa: E402
+
+
+def classes_json(data):
+    """One entry per class id (emoji * n_styles + style); aliases keyed by name."""
+    classes = [{"name": e["name"], "style": s, "category": e["category"]}
+               for e in data.emoji for s in data.styles]
+    held_out = sorted(int(c) for c in data.labels[data.indices("held_out")])
+    return {"format": "tessera-classes-1", "styles": data.styles, "default_style": data.styles[0],
+            "classes": classes, "aliases": {e["name"]: e["aliases"] for e in data.emoji if e["aliases"]},
+            "held_out_classes": held_out}
+
+
+def export_gpt(ckpt, vq, out, data, dtype):
+    a = torch.load(ckpt)["args"]
+    argv = ["--gpt", ckpt, "--out", out, "--gpt-model", "custom", "--dim", str(a["dim"]),
+            "--n-layer", str(a["n_layer"]), "--n-head", str(a["n_head"]), "--image-size", "64",
+            "--downsample", "4", "--num-classes", str(data.num_classes), "--vocab-size", str(a["vocab_size"]),
+            "--dtype", dtype]
+    if vq:
+        argv += ["--vq", vq, "--vq-model", "custom", "--vq-dtype", dtype]
+    if convert_llamagen.main(argv) != 0:
+        sys.exit(f"error: converting {ckpt} failed")
+    with open(os.path.join(out, "classes.json"), "w") as f:
+        json.dump(classes_json(data), f, indent=None, separators=(",", ":"))
+        f.write("\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--runs", required=True, help="directory with vq.pt, target.pt, draft.pt")
+    ap.add_argument("--out", required=True, help="e.g. models/emoji")
+    ap.add_argument("--dtype", default="f16")
+    a = ap.parse_args()
+    data = EmojiData(a.data)
+    export_gpt(os.path.join(a.runs, "target.pt"), os.path.join(a.runs, "vq.pt"), os.path.join(a.out, "target"), data, a.dtype)
+    if os.path.exists(os.path.join(a.runs, "draft.pt")):
+        export_gpt(os.path.join(a.runs, "draft.pt"), None, os.path.join(a.out, "draft"), data, a.dtype)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The emoji model family, end to end (models/emoji/MODEL_CARD.md records the run this made).
+# CPU-only by default: Debian's python3-torch, 2 threads. Usage:
+#   bash python/emoji/train_all.sh NPM_DIR DATA_DIR RUNS_DIR
+set -euo pipefail
+NPM=${1:?npm dir}; DATA=${2:?data dir}; RUNS=${3:?runs dir}
+cd "$(dirname "$0")"
+PY=/usr/bin/python3
+mkdir -p "$RUNS"
+[ -f "$DATA/meta.json" ] || $PY build_dataset.py --npm "$NPM" --out "$DATA"
+[ -f "$RUNS/vq.pt" ] || $PY train_vq.py --data "$DATA" --out "$RUNS" --steps 2600 --full-steps 150
+[ -f "$RUNS/tokens.npy" ] || $PY encode_dataset.py --data "$DATA" --vq "$RUNS/vq.pt" --out "$RUNS/tokens.npy"
+$PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name target \
+  --dim 256 --n-layer 8 --n-head 8 --lr 1e-3 --total-steps 1100
+$PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name draft \
+  --dim 128 --n-layer 4 --n-head 4 --lr 2e-3 --total-steps 800
+[ -f "$RUNS/classifier.safetensors" ] || $PY train_classifier.py --data "$DATA" --vq "$RUNS/vq.pt" \
+  --tokens "$RUNS/tokens.npy" --out "$RUNS" --steps 1500

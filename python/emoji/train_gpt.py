@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Train an emoji GPT (target or draft): LlamaGen's c2i GPT (tessera_ref.llamagen.Transformer,
+official key names), class = emoji x style, with the null class for classifier-free guidance.
+
+The class embedding is trained factorised, emb(emoji) + emb(style), so the three drawings of an
+emoji share what they have in common (and a held-out (emoji, style) pair still has an embedding);
+the exported checkpoint holds the summed table, i.e. LlamaGen's plain `embedding_table` layout.
+Labels are replaced by the null class with probability --class-dropout (as LlamaGen trains CFG).
+No dropout inside the network (the reference modules are inference-only; the data is small and
+the model is meant to render the drawings it was shown).
+
+Resumable: OUT/NAME.pt holds the official-layout state dict under "model" plus the optimiser state;
+rerunning with the same OUT/NAME continues from it. Log: OUT/NAME_log.tsv.
+"""
+import argparse
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from common import EmojiData, Log, seed_all
+from tessera_ref.llamagen import ModelArgs, Transformer
+
+
+class FactorisedClasses(nn.Module):
+    def __init__(self, n_emoji, n_styles, dim):
+        super().__init__()
+        self.emoji = nn.Embedding(n_emoji, dim)
+        self.style = nn.Embedding(n_styles, dim)
+        self.null = nn.Parameter(torch.zeros(1, dim))
+        self.n_styles = n_styles
+        for p in (self.emoji.weight, self.style.weight, self.null):
+            nn.init.normal_(p, std=0.02)
+
+    def table(self):
+        """[n_emoji * n_styles + 1, dim]: row c = emoji(c // S) + style(c % S); last row = null."""
+        t = (self.emoji.weight[:, None, :] + self.style.weight[None, :, :]).reshape(-1, self.emoji.weight.shape[1])
+        return torch.cat([t, self.null], 0)
+
+
+def build(a, data):
+    args = ModelArgs(dim=a.dim, n_layer=a.n_layer, n_head=a.n_head, vocab_size=a.vocab_size,
+                     num_classes=data.num_classes, block_size=256, cls_token_num=1,
+                     class_dropout_prob=0.1, model_type="c2i")
+    gpt = Transformer(args)
+    for name, p in gpt.named_parameters():
+        if p.dim() > 1:
+            nn.init.normal_(p, std=0.02)
+    classes = FactorisedClasses(len(data.emoji), len(data.styles), a.dim)
+    return gpt, classes
+
+
+def train_forward(gpt, classes, labels, tokens):
+    """Teacher-forced logits [B, 256, V]: position i predicts token i from the class and tokens < i."""
+    cond = classes.table()[labels][:, None, :]
+    h = torch.cat([cond, gpt.tok_embeddings(tokens[:, :-1])], 1)
+    S = h.shape[1]
+    mask = torch.tril(torch.ones(S, S, dtype=torch.bool))[None, None]
+    fc = gpt.freqs_cis[:S]
+    for layer in gpt.layers:
+        h = layer(h, fc, None, mask)
+    return gpt.output(gpt.norm(h))
+
+
+def nll(gpt, classes, labels, tokens, batch=64):
+    """Mean per-token NLL (nats) without label dropout."""
+    gpt.eval()
+    tot, n = 0.0, 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for i in range(0, len(labels), batch):
+            lo = train_forward(gpt, classes, labels[i:i + batch], tokens[i:i + batch]).float()
+            tot += float(F.cross_entropy(lo.reshape(-1, lo.shape[-1]), tokens[i:i + batch].reshape(-1), reduction="sum"))
+            n += tokens[i:i + batch].numel()
+    gpt.train()
+    return tot / n
+
+
+def export_state(gpt, classes):
+    sd = {k: v.detach().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
+    sd["cls_embedding.embedding_table.weight"] = classes.table().detach().clone()
+    return sd
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="dataset directory (build_dataset.py)")
+    ap.add_argument("--tokens", required=True, help="tokens.npy from encode_dataset.py")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--name", required=True, help="target | draft")
+    ap.add_argument("--dim", type=int, required=True)
+    ap.add_argument("--n-layer", type=int, required=True)
+    ap.add_argument("--n-head", type=int, required=True)
+    ap.add_argument("--vocab-size", type=int, default=1024)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.05)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--total-steps", type=int, required=True, help="length of the cosine schedule")
+    ap.add_argument("--minutes", type=float, default=1e9, help="stop (and save) after this long")
+    ap.add_argument("--class-dropout", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    seed_all(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    data = EmojiData(a.data)
+    tokens = torch.from_numpy(np.load(a.tokens)).long()
+    labels = torch.from_numpy(data.labels).long()
+    train, held = data.indices("train"), data.indices("held_out")
+    gpt, classes = build(a, data)
+    params = list(gpt.parameters()) + list(classes.parameters())
+    decay = [p for p in params if p.dim() > 1]
+    no_decay = [p for p in params if p.dim() <= 1]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    ckpt_path = os.path.join(a.out, f"{a.name}.pt")
+    step, gen = 0, torch.Generator().manual_seed(a.seed)
+    if os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path)
+        gpt.load_state_dict(ck["train_gpt"])
+        classes.load_state_dict(ck["train_classes"])
+        opt.load_state_dict(ck["optimizer"])
+        step = ck["step"]
+        gen.set_state(ck["generator"])
+        print(f"resuming {ckpt_path} at step {step}")
+    n_params = sum(p.numel() for p in gpt.parameters())
+    print(f"{a.name}: {n_params / 1e6:.2f}M parameters (exported, incl. class table)")
+    log = Log(os.path.join(a.out, f"{a.name}_log.tsv"))
+
+    def save():
+        torch.save({"model": export_state(gpt, classes), "train_gpt": gpt.state_dict(),
+                    "train_classes": classes.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                    "generator": gen.get_state(), "args": vars(a), "n_params": n_params}, ckpt_path + ".tmp")
+        os.replace(ckpt_path + ".tmp", ckpt_path)
+
+    t_start, t_save = time.time(), time.time()
+    while step < a.total_steps and time.time() - t_start < a.minutes * 60:
+        step += 1
+        lr = a.lr * min(1.0, step / a.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / a.total_steps)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        pick = torch.from_numpy(train[torch.randint(0, len(train), (a.batch,), generator=gen).numpy()])
+        lab = labels[pick].clone()
+        drop = torch.rand(a.batch, generator=gen) < a.class_dropout
+        lab[drop] = data.num_classes
+        tok = tokens[pick]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            lo = train_forward(gpt, classes, lab, tok)
+        loss = F.cross_entropy(lo.float().reshape(-1, a.vocab_size), tok.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % 50 == 0:
+            metrics = {"loss": float(loss), "lr": lr}
+            if step % 500 == 0:
+                metrics["nll_held_out"] = nll(gpt, classes, labels[held], tokens[held])
+                metrics["nll_held_out_uncond"] = nll(gpt, classes, torch.full((len(held),), data.num_classes), tokens[held])
+                metrics["nll_train_sample"] = nll(gpt, classes, labels[train[:256]], tokens[train[:256]])
+            log(step, **metrics)
+        if time.time() - t_save > 300:
+            save()
+            t_save = time.time()
+    save()
+    print(f"saved {ckpt_path} at step {step}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""CI check of the shipped emoji model family (issue 4, models/emoji):
+  1. the files are there and within the 60 MB budget;
+  2. the README's command, `tessera generate "red apple"` with no -m, writes a PNG and says where;
+  3. recognisability: one image per class for a fixed sample of training classes, fixed seeds,
+     default settings, classified by the committed classifier; at least MIN_CORRECT must come
+     back as the requested class. A broken engine or broken weights score ~0 (1 in 4908 by
+     chance); the threshold is set well below what the shipped model scores (MODEL_CARD.md), so
+     only a regression fails.
+Usage: /usr/bin/python3 python/test_emoji_model.py path/to/tessera"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python", "emoji"))
+from classifier import load as load_classifier, to_input  # noqa: E402
+
+MODELS = os.path.join(ROOT, "models", "emoji")
+N_CLASSES, SEED, MIN_CORRECT = 16, 0, 8
+BUDGET = 60 * 10**6
+
+
+def check_files():
+    need = ["target/config.json", "target/gpt.safetensors", "target/vq.safetensors", "target/classes.json",
+            "draft/config.json", "draft/gpt.safetensors", "classifier/classifier.safetensors",
+            "classifier/classifier.json", "MODEL_CARD.md", "DATA.md"]
+    missing = [n for n in need if not os.path.exists(os.path.join(MODELS, n))]
+    assert not missing, f"missing from models/emoji: {missing}"
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(MODELS) for f in fs)
+    assert total <= BUDGET, f"models/emoji holds {total} bytes, over the {BUDGET} budget"
+    print(f"files ok, {total / 1e6:.1f} MB")
+
+
+def check_readme_command(tessera):
+    env = {k: v for k, v in os.environ.items() if k != "TESSERA_DEFAULT_MODEL"}
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([tessera, "generate", "red apple"], cwd=tmp, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        png = os.path.join(tmp, "red_apple_twitter.png")
+        assert os.path.exists(png), f"no {png}; stderr: {r.stderr}"
+        assert "wrote red_apple_twitter.png" in r.stderr, r.stderr
+        with Image.open(png) as im:
+            assert im.size == (64, 64), im.size
+    print("tessera generate \"red apple\" ok")
+
+
+def check_recognisable(tessera):
+    meta = json.load(open(os.path.join(MODELS, "target", "classes.json")))
+    held = set(meta["held_out_classes"])
+    train = [c for c in range(len(meta["classes"])) if c not in held]
+    classes = sorted(np.random.default_rng(2026).choice(train, size=N_CLASSES, replace=False).tolist())
+    clf = load_classifier(os.path.join(MODELS, "classifier"))
+    imgs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in classes:
+            out = os.path.join(tmp, f"{c}.png")
+            subprocess.run([tessera, "generate", "-m", os.path.join(MODELS, "target"), "--class", str(c),
+                            "-s", str(SEED), "-o", out, "-q"], check=True)
+            with Image.open(out) as im:
+                imgs.append(np.asarray(im.convert("RGB")))
+    with torch.no_grad():
+        pred = clf(to_input(np.stack(imgs))).argmax(1).tolist()
+    correct = sum(p == c for p, c in zip(pred, classes))
+    for c, p in zip(classes, pred):
+        name = lambda k: f"{meta['classes'][k]['name']} ({meta['classes'][k]['style']})"  # noqa: E731
+        print(f"  class {c:5d} {name(c):45s} -> {'ok' if p == c else 'classified as ' + name(p)}")
+    print(f"{correct}/{len(classes)} generated images classified as their class (need >= {MIN_CORRECT})")
+    assert correct >= MIN_CORRECT
+
+
+def main():
+    tessera = sys.argv[1]
+    torch.set_num_threads(2)
+    check_files()
+    check_readme_command(tessera)
+    check_recognisable(tessera)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+#include "tessera/class_names.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+namespace fs = std::filesystem;
+
+std::string normalize_name(const std::string& s) {
+  std::string out;
+  bool space = false;
+  for (unsigned char c : s) {
+    if (std::isalnum(c)) {
+      if (space && !out.empty()) out += ' ';
+      out += static_cast<char>(std::tolower(c));
+      space = false;
+    } else {
+      space = true;
+    }
+  }
+  return out;
+}
+
+int edit_distance(const std::string& a, const std::string& b) {
+  std::vector<int> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+bool ClassNames::present(const std::string& model_dir) {
+  return fs::exists(fs::path(model_dir) / "classes.json");
+}
+
+ClassNames ClassNames::load(const std::string& model_dir, int num_classes) {
+  const fs::path p = fs::path(model_dir) / "classes.json";
+  std::ifstream f(p);
+  if (!f) throw Error(p.string() + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse(ss.str(), num_classes, p.string());
+}
+
+ClassNames ClassNames::parse(const std::string& text, int num_classes, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(origin + ": not valid JSON (" + e.what() + ")");
+  }
+  auto fail = [&](const std::string& what) { throw Error(origin + ": " + what); };
+  if (!j.is_object() || !j.contains("classes") || !j["classes"].is_array())
+    fail("expected an object with a \"classes\" array");
+  ClassNames cn;
+  try {
+    if (j.contains("styles")) cn.styles_ = j["styles"].get<std::vector<std::string>>();
+    cn.default_style_ = j.value("default_style", cn.styles_.empty() ? "" : cn.styles_.front());
+    std::map<std::string, std::vector<std::string>> aliases;
+    if (j.contains("aliases"))
+      aliases = j["aliases"].get<std::map<std::string, std::vector<std::string>>>();
+    for (const auto& c : j["classes"]) {
+      ClassName x;
+      x.name = c.at("name").get<std::string>();
+      x.style = c.value("style", "");
+      x.category = c.value("category", "");
+      if (auto it = aliases.find(x.name); it != aliases.end()) x.aliases = it->second;
+      if (!cn.styles_.empty() &&
+          std::find(cn.styles_.begin(), cn.styles_.end(), x.style) == cn.styles_.end())
+        fail("class " + std::to_string(cn.classes_.size()) + " (" + x.name + ") has style '" +
+             x.style + "', not one of \"styles\"");
+      cn.classes_.push_back(std::move(x));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(std::string("malformed entry (") + e.what() + ")");
+  }
+  if (static_cast<int>(cn.classes_.size()) != num_classes)
+    fail("lists " + std::to_string(cn.classes_.size()) + " classes but the model has " +
+         std::to_string(num_classes));
+  if (!cn.styles_.empty() &&
+      std::find(cn.styles_.begin(), cn.styles_.end(), cn.default_style_) == cn.styles_.end())
+    fail("default_style '" + cn.default_style_ + "' is not one of \"styles\"");
+  return cn;
+}
+
+std::string ClassNames::label(int id) const {
+  const ClassName& c = classes_.at(id);
+  return c.style.empty() ? c.name : c.name + " (" + c.style + ")";
+}
+
+namespace {
+
+std::vector<std::string> words(const std::string& normalized) {
+  std::vector<std::string> w;
+  std::stringstream ss(normalized);
+  for (std::string x; ss >> x;) w.push_back(x);
+  return w;
+}
+
+std::string join_quoted(const std::vector<std::string>& v, size_t max_items) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < max_items; ++i) s += (i ? ", '" : "'") + v[i] + "'";
+  if (v.size() > max_items) s += ", ... (" + std::to_string(v.size()) + " in all)";
+  return s;
+}
+
+}  // namespace
+
+ClassMatch ClassNames::match(const std::string& prompt, const std::string& style_in) const {
+  const std::string style = style_in.empty() ? default_style_ : style_in;
+  if (!styles_.empty() && std::find(styles_.begin(), styles_.end(), style) == styles_.end()) {
+    std::string all;
+    for (const auto& s : styles_) all += (all.empty() ? "" : ", ") + s;
+    throw Error("--style: unknown style '" + style + "' (one of " + all + ")");
+  }
+  if (styles_.empty() && !style_in.empty()) throw Error("--style: this model has no styles");
+  const std::string q = normalize_name(prompt);
+  if (q.empty()) throw Error("empty prompt: give an emoji name, e.g. \"red apple\"");
+
+  // Distinct names (one entry per name, whatever its styles) and the class of the wanted style.
+  std::vector<std::string> names;
+  std::map<std::string, int> class_of;
+  std::map<std::string, std::vector<std::string>> keys;  // name -> normalized name + aliases
+  for (size_t i = 0; i < classes_.size(); ++i) {
+    const ClassName& c = classes_[i];
+    if (!styles_.empty() && c.style != style) continue;
+    if (class_of.emplace(c.name, static_cast<int>(i)).second) {
+      names.push_back(c.name);
+      auto& k = keys[c.name];
+      k.push_back(normalize_name(c.name));
+      for (const auto& a : c.aliases) k.push_back(normalize_name(a));
+    }
+  }
+  auto resolve = [&](const std::vector<std::string>& hits, const char* how) -> ClassMatch {
+    if (hits.size() == 1) return {class_of.at(hits[0]), how};
+    throw Error("'" + prompt + "' matches " + std::to_string(hits.size()) +
+                " emoji: " + join_quoted(hits, 12) + "; be more specific");
+  };
+
+  std::vector<std::string> exact;
+  for (const auto& n : names)
+    for (const auto& k : keys[n])
+      if (k == q) {
+        exact.push_back(n);
+        break;
+      }
+  if (!exact.empty()) {
+    // A prompt equal to one emoji's own name wins over aliases of others.
+    for (const auto& n : exact)
+      if (normalize_name(n) == q) return {class_of.at(n), "exact"};
+    return resolve(exact, "exact");
+  }
+
+  const std::vector<std::string> qw = words(q);
+  std::vector<std::string> by_words;
+  for (const auto& n : names)
+    for (const auto& k : keys[n]) {
+      const std::vector<std::string> kw = words(k);
+      const bool all = std::all_of(qw.begin(), qw.end(), [&](const std::string& w) {
+        return std::find(kw.begin(), kw.end(), w) != kw.end();
+      });
+      if (all) {
+        by_words.push_back(n);
+        break;
+      }
+    }
+  if (!by_words.empty()) return resolve(by_words, "words");
+
+  // Spelling: the nearest names by edit distance, accepted within about one typo per 4 letters.
+  std::vector<std::pair<int, std::string>> dist;
+  for (const auto& n : names) {
+    int best = 1 << 30;
+    for (const auto& k : keys[n]) best = std::min(best, edit_distance(q, k));
+    dist.emplace_back(best, n);
+  }
+  std::sort(dist.begin(), dist.end());
+  const int limit = std::max<int>(1, static_cast<int>(q.size()) / 4);
+  std::vector<std::string> close;
+  for (const auto& [d, n] : dist)
+    if (d == dist.front().first && d <= limit) close.push_back(n);
+  if (!close.empty()) return resolve(close, "spelling");
+  std::vector<std::string> nearest;
+  for (size_t i = 0; i < dist.size() && i < 5; ++i) nearest.push_back(dist[i].second);
+  throw Error("no emoji named '" + prompt + "'; closest: " + join_quoted(nearest, 5) +
+              " (tessera classes lists them all)");
+}
+
+}  // namespace tessera
