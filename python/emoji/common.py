@@ -43,6 +43,20 @@ def seed_all(seed):
     torch.manual_seed(seed)
 
 
+def add_run_args(ap):
+    """--seed and --threads, shared by every training script."""
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+
+
+def start_run(a, out):
+    """Threads, seeds and the output directory; returns the dataset (a.data)."""
+    torch.set_num_threads(a.threads)
+    seed_all(a.seed)
+    os.makedirs(out, exist_ok=True)
+    return EmojiData(a.data)
+
+
 class Log:
     """Tab-separated training log (step, seconds, metrics...) plus a progress line on stderr."""
 

@@ -63,6 +63,11 @@ def classify(clf, pixels):
         return clf(x), clf.features(x).numpy()
 
 
+def class_ranks(logits, want):
+    """1-based rank of each requested class among the classifier's logits."""
+    return (logits > logits.gather(1, want[:, None])).sum(1).float() + 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True)
@@ -88,7 +93,10 @@ def main():
     res = {"model": a.model, "classes": len(classes), "seed": a.seed, "extra_flags": a.extra,
            "top1_class": float((top5[:, 0] == want).float().mean()),
            "top5_class": float((top5 == want[:, None]).any(1).float().mean()),
-           "top1_emoji": float((top5[:, 0] // n_styles == want // n_styles).float().mean())}
+           "top1_emoji": float((top5[:, 0] // n_styles == want // n_styles).float().mean()),
+           # 1 = the requested class is the classifier's first choice; chance is ~num_classes / 2.
+           "median_rank_of_requested_class": float(class_ranks(logits, want).median()),
+           "chance_median_rank": (data.num_classes + 1) / 2}
     held = data.indices("held_out")
     _, f_held = classify(clf, data.images[held])
     res["frechet_generated_vs_held_out"] = frechet(f_gen, f_held)

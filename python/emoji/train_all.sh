@@ -15,4 +15,4 @@ $PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name
 $PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name draft \
   --dim 128 --n-layer 4 --n-head 4 --lr 2e-3 --total-steps 800
 [ -f "$RUNS/classifier.safetensors" ] || $PY train_classifier.py --data "$DATA" --vq "$RUNS/vq.pt" \
-  --tokens "$RUNS/tokens.npy" --out "$RUNS" --steps 1500
+  --tokens "$RUNS/tokens.npy" --out "$RUNS" --steps 3000

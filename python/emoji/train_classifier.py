@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from classifier import EmojiClassifier, save
-from common import EmojiData, Log, seed_all
+from common import Log, add_run_args, start_run
 from encode_dataset import load_vq
 
 
@@ -42,12 +42,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    add_run_args(ap)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    seed_all(a.seed)
-    data = EmojiData(a.data)
+    data = start_run(a, a.out)
     train = data.indices("train")
     vq = load_vq(a.vq)
     tokens = torch.from_numpy(np.load(a.tokens)).long()

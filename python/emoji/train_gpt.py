@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import EmojiData, Log, seed_all
+from common import Log, add_run_args, start_run
 from tessera_ref.llamagen import ModelArgs, Transformer
 
 
@@ -59,8 +59,8 @@ def train_forward(gpt, classes, labels, tokens):
     cond = classes.table()[labels][:, None, :]
     h = torch.cat([cond, gpt.tok_embeddings(tokens[:, :-1])], 1)
     S = h.shape[1]
-    mask = torch.tril(torch.ones(S, S, dtype=torch.bool))[None, None]
-    fc = gpt.freqs_cis[:S]
+    mask = torch.tril(torch.ones(S, S, dtype=torch.bool, device=h.device))[None, None]
+    fc = gpt.freqs_cis[:S].to(h.device)
     for layer in gpt.layers:
         h = layer(h, fc, None, mask)
     return gpt.output(gpt.norm(h))
@@ -70,18 +70,20 @@ def nll(gpt, classes, labels, tokens, batch=64):
     """Mean per-token NLL (nats) without label dropout."""
     gpt.eval()
     tot, n = 0.0, 0
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+    dev = gpt.output.weight.device
+    with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16):
         for i in range(0, len(labels), batch):
-            lo = train_forward(gpt, classes, labels[i:i + batch], tokens[i:i + batch]).float()
-            tot += float(F.cross_entropy(lo.reshape(-1, lo.shape[-1]), tokens[i:i + batch].reshape(-1), reduction="sum"))
-            n += tokens[i:i + batch].numel()
+            lab, tok = labels[i:i + batch].to(dev), tokens[i:i + batch].to(dev)
+            lo = train_forward(gpt, classes, lab, tok).float()
+            tot += float(F.cross_entropy(lo.reshape(-1, lo.shape[-1]), tok.reshape(-1), reduction="sum"))
+            n += tok.numel()
     gpt.train()
     return tot / n
 
 
 def export_state(gpt, classes):
-    sd = {k: v.detach().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
-    sd["cls_embedding.embedding_table.weight"] = classes.table().detach().clone()
+    sd = {k: v.detach().cpu().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
+    sd["cls_embedding.embedding_table.weight"] = classes.table().detach().cpu().clone()
     return sd
 
 
@@ -102,17 +104,17 @@ def main():
     ap.add_argument("--total-steps", type=int, required=True, help="length of the cosine schedule")
     ap.add_argument("--minutes", type=float, default=1e9, help="stop (and save) after this long")
     ap.add_argument("--class-dropout", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    add_run_args(ap)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast on either)")
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    seed_all(a.seed)
-    os.makedirs(a.out, exist_ok=True)
-    data = EmojiData(a.data)
+    data = start_run(a, a.out)
     tokens = torch.from_numpy(np.load(a.tokens)).long()
     labels = torch.from_numpy(data.labels).long()
     train, held = data.indices("train"), data.indices("held_out")
     gpt, classes = build(a, data)
+    dev = torch.device(a.device)
+    gpt.to(dev)
+    classes.to(dev)
     params = list(gpt.parameters()) + list(classes.parameters())
     decay = [p for p in params if p.dim() > 1]
     no_decay = [p for p in params if p.dim() <= 1]
@@ -121,12 +123,12 @@ def main():
     ckpt_path = os.path.join(a.out, f"{a.name}.pt")
     step, gen = 0, torch.Generator().manual_seed(a.seed)
     if os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
+        ck = torch.load(ckpt_path, map_location=dev)
         gpt.load_state_dict(ck["train_gpt"])
         classes.load_state_dict(ck["train_classes"])
         opt.load_state_dict(ck["optimizer"])
         step = ck["step"]
-        gen.set_state(ck["generator"])
+        gen.set_state(ck["generator"].cpu())
         print(f"resuming {ckpt_path} at step {step}")
     n_params = sum(p.numel() for p in gpt.parameters())
     print(f"{a.name}: {n_params / 1e6:.2f}M parameters (exported, incl. class table)")
@@ -148,8 +150,9 @@ def main():
         lab = labels[pick].clone()
         drop = torch.rand(a.batch, generator=gen) < a.class_dropout
         lab[drop] = data.num_classes
-        tok = tokens[pick]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        tok = tokens[pick].to(dev)
+        lab = lab.to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
             lo = train_forward(gpt, classes, lab, tok)
         loss = F.cross_entropy(lo.float().reshape(-1, a.vocab_size), tok.reshape(-1))
         opt.zero_grad(set_to_none=True)

@@ -16,7 +16,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from common import EmojiData, Log, seed_all
+from common import Log, add_run_args, start_run
 from tessera_ref.llamagen import VQArgs, VQModel
 
 
@@ -85,13 +85,9 @@ def main():
     ap.add_argument("--crop", type=int, default=32)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    add_run_args(ap)
     a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    seed_all(a.seed)
-    os.makedirs(a.out, exist_ok=True)
-    data = EmojiData(a.data)
+    data = start_run(a, a.out)
     train, held = data.indices("train"), data.indices("held_out")
     model = VQModel(vq_args(a))
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.5, 0.9))
