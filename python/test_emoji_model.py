@@ -23,6 +23,7 @@ from PIL import Image
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python", "emoji"))
 from classifier import load as load_classifier, to_input  # noqa: E402
+from evaluate import class_ranks  # noqa: E402
 
 MODELS = os.path.join(ROOT, "models", "emoji")
 N_CLASSES, SEED, MAX_MEAN_LOG_RANK = 64, 0, 7.2
@@ -70,7 +71,7 @@ def check_recognisable(tessera):
     with torch.no_grad():
         logits = clf(to_input(np.stack(imgs)))
     want = torch.tensor(classes)
-    ranks = ((logits > logits.gather(1, want[:, None])).sum(1) + 1).tolist()
+    ranks = class_ranks(logits, want).long().tolist()
     pred = logits.argmax(1).tolist()
 
     def name(k):

@@ -40,7 +40,14 @@ class ClassNames {
   // style: one of styles(), or empty for default_style().
   ClassMatch match(const std::string& prompt, const std::string& style = "") const;
 
+  // Class ids whose name or one alias contains every word of `text` (case and punctuation
+  // ignored), in `style` (every style when empty; an unknown style throws).
+  std::vector<int> find_words(const std::string& text, const std::string& style = "") const;
+
  private:
+  // The style a prompt asks for (empty: default_style()); throws for an unknown one.
+  std::string resolve_style(const std::string& style) const;
+
   std::vector<ClassName> classes_;
   std::vector<std::string> styles_;
   std::string default_style_;

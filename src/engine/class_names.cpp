@@ -118,7 +118,7 @@ std::string join_quoted(const std::vector<std::string>& v, size_t max_items) {
 
 }  // namespace
 
-ClassMatch ClassNames::match(const std::string& prompt, const std::string& style_in) const {
+std::string ClassNames::resolve_style(const std::string& style_in) const {
   const std::string style = style_in.empty() ? default_style_ : style_in;
   if (!styles_.empty() && std::find(styles_.begin(), styles_.end(), style) == styles_.end()) {
     std::string all;
@@ -126,6 +126,30 @@ ClassMatch ClassNames::match(const std::string& prompt, const std::string& style
     throw Error("--style: unknown style '" + style + "' (one of " + all + ")");
   }
   if (styles_.empty() && !style_in.empty()) throw Error("--style: this model has no styles");
+  return style;
+}
+
+std::vector<int> ClassNames::find_words(const std::string& text, const std::string& style) const {
+  if (!style.empty()) resolve_style(style);
+  const std::vector<std::string> want = words(normalize_name(text));
+  auto has_all = [&](const std::string& key) {
+    const std::vector<std::string> kw = words(normalize_name(key));
+    return std::all_of(want.begin(), want.end(), [&](const std::string& w) {
+      return std::find(kw.begin(), kw.end(), w) != kw.end();
+    });
+  };
+  std::vector<int> ids;
+  for (size_t i = 0; i < classes_.size(); ++i) {
+    const ClassName& c = classes_[i];
+    if (!style.empty() && c.style != style) continue;
+    if (has_all(c.name) || std::any_of(c.aliases.begin(), c.aliases.end(), has_all))
+      ids.push_back(static_cast<int>(i));
+  }
+  return ids;
+}
+
+ClassMatch ClassNames::match(const std::string& prompt, const std::string& style_in) const {
+  const std::string style = resolve_style(style_in);
   const std::string q = normalize_name(prompt);
   if (q.empty()) throw Error("empty prompt: give an emoji name, e.g. \"red apple\"");
 
@@ -163,19 +187,11 @@ ClassMatch ClassNames::match(const std::string& prompt, const std::string& style
     return resolve(exact, "exact");
   }
 
-  const std::vector<std::string> qw = words(q);
   std::vector<std::string> by_words;
-  for (const auto& n : names)
-    for (const auto& k : keys[n]) {
-      const std::vector<std::string> kw = words(k);
-      const bool all = std::all_of(qw.begin(), qw.end(), [&](const std::string& w) {
-        return std::find(kw.begin(), kw.end(), w) != kw.end();
-      });
-      if (all) {
-        by_words.push_back(n);
-        break;
-      }
-    }
+  for (int id : find_words(q, styles_.empty() ? "" : style)) {
+    const std::string& n = classes_[id].name;
+    if (std::find(by_words.begin(), by_words.end(), n) == by_words.end()) by_words.push_back(n);
+  }
   if (!by_words.empty()) return resolve(by_words, "words");
 
   // Spelling: the nearest names by edit distance, accepted within about one typo per 4 letters.

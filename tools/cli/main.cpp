@@ -284,27 +284,13 @@ std::string resolve_prompt(const std::string& dir, const std::string& prompt,
 
 void list_classes(const std::string& dir, const std::string& filter, const std::string& style) {
   const ClassNames names = model_class_names(dir);
-  if (!style.empty() &&
-      std::find(names.styles().begin(), names.styles().end(), style) == names.styles().end())
-    throw Error("--style: unknown style '" + style + "'");
-  std::vector<std::string> want;
-  {
-    std::stringstream ss(normalize_name(filter));
-    for (std::string w; ss >> w;) want.push_back(w);
-  }
-  int shown = 0;
-  for (size_t i = 0; i < names.classes().size(); ++i) {
+  const std::vector<int> ids = names.find_words(filter, style);
+  for (int i : ids) {
     const ClassName& c = names.classes()[i];
-    if (!style.empty() && c.style != style) continue;
-    std::string hay = " " + normalize_name(c.name) + " ";
-    for (const auto& a : c.aliases) hay += normalize_name(a) + " ";
-    bool ok = true;
-    for (const auto& w : want) ok = ok && hay.find(" " + w + " ") != std::string::npos;
-    if (!ok) continue;
-    std::printf("%6zu  %-40s %-9s %s\n", i, c.name.c_str(), c.style.c_str(), c.category.c_str());
-    ++shown;
+    std::printf("%6d  %-40s %-9s %s\n", i, c.name.c_str(), c.style.c_str(), c.category.c_str());
   }
-  log_info(std::to_string(shown) + " of " + std::to_string(names.classes().size()) + " classes");
+  log_info(std::to_string(ids.size()) + " of " + std::to_string(names.classes().size()) +
+           " classes");
 }
 
 }  // namespace
