@@ -101,3 +101,16 @@ TEST(ClassNames, RejectsMalformedFiles) {
             }).find("malformed entry"),
             std::string::npos);
 }
+
+TEST(ClassNames, HeldOutClasses) {
+  EXPECT_FALSE(names().classes()[1].held_out);
+  const ClassNames held = ClassNames::parse(
+      R"({"classes": [{"name": "x"}, {"name": "y"}], "held_out_classes": [1]})", 2, "x.json");
+  EXPECT_FALSE(held.classes()[0].held_out);
+  EXPECT_TRUE(held.classes()[1].held_out);
+  EXPECT_NE(error_of([] {
+              ClassNames::parse(R"({"classes": [{"name": "x"}], "held_out_classes": [3]})", 1,
+                                "x.json");
+            }).find("held_out_classes lists class 3, out of range"),
+            std::string::npos);
+}

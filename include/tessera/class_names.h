@@ -12,6 +12,9 @@ struct ClassName {
   std::string style;     // "twitter" (empty when the model has no styles)
   std::string category;  // "Food & Drink" (may be empty)
   std::vector<std::string> aliases;
+  // The model never saw this class's image in training (a held-out split; its other styles may
+  // have been seen). Generated images of such classes are expected to be poor.
+  bool held_out = false;
 };
 
 // What a prompt resolved to, and how (for the log).

@@ -55,7 +55,8 @@ def build(a, data):
 
 
 def train_forward(gpt, classes, labels, tokens):
-    """Teacher-forced logits [B, 256, V]: position i predicts token i from the class and tokens < i."""
+    """Teacher-forced logits [B, 256, V]: position i predicts token i from the class and tokens < i
+    (the tokens given may be corrupted copies of the targets; see --input-noise)."""
     cond = classes.table()[labels][:, None, :]
     h = torch.cat([cond, gpt.tok_embeddings(tokens[:, :-1])], 1)
     S = h.shape[1]
@@ -104,6 +105,10 @@ def main():
     ap.add_argument("--total-steps", type=int, required=True, help="length of the cosine schedule")
     ap.add_argument("--minutes", type=float, default=1e9, help="stop (and save) after this long")
     ap.add_argument("--class-dropout", type=float, default=0.1)
+    ap.add_argument("--input-noise", type=float, default=0.0,
+                    help="replace this fraction of the teacher-forced input tokens by random ones "
+                         "(the targets stay clean): with one image per class the model otherwise "
+                         "identifies the image from its prefix and learns to ignore the class")
     add_run_args(ap)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast on either)")
     a = ap.parse_args()
@@ -150,10 +155,14 @@ def main():
         lab = labels[pick].clone()
         drop = torch.rand(a.batch, generator=gen) < a.class_dropout
         lab[drop] = data.num_classes
-        tok = tokens[pick].to(dev)
-        lab = lab.to(dev)
+        tok = tokens[pick]
+        inp = tok
+        if a.input_noise > 0:
+            hit = torch.rand(tok.shape, generator=gen) < a.input_noise
+            inp = torch.where(hit, torch.randint(0, a.vocab_size, tok.shape, generator=gen), tok)
+        tok, inp, lab = tok.to(dev), inp.to(dev), lab.to(dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16):
-            lo = train_forward(gpt, classes, lab, tok)
+            lo = train_forward(gpt, classes, lab, inp)
         loss = F.cross_entropy(lo.float().reshape(-1, a.vocab_size), tok.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -83,6 +83,12 @@ ClassNames ClassNames::parse(const std::string& text, int num_classes, const std
              x.style + "', not one of \"styles\"");
       cn.classes_.push_back(std::move(x));
     }
+    if (j.contains("held_out_classes"))
+      for (const int id : j["held_out_classes"].get<std::vector<int>>()) {
+        if (id < 0 || id >= static_cast<int>(cn.classes_.size()))
+          fail("held_out_classes lists class " + std::to_string(id) + ", out of range");
+        cn.classes_[id].held_out = true;
+      }
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("malformed entry (") + e.what() + ")");
   }

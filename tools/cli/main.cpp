@@ -279,6 +279,10 @@ std::string resolve_prompt(const std::string& dir, const std::string& prompt,
   const std::string label = names.label(m.class_id);
   log_info("prompt '" + prompt + "' -> class " + std::to_string(m.class_id) + ": " + label +
            (m.how == "exact" ? "" : " (matched by " + m.how + ")"));
+  if (names.classes()[m.class_id].held_out)
+    log_info("note: class " + std::to_string(m.class_id) +
+             " was held out of this model's training (its drawing in this style was never "
+             "seen), so expect a poor image; another --style may do better");
   return label;
 }
 
@@ -287,7 +291,8 @@ void list_classes(const std::string& dir, const std::string& filter, const std::
   const std::vector<int> ids = names.find_words(filter, style);
   for (int i : ids) {
     const ClassName& c = names.classes()[i];
-    std::printf("%6d  %-40s %-9s %s\n", i, c.name.c_str(), c.style.c_str(), c.category.c_str());
+    std::printf("%6d  %-40s %-9s %s%s\n", i, c.name.c_str(), c.style.c_str(), c.category.c_str(),
+                c.held_out ? "  (held out of training)" : "");
   }
   log_info(std::to_string(ids.size()) + " of " + std::to_string(names.classes().size()) +
            " classes");
