@@ -104,6 +104,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--total-steps", type=int, required=True, help="length of the cosine schedule")
     ap.add_argument("--minutes", type=float, default=1e9, help="stop (and save) after this long")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="stop (and save) at this step, before the schedule ends (0: never)")
     ap.add_argument("--class-dropout", type=float, default=0.1)
     ap.add_argument("--input-noise", type=float, default=0.0,
                     help="replace this fraction of the teacher-forced input tokens by random ones "
@@ -146,7 +148,8 @@ def main():
         os.replace(ckpt_path + ".tmp", ckpt_path)
 
     t_start, t_save = time.time(), time.time()
-    while step < a.total_steps and time.time() - t_start < a.minutes * 60:
+    last = min(a.total_steps, a.stop_at) if a.stop_at > 0 else a.total_steps
+    while step < last and time.time() - t_start < a.minutes * 60:
         step += 1
         lr = a.lr * min(1.0, step / a.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / a.total_steps)))
         for g in opt.param_groups:
