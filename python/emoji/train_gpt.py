@@ -113,6 +113,8 @@ def main():
                          "identifies the image from its prefix and learns to ignore the class")
     add_run_args(ap)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast on either)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="print the NLL figures of the model card for OUT/NAME.pt and exit")
     a = ap.parse_args()
     data = start_run(a, a.out)
     tokens = torch.from_numpy(np.load(a.tokens)).long()
@@ -137,6 +139,15 @@ def main():
         step = ck["step"]
         gen.set_state(ck["generator"].cpu())
         print(f"resuming {ckpt_path} at step {step}")
+    if a.eval_only:
+        # Own class vs the null class on training images: how much the model uses the class.
+        tr, null = train[:256], data.num_classes
+        for name, lab, tok in [("nll_train_sample", labels[tr], tokens[tr]),
+                               ("nll_train_sample_null", torch.full((len(tr),), null), tokens[tr]),
+                               ("nll_held_out", labels[held], tokens[held]),
+                               ("nll_held_out_uncond", torch.full((len(held),), null), tokens[held])]:
+            print(f"{name}\t{nll(gpt, classes, lab, tok):.4f}")
+        return
     n_params = sum(p.numel() for p in gpt.parameters())
     print(f"{a.name}: {n_params / 1e6:.2f}M parameters (exported, incl. class table)")
     log = Log(os.path.join(a.out, f"{a.name}_log.tsv"))
