@@ -2,13 +2,13 @@
 """CI check of the shipped emoji model family (issue 4, models/emoji):
   1. the files are there and within the 60 MB budget;
   2. the README's command, `tessera generate "red apple"` with no -m, writes a PNG and says where;
-  3. class conditioning: one image per class for a fixed sample of 64 training classes, fixed
-     seeds, default settings, ranked by the committed classifier. The statistic is the mean
-     log-rank of the requested class among the 4908. Chance (a broken engine or broken weights)
-     is 7.50 with a standard deviation of 0.125 for 64 images. The shipped weights score 6.88
-     (MODEL_CARD.md). The test needs <= MAX_MEAN_LOG_RANK = 7.2, which chance passes with
-     probability under 1%. The weights are not yet recognisable at top-1 (issue 4 is open); when
-     they are, add a top-1 floor here.
+  3. recognisable images: one image per class for a fixed sample of 64 training classes, seed 0,
+     the model's default settings, judged by the committed classifier (870 classes). The shipped
+     weights put 47 of 64 in their class, with a mean log-rank of the requested class of 1.15
+     (MODEL_CARD.md). Chance is 5.77 with a standard deviation of about 0.125 for 64 images, and
+     0.07 correct. The test needs >= MIN_CORRECT = 32 correct and a mean log-rank <=
+     MAX_MEAN_LOG_RANK = 3.0: broken weights, a broken engine or a wrong sampling default fail it,
+     while the margin absorbs the few sampled tokens that another CPU's rounding may change.
 Usage: /usr/bin/python3 python/test_emoji_model.py path/to/tessera"""
 import json
 import os
@@ -26,7 +26,7 @@ from classifier import load as load_classifier, to_input  # noqa: E402
 from evaluate import class_ranks  # noqa: E402
 
 MODELS = os.path.join(ROOT, "models", "emoji")
-N_CLASSES, SEED, MAX_MEAN_LOG_RANK = 64, 0, 7.2
+N_CLASSES, SEED, MAX_MEAN_LOG_RANK, MIN_CORRECT = 64, 0, 3.0, 32
 BUDGET = 60 * 10**6
 
 
@@ -83,8 +83,10 @@ def check_recognisable(tessera):
     chance = float(np.mean(np.log(np.arange(1, len(meta["classes"]) + 1))))
     correct = sum(p == c for p, c in zip(pred, classes))
     print(f"mean log-rank of the requested class {score:.3f} (need <= {MAX_MEAN_LOG_RANK}; chance "
-          f"{chance:.3f}); median rank {np.median(ranks):.0f}; {correct}/{len(classes)} classified as their class")
+          f"{chance:.3f}); median rank {np.median(ranks):.0f}; {correct}/{len(classes)} classified as "
+          f"their class (need >= {MIN_CORRECT})")
     assert score <= MAX_MEAN_LOG_RANK
+    assert correct >= MIN_CORRECT
 
 
 def main():

@@ -176,6 +176,24 @@ TEST_F(CliErrors, ConfigMissingDim) {
 
 // ---- gpt.safetensors -------------------------------------------------------------------------
 
+TEST_F(CliErrors, ConfigSamplingUnknownKey) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["sampling"] = {{"topk", 5}}; });
+  expect_error(tokens_only(dir), {"unknown key \"topk\"", "sampling", "config.json"});
+}
+
+TEST_F(CliErrors, ConfigSamplingOutOfRange) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["sampling"] = {{"top_p", 1.5}}; });
+  expect_error(tokens_only(dir), {"\"top_p\" must be in", "config.json"});
+}
+
+TEST_F(CliErrors, ConfigSamplingWrongType) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["sampling"] = {{"top_k", "many"}}; });
+  expect_error(tokens_only(dir), {"\"top_k\" has the wrong type", "config.json"});
+}
+
 TEST_F(CliErrors, GptWeightsMissing) {
   const fs::path dir = copy_model("c2i_f32");
   fs::remove(dir / "gpt.safetensors");
@@ -506,6 +524,34 @@ TEST_F(CliOutput, GenerateNumbersImages) {
     const std::string index = std::string("image_index=") + (name[5] == '1' ? "1" : "0");
     EXPECT_NE(params.find(index), std::string::npos) << params;
   }
+}
+
+// config.json "sampling": the model's settings apply where no flag is given; a flag wins.
+TEST_F(CliOutput, ModelSamplingDefaultsApplyUnlessAFlagIsGiven) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) {
+    j["sampling"] = {{"cfg", 1.5}, {"temperature", 0.5}, {"top_k", 7}, {"top_p", 0.9}};
+  });
+  const CliResult r = run({"generate", "-m", dir.string(), "--class", "3", "--seed", "1", "--top-k",
+                           "3", "-o", tmp("d.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("the model's sampling settings (config.json): cfg 1.5, temperature 0.5, "
+                       "top-p 0.9"),
+            std::string::npos)
+      << r.err;
+  int w = 0, h = 0;
+  const std::string params = png_parameters(tmp("d.png"), w, h);
+  for (const char* want : {"cfg=1.500", "temperature=0.500", "top_k=3;", "top_p=0.900"})
+    EXPECT_NE(params.find(want), std::string::npos) << want << " in " << params;
+  // The same settings given as flags draw the same tokens: the defaults are plain flag values.
+  const CliResult a = run({"generate", "-m", dir.string(), "--class", "3", "--seed", "1", "--top-k",
+                           "3", "--tokens-out", tmp("a.npy")});
+  const CliResult b =
+      run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--seed", "1", "--cfg", "1.5",
+           "--temperature", "0.5", "--top-k", "3", "--top-p", "0.9", "--tokens-out", tmp("b.npy")});
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(slurp(tmp("a.npy")), slurp(tmp("b.npy")));
 }
 
 TEST_F(CliOutput, GenerateGridWritesOnePng) {

@@ -1,6 +1,7 @@
 // Model configurations, as stored in a model directory's config.json (docs/model_format.md).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,10 +77,19 @@ struct VaeConfig : ConvDecoderConfig {
   std::string file = "vae.safetensors";
 };
 
+// The optional "sampling" object of a LlamaGen config.json: the settings the model's authors
+// recommend, used by `tessera generate` for every flag the user does not give (the role of a
+// Hugging Face generation_config.json). Unset fields keep LlamaGen's defaults.
+struct SamplingDefaults {
+  std::optional<float> cfg, temperature, top_p;
+  std::optional<int> top_k;
+};
+
 struct ModelConfig {
   std::string dir;
   std::string architecture = "llamagen";  // llamagen | mar
   GptConfig gpt;                          // llamagen
+  SamplingDefaults sampling;              // llamagen
   bool has_vq = false;
   VqConfig vq;
   MarConfig mar;  // mar

@@ -8,7 +8,7 @@ Sources (installed by scripts/fetch-emoji-data.sh into DIR/node_modules):
   openmoji                  OpenMoji SVGs (CC-BY-SA 4.0), rasterised with Debian's rsvg-convert
 
 Kept: emoji that all three sets draw, minus the 'Flags' and 'Component' categories and skin-tone
-variants (the base emoji only). Output (DIR/out): images.npy uint8 [N, 64, 64, 3] and meta.json.
+variants (the base emoji only); with --categories, only the emoji of the listed categories. Output (DIR/out): images.npy uint8 [N, 64, 64, 3] and meta.json.
 
 Usage: /usr/bin/python3 python/emoji/build_dataset.py --npm DATA_DIR --out OUT_DIR
 """
@@ -56,6 +56,8 @@ def main():
     ap.add_argument("--npm", required=True, help="directory holding node_modules/ with the three packages")
     ap.add_argument("--out", required=True)
     ap.add_argument("--held-out", type=float, default=0.05, help="fraction of images held out")
+    ap.add_argument("--categories", help="comma-separated emoji-datasource categories to keep "
+                    "(e.g. 'Food & Drink,Animals & Nature'); default: all but Flags and Component")
     args = ap.parse_args()
     nm = os.path.join(args.npm, "node_modules")
     ds = json.load(open(os.path.join(nm, "emoji-datasource-twitter", "emoji.json")))
@@ -63,9 +65,15 @@ def main():
     versions = {p: json.load(open(os.path.join(nm, p, "package.json")))["version"]
                 for p in ("emoji-datasource-twitter", "emoji-datasource-google", "openmoji")}
 
+    known = {e["category"] for e in ds} - EXCLUDED_CATEGORIES
+    keep = known
+    if args.categories:
+        keep = {c.strip() for c in args.categories.split(",")}
+        if keep - known:
+            sys.exit(f"error: unknown categories {sorted(keep - known)}; known: {sorted(known)}")
     emoji = []
     for e in sorted(ds, key=lambda e: e["sort_order"]):
-        if e["category"] in EXCLUDED_CATEGORIES or not (e["has_img_twitter"] and e["has_img_google"]):
+        if e["category"] not in keep or not (e["has_img_twitter"] and e["has_img_google"]):
             continue
         o = om.get(e["unified"]) or om.get(e["non_qualified"] or "")
         svg = o and os.path.join(nm, "openmoji", "color", "svg", o["hexcode"] + ".svg")
@@ -103,7 +111,8 @@ def main():
         del e["files"]
     np.save(os.path.join(args.out, "images.npy"), np.stack(images))
     counts = {s: sum(1 for m in meta if m["split"] == s) for s in ("train", "held_out")}
-    json.dump({"styles": STYLES, "size": SIZE, "sources": versions, "emoji": emoji, "images": meta,
+    json.dump({"styles": STYLES, "size": SIZE, "sources": versions, "categories": sorted(keep),
+               "emoji": emoji, "images": meta,
                "counts": counts}, open(os.path.join(args.out, "meta.json"), "w"), indent=1)
     print(f"{len(emoji)} emoji x {len(STYLES)} styles = {len(meta)} images "
           f"({counts['train']} train, {counts['held_out']} held out) -> {args.out}")

@@ -28,7 +28,13 @@ def classes_json(data):
             "held_out_classes": held_out}
 
 
-def export_gpt(ckpt, vq, out, data, dtype):
+# The target's recommended sampling settings, written to its config.json "sampling" (tessera
+# generate uses them for flags not given). With one drawing per class the model has memorised its
+# classes; guidance (LlamaGen's cfg 4) pushes it off them: MODEL_CARD.md has both measurements.
+TARGET_SAMPLING = {"cfg": 1.0}
+
+
+def export_gpt(ckpt, vq, out, data, dtype, sampling=None):
     a = torch.load(ckpt)["args"]
     argv = ["--gpt", ckpt, "--out", out, "--gpt-model", "custom", "--dim", str(a["dim"]),
             "--n-layer", str(a["n_layer"]), "--n-head", str(a["n_head"]), "--image-size", "64",
@@ -38,6 +44,13 @@ def export_gpt(ckpt, vq, out, data, dtype):
         argv += ["--vq", vq, "--vq-model", "custom", "--vq-dtype", dtype]
     if convert_llamagen.main(argv) != 0:
         sys.exit(f"error: converting {ckpt} failed")
+    if sampling:
+        path = os.path.join(out, "config.json")
+        config = json.load(open(path))
+        config["sampling"] = sampling
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
+            f.write("\n")
     with open(os.path.join(out, "classes.json"), "w") as f:
         json.dump(classes_json(data), f, indent=None, separators=(",", ":"))
         f.write("\n")
@@ -51,7 +64,8 @@ def main():
     ap.add_argument("--dtype", default="f16")
     a = ap.parse_args()
     data = EmojiData(a.data)
-    export_gpt(os.path.join(a.runs, "target.pt"), os.path.join(a.runs, "vq.pt"), os.path.join(a.out, "target"), data, a.dtype)
+    export_gpt(os.path.join(a.runs, "target.pt"), os.path.join(a.runs, "vq.pt"), os.path.join(a.out, "target"), data, a.dtype,
+               TARGET_SAMPLING)
     if os.path.exists(os.path.join(a.runs, "draft.pt")):
         export_gpt(os.path.join(a.runs, "draft.pt"), None, os.path.join(a.out, "draft"), data, a.dtype)
 

@@ -29,7 +29,9 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     panels = [("vq", [("rec", "reconstruction (L1+MSE)"), ("psnr_held_out", "held-out PSNR (dB)")]),
-              ("target", [("loss", "train loss"), ("nll_held_out", "held-out NLL"),
+              ("target", [("loss", "train loss (5% noisy inputs)"),
+                          ("nll_train_sample", "train NLL (256 images, clean)"),
+                          ("nll_held_out", "held-out NLL"),
                           ("nll_held_out_uncond", "held-out NLL, null class")]),
               ("draft", [("loss", "train loss"), ("nll_held_out", "held-out NLL"),
                          ("nll_held_out_uncond", "held-out NLL, null class")]),

@@ -11,8 +11,8 @@ import tempfile
 from PIL import Image, ImageDraw
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_PROMPTS = ["red apple", "grinning face", "pizza", "rocket", "cat face", "sun", "heart suit",
-                   "snowman"]
+DEFAULT_PROMPTS = ["red apple", "banana", "pizza", "strawberry", "cat face", "dog face", "frog",
+                   "penguin"]
 
 
 def main():

@@ -116,6 +116,34 @@ void load_mar_config(const json& root, const std::string& where, ModelConfig& mc
   }
 }
 
+// config.json "sampling": {"cfg": F, "temperature": F, "top_k": K, "top_p": P}, all optional.
+SamplingDefaults read_sampling_defaults(const json& s, const std::string& where) {
+  if (!s.is_object()) throw Error(where + ": \"sampling\" must be an object");
+  for (const auto& [key, value] : s.items())
+    if (key != "cfg" && key != "temperature" && key != "top_k" && key != "top_p")
+      throw Error(where + ": unknown key \"" + key +
+                  "\" in \"sampling\" (known: cfg, "
+                  "temperature, top_k, top_p)");
+  const std::string sw = where + " sampling";
+  SamplingDefaults d;
+  auto read_float = [&](const char* key, float lo, float hi, std::optional<float>& out) {
+    if (!s.contains(key)) return;
+    const float v = req<float>(s, key, sw);
+    if (!(v >= lo && v <= hi))
+      throw Error(sw + ": \"" + key + "\" must be in [" + std::to_string(lo) + ", " +
+                  std::to_string(hi) + "], got " + std::to_string(v));
+    out = v;
+  };
+  read_float("cfg", 0.0f, 1e4f, d.cfg);
+  read_float("temperature", 0.0f, 1e4f, d.temperature);
+  read_float("top_p", 1e-6f, 1.0f, d.top_p);
+  if (s.contains("top_k")) {
+    d.top_k = req<int>(s, "top_k", sw);
+    if (*d.top_k < 0) throw Error(sw + ": \"top_k\" must be >= 0, got " + std::to_string(*d.top_k));
+  }
+  return d;
+}
+
 }  // namespace
 
 ModelConfig load_model_config(const std::string& dir) {
@@ -194,6 +222,7 @@ ModelConfig load_model_config(const std::string& dir) {
   if (c.grid * c.downsample != c.image_size)
     throw Error(gw + ": image_size " + std::to_string(c.image_size) + " != grid " +
                 std::to_string(c.grid) + " x downsample " + std::to_string(c.downsample));
+  if (root.contains("sampling")) mc.sampling = read_sampling_defaults(root["sampling"], where);
 
   if (root.contains("vq") && !root["vq"].is_null()) {
     const json& v = root["vq"];

@@ -259,6 +259,24 @@ cli::MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n
   return o;
 }
 
+// The model's recommended sampling settings (config.json "sampling") for each flag not given.
+void apply_model_sampling_defaults(const SamplingDefaults& d, const CLI::App& cmd,
+                                   SamplingOptions& s) {
+  std::string used;
+  auto take = [&](const char* flag, const auto& value, auto& field) {
+    if (!value || cmd.count(flag) > 0) return;
+    field = *value;
+    std::ostringstream v;
+    v << *value;
+    used += std::string(used.empty() ? "" : ", ") + (flag + 2) + " " + v.str();
+  };
+  take("--cfg", d.cfg, s.cfg_scale);
+  take("--temperature", d.temperature, s.temperature);
+  take("--top-k", d.top_k, s.top_k);
+  take("--top-p", d.top_p, s.top_p);
+  if (!used.empty()) log_info("the model's sampling settings (config.json): " + used);
+}
+
 int model_num_classes(const std::string& dir) {
   const ModelConfig mc = load_model_config(dir);
   return mc.is_mar() ? mc.mar.num_classes : (mc.gpt.is_c2i() ? mc.gpt.num_classes : 0);
@@ -488,6 +506,7 @@ int main(int argc, char** argv) {
       lo.load_decoder = !gen_out.empty();
       auto pipe = Pipeline::load(gen_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
+      apply_model_sampling_defaults(pipe->config().sampling, *g, gen.sampling);
       if (!gen_out.empty() && !pipe->has_decoder())
         throw Error(gen_common.model + " has no VQ decoder: use --tokens-out only");
       const Condition cond = make_condition(gen_cond, cfg);
