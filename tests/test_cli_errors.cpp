@@ -350,6 +350,15 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"BenchMethodsWithTokens",
                  {"bench", "-m", "@/c2i_f32", "--methods", "sjd", "--tokens", "4"},
                  {"--tokens"}},
+        FlagCase{"BenchRepeatZero",
+                 {"bench", "-m", "@/c2i_f32", "--repeat", "0", "--tokens", "2"},
+                 {"--repeat", "at least 1"}},
+        FlagCase{"BenchAgainstWithMethods",
+                 {"bench", "-m", "@/c2i_f32", "--methods", "sjd", "--against", "@/c2i_bf16"},
+                 {"--against", "--methods"}},
+        FlagCase{"BenchAgainstMissingModel",
+                 {"bench", "-m", "@/c2i_f32", "--against", "@/nope", "--tokens", "2"},
+                 {"nope"}},
         // MAR model directories
         FlagCase{"MarClassOutOfRange", with(kGenMar, {"--class", "10"}), {"class 10", "[0, 10)"}},
         FlagCase{
@@ -621,6 +630,32 @@ TEST_F(CliOutput, BenchComparesMethodsAgainstVanilla) {
   EXPECT_GT(j["methods"][1]["batched_draft_forwards"].get<int>(), 0);
   EXPECT_EQ(j["methods"][2]["batched_draft_forwards"].get<int>(), 0);  // sjd: no draft model
   for (const auto& m : j["methods"]) EXPECT_GT(m["speedup_vs_vanilla"].get<double>(), 0.0);
+}
+
+// Two models timed in alternating rounds: per-model medians and the median of per-round ratios.
+TEST_F(CliOutput, BenchAgainstReportsPairedRatio) {
+  const CliResult r = run({"bench", "-m", fixture("c2i_f32"), "--against", fixture("c2i_bf16"),
+                           "--tokens", "4", "--repeat", "3", "--json", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["rounds"], 3);
+  EXPECT_EQ(j["weights_dtype"], "f32");
+  EXPECT_EQ(j["against"]["weights_dtype"], "bf16");
+  const auto a = j["tokens_per_s_rounds"].get<std::vector<double>>();
+  const auto b = j["against"]["tokens_per_s_rounds"].get<std::vector<double>>();
+  auto ratios = j["ratio_rounds"].get<std::vector<double>>();
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  ASSERT_EQ(ratios.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(ratios[i], a[i] / b[i], 1e-9 * ratios[i]);
+  std::sort(ratios.begin(), ratios.end());
+  EXPECT_DOUBLE_EQ(j["tokens_per_s_ratio_vs_against"].get<double>(), ratios[1]);
+  auto sorted_a = a;
+  std::sort(sorted_a.begin(), sorted_a.end());
+  EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), sorted_a[1]);  // the median round's figures
+  EXPECT_GT(j["against"]["weight_bytes_per_step"].get<double>(), 0.0);
+  EXPECT_LT(j["against"]["weight_bytes_per_step"].get<double>(),
+            j["weight_bytes_per_step"].get<double>());  // bf16 streams fewer bytes than f32
 }
 
 // ---- prompts (classes.json) and the default model --------------------------------------------

@@ -12,7 +12,7 @@ namespace tessera {
 
 class KVCache {
  public:
-  KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int kv_dim);
+  KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int n_kv_head, int head_dim);
 
   int n_seq() const { return static_cast<int>(len_.size()); }
   int capacity() const { return capacity_; }

@@ -78,7 +78,7 @@ int LlamaGen::sequence_capacity(int extra) const {
 
 KVCache LlamaGen::make_cache(int n_seq, int extra_capacity) const {
   return KVCache(backend_, cfg_.n_layer, n_seq, sequence_capacity(extra_capacity),
-                 cfg_.n_kv_head * cfg_.head_dim());
+                 cfg_.n_kv_head, cfg_.head_dim());
 }
 
 Tensor LlamaGen::embed_classes(std::span<const int32_t> ids) const {

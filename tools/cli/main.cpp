@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench_vanilla.h"
 #include "common/log.h"
 #include "default_model.h"
 #include "engine/bandwidth.h"
@@ -428,6 +429,14 @@ int main(int argc, char** argv) {
   b->add_flag("--torch", b_torch,
               "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
   b->add_flag("--json", b_json, "Print one JSON object instead of a table");
+  std::string b_against;
+  int b_repeat = 1;
+  b->add_option("--against", b_against,
+                "Time a second model directory in the same rounds (e.g. the same weights in f32) "
+                "and report the tokens/s ratio");
+  b->add_option("--repeat", b_repeat,
+                "Measured rounds (order alternates between models; medians are reported)")
+      ->check(int_at_least(1));
   std::string b_methods;
   GenerateOptions b_gen;
   b->add_option("--methods", b_methods,
@@ -658,6 +667,8 @@ int main(int argc, char** argv) {
       lo.threads = b_common.threads;
       lo.load_decoder = false;
       if (is_mar(b_common.model)) {
+        if (!b_against.empty() || b_repeat != 1)
+          throw Error("--against and --repeat are for LlamaGen models; MAR benches with --methods");
         CondOpts bc;
         bc.class_id = b_class;
         GenerateOptions bg = b_gen;
@@ -672,10 +683,12 @@ int main(int argc, char** argv) {
         cli::mar_bench(mo, mb);
         return 0;
       }
-      auto pipe = Pipeline::load(b_common.model, lo);
-      const GptConfig& cfg = pipe->config().gpt;
       if (!b_methods.empty()) {
+        auto pipe = Pipeline::load(b_common.model, lo);
+        const GptConfig& cfg = pipe->config().gpt;
         if (b_torch) throw Error("--torch and --methods are separate benchmarks");
+        if (!b_against.empty() || b_repeat != 1)
+          throw Error("--against and --repeat time vanilla decoding; drop --methods");
         if (b_tokens > 0) throw Error("--methods generates whole images; drop --tokens");
         std::vector<std::string> methods = split_list(b_methods);
         methods.erase(std::remove(methods.begin(), methods.end(), "vanilla"), methods.end());
@@ -754,81 +767,20 @@ int main(int argc, char** argv) {
         }
         return 0;
       }
-      const int K = b_tokens > 0 ? b_tokens : cfg.n_image_tokens();
-      if (K > cfg.n_image_tokens())
-        throw Error("--tokens must be at most " + std::to_string(cfg.n_image_tokens()));
-      const int threads = cpu_backend().threads();
-      Condition cond = cfg.is_c2i() ? Condition::label(b_class) : Condition::unconditional();
-      GenerateOptions go;
-      go.sampling.cfg_scale = b_cfg;
-      go.batch = b_n;
-      go.max_tokens = K;
-      // Warm-up (page in the mapped weights), then the measured run.
-      GenerateOptions warm = go;
-      warm.max_tokens = std::min(K, 2);
-      pipe->generate(std::vector<Condition>(b_n, cond), warm);
-      GenerateStats st;
-      pipe->generate(std::vector<Condition>(b_n, cond), go, &st);
-      const double decode_s = st.seconds - st.prefill_seconds;
-      const int64_t steps = st.forward_passes - 1;
-      const double ms_step = steps > 0 ? 1e3 * decode_s / steps : 0.0;
-      const double tok_s = st.tokens / st.seconds;
-      const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
-      const double achieved = steps > 0 ? bytes / (decode_s / steps) / 1e9 : 0.0;
-      const double machine = measure_read_bandwidth_gbs();
-      const double stream_ms = bytes / (machine * 1e9) * 1e3;
-      nlohmann::json j = {{"model", b_common.model},
-                          {"weights_dtype", cfg.dtype},
-                          {"threads", threads},
-                          {"images", b_n},
-                          {"tokens_per_image", K},
-                          {"cfg", b_cfg},
-                          {"tokens_per_s", tok_s},
-                          {"ms_per_token", ms_step},
-                          {"prefill_ms", 1e3 * st.prefill_seconds},
-                          {"weight_bytes_per_step", bytes},
-                          {"achieved_weight_gbs", achieved},
-                          {"machine_read_gbs", machine},
-                          {"weight_stream_ms", stream_ms},
-                          {"step_over_stream", ms_step / stream_ms}};
-      if (b_torch) {
-        if (b_n != 1) throw Error("--torch compares one image; use -n 1");
-        const int torch_k = std::min(K, cfg.n_image_tokens() - 2);  // it spends 2 on warm-up
-        const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/bench_torch.py";
-        const std::string cmd = "/usr/bin/python3 " + script + " --model '" + b_common.model +
-                                "' --tokens " + std::to_string(torch_k) + " --threads " +
-                                std::to_string(threads) + " --cfg " + fmt(b_cfg, 3) + " --dtype " +
-                                (cfg.dtype == "bf16" ? "bf16" : "f32");
-        log_info("running: " + cmd);
-        FILE* p = popen(cmd.c_str(), "r");
-        if (!p) throw Error("cannot run " + cmd);
-        std::string outp;
-        char buf[4096];
-        while (fgets(buf, sizeof buf, p)) outp += buf;
-        const int rc = pclose(p);
-        const auto pos = outp.rfind("{\"impl\"");
-        if (rc != 0 || pos == std::string::npos)
-          throw Error("the PyTorch reference benchmark failed (" + cmd + ")");
-        const auto tj = nlohmann::json::parse(outp.substr(pos, outp.find('\n', pos) - pos));
-        j["torch_tokens_per_s"] = tj["tokens_per_s"];
-        j["speedup_vs_torch"] = tok_s / tj["tokens_per_s"].get<double>();
-      }
-      if (b_json) {
-        std::printf("%s\n", j.dump(2).c_str());
-      } else {
-        std::printf("model            %s (%s weights, %d threads, %s kernels)\n",
-                    b_common.model.c_str(), cfg.dtype.c_str(), threads, "cpu");
-        std::printf("workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step)\n", b_n,
-                    K, b_cfg, b_cfg > 1.0f ? 2 * b_n : b_n);
-        std::printf("tokens/s         %.2f\n", tok_s);
-        std::printf("ms/token (step)  %.2f   prefill %.2f ms\n", ms_step, 1e3 * st.prefill_seconds);
-        std::printf("weights/step     %.1f MB  achieved %.2f GB/s\n", bytes / 1e6, achieved);
-        std::printf("machine read     %.2f GB/s  (stream once: %.2f ms; step/stream = %.2fx)\n",
-                    machine, stream_ms, ms_step / stream_ms);
-        if (b_torch)
-          std::printf("pytorch ref      %.2f tokens/s  (tessera speed-up %.2fx)\n",
-                      j["torch_tokens_per_s"].get<double>(), j["speedup_vs_torch"].get<double>());
-      }
+      if (!b_against.empty() && is_mar(b_against))
+        throw Error("--against: " + b_against + " is a MAR model; vanilla LlamaGen benches only");
+      cli::VanillaBenchOptions vo;
+      vo.model = b_common.model;
+      vo.against = b_against;
+      vo.threads = b_common.threads;
+      vo.n = b_n;
+      vo.tokens = b_tokens;
+      vo.class_id = b_class;
+      vo.cfg = b_cfg;
+      vo.repeat = b_repeat;
+      vo.torch = b_torch;
+      vo.json = b_json;
+      cli::bench_vanilla(vo);
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -34,9 +34,10 @@ void CpuBackend::rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& co
 void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                           const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) {
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
-  const int64_t width = qkv.dim(-1), cap = v_cache.dim(1);
+  const int64_t width = qkv.dim(-1), cap = k_cache.dim(2);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
-  check(k_cache.dim(1) == kv_dim && k_cache.dim(2) == cap, "internal: K cache layout");
+  check(k_cache.dim(1) == kv_dim && v_cache.numel() == k_cache.numel(),
+        "internal: KV cache layout");
   const float* src = qkv.ptr<float>();
   float* kc = k_cache.ptr<float>();
   float* vc = v_cache.ptr<float>();
@@ -47,9 +48,12 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
     for (int j = 0; j < b.n_new; ++j) {
       const float* row = src + (static_cast<int64_t>(r) * b.n_new + j) * width;
       const int64_t seq = b.seq[r], slot = b.past[r] + j;
-      // K is stored transposed, [seq][kv_dim][slot], so scores vectorise over keys.
+      // K is stored transposed, [seq][kv_dim][slot], so scores vectorise over keys; V is stored
+      // [seq][kv head][slot][head_dim], so one head's values are one contiguous block.
       for (int64_t e = 0; e < kv_dim; ++e) kc[(seq * kv_dim + e) * cap + slot] = row[q_dim + e];
-      std::copy(row + q_dim + kv_dim, row + q_dim + 2 * kv_dim, vc + (seq * cap + slot) * kv_dim);
+      for (int64_t h = 0; h < n_kv_head; ++h)
+        std::copy(row + q_dim + kv_dim + h * head_dim, row + q_dim + kv_dim + (h + 1) * head_dim,
+                  vc + ((seq * n_kv_head + h) * cap + slot) * head_dim);
     }
   }
 }
@@ -58,7 +62,7 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
                            const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                            Tensor& out) {
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
-  const int64_t width = qkv.dim(-1), cap = v_cache.dim(1);
+  const int64_t width = qkv.dim(-1), cap = k_cache.dim(2);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
   const int group = n_head / n_kv_head;
   const int64_t n_seq = static_cast<int64_t>(b.seq.size());
@@ -71,7 +75,7 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
   const int64_t total = n_seq * b.n_new * n_head;
 #pragma omp parallel
   {
-    std::vector<float> scores(static_cast<size_t>(cap));
+    std::vector<float> scores(static_cast<size_t>(cap)), acc(static_cast<size_t>(head_dim));
 #pragma omp for schedule(static)
     for (int64_t idx = 0; idx < total; ++idx) {
       const int64_t h = idx % n_head;
@@ -111,12 +115,18 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
         denom += p;
       }
       const float inv = 1.0f / denom;
+      // o = sum_s p_s v_s over this head's contiguous value block, accumulated locally (no
+      // aliasing with the output) in key order.
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const float* vh = vc + (seq * n_kv_head + kvh) * cap * head_dim;
       for (int64_t s = 0; s < n_keys; ++s) {
         if (scores[s] == 0.0f) continue;
         const float p = scores[s] * inv;
-        const float* v = vc + (seq * cap + s) * kv_dim + kvh * head_dim;
-        for (int e = 0; e < head_dim; ++e) o[e] += p * v[e];
+        const float* v = vh + s * head_dim;
+#pragma omp simd
+        for (int e = 0; e < head_dim; ++e) acc[e] += p * v[e];
       }
+      std::copy(acc.begin(), acc.end(), o);
     }
   }
 }

@@ -1,0 +1,216 @@
+#include "bench_vanilla.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "common/log.h"
+#include "engine/bandwidth.h"
+#include "tensor/backend.h"
+#include "tessera/error.h"
+#include "tessera/tessera.h"
+#include "text_format.h"
+
+#ifndef TESSERA_SOURCE_DIR
+#define TESSERA_SOURCE_DIR "."
+#endif
+
+namespace tessera::cli {
+namespace {
+
+struct Round {
+  double tokens_per_s = 0, ms_per_step = 0, prefill_ms = 0;
+};
+
+struct Timed {
+  std::string dir;
+  std::unique_ptr<Pipeline> pipe;
+  std::vector<Round> rounds;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The round whose tokens/s is the median (the lower middle one for an even count), so that its
+// figures are reported together.
+const Round& median_round(const std::vector<Round>& rs) {
+  std::vector<size_t> idx(rs.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(),
+            [&](size_t a, size_t b) { return rs[a].tokens_per_s < rs[b].tokens_per_s; });
+  return rs[idx[(idx.size() - 1) / 2]];
+}
+
+std::vector<Condition> conditions(const Pipeline& p, int n, int class_id) {
+  const GptConfig& cfg = p.config().gpt;
+  if (cfg.is_c2i() && (class_id < 0 || class_id >= cfg.num_classes))
+    throw Error("--class " + std::to_string(class_id) + " out of range [0, " +
+                std::to_string(cfg.num_classes) + ")");
+  return std::vector<Condition>(
+      n, cfg.is_c2i() ? Condition::label(class_id) : Condition::unconditional());
+}
+
+Round time_once(Pipeline& p, const VanillaBenchOptions& o, int K) {
+  GenerateOptions go;
+  go.sampling.cfg_scale = o.cfg;
+  go.batch = o.n;
+  go.max_tokens = K;
+  GenerateStats st;
+  p.generate(conditions(p, o.n, o.class_id), go, &st);
+  const int64_t steps = st.forward_passes - 1;
+  Round r;
+  r.tokens_per_s = st.tokens / st.seconds;
+  r.ms_per_step = steps > 0 ? 1e3 * (st.seconds - st.prefill_seconds) / steps : 0.0;
+  r.prefill_ms = 1e3 * st.prefill_seconds;
+  return r;
+}
+
+nlohmann::json model_json(const Timed& t, double machine_gbs) {
+  const Round& r = median_round(t.rounds);
+  const double bytes = static_cast<double>(t.pipe->weight_bytes_per_step());
+  const double stream_ms = bytes / (machine_gbs * 1e9) * 1e3;
+  std::vector<double> tps;
+  for (const Round& x : t.rounds) tps.push_back(x.tokens_per_s);
+  return {{"model", t.dir},
+          {"weights_dtype", t.pipe->config().gpt.dtype},
+          {"tokens_per_s", r.tokens_per_s},
+          {"ms_per_token", r.ms_per_step},
+          {"prefill_ms", r.prefill_ms},
+          {"weight_bytes_per_step", bytes},
+          {"achieved_weight_gbs", r.ms_per_step > 0 ? bytes / (r.ms_per_step * 1e-3) / 1e9 : 0.0},
+          {"weight_stream_ms", stream_ms},
+          {"step_over_stream", r.ms_per_step / stream_ms},
+          {"tokens_per_s_rounds", tps}};
+}
+
+double run_torch(const VanillaBenchOptions& o, const GptConfig& cfg, int K, int threads) {
+  if (o.n != 1) throw Error("--torch compares one image; use -n 1");
+  const int torch_k = std::min(K, cfg.n_image_tokens() - 2);  // it spends 2 on warm-up
+  const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/bench_torch.py";
+  const std::string cmd = "/usr/bin/python3 " + script + " --model '" + o.model + "' --tokens " +
+                          std::to_string(torch_k) + " --threads " + std::to_string(threads) +
+                          " --cfg " + fmt(o.cfg, 3) + " --dtype " +
+                          (cfg.dtype == "bf16" ? "bf16" : "f32");
+  log_info("running: " + cmd);
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw Error("cannot run " + cmd);
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = pclose(p);
+  const auto pos = out.rfind("{\"impl\"");
+  if (rc != 0 || pos == std::string::npos)
+    throw Error("the PyTorch reference benchmark failed (" + cmd + ")");
+  const auto tj = nlohmann::json::parse(out.substr(pos, out.find('\n', pos) - pos));
+  return tj["tokens_per_s"].get<double>();
+}
+
+}  // namespace
+
+void bench_vanilla(const VanillaBenchOptions& o) {
+  LoadOptions lo;
+  lo.threads = o.threads;
+  lo.load_decoder = false;
+  std::vector<Timed> models;
+  models.push_back({o.model, Pipeline::load(o.model, lo), {}});
+  if (!o.against.empty()) models.push_back({o.against, Pipeline::load(o.against, lo), {}});
+  const GptConfig& cfg = models[0].pipe->config().gpt;
+  const int K = o.tokens > 0 ? o.tokens : cfg.n_image_tokens();
+  for (const Timed& t : models) {
+    const int grid_tokens = t.pipe->config().gpt.n_image_tokens();
+    if (K > grid_tokens)
+      throw Error("--tokens must be at most " + std::to_string(grid_tokens) + " (" + t.dir + ")");
+    conditions(*t.pipe, o.n, o.class_id);  // validates --class for every model before timing
+  }
+  const int threads = cpu_backend().threads();
+
+  // Warm-up: page in every model's mapped weights before anything is timed.
+  for (Timed& t : models) {
+    GenerateOptions warm;
+    warm.sampling.cfg_scale = o.cfg;
+    warm.batch = o.n;
+    warm.max_tokens = std::min(K, 2);
+    t.pipe->generate(conditions(*t.pipe, o.n, o.class_id), warm);
+  }
+  // Rounds alternate the order (AB, BA, ...), so a drift in the machine's speed within a round
+  // does not favour one model; each round's ratio compares two runs seconds apart.
+  for (int r = 0; r < o.repeat; ++r) {
+    if (o.repeat > 1)
+      log_info("bench: round " + std::to_string(r + 1) + "/" + std::to_string(o.repeat));
+    for (size_t i = 0; i < models.size(); ++i) {
+      Timed& t = models[r % 2 == 0 ? i : models.size() - 1 - i];
+      t.rounds.push_back(time_once(*t.pipe, o, K));
+    }
+  }
+  const double machine = measure_read_bandwidth_gbs();
+
+  nlohmann::json j = model_json(models[0], machine);
+  j["threads"] = threads;
+  j["images"] = o.n;
+  j["tokens_per_image"] = K;
+  j["cfg"] = o.cfg;
+  j["rounds"] = o.repeat;
+  j["machine_read_gbs"] = machine;
+  std::vector<double> ratios;
+  if (models.size() > 1) {
+    for (int r = 0; r < o.repeat; ++r)
+      ratios.push_back(models[0].rounds[r].tokens_per_s / models[1].rounds[r].tokens_per_s);
+    nlohmann::json a = model_json(models[1], machine);
+    j["against"] = a;
+    j["ratio_rounds"] = ratios;
+    j["tokens_per_s_ratio_vs_against"] = median(ratios);
+  }
+  if (o.torch) {
+    const double torch_tps = run_torch(o, cfg, K, threads);
+    j["torch_tokens_per_s"] = torch_tps;
+    j["speedup_vs_torch"] = j["tokens_per_s"].get<double>() / torch_tps;
+  }
+
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  auto list = [](const nlohmann::json& v) {
+    std::string s;
+    for (const auto& x : v) {
+      if (!s.empty()) s += ' ';
+      s += fmt(x.get<double>(), 2);
+    }
+    return s;
+  };
+  auto print_model = [&](const char* label, const nlohmann::json& m) {
+    std::printf("%-16s %s (%s weights, %d threads, %s kernels)\n", label,
+                m["model"].get<std::string>().c_str(),
+                m["weights_dtype"].get<std::string>().c_str(), threads, "cpu");
+    std::printf("  tokens/s        %.2f", m["tokens_per_s"].get<double>());
+    if (o.repeat > 1)
+      std::printf("   (median of %d rounds: %s)", o.repeat, list(m["tokens_per_s_rounds"]).c_str());
+    std::printf("\n  ms/token        %.2f   prefill %.2f ms\n", m["ms_per_token"].get<double>(),
+                m["prefill_ms"].get<double>());
+    std::printf(
+        "  weights/step    %.1f MB  achieved %.2f GB/s  (stream once: %.2f ms; "
+        "step/stream = %.2fx)\n",
+        m["weight_bytes_per_step"].get<double>() / 1e6, m["achieved_weight_gbs"].get<double>(),
+        m["weight_stream_ms"].get<double>(), m["step_over_stream"].get<double>());
+  };
+  std::printf("workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step)\n", o.n, K,
+              o.cfg, o.cfg > 1.0f ? 2 * o.n : o.n);
+  std::printf("machine read     %.2f GB/s\n", machine);
+  print_model("model", j);
+  if (models.size() > 1) {
+    print_model("against", j["against"]);
+    std::printf("tokens/s ratio   %.2fx model/against  (median of %d paired rounds: %s)\n",
+                j["tokens_per_s_ratio_vs_against"].get<double>(), o.repeat,
+                list(j["ratio_rounds"]).c_str());
+  }
+  if (o.torch)
+    std::printf("pytorch ref      %.2f tokens/s  (tessera speed-up %.2fx)\n",
+                j["torch_tokens_per_s"].get<double>(), j["speedup_vs_torch"].get<double>());
+}
+
+}  // namespace tessera::cli
