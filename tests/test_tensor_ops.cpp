@@ -81,7 +81,7 @@ TEST(Attention, MultiSequenceCacheMatchesDirectSoftmax) {
   Backend& be = cpu_backend();
   const int H = 2, hd = 4, cap = 8, kv = H * hd;
   const int width = 3 * kv;
-  Tensor kc = be.zeros(DType::F32, {2, kv, cap}), vc = be.zeros(DType::F32, {2, cap, kv});
+  Tensor kc = be.zeros(DType::F32, {2, H, cap, hd}), vc = be.zeros(DType::F32, {2, H, cap, hd});
   // Sequence 1 gets 3 tokens, then 2 more in one call; check the last call's outputs.
   auto a = randn(3 * width, 4), b = randn(2 * width, 5);
   AttentionBatch p1;

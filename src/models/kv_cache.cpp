@@ -9,9 +9,8 @@ namespace tessera {
 KVCache::KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int n_kv_head,
                  int head_dim)
     : backend_(backend), capacity_(capacity), len_(n_seq, 0) {
-  const int kv_dim = n_kv_head * head_dim;
   for (int l = 0; l < n_layer; ++l) {
-    k_.push_back(backend.zeros(DType::F32, {n_seq, kv_dim, capacity}));  // keys transposed
+    k_.push_back(backend.zeros(DType::F32, {n_seq, n_kv_head, capacity, head_dim}));
     v_.push_back(backend.zeros(DType::F32, {n_seq, n_kv_head, capacity, head_dim}));
   }
   visible_host_.assign(static_cast<size_t>(n_seq) * capacity, 1);

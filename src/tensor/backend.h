@@ -66,8 +66,8 @@ class Backend {
   virtual void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
                     std::span<const int32_t> pos) = 0;
   // Writes k and v of the new rows of qkv [rows, (H + 2*Hkv)*hd] into the caches at slots
-  // past..past+n_new-1: k_cache [n_seq_cache, Hkv*hd, capacity] (keys transposed, so scores are
-  // contiguous over keys), v_cache [n_seq_cache, Hkv, capacity, hd] (one head's values contiguous).
+  // past..past+n_new-1: k_cache and v_cache are [n_seq_cache, Hkv, capacity, hd] (one head's
+  // keys, and its values, are each one contiguous block).
   virtual void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                         const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) = 0;
   // out[rows, H*hd] = softmax(q k^T / sqrt(hd) + mask) v over the cached keys.

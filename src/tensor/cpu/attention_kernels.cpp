@@ -36,7 +36,7 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
   const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
   const int64_t width = qkv.dim(-1), cap = k_cache.dim(2);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
-  check(k_cache.dim(1) == kv_dim && v_cache.numel() == k_cache.numel(),
+  check(k_cache.dim(1) == n_kv_head && k_cache.dim(3) == head_dim && v_cache.shape == k_cache.shape,
         "internal: KV cache layout");
   const float* src = qkv.ptr<float>();
   float* kc = k_cache.ptr<float>();
@@ -48,12 +48,14 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
     for (int j = 0; j < b.n_new; ++j) {
       const float* row = src + (static_cast<int64_t>(r) * b.n_new + j) * width;
       const int64_t seq = b.seq[r], slot = b.past[r] + j;
-      // K is stored transposed, [seq][kv_dim][slot], so scores vectorise over keys; V is stored
-      // [seq][kv head][slot][head_dim], so one head's values are one contiguous block.
-      for (int64_t e = 0; e < kv_dim; ++e) kc[(seq * kv_dim + e) * cap + slot] = row[q_dim + e];
-      for (int64_t h = 0; h < n_kv_head; ++h)
-        std::copy(row + q_dim + kv_dim + h * head_dim, row + q_dim + kv_dim + (h + 1) * head_dim,
-                  vc + ((seq * n_kv_head + h) * cap + slot) * head_dim);
+      // K and V are stored [seq][kv head][slot][head_dim]: attention for one head then streams
+      // two contiguous blocks, and this store is a plain copy.
+      for (int64_t h = 0; h < n_kv_head; ++h) {
+        const int64_t at = ((seq * n_kv_head + h) * cap + slot) * head_dim;
+        const float* k = row + q_dim + h * head_dim;
+        std::copy(k, k + head_dim, kc + at);
+        std::copy(k + kv_dim, k + kv_dim + head_dim, vc + at);
+      }
     }
   }
 }
@@ -61,7 +63,6 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
 void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                            const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                            Tensor& out) {
-  const int64_t kv_dim = static_cast<int64_t>(n_kv_head) * head_dim;
   const int64_t width = qkv.dim(-1), cap = k_cache.dim(2);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
   const int group = n_head / n_kv_head;
@@ -89,14 +90,15 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
       const int64_t kvh = h / group;
       const uint8_t* mrow =
           b.mask.empty() ? nullptr : b.mask.data() + (r * b.n_new + j) * b.mask_stride;
-      // scores[s] = q . k_s, accumulated over e in a fixed order (vectorised across keys).
-      std::fill(scores.begin(), scores.begin() + n_keys, 0.0f);
-      const float* kt = kc + (seq * kv_dim + kvh * head_dim) * cap;
-      for (int e = 0; e < head_dim; ++e) {
-        const float qe = q[e];
-        const float* krow = kt + static_cast<int64_t>(e) * cap;
-#pragma omp simd
-        for (int64_t s = 0; s < n_keys; ++s) scores[s] += qe * krow[s];
+      // scores[s] = q . k_s over this head's contiguous key block (the same instructions for
+      // every key, so a score does not depend on the batch, the position or the threads).
+      const float* kh = kc + (seq * n_kv_head + kvh) * cap * head_dim;
+      for (int64_t s = 0; s < n_keys; ++s) {
+        const float* k = kh + s * head_dim;
+        float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+        for (int e = 0; e < head_dim; ++e) d += q[e] * k[e];
+        scores[s] = d;
       }
       float mx = -INFINITY;
       for (int64_t s = 0; s < n_keys; ++s) {
