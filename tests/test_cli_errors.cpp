@@ -563,6 +563,29 @@ TEST_F(CliOutput, ModelSamplingDefaultsApplyUnlessAFlagIsGiven) {
   EXPECT_EQ(slurp(tmp("a.npy")), slurp(tmp("b.npy")));
 }
 
+// bench times the workload generate would run: the model's sampling settings unless flags given.
+TEST_F(CliOutput, BenchUsesModelSamplingDefaults) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["sampling"] = {{"cfg", 1.5}, {"top_k", 7}}; });
+  const CliResult v = run({"bench", "-m", dir.string(), "--tokens", "2", "--json", "--quiet"});
+  ASSERT_EQ(v.code, 0) << v.err;
+  auto j = nlohmann::json::parse(v.out);
+  EXPECT_DOUBLE_EQ(j["cfg"].get<double>(), 1.5);
+  EXPECT_EQ(j["top_k"], 7);
+  const CliResult f =
+      run({"bench", "-m", dir.string(), "--tokens", "2", "--cfg", "3", "--json", "--quiet"});
+  ASSERT_EQ(f.code, 0) << f.err;
+  j = nlohmann::json::parse(f.out);
+  EXPECT_DOUBLE_EQ(j["cfg"].get<double>(), 3.0);
+  EXPECT_EQ(j["top_k"], 7);
+  const CliResult m =
+      run({"bench", "-m", dir.string(), "--methods", "sjd", "--top-k", "5", "--json", "--quiet"});
+  ASSERT_EQ(m.code, 0) << m.err;
+  j = nlohmann::json::parse(m.out);
+  EXPECT_DOUBLE_EQ(j["cfg"].get<double>(), 1.5);
+  EXPECT_EQ(j["top_k"], 5);
+}
+
 TEST_F(CliOutput, GenerateGridWritesOnePng) {
   const CliResult r = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--n", "2",
                            "--seed", "1", "--grid", "-o", tmp("g.png")});

@@ -57,7 +57,7 @@ std::vector<Condition> conditions(const Pipeline& p, int n, int class_id) {
 
 Round time_once(Pipeline& p, const VanillaBenchOptions& o, int K) {
   GenerateOptions go;
-  go.sampling.cfg_scale = o.cfg;
+  go.sampling = o.sampling;
   go.batch = o.n;
   go.max_tokens = K;
   GenerateStats st;
@@ -94,7 +94,7 @@ double run_torch(const VanillaBenchOptions& o, const GptConfig& cfg, int K, int 
   const std::string script = std::string(TESSERA_SOURCE_DIR) + "/python/bench_torch.py";
   const std::string cmd = "/usr/bin/python3 " + script + " --model '" + o.model + "' --tokens " +
                           std::to_string(torch_k) + " --threads " + std::to_string(threads) +
-                          " --cfg " + fmt(o.cfg, 3) + " --dtype " +
+                          " --cfg " + fmt(o.sampling.cfg_scale, 3) + " --dtype " +
                           (cfg.dtype == "bf16" ? "bf16" : "f32");
   log_info("running: " + cmd);
   FILE* p = popen(cmd.c_str(), "r");
@@ -132,7 +132,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   // Warm-up: page in every model's mapped weights before anything is timed.
   for (Timed& t : models) {
     GenerateOptions warm;
-    warm.sampling.cfg_scale = o.cfg;
+    warm.sampling = o.sampling;
     warm.batch = o.n;
     warm.max_tokens = std::min(K, 2);
     t.pipe->generate(conditions(*t.pipe, o.n, o.class_id), warm);
@@ -153,7 +153,10 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   j["threads"] = threads;
   j["images"] = o.n;
   j["tokens_per_image"] = K;
-  j["cfg"] = o.cfg;
+  j["cfg"] = o.sampling.cfg_scale;
+  j["temperature"] = o.sampling.temperature;
+  j["top_k"] = o.sampling.top_k;
+  j["top_p"] = o.sampling.top_p;
   j["rounds"] = o.repeat;
   j["machine_read_gbs"] = machine;
   std::vector<double> ratios;
@@ -198,8 +201,12 @@ void bench_vanilla(const VanillaBenchOptions& o) {
         m["weight_bytes_per_step"].get<double>() / 1e6, m["achieved_weight_gbs"].get<double>(),
         m["weight_stream_ms"].get<double>(), m["step_over_stream"].get<double>());
   };
-  std::printf("workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step)\n", o.n, K,
-              o.cfg, o.cfg > 1.0f ? 2 * o.n : o.n);
+  const SamplingOptions& sp = o.sampling;
+  std::printf(
+      "workload         %d image(s) x %d tokens, cfg %.2f (%d rows per step), T %.2f, "
+      "top-k %d, top-p %.2f\n",
+      o.n, K, sp.cfg_scale, sp.cfg_scale > 1.0f ? 2 * o.n : o.n, sp.temperature, sp.top_k,
+      sp.top_p);
   std::printf("machine read     %.2f GB/s\n", machine);
   print_model("model", j);
   if (models.size() > 1) {

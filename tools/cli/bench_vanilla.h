@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "tessera/tessera.h"
+
 namespace tessera::cli {
 
 struct VanillaBenchOptions {
@@ -14,9 +16,9 @@ struct VanillaBenchOptions {
   int n = 1;       // images, generated as one batch
   int tokens = 0;  // per image; 0 = the whole grid
   int class_id = 0;
-  float cfg = 4.0f;
-  int repeat = 1;      // measured rounds; each round times every model once
-  bool torch = false;  // also time python/bench_torch.py on `model`
+  SamplingOptions sampling;  // cfg (2 rows per image when > 1), temperature, top-k, top-p
+  int repeat = 1;            // measured rounds; each round times every model once
+  bool torch = false;        // also time python/bench_torch.py on `model`
   bool json = false;
 };
 

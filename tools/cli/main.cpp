@@ -445,10 +445,10 @@ int main(int argc, char** argv) {
   b->add_option("-b,--batch", b_gen.batch, "Images generated together (--methods)")
       ->check(int_at_least(1));
   b->add_option("-s,--seed", b_gen.seed, "Random seed (--methods)");
-  b->add_option("--temperature", b_gen.sampling.temperature, "Sampling temperature (--methods)")
+  b->add_option("--temperature", b_gen.sampling.temperature, "Sampling temperature")
       ->capture_default_str();
-  b->add_option("--top-k", b_gen.sampling.top_k, "Top-k (--methods)")->capture_default_str();
-  b->add_option("--top-p", b_gen.sampling.top_p, "Top-p (--methods)")->capture_default_str();
+  b->add_option("--top-k", b_gen.sampling.top_k, "Top-k")->capture_default_str();
+  b->add_option("--top-p", b_gen.sampling.top_p, "Top-p")->capture_default_str();
   add_spec_options(b, b_gen.spec);
   MarOnly b_mar;
   add_mar_options(b, b_mar);
@@ -683,6 +683,13 @@ int main(int argc, char** argv) {
         cli::mar_bench(mo, mb);
         return 0;
       }
+      {  // like generate, bench samples with the model's own settings unless flags say otherwise
+        SamplingOptions s = b_gen.sampling;
+        s.cfg_scale = b_cfg;
+        apply_model_sampling_defaults(load_model_config(b_common.model).sampling, *b, s);
+        b_gen.sampling = s;
+        b_cfg = s.cfg_scale;
+      }
       if (!b_methods.empty()) {
         auto pipe = Pipeline::load(b_common.model, lo);
         const GptConfig& cfg = pipe->config().gpt;
@@ -776,7 +783,7 @@ int main(int argc, char** argv) {
       vo.n = b_n;
       vo.tokens = b_tokens;
       vo.class_id = b_class;
-      vo.cfg = b_cfg;
+      vo.sampling = b_gen.sampling;
       vo.repeat = b_repeat;
       vo.torch = b_torch;
       vo.json = b_json;
