@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measure the emoji model as the model card reports it: generate one image per sampled class
-with the tessera CLI (default settings unless given), classify them with the committed
+(each class with its own sampling seed) with the tessera CLI (default settings unless given), classify them with the committed
 classifier, and compute a Frechet distance in the classifier's 256-d feature space against the
 held-out images. Reference rows put the number in context: real training drawings and their VQ
 reconstructions, measured the same way.
@@ -43,13 +43,20 @@ def eval_classes(data, n, seed):
     return sorted(rng.choice(train_classes, size=min(n, len(train_classes)), replace=False).tolist())
 
 
+def sampling_seed(seed, c):
+    """The generate seed of class c in evaluation run `seed`: distinct per class, so that classes do
+    not share one random stream (with one seed for all, every class drew the same uniforms, and a
+    run's errors were correlated)."""
+    return seed * 100003 + c
+
+
 def generate(tessera, model, classes, seed, extra, out_dir):
-    """One image per class, seed `seed` (image index 0); returns uint8 [n, 64, 64, 3]."""
+    """One image per class, seed sampling_seed(seed, class); returns uint8 [n, 64, 64, 3]."""
     imgs = []
     for i, c in enumerate(classes):
         path = os.path.join(out_dir, f"c{c}.png")
-        subprocess.run([tessera, "generate", "-m", model, "--class", str(c), "-s", str(seed), "-o", path, "-q"]
-                       + extra, check=True)
+        subprocess.run([tessera, "generate", "-m", model, "--class", str(c), "-s", str(sampling_seed(seed, c)),
+                        "-o", path, "-q"] + extra, check=True)
         with Image.open(path) as im:
             imgs.append(np.asarray(im.convert("RGB")))
         if (i + 1) % 50 == 0:
