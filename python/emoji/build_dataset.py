@@ -8,7 +8,8 @@ Sources (installed by scripts/fetch-emoji-data.sh into DIR/node_modules):
   openmoji                  OpenMoji SVGs (CC-BY-SA 4.0), rasterised with Debian's rsvg-convert
 
 Kept: emoji that all three sets draw, minus the 'Flags' and 'Component' categories and skin-tone
-variants (the base emoji only); with --categories, only the emoji of the listed categories. Output (DIR/out): images.npy uint8 [N, 64, 64, 3] and meta.json.
+variants (the base emoji only); with --categories, only the emoji of the listed categories.
+Output (DIR/out): images.npy uint8 [N, 64, 64, 3] and meta.json.
 
 Usage: /usr/bin/python3 python/emoji/build_dataset.py --npm DATA_DIR --out OUT_DIR
 """

@@ -122,8 +122,7 @@ SamplingDefaults read_sampling_defaults(const json& s, const std::string& where)
   for (const auto& [key, value] : s.items())
     if (key != "cfg" && key != "temperature" && key != "top_k" && key != "top_p")
       throw Error(where + ": unknown key \"" + key +
-                  "\" in \"sampling\" (known: cfg, "
-                  "temperature, top_k, top_p)");
+                  "\" in \"sampling\" (known: cfg, temperature, top_k, top_p)");
   const std::string sw = where + " sampling";
   SamplingDefaults d;
   auto read_float = [&](const char* key, float lo, float hi, std::optional<float>& out) {
