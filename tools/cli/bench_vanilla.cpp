@@ -27,6 +27,7 @@ struct Round {
 struct Timed {
   std::string dir;
   std::unique_ptr<Pipeline> pipe;
+  std::vector<Condition> conds;  // the images of one generate call (validated at load)
   std::vector<Round> rounds;
 };
 
@@ -55,13 +56,17 @@ std::vector<Condition> conditions(const Pipeline& p, int n, int class_id) {
       n, cfg.is_c2i() ? Condition::label(class_id) : Condition::unconditional());
 }
 
-Round time_once(Pipeline& p, const VanillaBenchOptions& o, int K) {
+GenerateOptions generate_options(const VanillaBenchOptions& o, int max_tokens) {
   GenerateOptions go;
   go.sampling = o.sampling;
   go.batch = o.n;
-  go.max_tokens = K;
+  go.max_tokens = max_tokens;
+  return go;
+}
+
+Round time_once(Timed& t, const VanillaBenchOptions& o, int K) {
   GenerateStats st;
-  p.generate(conditions(p, o.n, o.class_id), go, &st);
+  t.pipe->generate(t.conds, generate_options(o, K), &st);
   const int64_t steps = st.forward_passes - 1;
   Round r;
   r.tokens_per_s = st.tokens / st.seconds;
@@ -117,26 +122,23 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   lo.threads = o.threads;
   lo.load_decoder = false;
   std::vector<Timed> models;
-  models.push_back({o.model, Pipeline::load(o.model, lo), {}});
-  if (!o.against.empty()) models.push_back({o.against, Pipeline::load(o.against, lo), {}});
+  for (const std::string& dir : {o.model, o.against}) {
+    if (dir.empty()) continue;
+    Timed t{dir, Pipeline::load(dir, lo), {}, {}};
+    t.conds = conditions(*t.pipe, o.n, o.class_id);  // validates --class before any timing
+    models.push_back(std::move(t));
+  }
   const GptConfig& cfg = models[0].pipe->config().gpt;
   const int K = o.tokens > 0 ? o.tokens : cfg.n_image_tokens();
   for (const Timed& t : models) {
     const int grid_tokens = t.pipe->config().gpt.n_image_tokens();
     if (K > grid_tokens)
       throw Error("--tokens must be at most " + std::to_string(grid_tokens) + " (" + t.dir + ")");
-    conditions(*t.pipe, o.n, o.class_id);  // validates --class for every model before timing
   }
   const int threads = cpu_backend().threads();
 
   // Warm-up: page in every model's mapped weights before anything is timed.
-  for (Timed& t : models) {
-    GenerateOptions warm;
-    warm.sampling = o.sampling;
-    warm.batch = o.n;
-    warm.max_tokens = std::min(K, 2);
-    t.pipe->generate(conditions(*t.pipe, o.n, o.class_id), warm);
-  }
+  for (Timed& t : models) t.pipe->generate(t.conds, generate_options(o, std::min(K, 2)));
   // Rounds alternate the order (AB, BA, ...), so a drift in the machine's speed within a round
   // does not favour one model; each round's ratio compares two runs seconds apart.
   for (int r = 0; r < o.repeat; ++r) {
@@ -144,7 +146,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       log_info("bench: round " + std::to_string(r + 1) + "/" + std::to_string(o.repeat));
     for (size_t i = 0; i < models.size(); ++i) {
       Timed& t = models[r % 2 == 0 ? i : models.size() - 1 - i];
-      t.rounds.push_back(time_once(*t.pipe, o, K));
+      t.rounds.push_back(time_once(t, o, K));
     }
   }
   const double machine = measure_read_bandwidth_gbs();

@@ -10,7 +10,6 @@
 #include "bench_vanilla.h"
 #include "common/log.h"
 #include "default_model.h"
-#include "engine/bandwidth.h"
 #include "heatmap.h"
 #include "image_output.h"
 #include "io/npy.h"
@@ -22,10 +21,6 @@
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
 #include "text_format.h"
-
-#ifndef TESSERA_SOURCE_DIR
-#define TESSERA_SOURCE_DIR "."
-#endif
 
 namespace fs = std::filesystem;
 using namespace tessera;
