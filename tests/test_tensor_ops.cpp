@@ -2,8 +2,10 @@
 // batch sizes and thread counts), attention over a multi-sequence cache.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "tensor/backend.h"
 #include "tensor/cpu/cpu_backend.h"
@@ -40,9 +42,8 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
 
 class LinearKernel : public ::testing::TestWithParam<DType> {};
 
-TEST_P(LinearKernel, MatchesDoublePrecisionReferenceAndIsBatchInvariant) {
-  const DType wt = GetParam();
-  const int64_t M = 7, K = 203, N = 37;  // odd sizes exercise every tail path
+namespace {
+void check_linear(DType wt, int64_t M, int64_t K, int64_t N) {
   auto x = randn(M * K, 1);
   auto wf = randn(N * K, 2, 0.1f);
   auto bias = randn(N, 3);
@@ -74,8 +75,43 @@ TEST_P(LinearKernel, MatchesDoublePrecisionReferenceAndIsBatchInvariant) {
   cpu_backend().set_threads(saved);
 }
 
+}  // namespace
+
+TEST_P(LinearKernel, MatchesDoublePrecisionReferenceAndIsBatchInvariant) {
+  // Odd sizes exercise every tail path: rows and columns outside whole dot_block tiles, and K % W
+  // chunks; the second shape has more rows and a K with up to three K % 4W chunks.
+  for (const auto& [M, K, N] :
+       {std::array<int64_t, 3>{7, 203, 37}, std::array<int64_t, 3>{13, 245, 29}}) {
+    SCOPED_TRACE("M " + std::to_string(M) + " K " + std::to_string(K) + " N " + std::to_string(N));
+    check_linear(GetParam(), M, K, N);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearKernel,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16));
+
+// MAR's exact GELU: close to the double-precision formula (torch.nn.GELU computes the same in
+// float), and a value's result does not depend on where it sits in the tensor (the SIMD erf is
+// used for every element, tail included): the batch invariance MAR's verification relies on.
+TEST(GeluErf, MatchesDoubleReferenceAndIsPositionIndependent) {
+  const int64_t n = 16 * 5000 + 7;  // parallel (> 65536 elements), with a padded tail
+  auto x = randn(n, 5, 3.0f);
+  Backend& be = cpu_backend();
+  Tensor t = be.upload(x.data(), DType::F32, {n});
+  be.gelu_erf(t);
+  const float* y = t.ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i], ref = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    ASSERT_NEAR(y[i], ref, 2e-6 * (1.0 + std::fabs(ref))) << "x = " << v;
+  }
+  for (int64_t shift : {1, 5, 9, 15}) {  // every value lands elsewhere in its block, or in the tail
+    std::vector<float> xs(n + shift, 0.25f);
+    std::copy(x.begin(), x.end(), xs.begin() + shift);
+    Tensor u = be.upload(xs.data(), DType::F32, {n + shift});
+    be.gelu_erf(u);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(u.ptr<float>()[i + shift], y[i]) << "shift " << shift;
+  }
+}
 
 TEST(Attention, MultiSequenceCacheMatchesDirectSoftmax) {
   Backend& be = cpu_backend();

@@ -81,6 +81,10 @@ class DiffusionChains {
   bool guided_ = false;
   float cfg_ = 1.0f, temperature_ = 1.0f;
   Tensor cond_;  // embedded conditions [N or 2N, W]
+  // AdaLN modulations of steps mod_hi_ down to mod_lo_ (DiffusionHead::modulations).
+  DiffusionHead::Modulations mod_;
+  int mod_hi_ = -1, mod_lo_ = 0;
+  void prepare_modulations(int from, int to);
   std::vector<float> x_, mean_, log_var_;
   std::vector<double> sum_log_std_;
   int64_t net_rows_ = 0;

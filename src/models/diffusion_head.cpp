@@ -61,36 +61,62 @@ Tensor DiffusionHead::embed_condition(const Tensor& z) const {
   return apply(z, cond_, width_);
 }
 
-Tensor DiffusionHead::forward(const Tensor& x, int t, const Tensor& cond_embedding) const {
-  const int64_t rows = x.dim(0), W = width_;
-  check(x.dim(1) == token_dim_ && cond_embedding.dim(0) == rows,
-        "internal: diffusion head input shapes");
-  // y = time_embed(t) + cond_embed(z); the timestep is shared by every row of a step.
-  const std::vector<float> freq = timestep_sinusoid(t, kFrequencyDim);
-  Tensor temb = apply(backend_.upload(freq.data(), DType::F32, {1, kFrequencyDim}), time0_, W);
-  backend_.silu(temb);
-  temb = apply(temb, time2_, W);
-  Tensor sy = backend_.empty(DType::F32, {rows, W});
-  backend_.copy(cond_embedding, sy);
-  backend_.add_rows_broadcast(sy, temb);
-  backend_.silu(sy);  // every adaLN_modulation starts with SiLU
-
-  Tensor h = apply(x, input_, W);
-  Tensor u = backend_.empty(DType::F32, {rows, W});
-  for (const Block& b : blocks_) {
-    const Tensor shift = apply(sy, b.shift, W), scale = apply(sy, b.scale, W);
-    const Tensor gate = apply(sy, b.gate, W);
-    backend_.layer_norm(h, &b.ln_w, &b.ln_b, eps_, u);
-    backend_.modulate(u, shift, scale, u);
-    Tensor m = apply(u, b.mlp0, W);
-    backend_.silu(m);
-    m = apply(m, b.mlp2, W);
-    backend_.add_gated(h, gate, m);
+DiffusionHead::Modulations DiffusionHead::modulations(const Tensor& cond_embedding,
+                                                      std::span<const int> timesteps) const {
+  const int64_t R = cond_embedding.dim(0), W = width_;
+  const int64_t S = static_cast<int64_t>(timesteps.size());
+  check(cond_embedding.dim(1) == W && S > 0, "internal: diffusion head modulation shapes");
+  // sy = SiLU(time_embed(t) + cond_embed(z)) for every (timestep, row); every adaLN_modulation
+  // starts with SiLU. The timestep is shared by the R rows of a step.
+  Tensor sy = backend_.empty(DType::F32, {S * R, W});
+  for (int64_t s = 0; s < S; ++s) {
+    const std::vector<float> freq = timestep_sinusoid(timesteps[s], kFrequencyDim);
+    Tensor temb = apply(backend_.upload(freq.data(), DType::F32, {1, kFrequencyDim}), time0_, W);
+    backend_.silu(temb);
+    temb = apply(temb, time2_, W);
+    Tensor part = sy.rows(s * R, R);
+    backend_.copy(cond_embedding, part);
+    backend_.add_rows_broadcast(part, temb);
   }
-  const Tensor shift = apply(sy, final_shift_, W), scale = apply(sy, final_scale_, W);
+  backend_.silu(sy);
+  Modulations m;
+  m.rows = R;
+  m.steps = static_cast<int>(S);
+  for (const Block& b : blocks_) {
+    m.shift.push_back(apply(sy, b.shift, W));
+    m.scale.push_back(apply(sy, b.scale, W));
+    m.gate.push_back(apply(sy, b.gate, W));
+  }
+  m.final_shift = apply(sy, final_shift_, W);
+  m.final_scale = apply(sy, final_scale_, W);
+  return m;
+}
+
+Tensor DiffusionHead::forward(const Tensor& x, const Modulations& m, int step) const {
+  const int64_t R = x.dim(0), W = width_;
+  check(x.dim(1) == token_dim_ && R == m.rows && step >= 0 && step < m.steps,
+        "internal: diffusion head input shapes");
+  const int64_t at = step * R;
+  Tensor h = apply(x, input_, W);
+  Tensor u = backend_.empty(DType::F32, {R, W});
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    backend_.layer_norm(h, &b.ln_w, &b.ln_b, eps_, u);
+    backend_.modulate(u, m.shift[i].rows(at, R), m.scale[i].rows(at, R), u);
+    Tensor hidden = apply(u, b.mlp0, W);
+    backend_.silu(hidden);
+    hidden = apply(hidden, b.mlp2, W);
+    backend_.add_gated(h, m.gate[i].rows(at, R), hidden);
+  }
   backend_.layer_norm(h, nullptr, nullptr, eps_, u);  // norm_final has no affine
-  backend_.modulate(u, shift, scale, u);
+  backend_.modulate(u, m.final_shift.rows(at, R), m.final_scale.rows(at, R), u);
   return apply(u, final_linear_, 2 * token_dim_);
+}
+
+Tensor DiffusionHead::forward(const Tensor& x, int t, const Tensor& cond_embedding) const {
+  check(cond_embedding.dim(0) == x.dim(0), "internal: diffusion head input shapes");
+  const int ts[] = {t};
+  return forward(x, modulations(cond_embedding, ts), 0);
 }
 
 }  // namespace tessera

@@ -1,5 +1,6 @@
 // MAE-transformer and diffusion-head kernels on the CPU (MAR): LayerNorm, exact GELU,
 // bidirectional self-attention without a cache, and the AdaLN element-wise ops.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -47,11 +48,41 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* 
   }
 }
 
+#if TESSERA_HAVE_LIBMVEC
+// glibc's libmvec (>= 2.35) has SIMD variants of erff under the vector function ABI; declaring
+// them makes the compiler call them in `omp simd` loops. Scalar glibc erff costs ~20 ns, and
+// MAR-B evaluates 75M of them per guided MAE pass: half the pass time before this.
+extern "C" {
+#pragma omp declare simd notinbranch
+float erff(float);
+}
+#endif
+
+namespace {
+// GELU with the exact erf, as torch.nn.GELU(): 0.5 x (1 + erf(x / sqrt 2)). Every element goes
+// through the same SIMD code (the tail is padded to a whole block): the SIMD and scalar erff may
+// differ in the last ulp, and a value's result must not depend on its position in the tensor
+// (batch invariance).
+constexpr int64_t kGeluBlock = 16;
+
+inline void gelu_block(float* v) {
+#pragma omp simd
+  for (int64_t i = 0; i < kGeluBlock; ++i)
+    v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118f));
+}
+}  // namespace
+
 void CpuBackend::gelu_erf(Tensor& x) {
   float* p = x.ptr<float>();
-  const int64_t n = x.numel();
+  const int64_t n = x.numel(), blocks = n / kGeluBlock;
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * 0.70710678118f));
+  for (int64_t b = 0; b < blocks; ++b) gelu_block(p + b * kGeluBlock);
+  if (const int64_t rest = n - blocks * kGeluBlock; rest > 0) {
+    float tail[kGeluBlock] = {};
+    std::copy(p + blocks * kGeluBlock, p + n, tail);
+    gelu_block(tail);
+    std::copy(tail, tail + rest, p + blocks * kGeluBlock);
+  }
 }
 
 void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
