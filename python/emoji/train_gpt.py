@@ -13,6 +13,7 @@ Resumable: OUT/NAME.pt holds the official-layout state dict under "model" plus t
 rerunning with the same OUT/NAME continues from it. Log: OUT/NAME_log.tsv.
 """
 import argparse
+import contextlib
 import math
 import os
 import time
@@ -67,12 +68,21 @@ def train_forward(gpt, classes, labels, tokens):
     return gpt.output(gpt.norm(h))
 
 
-def nll(gpt, classes, labels, tokens, batch=64):
+def precision_context(dev, precision):
+    """bf16 autocast, or plain f32. bf16 pays off on GPUs and on CPUs with native bf16 (AVX-512
+    BF16/AMX); on an AVX2-only CPU PyTorch 1.13 emulates it and a step is several times slower
+    than in f32 (MODEL_CARD.md)."""
+    if precision == "bf16":
+        return torch.autocast(dev.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def nll(gpt, classes, labels, tokens, precision, batch=64):
     """Mean per-token NLL (nats) without label dropout."""
     gpt.eval()
     tot, n = 0.0, 0
     dev = gpt.output.weight.device
-    with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16):
+    with torch.no_grad(), precision_context(dev, precision):
         for i in range(0, len(labels), batch):
             lab, tok = labels[i:i + batch].to(dev), tokens[i:i + batch].to(dev)
             lo = train_forward(gpt, classes, lab, tok).float()
@@ -112,7 +122,9 @@ def main():
                          "(the targets stay clean): with one image per class the model otherwise "
                          "identifies the image from its prefix and learns to ignore the class")
     add_run_args(ap)
-    ap.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast on either)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", choices=["bf16", "f32"], default="bf16",
+                    help="bf16 autocast (GPUs, CPUs with native bf16) or f32 (AVX2-only CPUs)")
     ap.add_argument("--eval-only", action="store_true",
                     help="print the NLL figures of the model card for OUT/NAME.pt and exit")
     a = ap.parse_args()
@@ -146,7 +158,7 @@ def main():
                                ("nll_train_sample_null", torch.full((len(tr),), null), tokens[tr]),
                                ("nll_held_out", labels[held], tokens[held]),
                                ("nll_held_out_uncond", torch.full((len(held),), null), tokens[held])]:
-            print(f"{name}\t{nll(gpt, classes, lab, tok):.4f}")
+            print(f"{name}\t{nll(gpt, classes, lab, tok, a.precision):.4f}")
         return
     n_params = sum(p.numel() for p in gpt.parameters())
     print(f"{a.name}: {n_params / 1e6:.2f}M parameters (exported, incl. class table)")
@@ -175,7 +187,7 @@ def main():
             hit = torch.rand(tok.shape, generator=gen) < a.input_noise
             inp = torch.where(hit, torch.randint(0, a.vocab_size, tok.shape, generator=gen), tok)
         tok, inp, lab = tok.to(dev), inp.to(dev), lab.to(dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
+        with precision_context(dev, a.precision):
             lo = train_forward(gpt, classes, lab, inp)
         loss = F.cross_entropy(lo.float().reshape(-1, a.vocab_size), tok.reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -185,9 +197,10 @@ def main():
         if step % 50 == 0:
             metrics = {"loss": float(loss), "lr": lr}
             if step % 500 == 0:
-                metrics["nll_held_out"] = nll(gpt, classes, labels[held], tokens[held])
-                metrics["nll_held_out_uncond"] = nll(gpt, classes, torch.full((len(held),), data.num_classes), tokens[held])
-                metrics["nll_train_sample"] = nll(gpt, classes, labels[train[:256]], tokens[train[:256]])
+                metrics["nll_held_out"] = nll(gpt, classes, labels[held], tokens[held], a.precision)
+                metrics["nll_held_out_uncond"] = nll(gpt, classes, torch.full((len(held),), data.num_classes),
+                                                     tokens[held], a.precision)
+                metrics["nll_train_sample"] = nll(gpt, classes, labels[train[:256]], tokens[train[:256]], a.precision)
             log(step, **metrics)
         if time.time() - t_save > 300:
             save()

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""CI check that the emoji training pipeline (python/emoji, MODEL_CARD.md "Reproducing the run")
+still runs end to end, on a synthetic dataset small enough for seconds of CPU:
+
+  dataset (build_dataset.py's format) -> train_vq.py -> encode_dataset.py -> train_classifier.py
+  -> train_gpt.py (draft in bf16; target in f32, stopped and resumed) -> export.py -> tessera
+  generate on the exported target, and speculative generation with the exported draft.
+
+It checks what a broken script would get wrong: every step exits 0 and writes its file, a resumed
+run continues from the saved step instead of restarting, the exported models load in the engine
+and the engine writes a PNG of the right size. The model quality is the business of
+test_emoji_model.py. Usage: /usr/bin/python3 python/test_emoji_training.py path/to/tessera"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+EMOJI = os.path.join(ROOT, "emoji")
+PY = sys.executable
+NAMES = ["red square", "blue circle", "green cross", "yellow bar"]
+STYLES = ["twitter", "google", "openmoji"]
+
+
+def make_dataset(out):
+    """4 emoji x 3 styles of 64x64 drawings; the last one held out (build_dataset.py's layout)."""
+    rng = np.random.default_rng(0)
+    colours = [(220, 30, 30), (30, 60, 220), (30, 180, 60), (230, 200, 20)]
+    images, rows = [], []
+    for e, colour in enumerate(colours):
+        for s, style in enumerate(STYLES):
+            img = np.full((64, 64, 3), 255, np.uint8)
+            lo, hi = 12 + 4 * s, 52 - 4 * s
+            if e == 0:
+                img[lo:hi, lo:hi] = colour
+            elif e == 1:
+                yy, xx = np.mgrid[:64, :64]
+                img[(yy - 32) ** 2 + (xx - 32) ** 2 < (hi - lo) ** 2 // 4] = colour
+            elif e == 2:
+                img[28:36, lo:hi] = colour
+                img[lo:hi, 28:36] = colour
+            else:
+                img[lo:hi, 26:38] = colour
+            img = np.clip(img.astype(int) + rng.integers(-8, 9, img.shape), 0, 255).astype(np.uint8)
+            images.append(img)
+            rows.append({"emoji": e, "style": style, "split": "held_out" if (e, s) == (3, 2) else "train"})
+    meta = {"styles": STYLES, "size": 64, "sources": {}, "categories": ["Synthetic"],
+            "emoji": [{"hexcode": f"E{e:03d}", "name": n, "aliases": [n], "category": "Synthetic",
+                       "subcategory": "shapes"} for e, n in enumerate(NAMES)],
+            "images": rows, "counts": {"train": len(rows) - 1, "held_out": 1}}
+    os.makedirs(out)
+    np.save(os.path.join(out, "images.npy"), np.stack(images))
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump(meta, f)
+
+
+def run(script, *args):
+    cmd = [PY, os.path.join(EMOJI, script), *args]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{script} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r.stdout + r.stderr
+
+
+def train_gpt(data, runs, name, *extra):
+    return run("train_gpt.py", "--data", data, "--tokens", os.path.join(runs, "tokens.npy"), "--out", runs,
+               "--name", name, "--dim", "32", "--n-layer", "2", "--n-head", "2", "--vocab-size", "64",
+               "--warmup", "2", "--batch", "4", *extra)
+
+
+def main():
+    tessera = sys.argv[1]
+    with tempfile.TemporaryDirectory(prefix="tessera_emoji_training_") as tmp:
+        data, runs, models = (os.path.join(tmp, d) for d in ("data", "runs", "models"))
+        make_dataset(data)
+        run("train_vq.py", "--data", data, "--out", runs, "--codebook-size", "64",
+            "--z-channels", "32", "--steps", "4", "--full-steps", "2", "--batch", "4")
+        run("encode_dataset.py", "--data", data, "--vq", os.path.join(runs, "vq.pt"),
+            "--out", os.path.join(runs, "tokens.npy"))
+        tokens = np.load(os.path.join(runs, "tokens.npy"))
+        assert tokens.shape == (12, 256) and tokens.min() >= 0 and tokens.max() < 64, tokens.shape
+        run("train_classifier.py", "--data", data, "--vq", os.path.join(runs, "vq.pt"),
+            "--tokens", os.path.join(runs, "tokens.npy"), "--out", runs, "--steps", "2", "--batch", "8")
+        assert os.path.exists(os.path.join(runs, "classifier.safetensors"))
+
+        train_gpt(data, runs, "draft", "--total-steps", "3", "--precision", "bf16")
+        # The target stops at step 2 of its 4-step schedule and is resumed: the second run must
+        # pick up the saved step (the card's target was trained across sessions this way).
+        train_gpt(data, runs, "target", "--total-steps", "4", "--stop-at", "2", "--precision", "f32")
+        assert torch.load(os.path.join(runs, "target.pt"))["step"] == 2
+        out = train_gpt(data, runs, "target", "--total-steps", "4", "--precision", "f32")
+        assert "resuming" in out and "at step 2" in out, out
+        assert torch.load(os.path.join(runs, "target.pt"))["step"] == 4
+        nll = train_gpt(data, runs, "target", "--total-steps", "4", "--precision", "f32", "--eval-only")
+        assert "nll_held_out\t" in nll, nll
+
+        run("export.py", "--data", data, "--runs", runs, "--out", models)
+        png = os.path.join(tmp, "square.png")
+        for extra in ([], ["--draft", os.path.join(models, "draft"), "--method", "sd"]):
+            r = subprocess.run([tessera, "generate", "-m", os.path.join(models, "target"), "red square",
+                                "-o", png, "--seed", "1", *extra], capture_output=True, text=True)
+            assert r.returncode == 0, f"tessera generate {extra} failed:\n{r.stdout}\n{r.stderr}"
+            assert "red square" in r.stdout + r.stderr and png in r.stdout + r.stderr, r.stdout + r.stderr
+            assert Image.open(png).size == (64, 64)
+            os.remove(png)
+    print("emoji training pipeline OK")
+
+
+if __name__ == "__main__":
+    main()
