@@ -146,7 +146,7 @@ void DiffusionChains::prepare_modulations(int from, int to) {
 
 void DiffusionChains::gaussian(int j) {
   if (n_ == 0) return;
-  if (j > mod_hi_ || j < mod_lo_) prepare_modulations(j, j);
+  if (!has_modulations(j)) prepare_modulations(j, j);
   const size_t nd = static_cast<size_t>(n_) * d_;
   const int rows = guided_ ? 2 * n_ : n_;
   // forward_with_cfg runs the conditional half's state for both halves.
@@ -191,7 +191,7 @@ void DiffusionChains::advance(int j, const std::function<void(int, std::span<flo
 void DiffusionChains::run(int from, int to,
                           const std::function<void(int, int, std::span<float>)>& eps) {
   for (int j = from; j >= to; --j) {
-    if (n_ > 0 && (j > mod_hi_ || j < mod_lo_)) prepare_modulations(j, to);
+    if (n_ > 0 && !has_modulations(j)) prepare_modulations(j, to);
     gaussian(j);
     if (j >= 1)
       for (size_t i = 0; i < sum_log_std_.size(); ++i) sum_log_std_[i] += 0.5 * log_var_[i];

@@ -85,6 +85,7 @@ class DiffusionChains {
   DiffusionHead::Modulations mod_;
   int mod_hi_ = -1, mod_lo_ = 0;
   void prepare_modulations(int from, int to);
+  bool has_modulations(int j) const { return j <= mod_hi_ && j >= mod_lo_; }
   std::vector<float> x_, mean_, log_var_;
   std::vector<double> sum_log_std_;
   int64_t net_rows_ = 0;
