@@ -60,12 +60,17 @@ def start_run(a, out):
 class Log:
     """Tab-separated training log (step, seconds, metrics...) plus a progress line on stderr."""
 
-    def __init__(self, path):
+    def __init__(self, path, seconds_before=0.0):
+        """seconds_before: training time of the runs this one resumes (the logged seconds are
+        cumulative across resumptions)."""
         self.f = open(path, "a")
-        self.t0 = time.time()
+        self.t0 = time.time() - seconds_before
+
+    def seconds(self):
+        return time.time() - self.t0
 
     def __call__(self, step, **metrics):
-        el = time.time() - self.t0
+        el = self.seconds()
         self.f.write("\t".join([str(step), f"{el:.1f}"] + [f"{k}={v:.5g}" for k, v in metrics.items()]) + "\n")
         self.f.flush()
         print(f"step {step} {el:.0f}s " + " ".join(f"{k} {v:.4g}" for k, v in metrics.items()),

@@ -11,11 +11,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read(path):
-    rows = []
+    """(step, metrics) rows by step. A resumed run repeats the steps after its last save: the
+    later line of a step wins."""
+    rows = {}
     for line in open(path):
         f = line.rstrip("\n").split("\t")
-        rows.append((int(f[0]), {k: float(v) for k, v in (x.split("=") for x in f[2:])}))
-    return rows
+        rows[int(f[0])] = {k: float(v) for k, v in (x.split("=") for x in f[2:])}
+    return sorted(rows.items())
 
 
 def series(rows, key):

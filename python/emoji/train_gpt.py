@@ -92,6 +92,15 @@ def nll(gpt, classes, labels, tokens, precision, batch=64):
     return tot / n
 
 
+def logged_seconds(log_path, step):
+    """Training seconds up to `step` from the log, for checkpoints saved before they recorded it
+    (approximate: the log has a line every 50 steps)."""
+    if not os.path.exists(log_path):
+        return 0.0
+    rows = [line.split("\t") for line in open(log_path)]
+    return max([float(r[1]) for r in rows if len(r) > 1 and int(r[0]) <= step], default=0.0)
+
+
 def export_state(gpt, classes):
     sd = {k: v.detach().cpu().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
     sd["cls_embedding.embedding_table.weight"] = classes.table().detach().cpu().clone()
@@ -142,7 +151,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
     ckpt_path = os.path.join(a.out, f"{a.name}.pt")
-    step, gen = 0, torch.Generator().manual_seed(a.seed)
+    step, gen, seconds_before = 0, torch.Generator().manual_seed(a.seed), 0.0
     if os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path, map_location=dev)
         gpt.load_state_dict(ck["train_gpt"])
@@ -150,6 +159,7 @@ def main():
         opt.load_state_dict(ck["optimizer"])
         step = ck["step"]
         gen.set_state(ck["generator"].cpu())
+        seconds_before = ck.get("seconds", logged_seconds(os.path.join(a.out, f"{a.name}_log.tsv"), step))
         print(f"resuming {ckpt_path} at step {step}")
     if a.eval_only:
         # Own class vs the null class on training images: how much the model uses the class.
@@ -162,12 +172,13 @@ def main():
         return
     n_params = sum(p.numel() for p in gpt.parameters())
     print(f"{a.name}: {n_params / 1e6:.2f}M parameters (exported, incl. class table)")
-    log = Log(os.path.join(a.out, f"{a.name}_log.tsv"))
+    log = Log(os.path.join(a.out, f"{a.name}_log.tsv"), seconds_before)
 
     def save():
         torch.save({"model": export_state(gpt, classes), "train_gpt": gpt.state_dict(),
                     "train_classes": classes.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "generator": gen.get_state(), "args": vars(a), "n_params": n_params}, ckpt_path + ".tmp")
+                    "generator": gen.get_state(), "args": vars(a), "n_params": n_params,
+                    "seconds": log.seconds()}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
 
     t_start, t_save = time.time(), time.time()
