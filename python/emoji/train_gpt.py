@@ -92,15 +92,6 @@ def nll(gpt, classes, labels, tokens, precision, batch=64):
     return tot / n
 
 
-def logged_seconds(log_path, step):
-    """Training seconds up to `step` from the log, for checkpoints saved before they recorded it
-    (approximate: the log has a line every 50 steps)."""
-    if not os.path.exists(log_path):
-        return 0.0
-    rows = [line.split("\t") for line in open(log_path)]
-    return max([float(r[1]) for r in rows if len(r) > 1 and int(r[0]) <= step], default=0.0)
-
-
 def export_state(gpt, classes):
     sd = {k: v.detach().cpu().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
     sd["cls_embedding.embedding_table.weight"] = classes.table().detach().cpu().clone()
@@ -159,7 +150,7 @@ def main():
         opt.load_state_dict(ck["optimizer"])
         step = ck["step"]
         gen.set_state(ck["generator"].cpu())
-        seconds_before = ck.get("seconds", logged_seconds(os.path.join(a.out, f"{a.name}_log.tsv"), step))
+        seconds_before = ck.get("seconds", 0.0)
         print(f"resuming {ckpt_path} at step {step}")
     if a.eval_only:
         # Own class vs the null class on training images: how much the model uses the class.
