@@ -14,7 +14,13 @@ mkdir -p "$RUNS"
 [ -f "$RUNS/tokens.npy" ] || $PY encode_dataset.py --data "$DATA" --vq "$RUNS/vq.pt" --out "$RUNS/tokens.npy"
 [ -f "$RUNS/classifier.safetensors" ] || $PY train_classifier.py --data "$DATA" --vq "$RUNS/vq.pt" \
   --tokens "$RUNS/tokens.npy" --out "$RUNS" --steps 1500
+# f32: PyTorch 1.13 emulates bf16 autocast on CPUs without native bf16, several times slower.
 $PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name draft \
-  --dim 128 --n-layer 4 --n-head 4 --lr 2e-3 --total-steps 600
-$PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name target \
-  --dim 256 --n-layer 8 --n-head 8 --lr 1.5e-3 --input-noise 0.05 --total-steps 1663
+  --dim 192 --n-layer 4 --n-head 6 --lr 2e-3 --total-steps 600 --precision f32
+# The target in two phases, as the shipped run was made: a cosine schedule of 1000 steps, then a
+# warm restart that resumes at step 1000 (lr 3.6e-4) and follows a cosine to 0 at step 1700.
+# Each command resumes from "$RUNS/target.pt"; once past its last step it only re-saves it.
+for total in 1000 1700; do
+  $PY train_gpt.py --data "$DATA" --tokens "$RUNS/tokens.npy" --out "$RUNS" --name target \
+    --dim 384 --n-layer 11 --n-head 6 --lr 1e-3 --input-noise 0.05 --total-steps $total --precision f32
+done
