@@ -36,7 +36,10 @@ def check_files():
             "classifier/classifier.json", "MODEL_CARD.md", "DATA.md"]
     missing = [n for n in need if not os.path.exists(os.path.join(MODELS, n))]
     assert not missing, f"missing from models/emoji: {missing}"
-    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(MODELS) for f in fs)
+    # The budget is for the shipped files: LANTERN's neighbour cache (lantern_neighbours_*.npy,
+    # git-ignored) is written beside the target by `--method lantern` and is not counted.
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(MODELS) for f in fs
+                if not (f.startswith("lantern_neighbours_") and f.endswith(".npy")))
     assert total <= BUDGET, f"models/emoji holds {total} bytes, over the {BUDGET} budget"
     print(f"files ok, {total / 1e6:.1f} MB")
 
