@@ -1,4 +1,4 @@
-// Continuous speculative decoding (seed 002): the per-token math of src/spec/continuous.
+// Continuous speculative decoding (seed 002): the per-token math of src/speculative/continuous.
 //
 // - Densities and ratios are checked against direct formulas and against closed forms of the
 //   Gaussian overlap integral (1 - TV) computed independently of the implementation.
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "sampling/rng.h"
-#include "spec/continuous/cspd_acceptance.h"
+#include "speculative/continuous/cspd_acceptance.h"
 #include "tessera/error.h"
 
 using namespace tessera;

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/mar_sampler.h"
+#include "decode/mar_sampler.h"
 #include "stat_tests.h"
 #include "tessera/mar.h"
 

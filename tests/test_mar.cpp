@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "engine/mar_sampler.h"
+#include "decode/mar_sampler.h"
 #include "io/npy.h"
 #include "models/kl_vae_decoder.h"
 #include "models/mar.h"

@@ -19,13 +19,13 @@
 #include <map>
 #include <numeric>
 
-#include "engine/generator.h"
+#include "decode/generator.h"
 #include "models/llamagen.h"
 #include "sampling/sampler.h"
-#include "spec/drafters/model_drafter.h"
-#include "spec/method.h"
-#include "spec/rules/rules.h"
-#include "spec/speculative_loop.h"
+#include "speculative/drafters/model_drafter.h"
+#include "speculative/method.h"
+#include "speculative/rules/rules.h"
+#include "speculative/speculative_loop.h"
 #include "tensor/backend.h"
 #include "tessera/tessera.h"
 
@@ -229,18 +229,18 @@ TEST_F(SpecMicro, SpeculativeDecodingIsExactWithoutFilters) {
 
 // The exact rule with a wrong residual (resample from p itself, ignoring q): the first-rejection
 // token then over-represents what the draft already proposes, and the test must notice.
-class BrokenResidualRule : public spec::AcceptanceRule {
+class BrokenResidualRule : public speculative::AcceptanceRule {
  public:
   std::string name() const override { return "broken"; }
-  double accept_probability(const spec::NodeView& n) const override {
+  double accept_probability(const speculative::NodeView& n) const override {
     return exact_->accept_probability(n);
   }
-  void residual(const spec::NodeView& n, std::span<float> out) const override {
+  void residual(const speculative::NodeView& n, std::span<float> out) const override {
     std::copy(n.p.begin(), n.p.end(), out.begin());
   }
 
  private:
-  std::unique_ptr<spec::AcceptanceRule> exact_ = spec::make_exact_rule();
+  std::unique_ptr<speculative::AcceptanceRule> exact_ = speculative::make_exact_rule();
 };
 
 TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
@@ -251,7 +251,7 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
   cpu_backend().set_threads(1);
   LlamaGen target(tc, cpu_backend()), draft(dc, cpu_backend());
   BrokenResidualRule broken;
-  auto exact = spec::make_exact_rule();
+  auto exact = speculative::make_exact_rule();
   const auto joint = target_joint(1, o.sampling);
   std::vector<Seq> fine, bad;
   for (int b = 0; b < kSamples / 500; ++b) {
@@ -259,15 +259,15 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
     std::vector<const Condition*> conds(500, &c);
     std::vector<uint64_t> idx(500);
     std::iota(idx.begin(), idx.end(), static_cast<uint64_t>(b) * 500);
-    for (auto* rule : {static_cast<const spec::AcceptanceRule*>(exact.get()),
-                       static_cast<const spec::AcceptanceRule*>(&broken)}) {
-      spec::ModelDrafter drafter(draft, params, 2);
-      spec::LoopSettings ls;
+    for (auto* rule : {static_cast<const speculative::AcceptanceRule*>(exact.get()),
+                       static_cast<const speculative::AcceptanceRule*>(&broken)}) {
+      speculative::ModelDrafter drafter(draft, params, 2);
+      speculative::LoopSettings ls;
       ls.rule = rule;
       ls.drafter = &drafter;
       ls.draft_len = 2;
       GenerateStats st;
-      auto grids = spec::generate_speculative(target, conds, idx, params, o.seed, ls, {}, st);
+      auto grids = speculative::generate_speculative(target, conds, idx, params, o.seed, ls, {}, st);
       auto& dst = rule == &broken ? bad : fine;
       dst.insert(dst.end(), grids.begin(), grids.end());
     }
@@ -286,13 +286,13 @@ struct RoundAnalysis {
 };
 
 // Output distribution of one round of relaxed SD (seed 004 Alg. 1) after x0, and Eq. 4's bound.
-RoundAnalysis analyse_round(Conditionals& P, Conditionals& Q, const spec::AcceptanceRule& rule,
+RoundAnalysis analyse_round(Conditionals& P, Conditionals& Q, const speculative::AcceptanceRule& rule,
                             int L, int n_tokens, const std::map<Seq, double>& target) {
   RoundAnalysis a;
   const auto& p0 = P({});
   const int V = static_cast<int>(p0.size());
   auto view = [&](const Seq& prefix, int token, int depth) {
-    spec::NodeView v;
+    speculative::NodeView v;
     v.token = token;
     v.position = depth;
     v.draft_len = L;
@@ -375,7 +375,7 @@ TEST_F(SpecMicro, RelaxedRoundsFollowTheirAnalysisAndStayWithinEq4) {
     o.spec.max_rounds = 1;
     c.set(o.spec);
     SCOPED_TRACE(c.method + " resample=" + o.spec.resample);
-    spec::Method m = spec::make_method(o.spec, kSpec + "micro_target", target_->config().gpt);
+    speculative::Method m = speculative::make_method(o.spec, kSpec + "micro_target", target_->config().gpt);
     Conditionals P(*target_, cls, o.sampling), Q(*draft_, cls, o.sampling);
     const auto target = target_joint(cls, o.sampling);
     const int N = target_->config().gpt.n_image_tokens();

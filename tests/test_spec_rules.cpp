@@ -15,13 +15,13 @@
 
 #include "io/npy.h"
 #include "io/safetensors.h"
-#include "spec/latent_neighbours.h"
-#include "spec/rules/rules.h"
+#include "speculative/latent_neighbours.h"
+#include "speculative/rules/rules.h"
 #include "tessera/error.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
-using namespace tessera::spec;
+using namespace tessera::speculative;
 
 namespace {
 

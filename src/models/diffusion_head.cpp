@@ -1,6 +1,7 @@
 #include "models/diffusion_head.h"
 
-#include "sampling/gaussian_diffusion.h"
+#include <cmath>
+
 #include "tessera/error.h"
 
 namespace tessera {
@@ -117,6 +118,19 @@ Tensor DiffusionHead::forward(const Tensor& x, int t, const Tensor& cond_embeddi
   check(cond_embedding.dim(0) == x.dim(0), "internal: diffusion head input shapes");
   const int ts[] = {t};
   return forward(x, modulations(cond_embedding, ts), 0);
+}
+
+std::vector<float> timestep_sinusoid(int t, int dim) {
+  const int half = dim / 2;
+  std::vector<float> out(dim, 0.0f);
+  const float log_period = static_cast<float>(std::log(10000.0));
+  for (int i = 0; i < half; ++i) {
+    const float freq = std::exp(-log_period * static_cast<float>(i) / static_cast<float>(half));
+    const float arg = static_cast<float>(t) * freq;
+    out[i] = std::cos(arg);
+    out[half + i] = std::sin(arg);
+  }
+  return out;
 }
 
 }  // namespace tessera

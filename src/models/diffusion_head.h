@@ -58,4 +58,8 @@ class DiffusionHead {
   Linear final_shift_, final_scale_, final_linear_;
 };
 
+// MAR's timestep embedding input: [cos(t f_i), sin(t f_i)], f_i = exp(-ln(10000) i / half),
+// computed in float32 as the reference.
+std::vector<float> timestep_sinusoid(int t, int dim);
+
 }  // namespace tessera

@@ -101,17 +101,4 @@ void GaussianDiffusion::mean_log_variance(int j, std::span<const float> x,
   }
 }
 
-std::vector<float> timestep_sinusoid(int t, int dim) {
-  const int half = dim / 2;
-  std::vector<float> out(dim, 0.0f);
-  const float log_period = static_cast<float>(std::log(10000.0));
-  for (int i = 0; i < half; ++i) {
-    const float freq = std::exp(-log_period * static_cast<float>(i) / static_cast<float>(half));
-    const float arg = static_cast<float>(t) * freq;
-    out[i] = std::cos(arg);
-    out[half + i] = std::sin(arg);
-  }
-  return out;
-}
-
 }  // namespace tessera

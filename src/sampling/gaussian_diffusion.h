@@ -39,8 +39,4 @@ class GaussianDiffusion {
   std::vector<double> sqrt_recip_ac_, sqrt_recipm1_ac_, log_betas_;
 };
 
-// MAR's timestep embedding input: [cos(t f_i), sin(t f_i)], f_i = exp(-ln(10000) i / half),
-// computed in float32 as the reference.
-std::vector<float> timestep_sinusoid(int t, int dim);
-
 }  // namespace tessera

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/log.h"
-#include "engine/bandwidth.h"
+#include "tensor/cpu/bandwidth.h"
 #include "tensor/backend.h"
 #include "tessera/error.h"
 #include "tessera/tessera.h"

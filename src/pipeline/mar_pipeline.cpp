@@ -1,0 +1,173 @@
+// MarPipeline: the public API over a MAR model directory (transformer + diffusion head, KL VAE),
+// vanilla MAR sampling and continuous speculative decoding with a draft MAR.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "decode/mar_sampler.h"
+#include "models/kl_vae_decoder.h"
+#include "models/mar.h"
+#include "speculative/continuous/cspd_loop.h"
+#include "tensor/backend.h"
+#include "tessera/mar.h"
+
+namespace tessera {
+
+struct MarPipeline::Impl {
+  ModelConfig config;
+  Backend* backend = nullptr;
+  std::unique_ptr<Mar> model;
+  std::unique_ptr<GaussianDiffusion> diffusion;
+  std::unique_ptr<KlVaeDecoder> vae;
+  std::string draft_dir;  // the draft of the last speculative call
+  std::unique_ptr<Mar> draft;
+
+  const Mar& draft_model(const std::string& dir);
+};
+
+const Mar& MarPipeline::Impl::draft_model(const std::string& dir) {
+  if (draft && draft_dir == dir) return *draft;
+  draft.reset();
+  const ModelConfig dc = load_model_config(dir);
+  check(dc.is_mar(), "--draft " + dir + ": not a MAR model directory (architecture \"" +
+                         dc.architecture + "\")");
+  const MarConfig &t = config.mar, &d = dc.mar;
+  auto same = [&](const char* what, long a, long b) {
+    check(a == b, "--draft " + dir + ": " + what + " " + std::to_string(b) +
+                      " does not match the target's " + std::to_string(a) +
+                      " (a draft MAR must share the target's tokenizer, classes and diffusion "
+                      "schedule)");
+  };
+  same("seq_len", t.seq_len(), d.seq_len());
+  same("token_dim", t.token_dim(), d.token_dim());
+  same("num_classes", t.num_classes, d.num_classes);
+  same("num_train_timesteps", t.num_train_timesteps, d.num_train_timesteps);
+  same("num_sampling_steps", t.num_sampling_steps, d.num_sampling_steps);
+  check(t.noise_schedule == d.noise_schedule,
+        "--draft " + dir + ": noise_schedule \"" + d.noise_schedule +
+            "\" does not match the target's \"" + t.noise_schedule + "\"");
+  draft = std::make_unique<Mar>(dc, *backend);
+  draft_dir = dir;
+  return *draft;
+}
+
+MarPipeline::MarPipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MarPipeline::~MarPipeline() = default;
+
+std::unique_ptr<MarPipeline> MarPipeline::load(const std::string& model_dir,
+                                               const LoadOptions& opts) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = load_model_config(model_dir);
+  check(impl->config.is_mar(), model_dir + ": not a MAR model directory (architecture \"" +
+                                   impl->config.architecture + "\")");
+  impl->backend = &cpu_backend();
+  if (opts.threads > 0) impl->backend->set_threads(opts.threads);
+  impl->model = std::make_unique<Mar>(impl->config, *impl->backend);
+  const MarConfig& c = impl->config.mar;
+  impl->diffusion = std::make_unique<GaussianDiffusion>(c.num_train_timesteps, c.num_sampling_steps,
+                                                        c.noise_schedule);
+  if (opts.load_decoder && impl->config.has_vae)
+    impl->vae = std::make_unique<KlVaeDecoder>(impl->config, *impl->backend);
+  return std::unique_ptr<MarPipeline>(new MarPipeline(std::move(impl)));
+}
+
+const ModelConfig& MarPipeline::config() const {
+  return impl_->config;
+}
+bool MarPipeline::has_decoder() const {
+  return impl_->vae != nullptr;
+}
+void MarPipeline::set_threads(int n) {
+  impl_->backend->set_threads(n);
+}
+int MarPipeline::image_size() const {
+  return impl_->config.mar.image_size;
+}
+
+std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& labels,
+                                                      const MarGenerateOptions& opts,
+                                                      MarStats* stats) {
+  const MarConfig& c = impl_->config.mar;
+  MarSamplingOptions s = opts.sampling;
+  if (s.num_iter == 0) s.num_iter = std::min(64, c.seq_len());
+  check(opts.batch >= 1, "--batch must be at least 1");
+  check(s.temperature > 0.0f, "--temperature must be > 0");
+  check(s.cfg_scale >= 0.0f, "--cfg must be >= 0");
+  check(s.cfg_schedule == "linear" || s.cfg_schedule == "constant",
+        "--cfg-schedule must be linear or constant, got \"" + s.cfg_schedule + "\"");
+  check(s.num_iter >= 1 && s.num_iter <= c.seq_len(), "--steps must be in [1, " +
+                                                          std::to_string(c.seq_len()) + "], got " +
+                                                          std::to_string(s.num_iter));
+  for (int l : labels)
+    check(l >= -1 && l < c.num_classes, "class " + std::to_string(l) + " out of range [0, " +
+                                            std::to_string(c.num_classes) + ")");
+  const std::string& m = opts.spec.method;
+  check(m == "vanilla" || m == "cspd" || m == "cspd-reference" || m == "cspd-exact",
+        "--method \"" + m + "\" is not a MAR method (vanilla, cspd, cspd-reference, cspd-exact)");
+  const bool spec = m != "vanilla";
+  check(!spec || !opts.spec.draft_model.empty(), "--method " + m + " needs --draft DIR");
+  const Mar* draft = spec ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
+
+  MarStats local;
+  MarStats& st = stats ? *stats : local;
+  st.steps = s.num_iter;
+  const double t0 = now_s();
+  const int64_t total = static_cast<int64_t>(labels.size()) * c.seq_len();
+  int64_t done = 0;
+  std::vector<std::vector<float>> out;
+  for (size_t b0 = 0; b0 < labels.size(); b0 += opts.batch) {
+    const size_t b1 = std::min(labels.size(), b0 + static_cast<size_t>(opts.batch));
+    const std::vector<int> batch(labels.begin() + b0, labels.begin() + b1);
+    std::vector<uint64_t> idx;
+    for (size_t i = b0; i < b1; ++i) idx.push_back(opts.first_image_index + i);
+    const PhiloxMarNoise noise(opts.seed, idx);
+    auto on_tokens = [&](int64_t k) {
+      done += k;
+      if (opts.progress) opts.progress(done, total);
+    };
+    auto images = spec ? cspd_generate(*impl_->model, *draft, *impl_->diffusion, *impl_->backend,
+                                       batch, s, opts.spec, noise, on_tokens, st)
+                       : mar_generate(*impl_->model, *impl_->diffusion, *impl_->backend, batch, s,
+                                      noise, on_tokens, st);
+    for (auto& im : images) out.push_back(std::move(im));
+  }
+  st.seconds += now_s() - t0;
+  return out;
+}
+
+std::vector<float> MarPipeline::forward_z(int label, std::span<const float> tokens,
+                                          std::span<const uint8_t> unknown) {
+  const MarConfig& c = impl_->config.mar;
+  check(static_cast<int64_t>(tokens.size()) == static_cast<int64_t>(c.seq_len()) * c.token_dim(),
+        "forward: expected " + std::to_string(c.seq_len() * c.token_dim()) + " token values");
+  check(static_cast<int>(unknown.size()) == c.seq_len(),
+        "forward: expected " + std::to_string(c.seq_len()) + " mask values");
+  check(label >= -1 && label < c.num_classes, "class " + std::to_string(label) + " out of range");
+  std::vector<int32_t> all(c.seq_len());
+  for (int i = 0; i < c.seq_len(); ++i) all[i] = i;
+  const std::vector<int32_t> labels{label};
+  const Tensor z = impl_->model->forward(tokens, unknown, labels, {all});
+  std::vector<float> out(static_cast<size_t>(z.numel()));
+  impl_->backend->download(z, out.data());
+  return out;
+}
+
+std::vector<float> MarPipeline::decode_float(std::span<const float> tokens, int n) {
+  check(impl_->vae != nullptr, "this model directory has no VAE decoder (vae.safetensors)");
+  const Tensor y = impl_->vae->decode(tokens, n);
+  std::vector<float> out(static_cast<size_t>(y.numel()));
+  impl_->backend->download(y, out.data());
+  return out;
+}
+
+std::vector<uint8_t> MarPipeline::decode(std::span<const float> tokens, int n) {
+  const int size = image_size();
+  return to_pixels_mar(decode_float(tokens, n), n, size, size);
+}
+
+std::string model_architecture(const std::string& model_dir) {
+  return load_model_config(model_dir).architecture;
+}
+
+}  // namespace tessera

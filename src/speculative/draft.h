@@ -1,0 +1,51 @@
+// What the speculative loop and the drafters share: the draft tree, the per-image state and the
+// random streams. A draft is a tree of candidate tokens hanging off the root (the last committed
+// token, not yet in the target's KV cache); a chain is a tree with one child per node.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sampling/rng.h"
+#include "tessera/tessera.h"
+
+namespace tessera::speculative {
+
+struct DraftNode {
+  int32_t token = 0;
+  int parent = -1;       // index into the tree; -1 = the root
+  int depth = 1;         // 1 = a child of the root
+  std::vector<float> q;  // distribution the token was drawn from; empty = one-hot at token
+};
+// Nodes in topological order (parents first); siblings in the order they are to be verified.
+using DraftTree = std::vector<DraftNode>;
+
+bool is_chain(const DraftTree& tree);
+
+// One image being generated.
+struct ImageState {
+  int slot = 0;  // index in the batch: KV sequence `slot` (conditional), n + slot (unconditional)
+  CounterRng rng{0, 0};
+  std::vector<int32_t> tokens;  // committed tokens, raster order
+  int64_t round = 0;
+  bool done = false;
+  ImageStats stats;
+};
+
+// Random streams of CounterRng::uniform(token index, stream): vanilla sampling uses stream 0, so
+// the first token (drawn after the prefill) is the same for every method. Speculative draws are
+// keyed by the token index they concern, the round and the sibling rank, so no uniform is ever
+// reused for a second decision.
+enum class Stream : uint32_t {
+  Accept = 1,
+  Resample = 2,
+  Draft = 3,
+  JacobiInit = 4,
+  JacobiCarry = 5
+};
+inline uint32_t stream_id(Stream s, int64_t round, int sibling = 0) {
+  return static_cast<uint32_t>(s) | (static_cast<uint32_t>(sibling & 0xff) << 4) |
+         (static_cast<uint32_t>(round + 1) << 12);
+}
+
+}  // namespace tessera::speculative

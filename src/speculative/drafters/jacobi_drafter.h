@@ -1,0 +1,37 @@
+// Speculative Jacobi decoding's drafts (SJD, Teng et al. 2025; seed 001 §3 and
+// notes/jacobi_grouped_spatial.md §1.3-1.4): a window of L positions after the root. Positions
+// the last round left unverified keep the target's sample from that round as their draft, with
+// the target's distribution of that round as q; new positions are initialised uniformly at
+// random over the vocabulary with one-hot q. Needs no model: the target verifies and drafts.
+#pragma once
+
+#include <map>
+
+#include "sampling/sampler.h"
+#include "speculative/drafters/drafter.h"
+
+namespace tessera::speculative {
+
+class JacobiDrafter : public Drafter {
+ public:
+  JacobiDrafter(int vocab_size, const SamplingParams& params);
+  std::string name() const override { return "jacobi"; }
+  // The window holds the root and L - 1 drafts: at most L tokens per target forward.
+  int draft_depth(int draft_len) const override { return draft_len - 1; }
+  void start(const std::vector<const Condition*>& conds, std::vector<ImageState>& images) override;
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<DraftTree>& trees) override;
+  void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
+                    const std::function<std::span<const float>(int)>& dist) override;
+
+ private:
+  struct Carried {
+    int32_t token;
+    std::vector<float> q;
+  };
+  int V_;
+  SamplingParams params_;
+  std::map<int, std::vector<Carried>> carried_;  // by image slot
+};
+
+}  // namespace tessera::speculative

@@ -1,0 +1,56 @@
+// Shared pieces of every acceptance rule: the exact-greedy default and the two residuals
+// (seed 004, Eq. 2 and Eq. 5).
+#include "speculative/rules/acceptance_rule.h"
+
+#include <algorithm>
+
+#include "sampling/sampler.h"
+
+namespace tessera::speculative {
+
+bool AcceptanceRule::greedy_accept(const NodeView& n) const {
+  // Exact greedy SD: the draft survives iff it is the target's argmax (first maximal index, as
+  // greedy sampling picks it).
+  return n.token == tessera::argmax(n.p);
+}
+
+double ratio_accept(double numerator, double q) {
+  if (q <= 0.0) return numerator > 0.0 ? 1.0 : 0.0;
+  return std::min(1.0, numerator / q);
+}
+
+void exact_residual(const NodeView& n, std::span<float> out) {
+  // [p - q]+ (seed 004, Eq. 2); a one-hot q only removes mass at x~.
+  const size_t V = n.p.size();
+  if (n.q.empty()) {
+    std::copy(n.p.begin(), n.p.end(), out.begin());
+    out[n.token] = static_cast<float>(std::max(0.0, static_cast<double>(n.p[n.token]) - 1.0));
+    return;
+  }
+  for (size_t y = 0; y < V; ++y)
+    out[y] = static_cast<float>(
+        std::max(0.0, static_cast<double>(n.p[y]) - static_cast<double>(n.q[y])));
+}
+
+void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out) {
+  // G* = [p - q f]+ (seed 004, Eq. 5): f(y) is the rule's acceptance had the drafter proposed y at
+  // this node. Where q(y) = 0 the term is p(y) and f need not (and must not, for cost) be
+  // evaluated.
+  const size_t V = n.p.size();
+  std::copy(n.p.begin(), n.p.end(), out.begin());
+  NodeView m = n;
+  if (n.q.empty()) {  // one-hot q: only y = x~ has q(y) > 0, and q(x~) = 1
+    const double f = rule.accept_probability(n);
+    out[n.token] = static_cast<float>(std::max(0.0, static_cast<double>(n.p[n.token]) - f));
+    return;
+  }
+  for (size_t y = 0; y < V; ++y) {
+    const double qy = n.q[y];
+    if (qy <= 0.0) continue;
+    m.token = static_cast<int>(y);
+    const double f = rule.accept_probability(m);
+    out[y] = static_cast<float>(std::max(0.0, static_cast<double>(n.p[y]) - qy * f));
+  }
+}
+
+}  // namespace tessera::speculative

@@ -1,0 +1,62 @@
+// A speculative-decoding method's verification half: an acceptance rule f(x~; p, q, i) and the
+// resampling distribution G used at the first rejection. Rules know nothing of models or of the
+// loop (src/speculative/speculative_loop.cpp); they see one draft node at a time.
+//
+// Notation (seed 004, COOL-SD): P = target, Q = drafter. LANTERN (seed 000) swaps the letters;
+// every comment in src/spec uses p = target, q = drafter.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tessera::speculative {
+
+// One draft node as a rule sees it.
+struct NodeView {
+  int token = 0;      // x~, the drafted token
+  int position = 1;   // i: 1-based depth of the node in the round's draft (COOL-SD's i in [L])
+  int draft_len = 1;  // L: the round's maximum draft depth
+  // Target distribution at the node: after CFG, temperature, top-k and top-p, summing to 1 (the
+  // distribution vanilla sampling draws from). Under greedy decoding (temperature 0) it is the
+  // untempered softmax with the same top-k/top-p filtering instead (see greedy_accept).
+  std::span<const float> p;
+  // Draft distribution x~ was drawn from, summing to 1; empty means one-hot at `token`
+  // (Jacobi's uniformly initialised drafts, SJD §1.3 of the notes).
+  std::span<const float> q;
+
+  double q_of(int y) const { return q.empty() ? (y == token ? 1.0 : 0.0) : q[y]; }
+};
+
+class AcceptanceRule {
+ public:
+  virtual ~AcceptanceRule() = default;
+  virtual std::string name() const = 0;
+
+  // f(x~; p, q, i) in [0, 1]: the draft is accepted iff u < f for a fresh uniform u.
+  virtual double accept_probability(const NodeView& n) const = 0;
+
+  // The rule's own resampling distribution at a rejection ("--resample vanilla"), unnormalised,
+  // written to out (size V, every entry >= 0). The loop normalises it; when its mass is 0 the loop
+  // falls back to p.
+  virtual void residual(const NodeView& n, std::span<float> out) const = 0;
+
+  // Greedy decoding: whether x~ is accepted, given p = the untempered distribution. The default is
+  // x~ == argmax p (exact greedy SD); LANTERN overrides it (seed 000 §4.3: x~ = argmax of the
+  // distorted target).
+  virtual bool greedy_accept(const NodeView& n) const;
+};
+
+// G* = Norm([p - q * f(., p, q, i)]+) (seed 004, Eq. 5), unnormalised, for any rule. f is
+// evaluated only where q(y) > 0 (elsewhere the term is p(y)).
+void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out);
+
+// min(1, numerator / q): the ratio test every rule shares. q = 0 (a token a correct drafter never
+// proposes) is treated as accept iff the numerator is positive.
+double ratio_accept(double numerator, double q);
+
+// Norm([p - q]+) unnormalised: the residual of exact speculative sampling (seed 004, Eq. 2).
+void exact_residual(const NodeView& n, std::span<float> out);
+
+}  // namespace tessera::speculative

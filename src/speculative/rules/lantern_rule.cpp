@@ -1,0 +1,128 @@
+// LANTERN (seed 000, §4.2-4.3, Alg. 1-2) and LANTERN++'s λ-rule (notes/relaxed_sd.md §1.2, §2;
+// seed 004 §3 restates it), in the paper's form and in jadohu/LANTERN's code form.
+#include <algorithm>
+#include <vector>
+
+#include "sampling/sampler.h"
+#include "speculative/rules/rules.h"
+#include "tessera/error.h"
+
+namespace tessera::speculative {
+namespace {
+
+// A(k,δ): the accepted prefix of x~'s distance-ordered neighbours and its target mass S.
+struct NeighbourSet {
+  std::span<const int32_t> members;  // A, nearest first (x~ excluded)
+  double mass = 0.0;                 // S = p(A) = TV(p_{k,δ}, p)
+};
+
+NeighbourSet accepted_set(const LanternParams& params, const LatentNeighbours& nb,
+                          std::span<const float> p, int token) {
+  if (static_cast<size_t>(nb.vocab()) != p.size())
+    throw Error("LANTERN: the neighbour table has " + std::to_string(nb.vocab()) +
+                " codes but the target distribution has " + std::to_string(p.size()));
+  // Paper: B_k holds x~ itself, so k-1 others (seed 000, Alg. 2 line 4). Code: k others
+  // (nearest_latents[x~, :k]).
+  const int others = params.reference ? params.k : params.k - 1;
+  const std::span<const int32_t> walk = nb.nearest(token, std::max(0, others));
+  const double px = p[token];
+  // δ-rule: S < δ (Alg. 2 line 8). λ-rule: p(x~) + S < λ p(x~), i.e. S < (λ-1) p(x~).
+  const double budget =
+      params.lambda > 0.0f ? (static_cast<double>(params.lambda) - 1.0) * px : params.delta;
+  NeighbourSet a;
+  size_t n = 0;
+  for (; n < walk.size(); ++n) {
+    // The TV increment of moving b's mass onto x~ is exactly p(b) (notes §1.2); p(b) = 0 (outside
+    // top-k) costs nothing, so the walk continues past it.
+    const double s = a.mass + static_cast<double>(p[walk[n]]);
+    const bool admissible = params.reference ? s <= budget : s < budget;  // code `<=`, paper `<`
+    if (!admissible) break;  // stop at the first violation (Alg. 2)
+    a.mass = s;
+  }
+  a.members = walk.first(n);
+  return a;
+}
+
+class LanternRule final : public AcceptanceRule {
+ public:
+  LanternRule(const LanternParams& params, std::shared_ptr<const LatentNeighbours> nb)
+      : params_(params), nb_(std::move(nb)) {
+    check(nb_ != nullptr, "LANTERN: no latent neighbour table");
+  }
+
+  std::string name() const override {
+    return std::string(params_.lambda > 0.0f ? "lantern++" : "lantern") +
+           (params_.reference ? "-ref" : "");
+  }
+
+  double accept_probability(const NodeView& n) const override {
+    const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
+    const double relaxed = static_cast<double>(n.p[n.token]) + a.mass;  // p~(x~) = p_{k,δ}(x~)
+    return ratio_accept(relaxed, n.q_of(n.token));                      // seed 000, §4.3
+  }
+
+  void residual(const NodeView& n, std::span<float> out) const override {
+    if (!params_.reference) {
+      // Paper: [p_{k,δ} - q]+ (seed 000, Alg. 1): the exact residual of the distorted target.
+      std::vector<float> distorted(n.p.size());
+      lantern_distorted_target(params_, *nb_, n.p, n.token, distorted, nullptr);
+      NodeView m = n;
+      m.p = distorted;
+      exact_residual(m, out);
+      return;
+    }
+    // Reference code (notes §1.3): the k+1 nearest codes are zeroed whenever A is non-empty,
+    // a superset of A when |A| < k+1 (limited by the table's k_max).
+    const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
+    const std::span<const int32_t> zeroed =
+        a.members.empty() ? std::span<const int32_t>() : nb_->nearest(n.token, params_.k + 1);
+    exact_residual(n, out);  // relu(p - q), p unmodified
+    if (n.q.empty()) {
+      // Dynamic tree (evaluate_posterior): gtp[x~] = 0, gtp[nearest[x~, :k+1]] = 0.
+      out[n.token] = 0.0f;
+      for (int32_t b : zeroed) out[b] = 0.0f;
+      return;
+    }
+    // Static tree (evaluate_posterior_v1): q[nearest[x~, :k+1]] = 0 without renormalising, so
+    // those codes keep their full target mass.
+    for (int32_t b : zeroed) out[b] = n.p[b];
+  }
+
+  bool greedy_accept(const NodeView& n) const override {
+    // Seed 000 §4.3: accept iff x~ = argmax p_{k,δ}(.|x~). The reference code only raises gtp[x~]
+    // to p~(x~) and leaves A's entries in place (notes §1.4); the two differ only on exact ties.
+    std::vector<float> d(n.p.size());
+    if (params_.reference) {
+      const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
+      std::copy(n.p.begin(), n.p.end(), d.begin());
+      d[n.token] = static_cast<float>(static_cast<double>(n.p[n.token]) + a.mass);
+    } else {
+      lantern_distorted_target(params_, *nb_, n.p, n.token, d, nullptr);
+    }
+    return n.token == tessera::argmax(d);
+  }
+
+ private:
+  LanternParams params_;
+  std::shared_ptr<const LatentNeighbours> nb_;
+};
+
+}  // namespace
+
+void lantern_distorted_target(const LanternParams& params, const LatentNeighbours& nb,
+                              std::span<const float> p, int token, std::span<float> out,
+                              int* set_size) {
+  // p_{k,δ}(.|x~): A's mass moved onto x~, A's members set to 0 (seed 000, §4.3; seed 004 §3).
+  const NeighbourSet a = accepted_set(params, nb, p, token);
+  std::copy(p.begin(), p.end(), out.begin());
+  for (int32_t b : a.members) out[b] = 0.0f;
+  out[token] = static_cast<float>(static_cast<double>(p[token]) + a.mass);
+  if (set_size) *set_size = static_cast<int>(a.members.size());
+}
+
+std::unique_ptr<AcceptanceRule> make_lantern_rule(const LanternParams& params,
+                                                  std::shared_ptr<const LatentNeighbours> nb) {
+  return std::make_unique<LanternRule>(params, std::move(nb));
+}
+
+}  // namespace tessera::speculative

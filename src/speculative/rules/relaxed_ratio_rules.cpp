@@ -1,0 +1,99 @@
+// Relaxed ratio rules: UniformRSD and COOL-SD (seed 004, Eq. 7 and 10), the naive lossy baselines
+// amplify and addition (seed 001, §5), and the G* resampling decorator (seed 004, Eq. 5).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "speculative/rules/rules.h"
+#include "tessera/error.h"
+
+namespace tessera::speculative {
+namespace {
+
+// f = min(1, ω_i p / q) (seed 004, Eq. 7) with a per-position ω_i.
+class OmegaRule final : public AcceptanceRule {
+ public:
+  OmegaRule(std::string name, std::function<double(const NodeView&)> omega)
+      : name_(std::move(name)), omega_(std::move(omega)) {}
+  std::string name() const override { return name_; }
+  double accept_probability(const NodeView& n) const override {
+    return ratio_accept(omega_(n) * static_cast<double>(n.p[n.token]), n.q_of(n.token));
+  }
+  void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
+
+ private:
+  std::string name_;
+  std::function<double(const NodeView&)> omega_;
+};
+
+// f = min(1, (p + ε)/q) (seed 001, §5 "addition").
+class AdditionRule final : public AcceptanceRule {
+ public:
+  explicit AdditionRule(float eps) : eps_(eps) {}
+  std::string name() const override { return "addition"; }
+  double accept_probability(const NodeView& n) const override {
+    return ratio_accept(static_cast<double>(n.p[n.token]) + eps_, n.q_of(n.token));
+  }
+  void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
+
+ private:
+  double eps_;
+};
+
+// Same acceptance, G* = Norm([p - q f]+) as the resampling distribution (seed 004, Eq. 5).
+class OptimalResampling final : public AcceptanceRule {
+ public:
+  explicit OptimalResampling(std::unique_ptr<AcceptanceRule> inner) : inner_(std::move(inner)) {
+    check(inner_ != nullptr, "with_optimal_resampling: no rule");
+  }
+  std::string name() const override { return inner_->name() + "+G*"; }
+  double accept_probability(const NodeView& n) const override {
+    return inner_->accept_probability(n);
+  }
+  void residual(const NodeView& n, std::span<float> out) const override {
+    optimal_residual(*inner_, n, out);
+  }
+  bool greedy_accept(const NodeView& n) const override { return inner_->greedy_accept(n); }
+
+ private:
+  std::unique_ptr<AcceptanceRule> inner_;
+};
+
+}  // namespace
+
+double cool_sd_omega(float delta, float nu, int i, int L) {
+  // ω_i = δ exp(-ν i - μ) with exp(μ) = (1/L) Σ_{j=1..L} exp(-ν j), so that Σ_i exp(-ν i - μ) = L
+  // (seed 004, Eq. 10): the ω_i average to δ and decay with depth (annealing, Prop. 2).
+  L = std::max(1, L);
+  i = std::clamp(i, 1, L);
+  double mean = 0.0;
+  for (int j = 1; j <= L; ++j) mean += std::exp(-static_cast<double>(nu) * j);
+  mean /= L;
+  return static_cast<double>(delta) * std::exp(-static_cast<double>(nu) * i) / mean;
+}
+
+std::unique_ptr<AcceptanceRule> make_uniform_rsd_rule(float delta) {
+  const double w = delta;
+  return std::make_unique<OmegaRule>("uniform-rsd", [w](const NodeView&) { return w; });
+}
+
+std::unique_ptr<AcceptanceRule> make_cool_sd_rule(float delta, float nu) {
+  return std::make_unique<OmegaRule>("cool-sd", [delta, nu](const NodeView& n) {
+    return cool_sd_omega(delta, nu, n.position, n.draft_len);
+  });
+}
+
+std::unique_ptr<AcceptanceRule> make_amplify_rule(float k) {
+  const double w = k;
+  return std::make_unique<OmegaRule>("amplify", [w](const NodeView&) { return w; });
+}
+
+std::unique_ptr<AcceptanceRule> make_addition_rule(float eps) {
+  return std::make_unique<AdditionRule>(eps);
+}
+
+std::unique_ptr<AcceptanceRule> with_optimal_resampling(std::unique_ptr<AcceptanceRule> rule) {
+  return std::make_unique<OptimalResampling>(std::move(rule));
+}
+
+}  // namespace tessera::speculative

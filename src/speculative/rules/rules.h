@@ -1,0 +1,68 @@
+// Factories for every acceptance rule of tessera (docs/methods.md). Each rule cites the seed and
+// equation it implements in its own file.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "speculative/latent_neighbours.h"
+#include "speculative/rules/acceptance_rule.h"
+
+namespace tessera::speculative {
+
+// exact: f = min(1, p/q), G = Norm([p - q]+) (seed 004, Eq. 1-2). Used by `sd` and `sjd`.
+std::unique_ptr<AcceptanceRule> make_exact_rule();
+
+// LANTERN (seed 000, §4.3, Alg. 1-2) and LANTERN++ (λ-rule; notes/relaxed_sd.md §1.2, §2).
+struct LanternParams {
+  int k = 1000;            // neighbours considered
+  float delta = 0.1f;      // TV budget δ (LANTERN)
+  float lambda = 0.0f;     // > 0: LANTERN++ λ-rule instead of the δ budget
+  bool reference = false;  // the published code's behaviour instead of the paper's (see below)
+};
+// Paper (reference = false): B_k = {x~} + its k-1 nearest neighbours; A(k,δ) = the longest
+// distance-ordered prefix of B_k \ {x~} with cumulative target mass S < δ (λ-rule: S < (λ-1)p(x~));
+// f = min(1, (p(x~) + S)/q(x~)); G = Norm([p_{k,δ} - q]+) where p_{k,δ} moves A's mass onto x~.
+// Reference (jadohu/LANTERN): the k nearest neighbours excluding x~, `<=` instead of `<`, and the
+// code's residual: q with the k+1 nearest neighbours zeroed (when A is non-empty), then
+// Norm([p - q']+) with p unmodified; for one-hot q, p with x~ and those neighbours zeroed.
+std::unique_ptr<AcceptanceRule> make_lantern_rule(const LanternParams& params,
+                                                  std::shared_ptr<const LatentNeighbours> nb);
+// The distorted target p_{k,δ}(.|x~) and |A| (tests, docs).
+// |A| counts the accepted neighbours (x~ itself excluded); set_size may be null.
+void lantern_distorted_target(const LanternParams& params, const LatentNeighbours& nb,
+                              std::span<const float> p, int token, std::span<float> out,
+                              int* set_size);
+
+// GSD (seed 001, Alg. 3/5). Cluster C(x~) = tokens at sorted ranks [r - G/2, r + G/2) around the
+// rank r of x~ in the target's descending-sorted p, minus those with |p(y) - p(x~)| > δ or
+// embedding distance dist(x~, y) > d; f = min(1, p(C)/q(C)); G = Norm([p - q]+) (as SJD).
+struct GsdParams {
+  int g = 10;
+  float d = 0.5f;
+  float delta = 0.15f;
+};
+// `embedding` [V, dim] row-major (host): the target's input token embeddings (published code) or
+// the VQ codebook; the distance is the squared Euclidean distance (as the published code).
+std::unique_ptr<AcceptanceRule> make_gsd_rule(const GsdParams& params,
+                                              std::shared_ptr<const std::vector<float>> embedding,
+                                              int dim);
+
+// Relaxed ratio rules, all with vanilla residual Norm([p - q]+):
+//   uniform-rsd: f = min(1, δ p/q) (seed 004, Eq. 7 with ω_i = δ)
+//   cool-sd:     f = min(1, ω_i p/q), ω_i = δ exp(-ν i - μ), Σ_{i=1..L} exp(-ν i - μ) = L (Eq. 10)
+//   amplify:     f = min(1, k p/q)       (seed 001, §5 naive lossy baseline)
+//   addition:    f = min(1, (p + ε)/q)   (seed 001, §5 naive lossy baseline)
+std::unique_ptr<AcceptanceRule> make_uniform_rsd_rule(float delta);
+std::unique_ptr<AcceptanceRule> make_cool_sd_rule(float delta, float nu);
+std::unique_ptr<AcceptanceRule> make_amplify_rule(float k);
+std::unique_ptr<AcceptanceRule> make_addition_rule(float eps);
+
+// ω_i of COOL-SD for i in [1, L] (Eq. 10), exposed for tests and docs.
+double cool_sd_omega(float delta, float nu, int i, int L);
+
+// Wraps a rule so that its resampling distribution is G* (seed 004, Eq. 5) ("--resample optimal").
+std::unique_ptr<AcceptanceRule> with_optimal_resampling(std::unique_ptr<AcceptanceRule> rule);
+
+}  // namespace tessera::speculative
