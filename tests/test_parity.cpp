@@ -7,8 +7,9 @@
 #include <string>
 
 #include "io/npy.h"
+#include "decode/session.h"
 #include "models/llamagen.h"
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/tessera.h"
 
 using namespace tessera;
@@ -178,7 +179,7 @@ TEST(Determinism, SampledTokensIndependentOfBatchAndThreads) {
   EXPECT_NE(p->generate(conds, o), ref);
 }
 
-// Direct use of the model and its multi-sequence cache (one sequence, class 3).
+// Direct use of the model through a session and its multi-sequence cache (class 3).
 class KVCacheTest : public ::testing::Test {
  protected:
   KVCacheTest()
@@ -186,33 +187,42 @@ class KVCacheTest : public ::testing::Test {
         model_(mc_, cpu_backend()),
         tokens_(golden_tokens()) {}
 
-  KVCache prefilled() {
-    KVCache cache = model_.make_cache(1);
-    const int32_t cls = 3;
-    ForwardParams fp;
-    fp.attn = cache.plan_append(std::vector<int32_t>{0}, 1);
-    fp.rope_pos = {0};
-    fp.logits_at = {0};
-    model_.forward(model_.embed_classes(std::span<const int32_t>(&cls, 1)), fp, cache);
-    return cache;
+  // A session with `slots` slots; slot 0 prefilled with class 3.
+  std::unique_ptr<Session> prefilled(int slots = 1) {
+    SessionOptions o;
+    o.n_slots = slots;
+    o.extra_capacity = 4;
+    o.max_new = mc_.gpt.n_image_tokens();
+    o.max_outputs_per_seq = o.max_new;
+    o.hidden_states = true;
+    auto s = std::make_unique<Session>(model_, o);
+    const int32_t slot = s->acquire_slot();
+    const Condition c = Condition::label(3);
+    const Condition* cp = &c;
+    s->prefill(std::span(&cp, 1), false, std::span(&slot, 1));
+    return s;
   }
 
-  // Appends toks (image positions first..) and returns their logits; `mask` is optional.
-  std::vector<float> append(KVCache& cache, std::span<const int32_t> toks, int first,
-                            std::vector<uint8_t> mask = {}) {
-    ForwardParams fp;
+  // Appends toks to `slot` (row j at the position of image token pos[j], or first + j) and
+  // returns their logits; `mask` is optional.
+  std::vector<float> append(Session& s, std::span<const int32_t> toks, int first,
+                            std::vector<uint8_t> mask = {}, std::vector<int> pos = {},
+                            int slot = 0) {
+    StepBatch b;
     const int n = static_cast<int>(toks.size());
-    fp.attn = cache.plan_append(std::vector<int32_t>{0}, n);
+    b.n_new = n;
+    b.slots = {slot};
+    b.tokens.assign(toks.begin(), toks.end());
     if (!mask.empty()) {
-      fp.attn.mask = std::move(mask);
-      fp.attn.mask_stride = cache.length(0) + n;
+      b.mask = std::move(mask);
+      b.mask_stride = s.length(slot) + n;
     }
     for (int j = 0; j < n; ++j) {
-      fp.rope_pos.push_back(model_.rope_row(first + j));
-      fp.logits_at.push_back(j);
+      b.positions.push_back(model_.token_position(pos.empty() ? first + j : pos[j]));
+      b.output_at.push_back(j);
     }
-    std::vector<float> out(static_cast<size_t>(n) * mc_.gpt.vocab_size);
-    cpu_backend().download(model_.forward(model_.embed_tokens(toks), fp, cache), out.data());
+    std::vector<float> out;
+    s.read(s.forward(b).logits, out);
     return out;
   }
 
@@ -221,18 +231,18 @@ class KVCacheTest : public ::testing::Test {
   std::vector<int32_t> tokens_;
 };
 
-// Appending in several calls, truncating and re-appending gives the logits of one fresh pass:
+// Appending in several calls, cutting back and re-appending gives the logits of one fresh pass:
 // the cache bookkeeping speculative decoding relies on.
 TEST_F(KVCacheTest, TruncateAndReappendMatchesFreshPass) {
   const int V = mc_.gpt.vocab_size;
-  KVCache fresh = prefilled();
-  const auto ref = append(fresh, tokens_, 0);
-  KVCache cache = prefilled();
-  append(cache, std::span(tokens_).subspan(0, 6), 0);
+  auto fresh = prefilled();
+  const auto ref = append(*fresh, tokens_, 0);
+  auto cache = prefilled();
+  append(*cache, std::span(tokens_).subspan(0, 6), 0);
   const std::vector<int32_t> wrong = {7, 7, 7, 7};  // a rejected draft
-  append(cache, wrong, 6);
-  cache.truncate(0, 1 + 6);
-  const auto rest = append(cache, std::span(tokens_).subspan(6), 6);
+  append(*cache, wrong, 6);
+  cache->remove(0, 1 + 6);
+  const auto rest = append(*cache, std::span(tokens_).subspan(6), 6);
   for (size_t i = 0; i < rest.size(); ++i) ASSERT_NEAR(rest[i], ref[6 * V + i], 1e-4) << i;
 }
 
@@ -241,10 +251,95 @@ TEST_F(KVCacheTest, TruncateAndReappendMatchesFreshPass) {
 TEST_F(KVCacheTest, ExplicitMaskEqualsCausalWhenFull) {
   const int n = 4;
   const auto toks = std::span(tokens_).subspan(0, n);
-  KVCache a = prefilled(), b = prefilled(), c = prefilled();
-  const auto causal = append(a, toks, 0);
+  auto a = prefilled(), b = prefilled(), c = prefilled();
+  const auto causal = append(*a, toks, 0);
   std::vector<uint8_t> full(static_cast<size_t>(n) * (1 + n), 1);
-  EXPECT_EQ(append(b, toks, 0, full), causal);
+  EXPECT_EQ(append(*b, toks, 0, full), causal);
   for (int j = 0; j < n; ++j) full[j * (1 + n)] = 0;  // slot 0 = the class token
-  EXPECT_NE(append(c, toks, 0, full), causal);
+  EXPECT_NE(append(*c, toks, 0, full), causal);
+}
+
+// copy (llama.cpp's seq_cp) forks a sequence: the copy continues exactly as the original would.
+TEST_F(KVCacheTest, CopiedSequenceContinuesLikeTheOriginal) {
+  const int V = mc_.gpt.vocab_size;
+  auto fresh = prefilled();
+  const auto ref = append(*fresh, tokens_, 0);
+  auto s = prefilled(2);
+  append(*s, std::span(tokens_).subspan(0, 6), 0);
+  append(*s, std::vector<int32_t>{7, 7}, 6);  // slot 0 goes on with other tokens
+  const int other = s->acquire_slot();
+  s->copy(0, other, 1 + 6);
+  EXPECT_EQ(s->length(other), 7);
+  const auto rest = append(*s, std::span(tokens_).subspan(6), 6, {}, {}, other);
+  for (size_t i = 0; i < rest.size(); ++i) ASSERT_NEAR(rest[i], ref[6 * V + i], 1e-4) << i;
+}
+
+// A two-branch draft tree verified with a tree mask, then compacted to its accepted path (one
+// node of each branch), continues exactly as a sequence that only ever saw that path.
+TEST_F(KVCacheTest, TreeMaskThenCompactKeepsTheAcceptedPath) {
+  const int V = mc_.gpt.vocab_size;
+  auto fresh = prefilled();
+  const auto ref = append(*fresh, tokens_, 0);
+  auto s = prefilled();
+  append(*s, std::span(tokens_).subspan(0, 6), 0);  // slots 0..6: class + 6 tokens
+  // Rows at slots 7..10: a wrong sibling of token 6, token 6, a wrong child of token 6, token 7.
+  const std::vector<int32_t> tree = {7, tokens_[6], 7, tokens_[7]};
+  const std::vector<int> pos = {6, 6, 7, 7};
+  const int stride = 7 + 4;
+  std::vector<uint8_t> mask(4 * stride, 0);
+  const std::vector<std::vector<int>> sees = {{7}, {8}, {8, 9}, {8, 10}};  // beyond slots 0..6
+  for (int j = 0; j < 4; ++j) {
+    for (int t = 0; t < 7; ++t) mask[j * stride + t] = 1;
+    for (int t : sees[j]) mask[j * stride + t] = 1;
+  }
+  const auto tree_logits = append(*s, tree, 0, mask, pos);
+  for (int i = 0; i < V; ++i) {  // token 6's and 7's rows saw exactly their path
+    ASSERT_NEAR(tree_logits[1 * V + i], ref[6 * V + i], 1e-4) << i;
+    ASSERT_NEAR(tree_logits[3 * V + i], ref[7 * V + i], 1e-4) << i;
+  }
+  const std::vector<int> keep = {8, 10};
+  s->compact(0, 7, keep);
+  EXPECT_EQ(s->length(0), 9);
+  const auto rest = append(*s, std::span(tokens_).subspan(8), 8);
+  for (size_t i = 0; i < rest.size(); ++i) ASSERT_NEAR(rest[i], ref[8 * V + i], 1e-4) << i;
+}
+
+// Slots are acquired until none is left, and a released slot comes back empty.
+TEST_F(KVCacheTest, SlotsAreAcquiredReleasedAndCleared) {
+  auto s = prefilled(2);
+  EXPECT_EQ(s->free_slots(), 1);
+  const int b = s->acquire_slot();
+  EXPECT_THROW(s->acquire_slot(), Error);
+  s->release_slot(0);
+  EXPECT_EQ(s->acquire_slot(), 0);
+  EXPECT_EQ(s->length(0), 0);
+  EXPECT_EQ(s->length(b), 0);
+}
+
+// Hidden states come back with the logits when asked for, one row per output, and asking for
+// them changes no logit.
+TEST_F(KVCacheTest, ForwardReturnsHiddenStatesOnRequest) {
+  auto a = prefilled(), b = prefilled();
+  const auto toks = std::span(tokens_).subspan(0, 3);
+  const auto plain = append(*a, toks, 0);
+  StepBatch sb;
+  sb.n_new = 3;
+  sb.slots = {0};
+  sb.tokens.assign(toks.begin(), toks.end());
+  for (int j = 0; j < 3; ++j) sb.positions.push_back(model_.token_position(j));
+  sb.output_at = {0, 2};
+  sb.output_hidden = true;
+  const ForwardOutputs out = b->forward(sb);
+  ASSERT_EQ(out.hidden.shape, (Shape{2, mc_.gpt.dim}));
+  std::vector<float> logits, hidden;
+  b->read(out.logits, logits);
+  b->read(out.hidden, hidden);
+  const int V = mc_.gpt.vocab_size;
+  for (int i = 0; i < V; ++i) {
+    EXPECT_EQ(logits[i], plain[i]);
+    EXPECT_EQ(logits[V + i], plain[2 * V + i]);
+  }
+  double norm = 0;
+  for (float h : hidden) norm += std::fabs(h);
+  EXPECT_GT(norm, 0.0);
 }

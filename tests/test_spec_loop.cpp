@@ -19,14 +19,14 @@
 #include <map>
 #include <numeric>
 
-#include "decode/generator.h"
+#include "decode/guidance.h"
 #include "models/llamagen.h"
 #include "sampling/sampler.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/method.h"
 #include "speculative/rules/rules.h"
-#include "speculative/speculative_loop.h"
-#include "tensor/backend.h"
+#include "speculative/speculative_decoder.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/tessera.h"
 
 using namespace tessera;
@@ -248,7 +248,7 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
   const SamplingParams params = to_sampling_params(o.sampling);
   const ModelConfig tc = load_model_config(kSpec + "micro_target");
   const ModelConfig dc = load_model_config(kSpec + "micro_draft");
-  cpu_backend().set_threads(1);
+  set_cpu_threads(1);
   LlamaGen target(tc, cpu_backend()), draft(dc, cpu_backend());
   BrokenResidualRule broken;
   auto exact = speculative::make_exact_rule();
@@ -261,7 +261,7 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
     std::iota(idx.begin(), idx.end(), static_cast<uint64_t>(b) * 500);
     for (auto* rule : {static_cast<const speculative::AcceptanceRule*>(exact.get()),
                        static_cast<const speculative::AcceptanceRule*>(&broken)}) {
-      speculative::ModelDrafter drafter(draft, params, 2);
+      speculative::ModelDrafter drafter(draft, params, 2, 500);
       speculative::LoopSettings ls;
       ls.rule = rule;
       ls.drafter = &drafter;

@@ -63,16 +63,16 @@ void check_linear(DType wt, int64_t M, int64_t K, int64_t N) {
       EXPECT_NEAR(y[m * N + n], ref, 1e-4 * (1 + std::fabs(ref)));
     }
   // Each row alone, and with one thread, gives bit-identical results.
-  const int saved = cpu_backend().threads();
+  const int saved = cpu_threads();
   for (int threads : {1, 2}) {
-    cpu_backend().set_threads(threads);
+    set_cpu_threads(threads);
     for (int64_t m = 0; m < M; ++m) {
       std::vector<float> row(N);
       cpu::linear(x.data() + m * K, 1, K, w, wt, N, bias.data(), row.data());
       for (int64_t n = 0; n < N; ++n) ASSERT_EQ(row[n], y[m * N + n]);
     }
   }
-  cpu_backend().set_threads(saved);
+  set_cpu_threads(saved);
 }
 
 }  // namespace
@@ -120,17 +120,19 @@ TEST(Attention, MultiSequenceCacheMatchesDirectSoftmax) {
   Tensor kc = be.zeros(DType::F32, {2, H, cap, hd}), vc = be.zeros(DType::F32, {2, H, cap, hd});
   // Sequence 1 gets 3 tokens, then 2 more in one call; check the last call's outputs.
   auto a = randn(3 * width, 4), b = randn(2 * width, 5);
+  const int32_t seq1 = 1, past0 = 0, past3 = 3;
   AttentionBatch p1;
+  p1.n_seq = 1;
   p1.n_new = 3;
-  p1.seq = {1};
-  p1.past = {0};
+  p1.seq = upload_ids(be, std::span(&seq1, 1));
+  p1.past = upload_ids(be, std::span(&past0, 1));
   Tensor q1 = be.upload(a.data(), DType::F32, {3, width});
   Tensor o1 = be.empty(DType::F32, {3, kv});
   be.kv_store(q1, H, H, hd, p1, kc, vc);
   be.attention(q1, H, H, hd, p1, kc, vc, o1);
   AttentionBatch p2 = p1;
   p2.n_new = 2;
-  p2.past = {3};
+  p2.past = upload_ids(be, std::span(&past3, 1));
   Tensor q2 = be.upload(b.data(), DType::F32, {2, width});
   Tensor o2 = be.empty(DType::F32, {2, kv});
   be.kv_store(q2, H, H, hd, p2, kc, vc);

@@ -8,7 +8,11 @@ namespace tessera {
 
 KVCache::KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int n_kv_head,
                  int head_dim)
-    : backend_(backend), capacity_(capacity), len_(n_seq, 0) {
+    : backend_(backend),
+      capacity_(capacity),
+      n_kv_head_(n_kv_head),
+      head_dim_(head_dim),
+      len_(n_seq, 0) {
   for (int l = 0; l < n_layer; ++l) {
     k_.push_back(backend.zeros(DType::F32, {n_seq, n_kv_head, capacity, head_dim}));
     v_.push_back(backend.zeros(DType::F32, {n_seq, n_kv_head, capacity, head_dim}));
@@ -16,17 +20,90 @@ KVCache::KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int n_k
   visible_host_.assign(static_cast<size_t>(n_seq) * capacity, 1);
 }
 
-void KVCache::truncate(int seq, int length) {
-  check(length >= 0 && length <= len_.at(seq), "KV cache: cannot truncate sequence " +
-                                                   std::to_string(seq) + " to " +
-                                                   std::to_string(length));
+void KVCache::set_length(int seq, int length) {
+  check(seq >= 0 && seq < n_seq() && length >= 0 && length <= capacity_,
+        "KV cache: sequence " + std::to_string(seq) + " cannot hold " + std::to_string(length) +
+            " tokens, capacity " + std::to_string(capacity_));
   len_[seq] = length;
+}
+
+void KVCache::remove(int seq, int from) {
+  check(from >= 0 && from <= len_.at(seq), "KV cache: cannot cut sequence " +
+                                               std::to_string(seq) + " back to " +
+                                               std::to_string(from));
+  len_[seq] = from;
+}
+
+// One position of one sequence is n_kv_head blocks of head_dim values per layer (the cache is
+// [seq, kv head, slot, head_dim]); copies go through the backend, so the cache may live on a device.
+void KVCache::move_position(int seq, int from, int to) {
+  const int64_t rows = static_cast<int64_t>(n_seq()) * n_kv_head_ * capacity_;
+  for (std::vector<Tensor>* kv : {&k_, &v_})
+    for (Tensor& t : *kv) {
+      const Tensor all = t.view({rows, head_dim_});
+      for (int h = 0; h < n_kv_head_; ++h) {
+        const int64_t base = (static_cast<int64_t>(seq) * n_kv_head_ + h) * capacity_;
+        Tensor dst = all.rows(base + to, 1);
+        backend_.copy(all.rows(base + from, 1), dst);
+      }
+    }
+}
+
+void KVCache::copy(int src, int dst, int length) {
+  check(src >= 0 && src < n_seq() && dst >= 0 && dst < n_seq() && length >= 0 &&
+            length <= len_[src],
+        "KV cache: cannot copy " + std::to_string(length) + " positions of sequence " +
+            std::to_string(src) + " to " + std::to_string(dst));
+  if (src == dst) {
+    len_[dst] = length;
+    return;
+  }
+  const int64_t block = static_cast<int64_t>(capacity_) * head_dim_;
+  for (std::vector<Tensor>* kv : {&k_, &v_})
+    for (Tensor& t : *kv) {
+      const Tensor all = t.view({static_cast<int64_t>(n_seq()) * n_kv_head_, block});
+      for (int h = 0; h < n_kv_head_; ++h) {
+        // The first `length` slots of one head are contiguous: one copy per head.
+        const Tensor s = all.rows(static_cast<int64_t>(src) * n_kv_head_ + h, 1)
+                             .view({block})
+                             .rows(0, static_cast<int64_t>(length) * head_dim_);
+        Tensor d = all.rows(static_cast<int64_t>(dst) * n_kv_head_ + h, 1)
+                       .view({block})
+                       .rows(0, static_cast<int64_t>(length) * head_dim_);
+        backend_.copy(s, d);
+      }
+    }
+  for (int i = 0; i < length; ++i)
+    visible_host_[static_cast<size_t>(dst) * capacity_ + i] =
+        visible_host_[static_cast<size_t>(src) * capacity_ + i];
+  visible_dirty_ = true;
+  len_[dst] = length;
+}
+
+void KVCache::compact(int seq, int from, std::span<const int> keep) {
+  const int len = len_.at(seq);
+  int prev = from - 1;
+  for (int p : keep) {
+    check(p > prev && p < len, "KV cache: compact positions must ascend within the sequence");
+    prev = p;
+  }
+  for (size_t i = 0; i < keep.size(); ++i)
+    if (keep[i] != from + static_cast<int>(i)) move_position(seq, keep[i], from + static_cast<int>(i));
+  len_[seq] = from + static_cast<int>(keep.size());
 }
 
 void KVCache::clear() {
   std::fill(len_.begin(), len_.end(), 0);
   if (any_hidden_) {
     std::fill(visible_host_.begin(), visible_host_.end(), 1);
+    visible_dirty_ = true;
+  }
+}
+
+void KVCache::clear(int seq) {
+  len_.at(seq) = 0;
+  if (any_hidden_) {
+    std::fill_n(visible_host_.begin() + static_cast<size_t>(seq) * capacity_, capacity_, 1);
     visible_dirty_ = true;
   }
 }
@@ -38,29 +115,14 @@ void KVCache::set_key_visible(int seq, int slot, bool visible) {
   visible_dirty_ = true;
 }
 
-AttentionBatch KVCache::plan_append(std::span<const int32_t> seqs, int n_new) {
-  AttentionBatch b;
-  b.n_new = n_new;
-  b.seq.assign(seqs.begin(), seqs.end());
-  for (int32_t s : seqs) {
-    check(s >= 0 && s < n_seq(), "KV cache: sequence " + std::to_string(s) + " out of range");
-    check(len_[s] + n_new <= capacity_, "KV cache: sequence " + std::to_string(s) + " would hold " +
-                                            std::to_string(len_[s] + n_new) + " tokens, capacity " +
-                                            std::to_string(capacity_));
-    b.past.push_back(len_[s]);
+const Tensor* KVCache::key_visible() {
+  if (!any_hidden_) return nullptr;
+  if (visible_dirty_) {  // the only host->device transfer, and only when visibility changed
+    if (!visible_.data) visible_ = backend_.empty(DType::U8, {n_seq(), capacity_});
+    backend_.upload_into(visible_host_.data(), visible_);
+    visible_dirty_ = false;
   }
-  if (any_hidden_) {
-    if (visible_dirty_) {  // the only host->device transfer, and only when visibility changed
-      visible_ = backend_.upload(visible_host_.data(), DType::U8, {n_seq(), capacity_});
-      visible_dirty_ = false;
-    }
-    b.key_visible = &visible_;
-  }
-  return b;
-}
-
-void KVCache::commit(const AttentionBatch& b) {
-  for (size_t r = 0; r < b.seq.size(); ++r) len_[b.seq[r]] = b.past[r] + b.n_new;
+  return &visible_;
 }
 
 }  // namespace tessera

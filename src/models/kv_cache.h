@@ -1,6 +1,7 @@
-// Key/value cache for many sequences at once (CFG halves, several images, draft branches).
-// Each sequence has its own length; a forward appends any number of tokens to a set of
-// sequences, and a sequence can be truncated back to any length (rejected draft tokens).
+// Key/value cache for many sequences at once (CFG halves, several images, draft branches), one
+// fixed-capacity slot per sequence. Each sequence has its own length; a forward appends any
+// number of tokens to a set of sequences; a sequence can be cut back (rejected drafts), copied
+// into another (forking a branch) or compacted (keeping the accepted path of a draft tree).
 #pragma once
 
 #include <span>
@@ -17,23 +18,32 @@ class KVCache {
   int n_seq() const { return static_cast<int>(len_.size()); }
   int capacity() const { return capacity_; }
   int length(int seq) const { return len_.at(seq); }
-  void truncate(int seq, int length);  // length <= current length
+  // After a forward appended n tokens: the sequence now holds `length` of them.
+  void set_length(int seq, int length);
+  // Drops positions [from, length) of `seq` (from <= length).
+  void remove(int seq, int from);
+  // Makes `dst` hold a copy of the first `length` positions of `src`.
+  void copy(int src, int dst, int length);
+  // Moves positions keep[i] (each >= from, ascending) to from + i and drops the rest after from:
+  // the accepted path of a draft tree becomes contiguous.
+  void compact(int seq, int from, std::span<const int> keep);
+  // Empties every sequence and makes every key visible again.
   void clear();
+  void clear(int seq);
 
   // Hides cache slot `slot` of `seq` from every query but its own (LlamaGen t2i caption padding).
   void set_key_visible(int seq, int slot, bool visible);
-
-  // Attention description for appending n_new tokens to each of `seqs` (not yet committed).
-  AttentionBatch plan_append(std::span<const int32_t> seqs, int n_new);
-  // Advances the lengths of the planned sequences by n_new (after the forward ran).
-  void commit(const AttentionBatch& b);
+  // The visibility table [n_seq, capacity] (U8) when any key is hidden, else null; uploaded only
+  // when it changed.
+  const Tensor* key_visible();
 
   Tensor& k(int layer) { return k_[layer]; }
   Tensor& v(int layer) { return v_[layer]; }
 
  private:
+  void move_position(int seq, int from, int to);
   Backend& backend_;
-  int capacity_;
+  int capacity_, n_kv_head_, head_dim_;
   std::vector<int> len_;
   std::vector<Tensor> k_, v_;
   std::vector<uint8_t> visible_host_;

@@ -1,5 +1,6 @@
 #include "models/llamagen.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -28,8 +29,28 @@ std::vector<float> llamagen_rope_table(int grid, int head_dim, float base, int p
   return table;
 }
 
+namespace {
+
+// LlamaGen's activations, reserved at the largest batch; a forward uses views of their first rows.
+struct LlamaGenWorkspace final : ForwardWorkspace {
+  int rows = 0, outputs = 0;
+  Tensor x, h, qkv, att, gate, up;    // [rows, ...]
+  Tensor picked, normed, logits;      // [outputs, ...]
+  int max_rows() const override { return rows; }
+  int max_outputs() const override { return outputs; }
+};
+
+}  // namespace
+
 LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), backend_(backend) {
   const GptConfig& c = cfg_;
+  info_.n_layer = c.n_layer;
+  info_.n_kv_head = c.n_kv_head;
+  info_.head_dim = c.head_dim();
+  info_.dim = c.dim;
+  info_.vocab_size = c.vocab_size;
+  info_.prefix_len = c.cls_token_num;
+  info_.n_tokens = c.n_image_tokens();
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();
   WeightLoader w(path, parse_dtype(c.dtype), backend);
   const int64_t D = c.dim, V = c.vocab_size, F = c.ffn_dim, hd = c.head_dim();
@@ -72,15 +93,6 @@ int64_t LlamaGen::streamed_weight_bytes() const {
   return bytes;
 }
 
-int LlamaGen::sequence_capacity(int extra) const {
-  return cfg_.cls_token_num + cfg_.n_image_tokens() + extra;
-}
-
-KVCache LlamaGen::make_cache(int n_seq, int extra_capacity) const {
-  return KVCache(backend_, cfg_.n_layer, n_seq, sequence_capacity(extra_capacity),
-                 cfg_.n_kv_head, cfg_.head_dim());
-}
-
 Tensor LlamaGen::embed_classes(std::span<const int32_t> ids) const {
   check(cfg_.is_c2i(), "this model is text-conditional (t2i): give a caption, not a class");
   for (int32_t id : ids)
@@ -90,7 +102,7 @@ Tensor LlamaGen::embed_classes(std::span<const int32_t> ids) const {
   // (LlamaGen slices [:, :T] of a single row, so only T = 1 is meaningful).
   check(cfg_.cls_token_num == 1, "c2i models with cls_token_num != 1 are not supported");
   Tensor out = backend_.empty(DType::F32, {static_cast<int64_t>(ids.size()), cfg_.dim});
-  backend_.get_rows(class_table, ids, out);
+  backend_.get_rows(class_table, upload_ids(backend_, ids), out);
   return out;
 }
 
@@ -112,40 +124,99 @@ Tensor LlamaGen::embed_captions(std::span<const float> features,
   return out;
 }
 
-Tensor LlamaGen::embed_tokens(std::span<const int32_t> ids) const {
-  for (int32_t id : ids)
-    check(id >= 0 && id < cfg_.vocab_size, "token " + std::to_string(id) + " out of range [0, " +
-                                               std::to_string(cfg_.vocab_size) + ")");
-  Tensor out = backend_.empty(DType::F32, {static_cast<int64_t>(ids.size()), cfg_.dim});
-  backend_.get_rows(tok_embeddings, ids, out);
-  return out;
+Tensor LlamaGen::embed_conditions(std::span<const Condition* const> conds, bool with_uncond,
+                                  std::vector<uint8_t>& hidden_keys) const {
+  const GptConfig& c = cfg_;
+  const int n = static_cast<int>(conds.size()), R = with_uncond ? 2 * n : n;
+  const int T = c.cls_token_num;
+  hidden_keys.assign(static_cast<size_t>(R) * T, 0);
+  if (c.is_c2i()) {
+    std::vector<int32_t> ids(R, c.num_classes);  // null class for unconditional rows
+    for (int i = 0; i < n; ++i) {
+      if (conds[i]->kind == Condition::Kind::Caption)
+        throw Error("this model is class-conditional (c2i): use --class, not --caption");
+      if (conds[i]->kind == Condition::Kind::Class) {
+        check(conds[i]->class_id >= 0 && conds[i]->class_id < c.num_classes,
+              "class " + std::to_string(conds[i]->class_id) + " out of range [0, " +
+                  std::to_string(c.num_classes) + ")");
+        ids[i] = conds[i]->class_id;
+      }
+    }
+    return embed_classes(ids);
+  }
+  const size_t per = static_cast<size_t>(T) * c.caption_dim;
+  std::vector<float> features(static_cast<size_t>(R) * per, 0.0f);
+  std::vector<uint8_t> use_uncond(R, 1);
+  for (int i = 0; i < n; ++i) {
+    const Condition& cd = *conds[i];
+    if (cd.kind == Condition::Kind::Class)
+      throw Error("this model is text-conditional (t2i): use --caption, not --class");
+    if (cd.kind != Condition::Kind::Caption) continue;
+    check(cd.caption.size() == per && cd.caption_mask.size() == static_cast<size_t>(T),
+          "caption features must be [" + std::to_string(T) + ", " + std::to_string(c.caption_dim) +
+              "]");
+    use_uncond[i] = 0;
+    for (int t = 0; t < T; ++t) {
+      const float m = cd.caption_mask[t] ? 1.0f : 0.0f;  // c = emb * mask (LlamaGen)
+      for (int d = 0; d < c.caption_dim; ++d)
+        features[i * per + static_cast<size_t>(t) * c.caption_dim + d] =
+            cd.caption[static_cast<size_t>(t) * c.caption_dim + d] * m;
+      if (!cd.caption_mask[t]) {
+        hidden_keys[static_cast<size_t>(i) * T + t] = 1;
+        if (with_uncond) hidden_keys[static_cast<size_t>(n + i) * T + t] = 1;  // reuses the mask
+      }
+    }
+  }
+  return embed_captions(features, use_uncond);
 }
 
-Tensor LlamaGen::forward(const Tensor& x_in, ForwardParams& p, KVCache& cache) const {
+std::unique_ptr<ForwardWorkspace> LlamaGen::make_workspace(int max_rows, int max_outputs) const {
   const GptConfig& c = cfg_;
   Backend& be = backend_;
-  const int64_t n_seq = static_cast<int64_t>(p.attn.seq.size()), n_new = p.attn.n_new;
-  const int64_t rows = n_seq * n_new, D = c.dim, hd = c.head_dim();
-  const int64_t qkv_w = (c.n_head + 2 * c.n_kv_head) * hd;
-  check(x_in.dim(0) == rows && x_in.dim(1) == D, "internal: forward input shape");
-  check(static_cast<int64_t>(p.rope_pos.size()) == rows, "internal: forward rope_pos size");
+  auto ws = std::make_unique<LlamaGenWorkspace>();
+  const int64_t R = std::max(max_rows, 1), O = std::max(max_outputs, 1);
+  ws->rows = static_cast<int>(R);
+  ws->outputs = static_cast<int>(O);
+  ws->x = be.empty(DType::F32, {R, c.dim});
+  ws->h = be.empty(DType::F32, {R, c.dim});
+  ws->qkv = be.empty(DType::F32, {R, static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim()});
+  ws->att = be.empty(DType::F32, {R, c.dim});
+  ws->gate = be.empty(DType::F32, {R, c.ffn_dim});
+  ws->up = be.empty(DType::F32, {R, c.ffn_dim});
+  ws->picked = be.empty(DType::F32, {O, c.dim});
+  ws->normed = be.empty(DType::F32, {O, c.dim});
+  ws->logits = be.empty(DType::F32, {O, c.vocab_size});
+  return ws;
+}
 
-  Tensor x = be.empty(DType::F32, {rows, D});
-  be.copy(x_in, x);
-  Tensor h = be.empty(DType::F32, {rows, D});
-  Tensor qkv = be.empty(DType::F32, {rows, qkv_w});
-  Tensor att = be.empty(DType::F32, {rows, D});
-  Tensor gate = be.empty(DType::F32, {rows, c.ffn_dim});
-  Tensor up = be.empty(DType::F32, {rows, c.ffn_dim});
+ForwardOutputs LlamaGen::forward(const ForwardInputs& in, KVCache& cache,
+                                 ForwardWorkspace& workspace) const {
+  const GptConfig& c = cfg_;
+  Backend& be = backend_;
+  auto& ws = dynamic_cast<LlamaGenWorkspace&>(workspace);
+  const int64_t rows = in.rows(), n_out = in.output_rows.numel();
+  const int hd = c.head_dim();
+  check(rows <= ws.rows && n_out <= ws.outputs, "internal: forward batch exceeds the workspace");
+  check(in.positions.numel() == rows, "internal: forward positions size");
+
+  Tensor x = ws.x.rows(0, rows), h = ws.h.rows(0, rows), qkv = ws.qkv.rows(0, rows);
+  Tensor att = ws.att.rows(0, rows), gate = ws.gate.rows(0, rows), up = ws.up.rows(0, rows);
+  if (in.embeddings) {
+    check(in.embeddings->dim(0) == rows && in.embeddings->dim(1) == c.dim,
+          "internal: forward embeddings shape");
+    be.copy(*in.embeddings, x);
+  } else {
+    check(in.tokens.numel() == rows, "internal: forward tokens size");
+    be.get_rows(tok_embeddings, in.tokens, x);
+  }
   for (int l = 0; l < c.n_layer; ++l) {
     const Layer& L = layers_[l];
     // h = x + Attention(RMSNorm(x))
     be.rms_norm(x, L.attention_norm, c.norm_eps, h);
     be.linear(h, L.wqkv, nullptr, qkv);
-    be.rope(qkv, c.n_head + c.n_kv_head, static_cast<int>(hd), rope_, p.rope_pos);  // q and k
-    be.kv_store(qkv, c.n_head, c.n_kv_head, static_cast<int>(hd), p.attn, cache.k(l), cache.v(l));
-    be.attention(qkv, c.n_head, c.n_kv_head, static_cast<int>(hd), p.attn, cache.k(l), cache.v(l),
-                 att);
+    be.rope(qkv, c.n_head + c.n_kv_head, hd, rope_, in.positions);  // q and k
+    be.kv_store(qkv, c.n_head, c.n_kv_head, hd, in.attn, cache.k(l), cache.v(l));
+    be.attention(qkv, c.n_head, c.n_kv_head, hd, in.attn, cache.k(l), cache.v(l), att);
     be.linear(att, L.wo, nullptr, h);
     be.add(x, h, x);
     // out = h + SwiGLU(RMSNorm(h)) = h + w2(silu(w1 n) * w3 n)
@@ -156,23 +227,16 @@ Tensor LlamaGen::forward(const Tensor& x_in, ForwardParams& p, KVCache& cache) c
     be.linear(gate, L.w2, nullptr, h);
     be.add(x, h, x);
   }
-  cache.commit(p.attn);
 
-  // Final norm and head only for the rows whose logits are asked for.
-  std::vector<int32_t> sel;
-  for (int64_t r = 0; r < n_seq; ++r)
-    for (int32_t j : p.logits_at) {
-      check(j >= 0 && j < n_new, "internal: logits index out of range");
-      sel.push_back(static_cast<int32_t>(r * n_new + j));
-    }
-  const int64_t n_out = static_cast<int64_t>(sel.size());
-  Tensor picked = be.empty(DType::F32, {n_out, D});
-  be.get_rows(x, sel, picked);
-  Tensor normed = be.empty(DType::F32, {n_out, D});
+  // Final norm and head only for the rows whose outputs are asked for.
+  ForwardOutputs out;
+  Tensor picked = ws.picked.rows(0, n_out), normed = ws.normed.rows(0, n_out);
+  be.get_rows(x, in.output_rows, picked);
   be.rms_norm(picked, norm, c.norm_eps, normed);
-  Tensor logits = be.empty(DType::F32, {n_out, c.vocab_size});
-  be.linear(normed, output, nullptr, logits);
-  return logits;
+  out.logits = ws.logits.rows(0, n_out);
+  be.linear(normed, output, nullptr, out.logits);
+  if (in.output_hidden) out.hidden = picked;
+  return out;
 }
 
 }  // namespace tessera

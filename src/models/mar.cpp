@@ -116,7 +116,7 @@ Tensor Mar::forward(std::span<const float> tokens, std::span<const uint8_t> unkn
     std::vector<int32_t> cls(B);
     for (int b = 0; b < B; ++b) cls[b] = labels[b] < 0 ? c.num_classes : labels[b];
     Tensor ce = table.rows(B * L, B);
-    backend_.get_rows(class_table_, cls, ce);
+    backend_.get_rows(class_table_, upload_ids(backend_, cls), ce);
   }
   // [buffer (class embedding) x nb, tokens], + encoder positions, z_proj_ln over all rows.
   std::vector<int32_t> ids(static_cast<size_t>(B * S));
@@ -124,7 +124,7 @@ Tensor Mar::forward(std::span<const float> tokens, std::span<const uint8_t> unkn
     for (int64_t s = 0; s < S; ++s)
       ids[b * S + s] = static_cast<int32_t>(s < nb ? B * L + b : b * L + (s - nb));
   Tensor x = backend_.empty(DType::F32, {B * S, D});
-  backend_.get_rows(table, ids, x);
+  backend_.get_rows(table, upload_ids(backend_, ids), x);
   backend_.add_rows_broadcast(x, enc_pos_);
   backend_.layer_norm(x, &z_proj_ln_w_, &z_proj_ln_b_, c.norm_eps, x);
 
@@ -136,7 +136,7 @@ Tensor Mar::forward(std::span<const float> tokens, std::span<const uint8_t> unkn
     for (int64_t s = 0; s < S; ++s)
       if (s < nb || !unknown[b * L + (s - nb)]) keep.push_back(static_cast<int32_t>(b * S + s));
   Tensor e = backend_.empty(DType::F32, {B * E, D});
-  backend_.get_rows(x, keep, e);
+  backend_.get_rows(x, upload_ids(backend_, keep), e);
   for (const Block& blk : encoder_) run_block(e, B, blk);
   backend_.layer_norm(e, &enc_norm_w_, &enc_norm_b_, c.norm_eps, e);
 
@@ -150,7 +150,7 @@ Tensor Mar::forward(std::span<const float> tokens, std::span<const uint8_t> unkn
   std::vector<int32_t> scatter(static_cast<size_t>(B * S), static_cast<int32_t>(B * E));
   for (size_t i = 0; i < keep.size(); ++i) scatter[keep[i]] = static_cast<int32_t>(i);
   Tensor y = backend_.empty(DType::F32, {B * S, D});
-  backend_.get_rows(dtable, scatter, y);
+  backend_.get_rows(dtable, upload_ids(backend_, scatter), y);
   backend_.add_rows_broadcast(y, dec_pos_);
   for (const Block& blk : decoder_) run_block(y, B, blk);
 
@@ -164,10 +164,10 @@ Tensor Mar::forward(std::span<const float> tokens, std::span<const uint8_t> unkn
     }
   Tensor z = backend_.empty(DType::F32, {static_cast<int64_t>(rows.size()), D});
   if (rows.empty()) return z;
-  backend_.get_rows(y, rows, z);
+  backend_.get_rows(y, upload_ids(backend_, rows), z);
   backend_.layer_norm(z, &dec_norm_w_, &dec_norm_b_, c.norm_eps, z);
   Tensor dp = backend_.empty(DType::F32, z.shape);
-  backend_.get_rows(diff_pos_, pos, dp);
+  backend_.get_rows(diff_pos_, upload_ids(backend_, pos), dp);
   backend_.add(z, dp, z);
   return z;
 }

@@ -55,7 +55,7 @@ Tensor VqDecoder::decode(std::span<const int32_t> tokens, int n, int grid) const
     check(t >= 0 && t < cfg_.codebook_size, "token " + std::to_string(t) + " out of range [0, " +
                                                 std::to_string(cfg_.codebook_size) + ")");
   Tensor z = backend_.empty(DType::F32, {n * HW, E});
-  backend_.get_rows(codebook_, tokens, z);
+  backend_.get_rows(codebook_, upload_ids(backend_, tokens), z);
   Tensor zc = backend_.empty(DType::F32, {n, E, grid, grid});
   backend_.transpose_last2(z.view({n, HW, E}), zc);  // [n, HW, E] -> [n, E, H, W]
   return decoder_->decode(decoder_->conv(zc, post_quant_conv_));

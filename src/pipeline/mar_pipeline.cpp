@@ -9,7 +9,7 @@
 #include "models/kl_vae_decoder.h"
 #include "models/mar.h"
 #include "speculative/continuous/cspd_loop.h"
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/mar.h"
 
 namespace tessera {
@@ -62,7 +62,7 @@ std::unique_ptr<MarPipeline> MarPipeline::load(const std::string& model_dir,
   check(impl->config.is_mar(), model_dir + ": not a MAR model directory (architecture \"" +
                                    impl->config.architecture + "\")");
   impl->backend = &cpu_backend();
-  if (opts.threads > 0) impl->backend->set_threads(opts.threads);
+  if (opts.threads > 0) set_cpu_threads(opts.threads);
   impl->model = std::make_unique<Mar>(impl->config, *impl->backend);
   const MarConfig& c = impl->config.mar;
   impl->diffusion = std::make_unique<GaussianDiffusion>(c.num_train_timesteps, c.num_sampling_steps,
@@ -79,7 +79,7 @@ bool MarPipeline::has_decoder() const {
   return impl_->vae != nullptr;
 }
 void MarPipeline::set_threads(int n) {
-  impl_->backend->set_threads(n);
+  set_cpu_threads(n);
 }
 int MarPipeline::image_size() const {
   return impl_->config.mar.image_size;

@@ -1,14 +1,16 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "decode/generator.h"
+#include "decode/decoder.h"
+#include "decode/guidance.h"
+#include "decode/teacher_forcing.h"
 #include "models/llamagen.h"
 #include "models/vq_decoder.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/method.h"
-#include "speculative/speculative_loop.h"
-#include "tensor/backend.h"
+#include "speculative/speculative_decoder.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
@@ -91,7 +93,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
   auto impl = std::make_unique<Impl>();
   impl->config = load_model_config(model_dir);
   impl->backend = &cpu_backend();
-  if (opts.threads > 0) impl->backend->set_threads(opts.threads);
+  if (opts.threads > 0) set_cpu_threads(opts.threads);
   impl->gpt = std::make_unique<LlamaGen>(impl->config, *impl->backend);
   if (opts.load_decoder && impl->config.has_vq)
     impl->vq = std::make_unique<VqDecoder>(impl->config, *impl->backend);
@@ -105,7 +107,7 @@ bool Pipeline::has_decoder() const {
   return impl_->vq != nullptr;
 }
 void Pipeline::set_threads(int n) {
-  impl_->backend->set_threads(n);
+  set_cpu_threads(n);
 }
 int Pipeline::image_size() const {
   return impl_->config.gpt.grid *
@@ -138,45 +140,40 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
   const LlamaGen* draft = wants_draft ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
   speculative::Method method = speculative::make_method(opts.spec, impl_->config.dir, impl_->config.gpt);
-  std::vector<std::vector<int32_t>> out;
-  for (size_t b0 = 0; b0 < conditions.size(); b0 += opts.batch) {
-    const size_t b1 = std::min(conditions.size(), b0 + static_cast<size_t>(opts.batch));
-    std::vector<const Condition*> conds;
-    std::vector<uint64_t> idx;
-    for (size_t i = b0; i < b1; ++i) {
-      conds.push_back(&conditions[i]);
-      idx.push_back(opts.first_image_index + i);
-    }
-    const int64_t per_step = static_cast<int64_t>(conds.size());
-    auto on_token = [&] {
-      done += per_step;
-      if (opts.progress) opts.progress(done, total);
-    };
-    std::vector<std::vector<int32_t>> grids;
-    if (!method.rule) {
-      grids = generate_batch(*impl_->gpt, conds, idx, p, opts.seed, opts.max_tokens, on_token, st);
-    } else {
-      check(opts.max_tokens == 0 || opts.max_tokens == N,
-            "--tokens (a partial grid) is only supported by --method vanilla");
-      std::unique_ptr<speculative::Drafter> drafter;
-      if (draft)
-        drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, method.draft_len);
-      else
-        drafter = std::make_unique<speculative::JacobiDrafter>(impl_->config.gpt.vocab_size, p);
-      speculative::LoopSettings ls;
-      ls.rule = method.rule.get();
-      ls.drafter = drafter.get();
-      ls.draft_len = method.draft_len;
-      ls.max_rounds = opts.spec.max_rounds;
-      auto on_tokens = [&](int64_t k) {
-        done += k;
-        if (opts.progress) opts.progress(done, total);
-      };
-      grids = speculative::generate_speculative(*impl_->gpt, conds, idx, p, opts.seed, ls, on_tokens, st);
-    }
-    for (auto& g : grids) out.push_back(std::move(g));
+  std::vector<const Condition*> conds;
+  std::vector<uint64_t> idx;
+  for (size_t i = 0; i < conditions.size(); ++i) {
+    conds.push_back(&conditions[i]);
+    idx.push_back(opts.first_image_index + i);
   }
-  return out;
+  DecoderSettings ds;
+  ds.sampling = p;
+  ds.seed = opts.seed;
+  ds.max_tokens = opts.max_tokens;
+  ds.on_tokens = [&](int64_t k) {
+    done += k;
+    if (opts.progress) opts.progress(done, total);
+  };
+  const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
+  if (!method.rule) {
+    VanillaDecoder decoder(*impl_->gpt, std::max(max_images, 1), ds, st);
+    return generate_all(decoder, conds, idx, st);
+  }
+  check(opts.max_tokens == 0 || opts.max_tokens == N,
+        "--tokens (a partial grid) is only supported by --method vanilla");
+  std::unique_ptr<speculative::Drafter> drafter;
+  if (draft)
+    drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, method.draft_len,
+                                                          std::max(max_images, 1));
+  else
+    drafter = std::make_unique<speculative::JacobiDrafter>(impl_->config.gpt.vocab_size, p);
+  speculative::LoopSettings ls;
+  ls.rule = method.rule.get();
+  ls.drafter = drafter.get();
+  ls.draft_len = method.draft_len;
+  ls.max_rounds = opts.spec.max_rounds;
+  speculative::SpeculativeDecoder decoder(*impl_->gpt, std::max(max_images, 1), ds, ls, st);
+  return generate_all(decoder, conds, idx, st);
 }
 
 std::vector<float> Pipeline::forward_logits(const Condition& condition,

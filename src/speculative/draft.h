@@ -1,11 +1,12 @@
-// What the speculative loop and the drafters share: the draft tree, the per-image state and the
-// random streams. A draft is a tree of candidate tokens hanging off the root (the last committed
-// token, not yet in the target's KV cache); a chain is a tree with one child per node.
+// What the speculative loop and the drafters share: the draft tree and the random streams. A
+// draft is a tree of candidate tokens hanging off the root (the last committed token, not yet in
+// the target's KV cache); a chain is a tree with one child per node.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "decode/image_state.h"
 #include "sampling/rng.h"
 #include "tessera/tessera.h"
 
@@ -22,15 +23,8 @@ using DraftTree = std::vector<DraftNode>;
 
 bool is_chain(const DraftTree& tree);
 
-// One image being generated.
-struct ImageState {
-  int slot = 0;  // index in the batch: KV sequence `slot` (conditional), n + slot (unconditional)
-  CounterRng rng{0, 0};
-  std::vector<int32_t> tokens;  // committed tokens, raster order
-  int64_t round = 0;
-  bool done = false;
-  ImageStats stats;
-};
+// The per-image state a drafter and the verification walk see (decode/image_state.h).
+using tessera::ImageState;
 
 // Random streams of CounterRng::uniform(token index, stream): vanilla sampling uses stream 0, so
 // the first token (drawn after the prefill) is the same for every method. Speculative draws are

@@ -14,33 +14,43 @@
 namespace tessera {
 
 // Describes one attention call over a multi-sequence KV cache. Rows of the batch are
-// (sequence, new token) pairs: row r*n_new + j is token j of batch sequence r.
+// (sequence, new token) pairs: row r*n_new + j is token j of batch sequence r. The per-call
+// arrays are backend tensors (I32 / U8), written once per step into a reused workspace, so a
+// device backend reads them where it runs and a captured graph can replay the call.
 struct AttentionBatch {
-  int n_new = 0;              // tokens appended to each batch sequence in this call
-  std::vector<int32_t> seq;   // cache sequence id of each batch sequence
-  std::vector<int32_t> past;  // cached length of each batch sequence before this call
-  // Optional explicit mask (1 = may attend), [n_seq_batch][n_new][mask_stride], over cache slots
-  // 0..past+n_new-1. Empty means causal. Used for tree verification; a query never sees slots
-  // after its own, so tree nodes must be appended in topological order.
-  std::vector<uint8_t> mask;
+  int n_seq = 0;  // batch sequences
+  int n_new = 0;  // tokens appended to each batch sequence in this call
+  Tensor seq;     // I32 [n_seq]: cache sequence id of each batch sequence
+  Tensor past;    // I32 [n_seq]: cached length of each batch sequence before this call
+  // Optional explicit mask (1 = may attend), U8 [n_seq][n_new][mask_stride], over cache slots
+  // 0..past+n_new-1. Undefined (no data) means causal. Used for tree verification; a query never
+  // sees slots after its own, so tree nodes must be appended in topological order.
+  Tensor mask;
   int mask_stride = 0;
-  // Optional per-cache-slot key visibility, [n_seq_cache][capacity] (the t2i caption padding):
+  // Optional per-cache-slot key visibility, U8 [n_seq_cache][capacity] (the t2i caption padding):
   // a key whose flag is 0 is seen only by its own query (LlamaGen forces the diagonal on).
   const Tensor* key_visible = nullptr;
+
+  bool has_mask() const { return mask.data != nullptr; }
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  virtual void set_threads(int n) = 0;
-  virtual int threads() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
   virtual Tensor empty(DType dtype, Shape shape) = 0;
   virtual Tensor zeros(DType dtype, Shape shape) = 0;
   virtual Tensor upload(const void* host, DType dtype, Shape shape) = 0;
   virtual void download(const Tensor& t, void* host) = 0;
+  // Writes host bytes into an existing tensor (dst.nbytes() of them); its address is unchanged.
+  virtual void upload_into(const void* host, Tensor& dst) = 0;
+  // Starts copying t to host memory; the copy is complete, and `host` may be read, only after
+  // synchronize(). A device backend queues it behind the ops already issued.
+  virtual void download_async(const Tensor& t, void* host) = 0;
+  // Waits for every op and transfer issued so far.
+  virtual void synchronize() = 0;
   // Makes host memory that outlives the call (a file mapping, kept alive by `owner`) usable as a
   // tensor. The CPU backend uses it in place, without a copy; a device backend copies it.
   virtual Tensor adopt_host(const void* host, DType dtype, Shape shape,
@@ -53,8 +63,8 @@ class Backend {
   // y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]). Each output element is one dot product whose
   // summation order does not depend on M or on the thread count (reproducible sampling).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
-  // out[i,:] = table[ids[i],:] converted to f32.
-  virtual void get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) = 0;
+  // out[i,:] = table[ids[i],:] converted to f32; ids is an I32 tensor.
+  virtual void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   // y = x * rsqrt(mean(x^2) + eps) * w, per row.
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;         // y may alias a
@@ -62,9 +72,9 @@ class Backend {
   virtual void gelu_tanh(Tensor& x) = 0;
   virtual void silu(Tensor& x) = 0;
   // Interleaved-pair rotary embedding on the first n_rot_heads heads of each row of
-  // x [rows, row_width]: pair p of a head uses table[pos[row], p] = (cos, sin).
+  // x [rows, row_width]: pair p of a head uses table[pos[row], p] = (cos, sin); pos is I32 [rows].
   virtual void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
-                    std::span<const int32_t> pos) = 0;
+                    const Tensor& pos) = 0;
   // Writes k and v of the new rows of qkv [rows, (H + 2*Hkv)*hd] into the caches at slots
   // past..past+n_new-1: k_cache and v_cache are [n_seq_cache, Hkv, capacity, hd] (one head's
   // keys, and its values, are each one contiguous block).
@@ -109,5 +119,8 @@ class Backend {
 
 // The process-wide CPU backend.
 Backend& cpu_backend();
+
+// An I32 tensor holding `ids` (a host-side gather list for the ops that take index tensors).
+Tensor upload_ids(Backend& backend, std::span<const int32_t> ids);
 
 }  // namespace tessera

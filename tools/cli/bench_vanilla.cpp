@@ -8,7 +8,7 @@
 
 #include "common/log.h"
 #include "tensor/cpu/bandwidth.h"
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
 #include "tessera/tessera.h"
 #include "text_format.h"
@@ -135,7 +135,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
     if (K > grid_tokens)
       throw Error("--tokens must be at most " + std::to_string(grid_tokens) + " (" + t.dir + ")");
   }
-  const int threads = cpu_backend().threads();
+  const int threads = cpu_threads();
 
   // Warm-up: page in every model's mapped weights before anything is timed.
   for (Timed& t : models) t.pipe->generate(t.conds, generate_options(o, std::min(K, 2)));

@@ -16,7 +16,7 @@
 #include "io/png_writer.h"
 #include "mar_commands.h"
 #include "progress.h"
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/class_names.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
@@ -729,7 +729,7 @@ int main(int argc, char** argv) {
         }
         nlohmann::json j = {{"model", b_common.model},
                             {"draft", b_gen.spec.draft_model},
-                            {"threads", cpu_backend().threads()},
+                            {"threads", cpu_threads()},
                             {"images", b_n},
                             {"batch", b_gen.batch},
                             {"seed", b_gen.seed},
@@ -748,7 +748,7 @@ int main(int argc, char** argv) {
               b_gen.spec.draft_model.empty() ? "-" : b_gen.spec.draft_model.c_str(), b_n,
               b_gen.batch, static_cast<unsigned long long>(b_gen.seed), b_cfg,
               b_gen.sampling.temperature, b_gen.sampling.top_k, b_gen.sampling.top_p,
-              cpu_backend().threads());
+              cpu_threads());
           std::printf("%-12s %10s %8s %7s %9s %9s %8s %8s %8s %8s %9s\n", "method", "s/image",
                       "speed-up", "MAL", "NFE/img", "draft fw", "target%", "draft%", "verify%",
                       "acc@1", "rules/fw");

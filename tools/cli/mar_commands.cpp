@@ -10,7 +10,7 @@
 #include "image_output.h"
 #include "io/npy.h"
 #include "progress.h"
-#include "tensor/backend.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "text_format.h"
 
 namespace tessera::cli {
@@ -196,7 +196,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
   }
   nlohmann::json j = {{"model", o.model},
                       {"draft", o.gen.spec.draft_model},
-                      {"threads", cpu_backend().threads()},
+                      {"threads", cpu_threads()},
                       {"images", o.n},
                       {"steps", o.gen.sampling.num_iter},
                       {"cfg", o.gen.sampling.cfg_scale},
@@ -214,7 +214,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
       "%d threads\n",
       o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
       o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
-      o.gen.sampling.temperature, o.gen.spec.prefill, cpu_backend().threads());
+      o.gen.sampling.temperature, o.gen.spec.prefill, cpu_threads());
   std::printf("%-15s %5s %5s %9s %8s %7s %7s %7s %8s %8s %8s %8s\n", "method", "batch", "gamma",
               "s/image", "speed-up", "accept", "tgt fw", "dft fw", "tgt-tf%", "tgt-hd%", "draft%",
               "verify%");

@@ -1,5 +1,7 @@
 // A drafter proposes, for every image, a draft tree below its last committed token and the
-// distribution each draft token was drawn from (q). It learns the outcome of every round.
+// distribution each draft token was drawn from (q). It learns the target's outputs of every
+// round: the verified distributions and, when it asks for them, the target's hidden states (the
+// features draft heads such as EAGLE's, Medusa's or Hawk's read).
 #pragma once
 
 #include <functional>
@@ -9,8 +11,16 @@
 
 #include "speculative/draft.h"
 #include "speculative/verify.h"
+#include "tensor/tensor.h"
 
 namespace tessera::speculative {
+
+// The target's step outputs for one image's verified rows (row 0: the root's next token; row
+// j + 1: the token after draft node j).
+struct TargetRound {
+  std::function<std::span<const float>(int)> dist;  // target distribution of row r
+  Tensor hidden;  // [rows, dim] backend tensor when wants_hidden_states(), else undefined
+};
 
 class Drafter {
  public:
@@ -18,17 +28,18 @@ class Drafter {
   virtual std::string name() const = 0;
   // Draft depth per round for --draft-len L.
   virtual int draft_depth(int draft_len) const = 0;
-  // Once per batch, after the target's prefill drew every image's first token.
-  virtual void start(const std::vector<const Condition*>& conds,
-                     std::vector<ImageState>& images) = 0;
+  // Whether the target's forwards should return hidden states for finish_round.
+  virtual bool wants_hidden_states() const { return false; }
+  // Images whose prefill just drew their first token (images join between steps).
+  virtual void start(std::span<ImageState* const> images) = 0;
   // Writes a tree of depth <= max_depth[j] for each image active[j] (max_depth 0: empty tree).
   virtual void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees) = 0;
-  // After verification: `outcome` of `tree`; `dist(r)` is the target distribution of verified row r
-  // (row 0: the root's next token; row j + 1: the token after node j). image.tokens already holds
-  // the tokens committed this round.
+  // After verification: `outcome` of `tree`; image.tokens already holds this round's tokens.
   virtual void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
-                            const std::function<std::span<const float>(int)>& dist) = 0;
+                            const TargetRound& target) = 0;
+  // The image leaves the generation (done or removed): drop its state.
+  virtual void release(const ImageState& image) = 0;
   virtual int64_t batched_forwards() const { return 0; }
 };
 

@@ -7,16 +7,12 @@ namespace tessera::speculative {
 JacobiDrafter::JacobiDrafter(int vocab_size, const SamplingParams& params)
     : V_(vocab_size), params_(params) {}
 
-void JacobiDrafter::start(const std::vector<const Condition*>&, std::vector<ImageState>&) {
-  carried_.clear();
-}
-
 void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                             std::vector<DraftTree>& trees) {
   trees.assign(active.size(), {});
   for (size_t j = 0; j < active.size(); ++j) {
     ImageState& im = *active[j];
-    std::vector<Carried>& kept = carried_[im.slot];
+    std::vector<Carried>& kept = carried_[im.id];
     const int base = static_cast<int>(im.tokens.size());  // token index of depth 1
     for (int d = 1; d <= max_depth[j]; ++d) {
       DraftNode node;
@@ -37,8 +33,8 @@ void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const
 
 void JacobiDrafter::finish_round(ImageState& image, const DraftTree& tree,
                                  const VerifyOutcome& outcome,
-                                 const std::function<std::span<const float>(int)>& dist) {
-  std::vector<Carried>& kept = carried_[image.slot];
+                                 const TargetRound& target) {
+  std::vector<Carried>& kept = carried_[image.id];
   kept.clear();
   if (!outcome.rejected) return;  // every draft accepted: the next window starts fresh
   // Rejected at depth d = accepted + 1. The later rows d .. |tree| hold the target's
@@ -47,7 +43,7 @@ void JacobiDrafter::finish_round(ImageState& image, const DraftTree& tree,
   const int d = static_cast<int>(outcome.accepted.size()) + 1;
   const int first_token = static_cast<int>(image.tokens.size());  // index of row d's token
   for (int r = d; r <= static_cast<int>(tree.size()); ++r) {
-    std::span<const float> p = dist(r);
+    std::span<const float> p = target.dist(r);
     Carried c;
     const int t = first_token + (r - d);
     c.token =

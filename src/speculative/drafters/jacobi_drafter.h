@@ -18,11 +18,12 @@ class JacobiDrafter : public Drafter {
   std::string name() const override { return "jacobi"; }
   // The window holds the root and L - 1 drafts: at most L tokens per target forward.
   int draft_depth(int draft_len) const override { return draft_len - 1; }
-  void start(const std::vector<const Condition*>& conds, std::vector<ImageState>& images) override;
+  void start(std::span<ImageState* const>) override {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<DraftTree>& trees) override;
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
-                    const std::function<std::span<const float>(int)>& dist) override;
+                    const TargetRound& target) override;
+  void release(const ImageState& image) override { carried_.erase(image.id); }
 
  private:
   struct Carried {
@@ -31,7 +32,7 @@ class JacobiDrafter : public Drafter {
   };
   int V_;
   SamplingParams params_;
-  std::map<int, std::vector<Carried>> carried_;  // by image slot
+  std::map<int, std::vector<Carried>> carried_;  // by image id
 };
 
 }  // namespace tessera::speculative

@@ -1,6 +1,6 @@
 // A speculative-decoding method's verification half: an acceptance rule f(x~; p, q, i) and the
 // resampling distribution G used at the first rejection. Rules know nothing of models or of the
-// loop (src/speculative/speculative_loop.cpp); they see one draft node at a time.
+// loop (src/speculative/speculative_decoder.cpp); they see one draft node at a time.
 //
 // Notation (seed 004, COOL-SD): P = target, Q = drafter. LANTERN (seed 000) swaps the letters;
 // every comment in src/spec uses p = target, q = drafter.

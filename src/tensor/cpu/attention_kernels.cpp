@@ -8,12 +8,15 @@
 namespace tessera {
 
 void CpuBackend::rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
-                      std::span<const int32_t> pos) {
+                      const Tensor& pos_tensor) {
   const int64_t width = x.dim(-1), rows = x.numel() / width;
-  check(static_cast<int64_t>(pos.size()) == rows, "internal: rope positions vs rows");
+  check(pos_tensor.dtype == DType::I32 && pos_tensor.numel() == rows,
+        "internal: rope positions vs rows");
+  const int32_t* pos = pos_tensor.ptr<int32_t>();
   const int64_t n_pos = cos_sin.dim(0), half = head_dim / 2;
   check(cos_sin.dim(1) == half, "internal: rope table width");
-  for (int32_t p : pos) check(p >= 0 && p < n_pos, "internal: rope position out of table");
+  for (int64_t r = 0; r < rows; ++r)
+    check(pos[r] >= 0 && pos[r] < n_pos, "internal: rope position out of table");
   float* xp = x.ptr<float>();
   const float* tab = cos_sin.ptr<float>();
 #pragma omp parallel for schedule(static) if (rows > 8)
@@ -41,13 +44,17 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
   const float* src = qkv.ptr<float>();
   float* kc = k_cache.ptr<float>();
   float* vc = v_cache.ptr<float>();
-  for (size_t r = 0; r < b.seq.size(); ++r) {
-    check(b.past[r] + b.n_new <= cap, "KV cache full: sequence " + std::to_string(b.seq[r]) +
-                                          " needs " + std::to_string(b.past[r] + b.n_new) +
-                                          " slots, capacity " + std::to_string(cap));
+  const int32_t* seqs = b.seq.ptr<int32_t>();
+  const int32_t* past = b.past.ptr<int32_t>();
+  for (int r = 0; r < b.n_seq; ++r) {
+    check(seqs[r] >= 0 && seqs[r] < k_cache.dim(0),
+          "internal: KV sequence " + std::to_string(seqs[r]) + " out of range");
+    check(past[r] + b.n_new <= cap, "KV cache full: sequence " + std::to_string(seqs[r]) +
+                                        " needs " + std::to_string(past[r] + b.n_new) +
+                                        " slots, capacity " + std::to_string(cap));
     for (int j = 0; j < b.n_new; ++j) {
       const float* row = src + (static_cast<int64_t>(r) * b.n_new + j) * width;
-      const int64_t seq = b.seq[r], slot = b.past[r] + j;
+      const int64_t seq = seqs[r], slot = past[r] + j;
       // K and V are stored [seq][kv head][slot][head_dim]: attention for one head then streams
       // two contiguous blocks, and this store is a plain copy.
       for (int64_t h = 0; h < n_kv_head; ++h) {
@@ -66,7 +73,10 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
   const int64_t width = qkv.dim(-1), cap = k_cache.dim(2);
   const int64_t q_dim = static_cast<int64_t>(n_head) * head_dim;
   const int group = n_head / n_kv_head;
-  const int64_t n_seq = static_cast<int64_t>(b.seq.size());
+  const int64_t n_seq = b.n_seq;
+  const int32_t* seqs = b.seq.ptr<int32_t>();
+  const int32_t* past = b.past.ptr<int32_t>();
+  const uint8_t* mask = b.has_mask() ? b.mask.ptr<uint8_t>() : nullptr;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const float* src = qkv.ptr<float>();
   const float* kc = k_cache.ptr<float>();
@@ -83,13 +93,13 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
       const int64_t j = (idx / n_head) % b.n_new;
       const int64_t r = idx / (n_head * b.n_new);
       const int64_t row = r * b.n_new + j;
-      const int64_t seq = b.seq[r];
-      const int64_t own = b.past[r] + j;  // this query's own cache slot
+      const int64_t seq = seqs[r];
+      const int64_t own = past[r] + j;  // this query's own cache slot
       const int64_t n_keys = own + 1;
       const float* q = src + row * width + h * head_dim;
       const int64_t kvh = h / group;
       const uint8_t* mrow =
-          b.mask.empty() ? nullptr : b.mask.data() + (r * b.n_new + j) * b.mask_stride;
+          mask ? mask + (r * b.n_new + j) * b.mask_stride : nullptr;
       // scores[s] = q . k_s over this head's contiguous key block (the same instructions for
       // every key, so a score does not depend on the batch, the position or the threads).
       const float* kh = kc + (seq * n_kv_head + kvh) * cap * head_dim;

@@ -64,6 +64,10 @@ void CpuBackend::download(const Tensor& t, void* host) {
   if (t.nbytes()) std::memcpy(host, t.data, t.nbytes());
 }
 
+void CpuBackend::upload_into(const void* host, Tensor& dst) {
+  if (dst.nbytes()) std::memcpy(dst.data, host, dst.nbytes());
+}
+
 Tensor CpuBackend::adopt_host(const void* host, DType dtype, Shape shape,
                               std::shared_ptr<void> owner) {
   Tensor t;
@@ -98,12 +102,15 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
               bias ? bias->ptr<float>() : nullptr, y.ptr<float>());
 }
 
-void CpuBackend::get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
+void CpuBackend::get_rows(const Tensor& table, const Tensor& id_tensor, Tensor& out) {
   require_f32(out, "get_rows output");
+  check(id_tensor.dtype == DType::I32, "internal: get_rows ids must be i32");
+  const int32_t* ids = id_tensor.ptr<int32_t>();
+  const int64_t n = id_tensor.numel();
   const int64_t width = table.dim(-1), n_rows = table.dim(0);
-  check(out.numel() == static_cast<int64_t>(ids.size()) * width, "internal: get_rows shape");
+  check(out.numel() == n * width, "internal: get_rows shape");
   const size_t es = dtype_size(table.dtype);
-  for (size_t i = 0; i < ids.size(); ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     check(ids[i] >= 0 && ids[i] < n_rows, "internal: row id " + std::to_string(ids[i]) +
                                               " out of range [0, " + std::to_string(n_rows) + ")");
     convert_to_f32(table.dtype, static_cast<const char*>(table.data) + ids[i] * width * es,

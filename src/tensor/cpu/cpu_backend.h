@@ -10,27 +10,31 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend();
   std::string name() const override { return "cpu"; }
-  void set_threads(int n) override;
-  int threads() const override { return threads_; }
+  // CPU-only settings: OpenMP and OpenBLAS threads.
+  void set_threads(int n);
+  int threads() const { return threads_; }
 
   Tensor empty(DType dtype, Shape shape) override;
   Tensor zeros(DType dtype, Shape shape) override;
   Tensor upload(const void* host, DType dtype, Shape shape) override;
   void download(const Tensor& t, void* host) override;
+  void upload_into(const void* host, Tensor& dst) override;
+  void download_async(const Tensor& t, void* host) override { download(t, host); }
+  void synchronize() override {}  // every CPU op has finished when it returns
   Tensor adopt_host(const void* host, DType dtype, Shape shape,
                     std::shared_ptr<void> owner) override;
   Tensor to_f32(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
-  void get_rows(const Tensor& table, std::span<const int32_t> ids, Tensor& out) override;
+  void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
   void gelu_tanh(Tensor& x) override;
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
-            std::span<const int32_t> pos) override;
+            const Tensor& pos) override;
   void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim, const AttentionBatch& b,
                 Tensor& k_cache, Tensor& v_cache) override;
   void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
@@ -58,6 +62,10 @@ class CpuBackend final : public Backend {
  private:
   int threads_ = 1;
 };
+
+// The process-wide CPU backend's thread count (0: all cores).
+void set_cpu_threads(int n);
+int cpu_threads();
 
 // Kernels (one file per family), callable directly by tests.
 namespace cpu {

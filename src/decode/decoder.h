@@ -1,0 +1,81 @@
+// A generation as a loop over step(): images are added (each gets its KV slots and random
+// stream) and removed between steps, so a server can admit and retire requests while others are
+// being decoded. Every step is one batched target forward: the prefill of the images added since
+// the last step, or one decoding round (a token, or a speculative draft-and-verify round) of
+// every image in flight. Subclasses: VanillaDecoder (decode/), SpeculativeDecoder (speculative/).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "decode/image_state.h"
+#include "decode/session.h"
+#include "sampling/sampler.h"
+
+namespace tessera {
+
+struct DecoderSettings {
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  int max_tokens = 0;  // > 0: an image is done after this many tokens (benchmarks)
+  // Called after each step with the number of tokens it committed, over all images.
+  std::function<void(int64_t)> on_tokens;
+};
+
+class Decoder {
+ public:
+  // `stats` accumulates the timing and forward counts of every step.
+  Decoder(const AutoregressiveModel& model, const SessionOptions& session,
+          const DecoderSettings& settings, GenerateStats& stats);
+  virtual ~Decoder() = default;
+
+  // Queues an image (prefilled by the next step); returns its id. Throws when no KV slot is free.
+  int add(const Condition& condition, uint64_t image_index);
+  // Retires an image, finished or not, and frees its slots.
+  virtual void remove(int id);
+  // One batched forward round; false when there was nothing left to do.
+  bool step();
+  bool finished() const;  // every image added so far is done
+  const ImageState& image(int id) const { return *images_.at(id); }
+  int capacity_images() const;  // images that fit beside the ones held now
+  int n_tokens() const { return model_.info().n_tokens; }
+
+ protected:
+  // The prefill of `fresh` (each image's first token is drawn from it).
+  virtual void prefill(std::vector<ImageState*>& fresh);
+  // One decoding round of the images in flight.
+  virtual void round(std::vector<ImageState*>& active) = 0;
+  // Draws token `index` of `im` from guided logits rows (uncond may be null).
+  int32_t sample(ImageState& im, const float* cond, const float* uncond, int index);
+  int image_tokens() const;  // tokens an image needs to be done
+  bool cfg() const { return settings_.sampling.uses_cfg(); }
+
+  const AutoregressiveModel& model_;
+  Session session_;
+  DecoderSettings settings_;
+  GenerateStats& stats_;
+  std::vector<std::unique_ptr<ImageState>> images_;  // by id; removed ones are null
+  std::vector<float> logits_, probs_;
+};
+
+// Vanilla autoregressive sampling (LlamaGen's generate.py): one token per forward per image.
+class VanillaDecoder final : public Decoder {
+ public:
+  VanillaDecoder(const AutoregressiveModel& model, int max_images, const DecoderSettings& settings,
+                 GenerateStats& stats);
+
+ protected:
+  void round(std::vector<ImageState*>& active) override;
+};
+
+// Generates one token grid per condition (image i uses random stream image_indices[i]), as many
+// images at a time as the decoder holds: add, step until done, collect, remove. Grids are padded
+// with 0 to the model's token count (a max_tokens run). Adds images, tokens and per-image
+// records to `stats` in the order of the conditions.
+std::vector<std::vector<int32_t>> generate_all(Decoder& decoder,
+                                               const std::vector<const Condition*>& conds,
+                                               const std::vector<uint64_t>& image_indices,
+                                               GenerateStats& stats);
+
+}  // namespace tessera

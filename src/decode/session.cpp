@@ -1,0 +1,136 @@
+#include "decode/session.h"
+
+#include <algorithm>
+
+#include "tessera/error.h"
+
+namespace tessera {
+
+Session::Session(const AutoregressiveModel& model, const SessionOptions& o)
+    : model_(model),
+      cache_(model.backend(), model.info().n_layer, std::max(o.n_slots, 1),
+             model.info().prefix_len + model.info().n_tokens + o.extra_capacity,
+             model.info().n_kv_head, model.info().head_dim),
+      in_use_(static_cast<size_t>(std::max(o.n_slots, 1)), 0),
+      hidden_states_(o.hidden_states) {
+  const int slots = n_slots();
+  const int per_seq = std::max({model.info().prefix_len, o.max_new, 1});
+  const int max_rows = slots * per_seq, max_out = slots * std::max(o.max_outputs_per_seq, 1);
+  workspace_ = model.make_workspace(max_rows, max_out);
+  index_buffer_ =
+      model.backend().empty(DType::I32, {2 * static_cast<int64_t>(max_rows) + 2 * slots + max_out});
+}
+
+int Session::acquire_slot() {
+  for (size_t s = 0; s < in_use_.size(); ++s)
+    if (!in_use_[s]) {
+      in_use_[s] = 1;
+      cache_.clear(static_cast<int>(s));
+      return static_cast<int>(s);
+    }
+  throw Error("session: all " + std::to_string(in_use_.size()) + " sequence slots are in use");
+}
+
+void Session::release_slot(int slot) {
+  check(slot >= 0 && slot < n_slots() && in_use_[slot], "internal: releasing a free slot");
+  in_use_[slot] = 0;
+  cache_.clear(slot);
+}
+
+int Session::free_slots() const {
+  return static_cast<int>(std::count(in_use_.begin(), in_use_.end(), 0));
+}
+
+ForwardOutputs Session::prefill(std::span<const Condition* const> conds, bool with_uncond,
+                                std::span<const int32_t> slots) {
+  const int T = model_.info().prefix_len;
+  const size_t R = conds.size() * (with_uncond ? 2 : 1);
+  check(slots.size() == R, "internal: prefill slots vs conditions");
+  std::vector<uint8_t> hidden;
+  const Tensor x = model_.embed_conditions(conds, with_uncond, hidden);
+  for (size_t r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      if (hidden[r * T + t]) cache_.set_key_visible(slots[r], t, false);
+  StepBatch b;
+  b.n_new = T;
+  b.slots.assign(slots.begin(), slots.end());
+  b.embeddings = &x;
+  b.positions.resize(R * T);
+  for (size_t r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) b.positions[r * T + t] = model_.prefix_position(t);
+  b.output_at = {T - 1};
+  return forward(b);
+}
+
+ForwardOutputs Session::forward(const StepBatch& b) {
+  Backend& be = backend();
+  const int n_seq = static_cast<int>(b.slots.size()), n_new = b.n_new;
+  const int rows = n_seq * n_new, n_out = n_seq * static_cast<int>(b.output_at.size());
+  check(rows <= workspace_->max_rows() && n_out <= workspace_->max_outputs(),
+        "internal: a forward of " + std::to_string(rows) + " rows exceeds the session's workspace");
+  check(static_cast<int>(b.positions.size()) == rows &&
+            (b.embeddings || static_cast<int>(b.tokens.size()) == rows),
+        "internal: forward inputs size");
+  check(!b.output_hidden || hidden_states_, "internal: session made without hidden states");
+
+  // Pack every index array into one host buffer and upload it in one transfer.
+  staging_.assign(static_cast<size_t>(2 * rows + 2 * n_seq + n_out), 0);
+  int32_t* p = staging_.data();
+  if (!b.embeddings) std::copy(b.tokens.begin(), b.tokens.end(), p);
+  std::copy(b.positions.begin(), b.positions.end(), p + rows);
+  for (int r = 0; r < n_seq; ++r) {
+    const int s = b.slots[r];
+    check(s >= 0 && s < n_slots() && in_use_[s], "internal: forward on a free slot");
+    const int past = cache_.length(s);
+    check(past + n_new <= capacity(), "KV cache: sequence " + std::to_string(s) + " would hold " +
+                                          std::to_string(past + n_new) + " tokens, capacity " +
+                                          std::to_string(capacity()));
+    p[2 * rows + r] = s;
+    p[2 * rows + n_seq + r] = past;
+    for (size_t i = 0; i < b.output_at.size(); ++i) {
+      const int j = b.output_at[i];
+      check(j >= 0 && j < n_new, "internal: output index out of range");
+      p[2 * rows + 2 * n_seq + r * static_cast<int>(b.output_at.size()) + static_cast<int>(i)] =
+          r * n_new + j;
+    }
+  }
+  Tensor used = index_buffer_.rows(0, static_cast<int64_t>(staging_.size()));
+  be.upload_into(staging_.data(), used);
+
+  ForwardInputs in;
+  in.attn.n_seq = n_seq;
+  in.attn.n_new = n_new;
+  in.tokens = used.rows(0, rows);
+  in.positions = used.rows(rows, rows);
+  in.attn.seq = used.rows(2 * rows, n_seq);
+  in.attn.past = used.rows(2 * rows + n_seq, n_seq);
+  in.output_rows = used.rows(2 * rows + 2 * n_seq, n_out);
+  in.embeddings = b.embeddings;
+  in.output_hidden = b.output_hidden;
+  if (!b.mask.empty()) {
+    check(b.mask.size() == static_cast<size_t>(rows) * b.mask_stride,
+          "internal: forward mask size");
+    const int64_t max_mask =
+        static_cast<int64_t>(workspace_->max_rows()) * capacity();  // rows x slots of a sequence
+    check(static_cast<int64_t>(b.mask.size()) <= max_mask, "internal: forward mask too large");
+    if (!mask_buffer_.data) mask_buffer_ = be.empty(DType::U8, {max_mask});
+    in.attn.mask = mask_buffer_.rows(0, static_cast<int64_t>(b.mask.size()));
+    be.upload_into(b.mask.data(), in.attn.mask);
+    in.attn.mask_stride = b.mask_stride;
+  }
+  in.attn.key_visible = cache_.key_visible();
+
+  ForwardOutputs out = model_.forward(in, cache_, *workspace_);
+  for (int r = 0; r < n_seq; ++r)
+    cache_.set_length(b.slots[r], staging_[2 * rows + n_seq + r] + n_new);
+  forwards_++;
+  return out;
+}
+
+void Session::read(const Tensor& t, std::vector<float>& host) {
+  host.resize(static_cast<size_t>(t.numel()));
+  backend().download_async(t, host.data());
+  backend().synchronize();
+}
+
+}  // namespace tessera

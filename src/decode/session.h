@@ -1,0 +1,81 @@
+// A session owns everything one model's generation changes: the KV cache, split into slots (one
+// sequence each) that are acquired and released as images come and go, the activation
+// workspace and the input buffers, both reserved once at the largest batch (stable addresses).
+// The model itself stays read-only and can be shared by several sessions. Modelled on the split
+// of llama.cpp's llama_model (weights) and llama_context (state and memory).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/autoregressive_model.h"
+
+namespace tessera {
+
+struct SessionOptions {
+  int n_slots = 1;             // sequences held at once (an image takes one, two with CFG)
+  int extra_capacity = 0;      // positions per slot beyond prefix + tokens (draft nodes)
+  int max_new = 1;             // most rows one sequence appends in one decoding forward
+  int max_outputs_per_seq = 1;  // most output rows per sequence in one forward
+  bool hidden_states = false;  // forwards may return hidden states (drafters that read them)
+};
+
+// One forward, described on the host. Rows are (sequence, new token) pairs: row r*n_new + j is
+// token j of slots[r].
+struct StepBatch {
+  int n_new = 0;
+  std::vector<int32_t> slots;
+  std::vector<int32_t> tokens;         // [slots * n_new]; ignored when `embeddings` is set
+  const Tensor* embeddings = nullptr;  // f32 [slots * n_new, dim]
+  std::vector<int32_t> positions;      // [slots * n_new] position ids
+  std::vector<int32_t> output_at;      // indices j in [0, n_new) whose outputs each slot returns
+  std::vector<uint8_t> mask;           // optional [slots][n_new][mask_stride] (tree attention)
+  int mask_stride = 0;
+  bool output_hidden = false;
+};
+
+class Session {
+ public:
+  Session(const AutoregressiveModel& model, const SessionOptions& options);
+
+  const AutoregressiveModel& model() const { return model_; }
+  Backend& backend() const { return model_.backend(); }
+  int n_slots() const { return cache_.n_seq(); }
+  int capacity() const { return cache_.capacity(); }  // positions per slot
+
+  // Slots (llama.cpp's sequence ids). Acquiring throws when every slot is in use.
+  int acquire_slot();
+  void release_slot(int slot);
+  int free_slots() const;
+
+  // Per-slot memory operations (llama.cpp's seq_rm / seq_cp; compact keeps a tree's path).
+  int length(int slot) const { return cache_.length(slot); }
+  void remove(int slot, int from) { cache_.remove(slot, from); }
+  void copy(int src, int dst, int length) { cache_.copy(src, dst, length); }
+  void compact(int slot, int from, std::span<const int> keep) { cache_.compact(slot, from, keep); }
+
+  // Runs the condition prefixes of `conds` into `slots` (conditional rows first, then with_uncond
+  // the unconditional ones, one slot each); outputs are the last prefix position of every slot.
+  ForwardOutputs prefill(std::span<const Condition* const> conds, bool with_uncond,
+                         std::span<const int32_t> slots);
+  // Uploads the batch's inputs (one transfer per buffer), runs the model, advances the slots.
+  ForwardOutputs forward(const StepBatch& batch);
+  // Copies t to `host` (resized) and waits for it.
+  void read(const Tensor& t, std::vector<float>& host);
+
+  int64_t forwards() const { return forwards_; }
+
+ private:
+  const AutoregressiveModel& model_;
+  KVCache cache_;
+  std::unique_ptr<ForwardWorkspace> workspace_;
+  std::vector<uint8_t> in_use_;
+  Tensor index_buffer_;              // I32: tokens | positions | seq | past | output rows
+  Tensor mask_buffer_;               // U8, reserved on first use
+  std::vector<int32_t> staging_;     // host side of index_buffer_
+  bool hidden_states_ = false;
+  int64_t forwards_ = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,53 @@
+// The draft-and-verify loop shared by every speculative method (docs/methods.md), as a Decoder:
+// each step is one round for every image in flight. Per round and image the drafter proposes a
+// draft below the last committed token (the root); one batched target forward over
+// [root, draft...] (both CFG halves) gives the target distribution at every node; verify_draft
+// walks the draft with the method's rule; the target's KV slots are cut back to the accepted
+// prefix. Images keep their own lengths and may join or leave between steps; a result depends
+// only on (models, settings, seed, image index), not on the batch it was generated in.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "decode/decoder.h"
+#include "speculative/drafters/drafter.h"
+#include "speculative/rules/acceptance_rule.h"
+
+namespace tessera::speculative {
+
+struct LoopSettings {
+  const AcceptanceRule* rule = nullptr;
+  Drafter* drafter = nullptr;
+  int draft_len = 5;   // --draft-len (the drafter turns it into a depth)
+  int max_rounds = 0;  // > 0: afterwards the target finishes the image alone
+};
+
+class SpeculativeDecoder final : public Decoder {
+ public:
+  SpeculativeDecoder(const AutoregressiveModel& target, int max_images,
+                     const DecoderSettings& settings, const LoopSettings& loop,
+                     GenerateStats& stats);
+  void remove(int id) override;
+
+ protected:
+  void prefill(std::vector<ImageState*>& fresh) override;
+  void round(std::vector<ImageState*>& active) override;
+
+ private:
+  LoopSettings loop_;
+  int depth_cap_ = 0;
+  SamplingParams verify_params_;  // greedy verification sees the untempered distribution
+  std::vector<int> max_depth_;
+  std::vector<DraftTree> trees_;
+  std::vector<float> dists_;
+  std::vector<uint8_t> computed_;
+};
+
+// Generates one token grid per condition (image i uses random stream image_indices[i]).
+std::vector<std::vector<int32_t>> generate_speculative(
+    const AutoregressiveModel& target, const std::vector<const Condition*>& conds,
+    const std::vector<uint64_t>& image_indices, const SamplingParams& params, uint64_t seed,
+    const LoopSettings& loop, const std::function<void(int64_t)>& on_tokens, GenerateStats& stats);
+
+}  // namespace tessera::speculative
