@@ -410,7 +410,8 @@ TEST(CspdLogDensity, TinyStdAndLargeOffsetsStayFinite) {
   EXPECT_LT(got, -1e4);
   EXPECT_NEAR(got, want, 1e-12 * std::fabs(want));
 
-  // Ratios of two such densities and an e^±81 variance factor (MAR's worst case) stay finite and exact.
+  // Ratios of two such densities and an e^±81 variance factor (MAR's worst case) stay finite and
+  // exact.
   Chain p = chain(mean, std), q = chain(x, Vec(d, 0.0063f));
   for (double log_sigma : {81.0, -81.0}) {
     auto [pp, qq] = pair_with_log_sigma(p, q, log_sigma);
