@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Self-check of the MAR Python side: converter round trip and validation errors, the mask
-schedule and diffusion tables against shared/notes/continuous_sd.md, the golden files under
+schedule and diffusion tables against values computed from LTH14/mar (models/mar.py,
+diffusion/), the golden files under
 tests/fixtures/mar against a fresh run of the reference, and sample_tokens against a hand-written
 one-token-per-step loop over forward_mae + sample_diffusion.
 

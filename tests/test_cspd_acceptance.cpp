@@ -1,4 +1,5 @@
-// Continuous speculative decoding (seed 002): the per-token math of src/speculative/continuous.
+// Continuous speculative decoding (Continuous SD (Wang et al., 2024)): the per-token math of
+// src/speculative/continuous.
 //
 // - Densities and ratios are checked against direct formulas and against closed forms of the
 //   Gaussian overlap integral (1 - TV) computed independently of the implementation.
@@ -389,8 +390,8 @@ TEST(CspdLogDensity, MatchesDirectFormula) {
               1e-14);
 }
 
-// MAR's last step: d = 16, std ~ 0.006 (notes §3.2), offsets O(1). The raw pdf product underflows
-// to 0 in double; the log-space value stays finite and exact.
+// MAR's last step: d = 16, std ~ 0.006 (cosine 100-step schedule), offsets O(1). The raw pdf
+// product underflows to 0 in double; the log-space value stays finite and exact.
 TEST(CspdLogDensity, TinyStdAndLargeOffsetsStayFinite) {
   constexpr int d = 16;
   Vec mean(d), std(d, 0.006f), x(d);
@@ -409,7 +410,8 @@ TEST(CspdLogDensity, TinyStdAndLargeOffsetsStayFinite) {
   EXPECT_LT(got, -1e4);
   EXPECT_NEAR(got, want, 1e-12 * std::fabs(want));
 
-  // Ratios of two such densities and an e^±81 variance factor (notes §6.7) stay finite and exact.
+  // Ratios of two such densities and an e^±81 variance factor (MAR's worst case) stay finite and
+  // exact.
   Chain p = chain(mean, std), q = chain(x, Vec(d, 0.0063f));
   for (double log_sigma : {81.0, -81.0}) {
     auto [pp, qq] = pair_with_log_sigma(p, q, log_sigma);
@@ -728,7 +730,7 @@ TEST(CspdBias, PaperTwoDimFollowsDerivedFormula) {
 }
 
 // Reference with T_in: acceptance frequency equals E_{x~q}[min(1, r_ref(x))] with r_ref written
-// out independently (notes §6.5), integrated on a grid. No losslessness claim.
+// out independently (CSpD's judge_accept), integrated on a grid. No losslessness claim.
 TEST(CspdBias, ReferenceAcceptanceMatchesItsFormula) {
   uint64_t seed = 5201;
   for (double t_in : {1.0, 3.0, 42.0}) {
@@ -787,7 +789,7 @@ TEST(CspdBias, ReferenceAtUnitInnerTemperatureIsPaperWithInvertedFactor) {
   EXPECT_EQ(same, 2000);
 }
 
-// The published code's acceptance with x = mu_q (MAR adds no noise at j = 0, notes §6.5):
+// The published code's acceptance (judge_accept) with x = mu_q (MAR adds no noise at j = 0):
 // q_x = 1 and log r = sum(L_p - L_q) + sum log(s_q/s_p) - 1/2 ||(mu_q - mu_p)/(s_p T_in)||^2.
 TEST(CspdBias, ReferenceAtDraftMeanMatchesNotes) {
   constexpr int d = 16;
@@ -807,7 +809,7 @@ TEST(CspdBias, ReferenceAtDraftMeanMatchesNotes) {
   }
   const Chain p{mp, sp, lp}, q{mq, sq, lq};
   EXPECT_NEAR(log_ratio_reference(mq, p.rec(), q.rec(), 42.0), want, 1e-9 * std::fabs(want));
-  // Without T_in the same token is (numerically) never accepted (notes §6.9 item 10).
+  // Without T_in (CSpD's inner_temperature) the same token is (numerically) never accepted.
   EXPECT_LT(log_ratio_reference(mq, p.rec(), q.rec(), 1.0), -1e4);
 }
 

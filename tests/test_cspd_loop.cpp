@@ -114,8 +114,8 @@ TEST(CspdLoop, KsComparisonDetectsADifferentModel) {
   EXPECT_LT(cmp.min_p, 1e-6) << "max D " << cmp.max_D;
 }
 
-// cspd (seed 002 as written) and cspd-reference (the published code) are not lossless: their
-// distance from the target is measured here and reported in docs/methods.md.
+// cspd (Continuous SD (Wang et al., 2024) as written) and cspd-reference (the published code) are
+// not lossless: their distance from the target is measured here and reported in docs/methods.md.
 TEST(CspdLoop, PaperAndReferenceDistanceIsMeasured) {
   auto target = MarPipeline::load(kDir + "target_f32", {false, 0});
   const std::vector<int> labels(kImages, 3);

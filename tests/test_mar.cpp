@@ -106,14 +106,15 @@ TEST(MarDiffusion, RespacedTablesMatchReference) {
     for (int k = 0; k < 5; ++k)
       EXPECT_NEAR(got[k], want[k], 1e-12 * std::max(1.0, std::fabs(want[k]))) << j << " " << k;
   }
-  // Notes §3.2: timesteps {0, 10, 20, ..., 989, 999}, beta'_0 = 4.13e-5, beta'_99 ~ 0.99999.
+  // As LTH14/mar's diffusion/respace.py: timesteps {0, 10, 20, ..., 989, 999}, beta'_0 = 4.13e-5,
+  // beta'_99 ~ 0.99999.
   EXPECT_EQ(g.timestep_map()[1], 10);
   EXPECT_EQ(g.timestep_map()[6], 61);
   EXPECT_EQ(g.timestep_map()[99], 999);
   EXPECT_NEAR(g.betas()[0], 4.128e-5, 1e-7);
 }
 
-// Tokens per step for L = 256 (notes §2) against the reference's schedule.
+// Tokens per step for L = 256 against the reference's schedule (MAR.sample_tokens, models/mar.py).
 TEST(MarSchedule, TokensPerStepMatchReference) {
   for (int iters : {64, 256, 32, 16}) {
     const std::vector<int32_t> want =

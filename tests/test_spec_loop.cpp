@@ -6,10 +6,10 @@
 //   pooled, significance 1e-3, fixed seeds (so each test is deterministic). A deliberately broken
 //   residual must fail the same test (a test of the test).
 // - Relaxed methods are analysed for one round (SpeculativeOptions::max_rounds = 1, the rest
-//   sampled by the target, as seed 004's "virtual extension"): the loop's samples must follow the
-//   exactly computed output distribution of the rule (chi-square as above), and that
-//   distribution's total variation from the target must stay within seed 004's Eq. 4 bound,
-//   computed exactly.
+//   sampled by the target, as the "virtual extension" of COOL-SD (Li et al., 2026) §3.2): the
+//   loop's samples must follow the exactly computed output distribution of the rule (chi-square as
+//   above), and that distribution's total variation from the target must stay within the bound
+//   of COOL-SD's Theorem 2, Eq. 4, computed exactly.
 #include <gtest/gtest.h>
 
 #include "stat_tests.h"
@@ -282,10 +282,10 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
 struct RoundAnalysis {
   std::map<Seq, double> output;  // joint over the whole grid: x0 exact, one round, then target
   double tv = 0.0;               // TV(output, target joint), exact
-  double bound = 0.0;            // seed 004 Eq. 4, averaged over x0 ~ P
+  double bound = 0.0;            // COOL-SD Eq. 4, averaged over x0 ~ P
 };
 
-// Output distribution of one round of relaxed SD (seed 004 Alg. 1) after x0, and Eq. 4's bound.
+// Output distribution of one round of relaxed SD (COOL-SD Alg. 1) after x0, and Eq. 4's bound.
 RoundAnalysis analyse_round(Conditionals& P, Conditionals& Q, const speculative::AcceptanceRule& rule,
                             int L, int n_tokens, const std::map<Seq, double>& target) {
   RoundAnalysis a;

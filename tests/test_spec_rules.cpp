@@ -191,7 +191,7 @@ TEST(SpecRulesRelaxed, CoolSdRuleUsesPosition) {
 
 // ---------------------------------------------------------------- optimal residual G*
 TEST(SpecRulesOptimalResidual, OmegaAtLeastOneGivesVanilla) {
-  // Proposition 1 of seed 004: f >= f_van => G* = [p - q]+.
+  // Proposition 1 of COOL-SD (Li et al., 2026): f >= f_van => G* = [p - q]+.
   std::mt19937 rng(7);
   const auto exact = make_exact_rule();
   for (float w : {1.0f, 1.5f, 4.0f}) {

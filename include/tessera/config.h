@@ -46,8 +46,8 @@ struct VqConfig : ConvDecoderConfig {
 };
 
 // MAR (Li et al. 2024): MAE encoder/decoder with buffer (class) tokens, and the DiffLoss head
-// (SimpleMLPAdaLN) that samples each continuous token by diffusion.
-// ../shared/notes/continuous_sd.md.
+// (SimpleMLPAdaLN) that samples each continuous token by diffusion. Reference: LTH14/mar
+// (models/mar.py, models/diffloss.py).
 struct MarConfig {
   int dim = 0, encoder_depth = 0, decoder_depth = 0, n_head = 0;
   float mlp_ratio = 4.0f;

@@ -1,4 +1,6 @@
-"""PyTorch reference of LlamaGen (GPT + VQ decoder), written from shared/notes/llamagen.md.
+"""PyTorch reference of LlamaGen (GPT + VQ decoder), written from a description of
+FoundationVision/LlamaGen (autoregressive/models/gpt.py, generate.py,
+tokenizer/tokenizer_image/vq_model.py).
 
 Module and parameter names equal the official state-dict keys, so an official state dict loads
 with load_state_dict(strict=True) once `freqs_cis` / kv-cache keys are dropped.
@@ -60,7 +62,7 @@ class ModelArgs:
         return default_ffn_dim(self.dim, self.multiple_of, self.ffn_dim_multiplier)
 
 
-# name -> (n_layer, n_head, dim)   (notes §1.2)
+# name -> (n_layer, n_head, dim)   (GPT_models in LlamaGen's autoregressive/models/gpt.py)
 GPT_CONFIGS = {
     "GPT-B": (12, 12, 768),
     "GPT-L": (24, 16, 1024),
@@ -551,7 +553,7 @@ class Decoder(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Mirror of the decoder (notes §4.3, briefly described there; less verified than the decoder):
+    """Mirror of the decoder (Encoder of LlamaGen's vq_model.py; less verified than the decoder):
     conv_in 3->ch; level i: num_res_blocks ResnetBlocks ch*in_mult[i] -> ch*ch_mult[i]
     (in_mult = (1,)+ch_mult), AttnBlocks after each at the last (lowest-res) level, Downsample
     after every level but the last; mid Res/Attn/Res; GN, swish, conv_out -> z_channels."""

@@ -1,7 +1,8 @@
 """PyTorch reference of MAR (Li et al. 2024, "Autoregressive Image Generation without Vector
 Quantization", LTH14/mar): the MAE-style encoder/decoder, the DiffLoss MLP head with its
 respaced cosine diffusion sampler, the MaskGIT-style generation loop and the KL-16 VAE decoder.
-Written from shared/notes/continuous_sd.md (sections 1-4 and 8).
+Written from a description of LTH14/mar (models/mar.py, models/diffloss.py, diffusion/,
+models/vae.py).
 
 Module and parameter names equal the official state-dict keys, so `MAR(...).load_state_dict(sd)`
 takes an official `model_ema` state dict and `KLDecoder(...).load_state_dict(sd)` takes the
@@ -72,7 +73,8 @@ class MarArgs:
         return self.vae_embed_dim * self.patch_size ** 2
 
 
-# name -> architecture (notes §1.1; DiffLoss depth x width are the README evaluation values)
+# name -> architecture (mar_base/large/huge in models/mar.py; DiffLoss depth x width are the README
+# evaluation values)
 MAR_CONFIGS = {
     "mar_base": dict(dim=768, encoder_depth=12, decoder_depth=12, n_head=12, diffloss_depth=6, diffloss_width=1024),
     "mar_large": dict(dim=1024, encoder_depth=16, decoder_depth=16, n_head=16, diffloss_depth=8, diffloss_width=1280),
@@ -134,7 +136,7 @@ class Block(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# DiffLoss head: SimpleMLPAdaLN (notes §3.1)
+# DiffLoss head: SimpleMLPAdaLN (models/diffloss.py)
 # ----------------------------------------------------------------------------------------------
 
 def modulate(x, shift, scale):
@@ -290,7 +292,8 @@ class MAR(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------
-# Gaussian diffusion: cosine schedule, respacing, LEARNED_RANGE sampler (notes §3.2)
+# Gaussian diffusion: cosine schedule, respacing, LEARNED_RANGE sampler
+# (diffusion/gaussian_diffusion.py, diffusion/respace.py)
 # ----------------------------------------------------------------------------------------------
 
 def cosine_betas(num_timesteps=1000, max_beta=0.999):
@@ -418,7 +421,7 @@ def sample_diffusion(net, z_cond, z_uncond, cfg, temperature, x_T, eps, tables=N
 
 
 # ----------------------------------------------------------------------------------------------
-# generation loop (notes §2)
+# generation loop (MAR.sample_tokens in models/mar.py)
 # ----------------------------------------------------------------------------------------------
 
 def mask_len_after(step, num_iter, seq_len, masked_now):
@@ -499,7 +502,7 @@ def sample_tokens(model, labels, num_iter, cfg, cfg_schedule, temperature, order
 
 
 # ----------------------------------------------------------------------------------------------
-# KL-16 VAE decoder (LDM AutoencoderKL, notes §4)
+# KL-16 VAE decoder (LDM AutoencoderKL, models/vae.py)
 # ----------------------------------------------------------------------------------------------
 
 @dataclass

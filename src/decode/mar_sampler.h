@@ -1,9 +1,9 @@
-// MAR sampling (MAR.sample_tokens, ../shared/notes/continuous_sd.md §2-3): a random order per
-// image, the MaskGIT cosine schedule of tokens per step, classifier-free guidance with the linear
-// or constant schedule, and per token a guided diffusion chain of the DiffLoss head. The noise of a
-// token depends only on (seed, image, position, diffusion step), so every model that generates a
-// position shares its denoising trajectory (seed 002's trajectory alignment) and results do not
-// depend on batch composition.
+// MAR sampling (MAR.sample_tokens in LTH14/mar's models/mar.py, DiffLoss in models/diffloss.py):
+// a random order per image, the MaskGIT cosine schedule of tokens per step, classifier-free
+// guidance with the linear or constant schedule, and per token a guided diffusion chain of the
+// DiffLoss head. The noise of a token depends only on (seed, image, position, diffusion step), so
+// every model that generates a position shares its denoising trajectory (the trajectory alignment
+// of Continuous SD (Wang et al., 2024) §3.2) and results do not depend on batch composition.
 #pragma once
 
 #include <functional>
@@ -50,8 +50,9 @@ std::vector<int> mask_lengths(int seq_len, int num_iter);
 // The guidance scale of step s given the mask length after it (linear: 1 + (cfg-1)(L-len)/L).
 float cfg_at_step(const MarSamplingOptions& s, int seq_len, int mask_len_after);
 
-// N guided diffusion chains of one DiffLoss head, advanced step by step (notes §3.2 CFG: the net
-// runs on [x; x] with [cond; uncond] conditions; eps is guided, v comes from the conditional half).
+// N guided diffusion chains of one DiffLoss head, advanced step by step (CFG as MAR's
+// models/diffloss.py forward_with_cfg: the net runs on [x; x] with [cond; uncond] conditions; eps
+// is guided, v comes from the conditional half).
 class DiffusionChains {
  public:
   // z_cond / z_uncond: MAE outputs [N, D] (z_uncond undefined when not guided).

@@ -1,4 +1,4 @@
-// MAR's DiffLoss denoiser, SimpleMLPAdaLN (../shared/notes/continuous_sd.md §3.1): the input
+// MAR's DiffLoss denoiser, SimpleMLPAdaLN (LTH14/mar's models/diffloss.py): the input
 // projection of the noisy token, a timestep embedding plus a condition embedding of the MAE output
 // z, AdaLN residual MLP blocks, and a final AdaLN layer producing [eps (d), v (d)].
 #pragma once

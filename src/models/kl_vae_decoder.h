@@ -1,7 +1,7 @@
 // MAR's KL-16 tokenizer decoder: LDM's AutoencoderKL decoder (post_quant_conv, then the shared
 // convolutional decoder of conv_decoder.h under LDM's tensor names). Tokens are MAR latents
 // (posterior sample * scale) in raster order, unpatchified to [n, C, h, w] and divided by the
-// scale before decoding (../shared/notes/continuous_sd.md §4).
+// scale before decoding (LTH14/mar: models/vae.py, engine_mar.py's vae.decode(tokens / 0.2325)).
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // MAR (Li et al. 2024, "Autoregressive Image Generation without Vector Quantization"): an MAE-style
 // encoder/decoder with bidirectional attention over buffer (class) rows and the known tokens,
 // whose per-position output z conditions the DiffLoss head (diffusion_head.h) that samples each
-// continuous token. Architecture and names: ../shared/notes/continuous_sd.md §1.
+// continuous token. Architecture and names: LTH14/mar's models/mar.py.
 #pragma once
 
 #include <memory>
@@ -20,10 +20,11 @@ class Mar {
   const MarConfig& config() const { return cfg_; }
   const DiffusionHead& head() const { return *head_; }
 
-  // The MAE forward (notes §1.2) on B canvases: tokens [B, L, d] (unknown positions ignored),
-  // unknown [B, L] (1 = masked; every row must know the same number of tokens), labels [B] (a class
-  // id, or -1 for the unconditional fake_latent). Returns z [sum_b |predict[b]|, D]: the rows of
-  // the requested positions, image by image in the order given.
+  // The MAE forward (forward_mae_encoder/_decoder of MAR's models/mar.py) on B canvases: tokens
+  // [B, L, d] (unknown positions ignored), unknown [B, L] (1 = masked; every row must know the
+  // same number of tokens), labels [B] (a class id, or -1 for the unconditional fake_latent).
+  // Returns z [sum_b |predict[b]|, D]: the rows of the requested positions, image by image in the
+  // order given.
   Tensor forward(std::span<const float> tokens, std::span<const uint8_t> unknown,
                  std::span<const int32_t> labels,
                  const std::vector<std::vector<int32_t>>& predict) const;

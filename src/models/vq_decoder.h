@@ -1,6 +1,7 @@
 // LlamaGen's VQ image decoder (VQGAN-style): L2-normalised codebook lookup, post-quant 1x1 conv,
 // then the shared convolutional decoder (conv_decoder.h) with attention at the lowest-resolution
-// level. Structure in docs/model_format.md; numerics in ../shared/notes/llamagen.md §4.
+// level. Structure in docs/model_format.md; numerics as LlamaGen's
+// tokenizer/tokenizer_image/vq_model.py (decode_code).
 #pragma once
 
 #include <memory>

@@ -1,7 +1,8 @@
 // The Gaussian diffusion that MAR's DiffLoss samples with: IDDPM betas (cosine or linear) over T
 // training steps, respaced to S sampling steps, learned-range variance, no noise at the last
-// step, temperature scaling only the noise (../shared/notes/continuous_sd.md §3.2). Tables are
-// built in float64 and used in float32, as the reference's _extract_into_tensor(...).float().
+// step, temperature scaling only the noise (LTH14/mar's diffusion/: gaussian_diffusion.py p_sample,
+// respace.py). Tables are built in float64 and used in float32, as the reference's
+// _extract_into_tensor(...).float().
 #pragma once
 
 #include <span>

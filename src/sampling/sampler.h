@@ -1,7 +1,8 @@
-// Next-token distribution of LlamaGen's sampler (notes §3.2-3.3), in order: classifier-free
-// guidance uncond + (cond - uncond) * scale, temperature, top-k (ties at the threshold kept),
-// top-p (HF semantics: the first token crossing the threshold is kept), softmax. Temperature 0
-// means greedy: the distribution is one-hot on the argmax. Speculative decoding verifies against
+// Next-token distribution of LlamaGen's sampler (autoregressive/models/generate.py: the CFG of
+// prefill/decode_one_token, then sample()), in order: classifier-free guidance
+// uncond + (cond - uncond) * scale, temperature, top-k (ties at the threshold kept), top-p (HF
+// semantics: the first token crossing the threshold is kept), softmax. Temperature 0 means
+// greedy: the distribution is one-hot on the argmax. Speculative decoding verifies against
 // exactly this distribution, so it is computed explicitly rather than fused into sampling.
 #pragma once
 

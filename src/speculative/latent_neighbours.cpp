@@ -1,6 +1,6 @@
-// LANTERN's latent neighbour table (seed 000, §4.2; notes/relaxed_sd.md §1.1): exact pairwise
-// distances between raw VQ codebook vectors, the k_max nearest other codes per code, cached on
-// disk per codebook checksum.
+// LANTERN's latent neighbour table (LANTERN (Jang et al., 2025) §4.2; jadohu/LANTERN's
+// entrypoints/generate_codebook.py): exact pairwise distances between raw VQ codebook vectors, the
+// k_max nearest other codes per code, cached on disk per codebook checksum.
 #include "speculative/latent_neighbours.h"
 
 #include <unistd.h>

@@ -1,6 +1,7 @@
-// Latent neighbour table B_k for LANTERN (seed 000, §4.2, Alg. 2): for every VQ code, the other
-// codes sorted by distance between codebook vectors (ℓ2, or cosine), nearest first, the code
-// itself excluded. Computed once per model and cached on disk (notes/relaxed_sd.md §1.1).
+// Latent neighbour table B_k for LANTERN (Jang et al., 2025) §4.2, Alg. 2: for every VQ code, the
+// other codes sorted by distance between codebook vectors (ℓ2, or cosine), nearest first, the
+// code itself excluded. Computed once per model and cached on disk (as jadohu/LANTERN's
+// entrypoints/generate_codebook.py precomputes it).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Continuous speculative decoding (seed 002): per-token acceptance and residual sampling in log
-// space. See cspd_acceptance.h for the variants and the random-number order.
+// Continuous speculative decoding (Continuous SD (Wang et al., 2024)): per-token acceptance and
+// residual sampling in log space. See cspd_acceptance.h for the variants and the random-number
+// order.
 #include "speculative/continuous/cspd_acceptance.h"
 
 #include <algorithm>
@@ -88,7 +89,7 @@ double log_density_unchecked(std::span<const float> x, const DiagGaussian& g) {
   return acc;
 }
 
-// log Sigma of seed 002 Eq. 4: sum over dims and noisy steps of log sigma_q - log sigma_p.
+// log Sigma of Continuous SD Eq. 4: sum over dims and noisy steps of log sigma_q - log sigma_p.
 double log_sigma_paper(const ChainRecord& p, const ChainRecord& q) {
   double acc = 0.0;
   for (size_t i = 0; i < p.sum_log_std.size(); ++i) acc += q.sum_log_std[i] - p.sum_log_std[i];
@@ -99,13 +100,13 @@ double log_ratio_unchecked(Variant v, std::span<const float> x, const ChainRecor
                            const ChainRecord& q, double inner_temperature) {
   switch (v) {
     case Variant::Paper:
-      // Seed 002 Eq. 5 (Appendix Eq. 18-20): the aligned intermediate transitions leave only
-      // Sigma times the last-step density ratio.
+      // Continuous SD Eq. 5 (Appendix A.1, Eq. 18-20): the aligned intermediate transitions leave
+      // only Sigma times the last-step density ratio.
       return log_sigma_paper(p, q) + log_density_unchecked(x, p.last) -
              log_density_unchecked(x, q.last);
     case Variant::Reference: {
-      // Notes §6.5 (judge_accept): fixed_term = prod sigma_p/sigma_q (inverted, §6.9 item 1);
-      // normalisers prod s_q / prod s_p; T_in only in the exponents (§6.9 item 2).
+      // CSpD's judge_accept: fixed_term = prod sigma_p/sigma_q (the inverse of Eq. 4's Sigma);
+      // normalisers prod s_q / prod s_p; T_in only in the exponents (not in the paper).
       double acc = -log_sigma_paper(p, q);
       for (size_t i = 0; i < x.size(); ++i) {
         const double sp = p.last.std[i], sq = q.last.std[i], xi = x[i];
@@ -116,7 +117,7 @@ double log_ratio_unchecked(Variant v, std::span<const float> x, const ChainRecor
       return acc;
     }
     case Variant::Exact:
-      // Notes §6.10: standard speculative sampling on the single test-step transition.
+      // tessera's exact variant: standard speculative sampling on the single test-step transition.
       return log_density_unchecked(x, p.last) - log_density_unchecked(x, q.last);
   }
   throw Error("cspd: unknown variant");
@@ -129,14 +130,15 @@ std::vector<float> sample_residual_unchecked(Variant v, const ChainRecord& p, co
   const double log_c = residual_log_bound(v, p, q);
   std::vector<float> y(d);
   for (int t = 1; t <= max_tries; ++t) {
-    // Proposal y ~ p.last by reparameterisation (seed 002 §3.3, proposal = target distribution).
+    // Proposal y ~ p.last by reparameterisation (Continuous SD §3.3: the proposal is the target
+    // distribution).
     for (size_t i = 0; i < d; ++i) {
       const double n = rng.normal();
       if (!std::isfinite(n)) fail("TokenRandom.normal returned a non-finite value");
       y[i] = static_cast<float>(static_cast<double>(p.last.mean[i]) +
                                 static_cast<double>(p.last.std[i]) * n);
     }
-    // Seed 002 Eq. 10-11 with M = 1/Z: alpha = max(0, c p(y) - q(y)) / (c p(y))
+    // Continuous SD Eq. 10-11 with M = 1/Z: alpha = max(0, c p(y) - q(y)) / (c p(y))
     // = max(0, 1 - exp(log q(y) - log c - log p(y))); -expm1 keeps small alphas accurate.
     const double log_t =
         log_density_unchecked(y, q.last) - log_c - log_density_unchecked(y, p.last);
@@ -184,11 +186,11 @@ double log_ratio_exact(std::span<const float> x, const ChainRecord& p, const Cha
 double residual_log_bound(Variant v, const ChainRecord& p, const ChainRecord& q) {
   switch (v) {
     case Variant::Paper:
-      return log_sigma_paper(p, q);  // seed 002 Eq. 11: c = Sigma
+      return log_sigma_paper(p, q);  // Continuous SD Eq. 11: c = Sigma
     case Variant::Reference:
-      return -log_sigma_paper(p, q);  // notes §6.6: N_q / fixed_term, fixed_term = 1/Sigma
+      return -log_sigma_paper(p, q);  // sample_distribution: N_q / fixed_term, fixed_term = 1/Sigma
     case Variant::Exact:
-      return 0.0;  // notes §6.10 / seed 002 Eq. 10
+      return 0.0;  // plain residual, Continuous SD Eq. 10
   }
   throw Error("cspd: unknown variant");
 }
@@ -210,8 +212,8 @@ Decision decide(Variant v, std::span<const float> x, const ChainRecord& p, const
   check_random(rng);
 
   Decision out{false, {}, 0, false, log_ratio_unchecked(v, x, p, q, inner_temperature)};
-  // Seed 002 §3.2 / Algorithm 1: accept with probability min(1, r); exp(min(0, log r)) never
-  // overflows.
+  // Continuous SD §3.2 / Algorithm 1 (App. A.3): accept with probability min(1, r);
+  // exp(min(0, log r)) never overflows.
   if (rng.uniform() < std::exp(std::min(0.0, out.log_ratio))) {
     out.accepted = true;
     out.token.assign(x.begin(), x.end());

@@ -1,19 +1,21 @@
-// Continuous speculative decoding (CSpD, seed 002) for MAR's diffusion-head tokens: the
-// model-independent per-token math of three variants, all in log space with double accumulation
-// (notes/continuous_sd.md §6.7: a product of 16 per-dimension sigmas of ~0.006 underflows, and the
-// variance-product factor can reach e^±81).
+// Continuous speculative decoding (CSpD: Continuous SD (Wang et al., 2024)) for MAR's
+// diffusion-head tokens: the model-independent per-token math of three variants, all in log space
+// with double accumulation (under MAR's cosine 100-step schedule a product of 16 per-dimension
+// sigmas of ~0.006 underflows, and the variance-product factor can reach e^±81).
 //
-// Conventions (seed 002): q is the DRAFT model, p the TARGET model; the draft value x ~ q is
-// accepted with probability min(1, r(x)), otherwise a token is drawn from the residual by
+// Conventions (Continuous SD §3.1): q is the DRAFT model, p the TARGET model; the draft value x ~ q
+// is accepted with probability min(1, r(x)), otherwise a token is drawn from the residual by
 // accept-reject with the target's test-step Gaussian as proposal.
 //
-// - Variant::Paper: seed 002 Eq. 4-5 and Eq. 11, r = Sigma * p(x|x1^p) / q(x|x1^q) with
-//   Sigma = prod_t sqrt|Sigma_t^q| / sqrt|Sigma_t^p| (the draft/target std product over the noisy
-//   steps). Not lossless unless Sigma == 1 (notes §6.9 item 9).
-// - Variant::Reference: what MarkXCloud/CSpD computes (notes §6.5-6.6): the inverted factor
+// - Variant::Paper: Continuous SD §3.2-3.3, Eq. 4-5 and Eq. 11, r = Sigma * p(x|x1^p) / q(x|x1^q)
+//   with Sigma = prod_t sqrt|Sigma_t^q| / sqrt|Sigma_t^p| (the draft/target std product over the
+//   noisy steps). Not lossless unless Sigma == 1 (output density in docs/methods.md, `cspd`).
+// - Variant::Reference: what MarkXCloud/CSpD computes (spec_decode/spec_decode_runner.py,
+//   DistributionProcessor.judge_accept and sample_distribution): the inverted factor
 //   prod sigma_p/sigma_q and an inner temperature in the acceptance exponent only. Not lossless.
-// - Variant::Exact: plain speculative sampling on one Gaussian transition (notes §6.10):
-//   r = N_p(x)/N_q(x), residual norm(max(0, N_p - N_q)). Lossless given the shared upstream noise.
+// - Variant::Exact: plain speculative sampling on one Gaussian transition (tessera's own variant,
+//   docs/methods.md `cspd-exact`): r = N_p(x)/N_q(x), residual norm(max(0, N_p - N_q)). Lossless
+//   given the shared upstream noise.
 //
 // Random numbers are consumed in a fixed order so a counter-based stream gives reproducible
 // tokens: decide() draws one uniform for the test; each residual try draws d normals (one per
@@ -45,8 +47,8 @@ struct TokenRandom {
 
 enum class Variant { Paper, Reference, Exact };
 
-// What the draft and target chains recorded for one token (per model, one guided chain, notes
-// §6.3).
+// What the draft and target chains recorded for one token (per model, one guided chain; as
+// CSpD's DistributionManager in diffusion/diffusion_utils.py).
 struct ChainRecord {
   // The test-step Gaussian: for Paper/Reference the last step j=0 (mean mu_0, std
   // sigma_0*temperature); for Exact the transition at the test step t*.
@@ -64,31 +66,31 @@ struct Decision {
   double log_ratio;          // log r(x) of the variant (may be > 0; acceptance uses min(0, .))
 };
 
-// Paper (seed 002 Eq. 4-5): log r = log Sigma + log p(x|x1^p) - log q(x|x1^q),
+// Paper (Continuous SD Eq. 4-5): log r = log Sigma + log p(x|x1^p) - log q(x|x1^q),
 // log Sigma = sum_d (sum_log_std_q - sum_log_std_p).
 double log_ratio_paper(std::span<const float> x, const ChainRecord& p, const ChainRecord& q);
 
-// Reference code (notes §6.5): log r = sum_d (L_p - L_q) + sum_d log s_q - sum_d log s_p
+// Reference code (CSpD's judge_accept): log r = sum_d (L_p - L_q) + sum_d log s_q - sum_d log s_p
 //   - 1/2 ||(x - mu_p)/(s_p T_in)||^2 + 1/2 ||(x - mu_q)/(s_q T_in)||^2,
 // with L = sum_log_std, s = last.std and T_in = inner_temperature (> 0; the code uses 42).
 double log_ratio_reference(std::span<const float> x, const ChainRecord& p, const ChainRecord& q,
                            double inner_temperature);
 
-// Exact (notes §6.10): log N_p(x) - log N_q(x) on the test-step transition only (no
-// variance-product factor).
+// Exact (docs/methods.md `cspd-exact`): log N_p(x) - log N_q(x) on the test-step transition only
+// (no variance-product factor).
 double log_ratio_exact(std::span<const float> x, const ChainRecord& p, const ChainRecord& q);
 
 // log of the accept-reject constant c of the residual q(y) / (c p(y)) for a variant:
 // Paper log Sigma = sum_d (L_q - L_p); Reference sum_d (L_p - L_q) (the code's inverted factor,
-// notes §6.6); Exact 0.
+// CSpD's sample_distribution); Exact 0.
 double residual_log_bound(Variant v, const ChainRecord& p, const ChainRecord& q);
 
-// Residual sampling by accept-reject with proposal p.last (seed 002 Eq. 7-11):
+// Residual sampling by accept-reject with proposal p.last (Continuous SD §3.3, Eq. 7-11):
 // y = mu_p + s_p * normal() (rounded to float: the returned value is the tested value);
 // alpha = max(0, 1 - q(y) / (c p(y))) in log space; accept y when uniform() < alpha. The accepted
 // y has density proportional to max(0, c p - q).
-// After max_tries (>= 1) failures: *fallback = true and the token is mu_p. (The published code
-// returns a zero latent vector here, notes §6.6 and §6.9 item 7; we never do.)
+// After max_tries (>= 1) failures: *fallback = true and the token is mu_p. (The published code's
+// sample_distribution returns a zero latent vector here; we never do.)
 // tries and fallback may be null.
 std::vector<float> sample_residual(Variant v, const ChainRecord& p, const ChainRecord& q,
                                    int max_tries, TokenRandom& rng, int* tries, bool* fallback);

@@ -72,7 +72,7 @@ std::vector<std::vector<float>> cspd_generate(
     const bool last = s == sampling.num_iter - 1;
     const auto predict = cv.step_positions(lens[s], last);
     const float cfg = cfg_at_step(sampling, L, lens[s]);
-    if (s <= milestone) {  // pre-filling by the target (seed 002 §3.2)
+    if (s <= milestone) {  // pre-filling by the target (Continuous SD §3.2)
       const int64_t done = mar_target_step(target, diffusion, backend, cv, predict, cfg,
                                            sampling.temperature, noise, stats);
       verified_unknown = cv.unknown;

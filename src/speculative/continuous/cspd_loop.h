@@ -1,10 +1,10 @@
-// Continuous speculative decoding on MAR (seed 002), with the control flow of the published code
-// (../shared/notes/continuous_sd.md §6.4): the target runs the first `prefill` fraction of MAR
-// steps; then the draft runs MAR steps and, every `draft_len` steps (windows aligned to multiples
-// of draft_len, and at the last step), the target verifies all window tokens in ONE masked pass
-// conditioned on the verified canvas, with the window's last guidance scale. Every model that
-// generates a position uses that position's noise (trajectory alignment). Each window token is
-// accepted or replaced on its own (cspd_acceptance.h decides per variant).
+// Continuous speculative decoding on MAR (Continuous SD (Wang et al., 2024)), with the control flow
+// of the published code (MarkXCloud/CSpD, SpecDecodeRunner.run): the target runs the first
+// `prefill` fraction of MAR steps; then the draft runs MAR steps and, every `draft_len` steps
+// (windows aligned to multiples of draft_len, and at the last step), the target verifies all window
+// tokens in ONE masked pass conditioned on the verified canvas, with the window's last guidance
+// scale. Every model that generates a position uses that position's noise (trajectory alignment).
+// Each window token is accepted or replaced on its own (cspd_acceptance.h decides per variant).
 #pragma once
 
 #include <functional>

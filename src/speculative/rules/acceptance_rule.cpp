@@ -1,5 +1,5 @@
 // Shared pieces of every acceptance rule: the exact-greedy default and the two residuals
-// (seed 004, Eq. 2 and Eq. 5).
+// (COOL-SD (Li et al., 2026) §3.1, Eq. 2 and §3.2, Eq. 5).
 #include "speculative/rules/acceptance_rule.h"
 
 #include <algorithm>
@@ -20,7 +20,7 @@ double ratio_accept(double numerator, double q) {
 }
 
 void exact_residual(const NodeView& n, std::span<float> out) {
-  // [p - q]+ (seed 004, Eq. 2); a one-hot q only removes mass at x~.
+  // [p - q]+ (COOL-SD Eq. 2); a one-hot q only removes mass at x~.
   const size_t V = n.p.size();
   if (n.q.empty()) {
     std::copy(n.p.begin(), n.p.end(), out.begin());
@@ -33,7 +33,7 @@ void exact_residual(const NodeView& n, std::span<float> out) {
 }
 
 void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out) {
-  // G* = [p - q f]+ (seed 004, Eq. 5): f(y) is the rule's acceptance had the drafter proposed y at
+  // G* = [p - q f]+ (COOL-SD Eq. 5): f(y) is the rule's acceptance had the drafter proposed y at
   // this node. Where q(y) = 0 the term is p(y) and f need not (and must not, for cost) be
   // evaluated.
   const size_t V = n.p.size();

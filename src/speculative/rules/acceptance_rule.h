@@ -2,8 +2,8 @@
 // resampling distribution G used at the first rejection. Rules know nothing of models or of the
 // loop (src/speculative/speculative_decoder.cpp); they see one draft node at a time.
 //
-// Notation (seed 004, COOL-SD): P = target, Q = drafter. LANTERN (seed 000) swaps the letters;
-// every comment in src/spec uses p = target, q = drafter.
+// Notation (COOL-SD (Li et al., 2026) §3.1): P = target, Q = drafter. LANTERN (Jang et al., 2025)
+// swaps the letters; every comment in src/spec uses p = target, q = drafter.
 #pragma once
 
 #include <memory>
@@ -23,7 +23,8 @@ struct NodeView {
   // untempered softmax with the same top-k/top-p filtering instead (see greedy_accept).
   std::span<const float> p;
   // Draft distribution x~ was drawn from, summing to 1; empty means one-hot at `token`
-  // (Jacobi's uniformly initialised drafts, SJD §1.3 of the notes).
+  // (Jacobi's uniformly initialised drafts: the 'random' init of the SJD code,
+  // tyshiwo1/Accelerating-T2I-AR-with-SJD scheduler/jacobi_iteration_lumina_mgpt.py).
   std::span<const float> q;
 
   double q_of(int y) const { return q.empty() ? (y == token ? 1.0 : 0.0) : q[y]; }
@@ -43,20 +44,20 @@ class AcceptanceRule {
   virtual void residual(const NodeView& n, std::span<float> out) const = 0;
 
   // Greedy decoding: whether x~ is accepted, given p = the untempered distribution. The default is
-  // x~ == argmax p (exact greedy SD); LANTERN overrides it (seed 000 §4.3: x~ = argmax of the
-  // distorted target).
+  // x~ == argmax p (exact greedy SD); LANTERN overrides it (LANTERN (Jang et al., 2025) §4.3:
+  // x~ = argmax of the distorted target).
   virtual bool greedy_accept(const NodeView& n) const;
 };
 
-// G* = Norm([p - q * f(., p, q, i)]+) (seed 004, Eq. 5), unnormalised, for any rule. f is
-// evaluated only where q(y) > 0 (elsewhere the term is p(y)).
+// G* = Norm([p - q * f(., p, q, i)]+) (COOL-SD (Li et al., 2026) §3.2, Eq. 5), unnormalised, for
+// any rule. f is evaluated only where q(y) > 0 (elsewhere the term is p(y)).
 void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out);
 
 // min(1, numerator / q): the ratio test every rule shares. q = 0 (a token a correct drafter never
 // proposes) is treated as accept iff the numerator is positive.
 double ratio_accept(double numerator, double q);
 
-// Norm([p - q]+) unnormalised: the residual of exact speculative sampling (seed 004, Eq. 2).
+// Norm([p - q]+) unnormalised: the residual of exact speculative sampling (COOL-SD Eq. 2).
 void exact_residual(const NodeView& n, std::span<float> out);
 
 }  // namespace tessera::speculative

@@ -1,4 +1,5 @@
-// Exact speculative sampling (seed 004, Eq. 1-2; Leviathan et al. / Chen et al.): lossless.
+// Exact speculative sampling (Leviathan et al., 2023; Chen et al., 2023; restated in COOL-SD
+// (Li et al., 2026) §3.1, Eq. 1-2): lossless.
 #include <algorithm>
 
 #include "speculative/rules/rules.h"

@@ -1,6 +1,6 @@
-// Grouped Speculative Decoding (seed 001, Alg. 3 and Alg. 5; notes/jacobi_grouped_spatial.md §2):
-// x~ is verified with the target and draft masses of a dynamic cluster C(x~) around it in the
-// target's probability ranking.
+// Grouped Speculative Decoding (GSD (So et al., 2025) §4, Eq. 4, Alg. 3 and Alg. 5; published code
+// junhyukso/GSD, scheduler/jacobi_iteration_lumina_mgpt.py): x~ is verified with the target and
+// draft masses of a dynamic cluster C(x~) around it in the target's probability ranking.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -1,5 +1,6 @@
-// LANTERN (seed 000, §4.2-4.3, Alg. 1-2) and LANTERN++'s λ-rule (notes/relaxed_sd.md §1.2, §2;
-// seed 004 §3 restates it), in the paper's form and in jadohu/LANTERN's code form.
+// LANTERN (Jang et al., 2025) §4.2-4.3, Alg. 1-2 and LANTERN++'s λ-rule (jadohu/LANTERN's
+// models/ea_model_llamagen.py evaluate_posterior; restated in COOL-SD (Li et al., 2026) §3.1), in
+// the paper's form and in jadohu/LANTERN's code form.
 #include <algorithm>
 #include <vector>
 
@@ -21,7 +22,7 @@ NeighbourSet accepted_set(const LanternParams& params, const LatentNeighbours& n
   if (static_cast<size_t>(nb.vocab()) != p.size())
     throw Error("LANTERN: the neighbour table has " + std::to_string(nb.vocab()) +
                 " codes but the target distribution has " + std::to_string(p.size()));
-  // Paper: B_k holds x~ itself, so k-1 others (seed 000, Alg. 2 line 4). Code: k others
+  // Paper: B_k holds x~ itself, so k-1 others (LANTERN Alg. 2 line 4). Code: k others
   // (nearest_latents[x~, :k]).
   const int others = params.reference ? params.k : params.k - 1;
   const std::span<const int32_t> walk = nb.nearest(token, std::max(0, others));
@@ -32,8 +33,8 @@ NeighbourSet accepted_set(const LanternParams& params, const LatentNeighbours& n
   NeighbourSet a;
   size_t n = 0;
   for (; n < walk.size(); ++n) {
-    // The TV increment of moving b's mass onto x~ is exactly p(b) (notes §1.2); p(b) = 0 (outside
-    // top-k) costs nothing, so the walk continues past it.
+    // The TV increment of moving b's mass onto x~ is exactly p(b) (as jadohu/LANTERN's
+    // evaluate_posterior uses it); p(b) = 0 (outside top-k) costs nothing, so the walk continues.
     const double s = a.mass + static_cast<double>(p[walk[n]]);
     const bool admissible = params.reference ? s <= budget : s < budget;  // code `<=`, paper `<`
     if (!admissible) break;  // stop at the first violation (Alg. 2)
@@ -58,12 +59,12 @@ class LanternRule final : public AcceptanceRule {
   double accept_probability(const NodeView& n) const override {
     const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
     const double relaxed = static_cast<double>(n.p[n.token]) + a.mass;  // p~(x~) = p_{k,δ}(x~)
-    return ratio_accept(relaxed, n.q_of(n.token));                      // seed 000, §4.3
+    return ratio_accept(relaxed, n.q_of(n.token));                      // LANTERN §4.3
   }
 
   void residual(const NodeView& n, std::span<float> out) const override {
     if (!params_.reference) {
-      // Paper: [p_{k,δ} - q]+ (seed 000, Alg. 1): the exact residual of the distorted target.
+      // Paper: [p_{k,δ} - q]+ (LANTERN Alg. 1): the exact residual of the distorted target.
       std::vector<float> distorted(n.p.size());
       lantern_distorted_target(params_, *nb_, n.p, n.token, distorted, nullptr);
       NodeView m = n;
@@ -71,8 +72,8 @@ class LanternRule final : public AcceptanceRule {
       exact_residual(m, out);
       return;
     }
-    // Reference code (notes §1.3): the k+1 nearest codes are zeroed whenever A is non-empty,
-    // a superset of A when |A| < k+1 (limited by the table's k_max).
+    // Reference code (jadohu/LANTERN's evaluate_posterior, sampling branch): the k+1 nearest codes
+    // are zeroed whenever A is non-empty, a superset of A when |A| < k+1 (limited by k_max).
     const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
     const std::span<const int32_t> zeroed =
         a.members.empty() ? std::span<const int32_t>() : nb_->nearest(n.token, params_.k + 1);
@@ -89,8 +90,9 @@ class LanternRule final : public AcceptanceRule {
   }
 
   bool greedy_accept(const NodeView& n) const override {
-    // Seed 000 §4.3: accept iff x~ = argmax p_{k,δ}(.|x~). The reference code only raises gtp[x~]
-    // to p~(x~) and leaves A's entries in place (notes §1.4); the two differ only on exact ties.
+    // LANTERN §4.3: accept iff x~ = argmax p_{k,δ}(.|x~). The reference code (evaluate_posterior,
+    // greedy branch) only raises gtp[x~] to p~(x~) and leaves A's entries in place; the two differ
+    // only on exact ties.
     std::vector<float> d(n.p.size());
     if (params_.reference) {
       const NeighbourSet a = accepted_set(params_, *nb_, n.p, n.token);
@@ -112,7 +114,7 @@ class LanternRule final : public AcceptanceRule {
 void lantern_distorted_target(const LanternParams& params, const LatentNeighbours& nb,
                               std::span<const float> p, int token, std::span<float> out,
                               int* set_size) {
-  // p_{k,δ}(.|x~): A's mass moved onto x~, A's members set to 0 (seed 000, §4.3; seed 004 §3).
+  // p_{k,δ}(.|x~): A's mass moved onto x~, A's members set to 0 (LANTERN §4.3; COOL-SD §3.1).
   const NeighbourSet a = accepted_set(params, nb, p, token);
   std::copy(p.begin(), p.end(), out.begin());
   for (int32_t b : a.members) out[b] = 0.0f;

@@ -1,5 +1,6 @@
-// Relaxed ratio rules: UniformRSD and COOL-SD (seed 004, Eq. 7 and 10), the naive lossy baselines
-// amplify and addition (seed 001, §5), and the G* resampling decorator (seed 004, Eq. 5).
+// Relaxed ratio rules: UniformRSD and COOL-SD (COOL-SD (Li et al., 2026) §3.2, Eq. 7 and 10), the
+// naive lossy baselines amplify and addition (GSD (So et al., 2025) §5), and the G* resampling
+// decorator (COOL-SD Eq. 5).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,7 +11,7 @@
 namespace tessera::speculative {
 namespace {
 
-// f = min(1, ω_i p / q) (seed 004, Eq. 7) with a per-position ω_i.
+// f = min(1, ω_i p / q) (COOL-SD Eq. 7) with a per-position ω_i.
 class OmegaRule final : public AcceptanceRule {
  public:
   OmegaRule(std::string name, std::function<double(const NodeView&)> omega)
@@ -26,7 +27,7 @@ class OmegaRule final : public AcceptanceRule {
   std::function<double(const NodeView&)> omega_;
 };
 
-// f = min(1, (p + ε)/q) (seed 001, §5 "addition").
+// f = min(1, (p + ε)/q) (GSD §5 "Addition").
 class AdditionRule final : public AcceptanceRule {
  public:
   explicit AdditionRule(float eps) : eps_(eps) {}
@@ -40,7 +41,7 @@ class AdditionRule final : public AcceptanceRule {
   double eps_;
 };
 
-// Same acceptance, G* = Norm([p - q f]+) as the resampling distribution (seed 004, Eq. 5).
+// Same acceptance, G* = Norm([p - q f]+) as the resampling distribution (COOL-SD Eq. 5).
 class OptimalResampling final : public AcceptanceRule {
  public:
   explicit OptimalResampling(std::unique_ptr<AcceptanceRule> inner) : inner_(std::move(inner)) {
@@ -63,7 +64,7 @@ class OptimalResampling final : public AcceptanceRule {
 
 double cool_sd_omega(float delta, float nu, int i, int L) {
   // ω_i = δ exp(-ν i - μ) with exp(μ) = (1/L) Σ_{j=1..L} exp(-ν j), so that Σ_i exp(-ν i - μ) = L
-  // (seed 004, Eq. 10): the ω_i average to δ and decay with depth (annealing, Prop. 2).
+  // (COOL-SD Eq. 10): the ω_i average to δ and decay with depth (annealing, Prop. 2).
   L = std::max(1, L);
   i = std::clamp(i, 1, L);
   double mean = 0.0;

@@ -1,4 +1,4 @@
-// Factories for every acceptance rule of tessera (docs/methods.md). Each rule cites the seed and
+// Factories for every acceptance rule of tessera (docs/methods.md). Each rule cites the paper and
 // equation it implements in its own file.
 #pragma once
 
@@ -11,10 +11,11 @@
 
 namespace tessera::speculative {
 
-// exact: f = min(1, p/q), G = Norm([p - q]+) (seed 004, Eq. 1-2). Used by `sd` and `sjd`.
+// exact: f = min(1, p/q), G = Norm([p - q]+) (COOL-SD (Li et al., 2026) §3.1, Eq. 1-2). Used by
+// `sd` and `sjd`.
 std::unique_ptr<AcceptanceRule> make_exact_rule();
 
-// LANTERN (seed 000, §4.3, Alg. 1-2) and LANTERN++ (λ-rule; notes/relaxed_sd.md §1.2, §2).
+// LANTERN (Jang et al., 2025) §4.3, Alg. 1-2 and LANTERN++ (λ-rule, as jadohu/LANTERN's code).
 struct LanternParams {
   int k = 1000;            // neighbours considered
   float delta = 0.1f;      // TV budget δ (LANTERN)
@@ -35,9 +36,10 @@ void lantern_distorted_target(const LanternParams& params, const LatentNeighbour
                               std::span<const float> p, int token, std::span<float> out,
                               int* set_size);
 
-// GSD (seed 001, Alg. 3/5). Cluster C(x~) = tokens at sorted ranks [r - G/2, r + G/2) around the
-// rank r of x~ in the target's descending-sorted p, minus those with |p(y) - p(x~)| > δ or
-// embedding distance dist(x~, y) > d; f = min(1, p(C)/q(C)); G = Norm([p - q]+) (as SJD).
+// GSD (So et al., 2025) §4, Eq. 4, Alg. 3/5. Cluster C(x~) = tokens at sorted ranks
+// [r - G/2, r + G/2) around the rank r of x~ in the target's descending-sorted p, minus those
+// with |p(y) - p(x~)| > δ or embedding distance dist(x~, y) > d; f = min(1, p(C)/q(C));
+// G = Norm([p - q]+) (as SJD).
 struct GsdParams {
   int g = 10;
   float d = 0.5f;
@@ -50,10 +52,10 @@ std::unique_ptr<AcceptanceRule> make_gsd_rule(const GsdParams& params,
                                               int dim);
 
 // Relaxed ratio rules, all with vanilla residual Norm([p - q]+):
-//   uniform-rsd: f = min(1, δ p/q) (seed 004, Eq. 7 with ω_i = δ)
+//   uniform-rsd: f = min(1, δ p/q) (COOL-SD (Li et al., 2026) §3.2, Eq. 7 with ω_i = δ)
 //   cool-sd:     f = min(1, ω_i p/q), ω_i = δ exp(-ν i - μ), Σ_{i=1..L} exp(-ν i - μ) = L (Eq. 10)
-//   amplify:     f = min(1, k p/q)       (seed 001, §5 naive lossy baseline)
-//   addition:    f = min(1, (p + ε)/q)   (seed 001, §5 naive lossy baseline)
+//   amplify:     f = min(1, k p/q)       (GSD (So et al., 2025) §5, naive lossy baseline)
+//   addition:    f = min(1, (p + ε)/q)   (GSD §5, naive lossy baseline)
 std::unique_ptr<AcceptanceRule> make_uniform_rsd_rule(float delta);
 std::unique_ptr<AcceptanceRule> make_cool_sd_rule(float delta, float nu);
 std::unique_ptr<AcceptanceRule> make_amplify_rule(float k);
@@ -62,7 +64,7 @@ std::unique_ptr<AcceptanceRule> make_addition_rule(float eps);
 // ω_i of COOL-SD for i in [1, L] (Eq. 10), exposed for tests and docs.
 double cool_sd_omega(float delta, float nu, int i, int L);
 
-// Wraps a rule so that its resampling distribution is G* (seed 004, Eq. 5) ("--resample optimal").
+// Wraps a rule so that its resampling distribution is G* (COOL-SD Eq. 5) ("--resample optimal").
 std::unique_ptr<AcceptanceRule> with_optimal_resampling(std::unique_ptr<AcceptanceRule> rule);
 
 }  // namespace tessera::speculative
