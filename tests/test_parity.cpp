@@ -6,8 +6,8 @@
 #include <cmath>
 #include <string>
 
-#include "io/npy.h"
 #include "decode/session.h"
+#include "io/npy.h"
 #include "models/llamagen.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/tessera.h"

@@ -103,8 +103,7 @@ void Decoder::prefill(std::vector<ImageState*>& fresh) {
 
 VanillaDecoder::VanillaDecoder(const AutoregressiveModel& model, int max_images,
                                const DecoderSettings& settings, GenerateStats& stats)
-    : Decoder(model,
-              SessionOptions{.n_slots = max_images * (settings.sampling.uses_cfg() ? 2 : 1)},
+    : Decoder(model, SessionOptions{.n_slots = max_images * (settings.sampling.uses_cfg() ? 2 : 1)},
               settings, stats) {}
 
 void VanillaDecoder::round(std::vector<ImageState*>& active) {

@@ -15,8 +15,8 @@ struct ImageState {
   int id = 0;  // position in the generation, stable while the image lives
   Condition condition;
   CounterRng rng{0, 0};
-  int slot = -1;         // KV slot of the conditional sequence
-  int uncond_slot = -1;  // KV slot of the unconditional (CFG) sequence; -1 without guidance
+  int slot = -1;                // KV slot of the conditional sequence
+  int uncond_slot = -1;         // KV slot of the unconditional (CFG) sequence; -1 without guidance
   std::vector<int32_t> tokens;  // committed tokens, raster order
   int64_t round = 0;            // decoding rounds after the prefill
   bool prefilled = false, done = false;

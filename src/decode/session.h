@@ -14,11 +14,11 @@
 namespace tessera {
 
 struct SessionOptions {
-  int n_slots = 1;             // sequences held at once (an image takes one, two with CFG)
-  int extra_capacity = 0;      // positions per slot beyond prefix + tokens (draft nodes)
-  int max_new = 1;             // most rows one sequence appends in one decoding forward
+  int n_slots = 1;              // sequences held at once (an image takes one, two with CFG)
+  int extra_capacity = 0;       // positions per slot beyond prefix + tokens (draft nodes)
+  int max_new = 1;              // most rows one sequence appends in one decoding forward
   int max_outputs_per_seq = 1;  // most output rows per sequence in one forward
-  bool hidden_states = false;  // forwards may return hidden states (drafters that read them)
+  bool hidden_states = false;   // forwards may return hidden states (drafters that read them)
 };
 
 // One forward, described on the host. Rows are (sequence, new token) pairs: row r*n_new + j is
@@ -71,9 +71,9 @@ class Session {
   KVCache cache_;
   std::unique_ptr<ForwardWorkspace> workspace_;
   std::vector<uint8_t> in_use_;
-  Tensor index_buffer_;              // I32: tokens | positions | seq | past | output rows
-  Tensor mask_buffer_;               // U8, reserved on first use
-  std::vector<int32_t> staging_;     // host side of index_buffer_
+  Tensor index_buffer_;           // I32: tokens | positions | seq | past | output rows
+  Tensor mask_buffer_;            // U8, reserved on first use
+  std::vector<int32_t> staging_;  // host side of index_buffer_
   bool hidden_states_ = false;
   int64_t forwards_ = 0;
 };

@@ -12,8 +12,8 @@ std::vector<float> teacher_forced_logits(const AutoregressiveModel& model, const
   check(L <= info.n_tokens - 1, "forward: at most " + std::to_string(info.n_tokens - 1) +
                                     " tokens, got " + std::to_string(L));
   for (int32_t t : tokens)
-    check(t >= 0 && t < V, "token " + std::to_string(t) + " out of range [0, " +
-                               std::to_string(V) + ")");
+    check(t >= 0 && t < V,
+          "token " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")");
   SessionOptions so;
   so.max_new = std::max(L, 1);
   so.max_outputs_per_seq = std::max(L, 1);

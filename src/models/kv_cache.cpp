@@ -28,14 +28,14 @@ void KVCache::set_length(int seq, int length) {
 }
 
 void KVCache::remove(int seq, int from) {
-  check(from >= 0 && from <= len_.at(seq), "KV cache: cannot cut sequence " +
-                                               std::to_string(seq) + " back to " +
-                                               std::to_string(from));
+  check(from >= 0 && from <= len_.at(seq), "KV cache: cannot cut sequence " + std::to_string(seq) +
+                                               " back to " + std::to_string(from));
   len_[seq] = from;
 }
 
 // One position of one sequence is n_kv_head blocks of head_dim values per layer (the cache is
-// [seq, kv head, slot, head_dim]); copies go through the backend, so the cache may live on a device.
+// [seq, kv head, slot, head_dim]); copies go through the backend, so the cache may live on a
+// device.
 void KVCache::move_position(int seq, int from, int to) {
   const int64_t rows = static_cast<int64_t>(n_seq()) * n_kv_head_ * capacity_;
   for (std::vector<Tensor>* kv : {&k_, &v_})
@@ -50,10 +50,10 @@ void KVCache::move_position(int seq, int from, int to) {
 }
 
 void KVCache::copy(int src, int dst, int length) {
-  check(src >= 0 && src < n_seq() && dst >= 0 && dst < n_seq() && length >= 0 &&
-            length <= len_[src],
-        "KV cache: cannot copy " + std::to_string(length) + " positions of sequence " +
-            std::to_string(src) + " to " + std::to_string(dst));
+  check(
+      src >= 0 && src < n_seq() && dst >= 0 && dst < n_seq() && length >= 0 && length <= len_[src],
+      "KV cache: cannot copy " + std::to_string(length) + " positions of sequence " +
+          std::to_string(src) + " to " + std::to_string(dst));
   if (src == dst) {
     len_[dst] = length;
     return;
@@ -88,7 +88,8 @@ void KVCache::compact(int seq, int from, std::span<const int> keep) {
     prev = p;
   }
   for (size_t i = 0; i < keep.size(); ++i)
-    if (keep[i] != from + static_cast<int>(i)) move_position(seq, keep[i], from + static_cast<int>(i));
+    if (keep[i] != from + static_cast<int>(i))
+      move_position(seq, keep[i], from + static_cast<int>(i));
   len_[seq] = from + static_cast<int>(keep.size());
 }
 

@@ -10,8 +10,9 @@
 namespace tessera {
 
 std::vector<float> llamagen_rope_table(int grid, int head_dim, float base, int prefix_len) {
-  // Per axis hd/4 frequencies f_k = base^(-2k/half), half = hd/2 (notes §1.4). Angle list of
-  // token (r, c) = [r*f_0 .. r*f_{hd/4-1}, c*f_0 .. c*f_{hd/4-1}]; prefix rows stay zero.
+  // Per axis hd/4 frequencies f_k = base^(-2k/half), half = hd/2 (precompute_freqs_cis_2d in
+  // LlamaGen's autoregressive/models/gpt.py). Angle list of token (r, c) =
+  // [r*f_0 .. r*f_{hd/4-1}, c*f_0 .. c*f_{hd/4-1}]; prefix rows stay zero.
   const int half = head_dim / 2, quarter = half / 2;
   std::vector<float> freqs(quarter);
   for (int k = 0; k < quarter; ++k)
@@ -34,8 +35,8 @@ namespace {
 // LlamaGen's activations, reserved at the largest batch; a forward uses views of their first rows.
 struct LlamaGenWorkspace final : ForwardWorkspace {
   int rows = 0, outputs = 0;
-  Tensor x, h, qkv, att, gate, up;    // [rows, ...]
-  Tensor picked, normed, logits;      // [outputs, ...]
+  Tensor x, h, qkv, att, gate, up;  // [rows, ...]
+  Tensor picked, normed, logits;    // [outputs, ...]
   int max_rows() const override { return rows; }
   int max_outputs() const override { return outputs; }
 };
@@ -179,7 +180,8 @@ std::unique_ptr<ForwardWorkspace> LlamaGen::make_workspace(int max_rows, int max
   ws->outputs = static_cast<int>(O);
   ws->x = be.empty(DType::F32, {R, c.dim});
   ws->h = be.empty(DType::F32, {R, c.dim});
-  ws->qkv = be.empty(DType::F32, {R, static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim()});
+  ws->qkv =
+      be.empty(DType::F32, {R, static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim()});
   ws->att = be.empty(DType::F32, {R, c.dim});
   ws->gate = be.empty(DType::F32, {R, c.ffn_dim});
   ws->up = be.empty(DType::F32, {R, c.ffn_dim});

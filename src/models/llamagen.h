@@ -1,6 +1,7 @@
 // LlamaGen GPT (Sun et al., 2024): a Llama decoder over VQ image tokens, conditioned by a class
 // label (c2i) or T5 caption features (t2i) placed as prefix tokens. Names follow the official
-// state dict (docs/model_format.md); numerics follow ../shared/notes/llamagen.md.
+// state dict (docs/model_format.md); numerics follow LlamaGen's autoregressive/models/gpt.py
+// and generate.py.
 #pragma once
 
 #include <span>

@@ -162,8 +162,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
 std::vector<std::vector<int32_t>> generate_speculative(
     const AutoregressiveModel& target, const std::vector<const Condition*>& conds,
     const std::vector<uint64_t>& image_indices, const SamplingParams& params, uint64_t seed,
-    const LoopSettings& loop, const std::function<void(int64_t)>& on_tokens,
-    GenerateStats& stats) {
+    const LoopSettings& loop, const std::function<void(int64_t)>& on_tokens, GenerateStats& stats) {
   DecoderSettings s;
   s.sampling = params;
   s.seed = seed;

@@ -32,8 +32,7 @@ void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const
 }
 
 void JacobiDrafter::finish_round(ImageState& image, const DraftTree& tree,
-                                 const VerifyOutcome& outcome,
-                                 const TargetRound& target) {
+                                 const VerifyOutcome& outcome, const TargetRound& target) {
   std::vector<Carried>& kept = carried_[image.id];
   kept.clear();
   if (!outcome.rejected) return;  // every draft accepted: the next window starts fresh

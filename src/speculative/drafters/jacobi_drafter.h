@@ -1,5 +1,6 @@
-// Speculative Jacobi decoding's drafts (SJD, Teng et al. 2025; seed 001 §3 and
-// notes/jacobi_grouped_spatial.md §1.3-1.4): a window of L positions after the root. Positions
+// Speculative Jacobi decoding's drafts (SJD, Teng et al., 2025, as summarised in GSD (So et al.,
+// 2025) §2.3, Alg. 4, and as the SJD code's scheduler/jacobi_iteration_lumina_mgpt.py does): a
+// window of L positions after the root. Positions
 // the last round left unverified keep the target's sample from that round as their draft, with
 // the target's distribution of that round as q; new positions are initialised uniformly at
 // random over the vocabulary with one-hot q. Needs no model: the target verifies and drafts.

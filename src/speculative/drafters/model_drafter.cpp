@@ -19,7 +19,9 @@ SessionOptions draft_session(const SamplingParams& params, int max_depth, int ma
 
 ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params,
                            int max_depth, int max_images)
-    : model_(model), params_(params), session_(model, draft_session(params, max_depth, max_images)) {}
+    : model_(model),
+      params_(params),
+      session_(model, draft_session(params, max_depth, max_images)) {}
 
 void ModelDrafter::start(std::span<ImageState* const> images) {
   const bool cfg = params_.uses_cfg();

@@ -98,8 +98,7 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
       const int64_t n_keys = own + 1;
       const float* q = src + row * width + h * head_dim;
       const int64_t kvh = h / group;
-      const uint8_t* mrow =
-          mask ? mask + (r * b.n_new + j) * b.mask_stride : nullptr;
+      const uint8_t* mrow = mask ? mask + (r * b.n_new + j) * b.mask_stride : nullptr;
       // scores[s] = q . k_s over this head's contiguous key block (the same instructions for
       // every key, so a score does not depend on the batch, the position or the threads).
       const float* kh = kc + (seq * n_kv_head + kvh) * cap * head_dim;
