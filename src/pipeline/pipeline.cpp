@@ -107,6 +107,9 @@ bool Pipeline::has_decoder() const {
 void Pipeline::set_threads(int n) {
   impl_->backend->set_threads(n);
 }
+int Pipeline::threads() const {
+  return impl_->backend->threads();
+}
 int Pipeline::image_size() const {
   return impl_->config.gpt.grid *
          (impl_->config.has_vq ? impl_->config.vq.upsample_factor() : impl_->config.gpt.downsample);

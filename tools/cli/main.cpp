@@ -8,16 +8,14 @@
 #include <sstream>
 
 #include "bench_vanilla.h"
-#include "common/log.h"
 #include "default_model.h"
 #include "heatmap.h"
 #include "image_output.h"
-#include "io/npy.h"
-#include "io/png_writer.h"
 #include "mar_commands.h"
 #include "progress.h"
-#include "tensor/backend.h"
 #include "tessera/class_names.h"
+#include "tessera/image_io.h"
+#include "tessera/log.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
 #include "text_format.h"
@@ -548,7 +546,7 @@ int main(int argc, char** argv) {
       std::vector<int32_t> flat;
       for (const auto& gr : grids) flat.insert(flat.end(), gr.begin(), gr.end());
       if (!gen_tokens_out.empty()) {
-        write_npy(gen_tokens_out, DType::I32, {gen_n, cfg.grid, cfg.grid}, flat.data());
+        write_npy(gen_tokens_out, {gen_n, cfg.grid, cfg.grid}, flat);
         log_info("wrote " + gen_tokens_out);
       }
       if (!gen_out.empty()) {
@@ -607,8 +605,7 @@ int main(int argc, char** argv) {
       }
       const Condition cond = make_condition(fwd_cond, cfg);
       const auto logits = pipe->forward_logits(cond, tokens);
-      write_npy(fwd_out, DType::F32, {static_cast<int64_t>(tokens.size()) + 1, cfg.vocab_size},
-                logits.data());
+      write_npy(fwd_out, {static_cast<int64_t>(tokens.size()) + 1, cfg.vocab_size}, logits);
       log_info("wrote " + fwd_out);
     } else if (d->parsed()) {
       set_log_level(dec_common.quiet ? LogLevel::Quiet : LogLevel::Info);
@@ -627,13 +624,8 @@ int main(int argc, char** argv) {
       auto pipe = Pipeline::load(dec_common.model, lo);
       const GptConfig& cfg = pipe->config().gpt;
       if (!pipe->has_decoder()) throw Error(dec_common.model + " has no VQ decoder");
-      NpyArray a = read_npy(dec_tokens);
-      std::vector<int32_t> ids;
-      try {
-        ids = a.as_i32();
-      } catch (const Error& e) {
-        throw Error(dec_tokens + ": " + e.what());
-      }
+      const NpyData<int32_t> a = read_npy_ints(dec_tokens);
+      const std::vector<int32_t>& ids = a.values;
       const int64_t per = static_cast<int64_t>(cfg.grid) * cfg.grid;
       const bool shape_ok =
           (a.shape.size() == 2 && a.shape[0] == cfg.grid && a.shape[1] == cfg.grid) ||
@@ -641,10 +633,10 @@ int main(int argc, char** argv) {
           (a.shape.size() == 3 && a.shape[1] == cfg.grid && a.shape[2] == cfg.grid) ||
           (a.shape.size() == 2 && a.shape[1] == per);
       if (!shape_ok || ids.empty())
-        throw Error(dec_tokens + ": token array has shape " + shape_str(a.shape) + "; expected [" +
-                    std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) + "], [n, " +
-                    std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) + "] or [n, " +
-                    std::to_string(per) + "]");
+        throw Error(dec_tokens + ": token array has shape " + shape_string(a.shape) +
+                    "; expected [" + std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) +
+                    "], [n, " + std::to_string(cfg.grid) + ", " + std::to_string(cfg.grid) +
+                    "] or [n, " + std::to_string(per) + "]");
       for (int32_t t : ids)
         if (t < 0 || t >= cfg.vocab_size)
           throw Error(dec_tokens + ": token " + std::to_string(t) + " out of range [0, " +
@@ -729,7 +721,7 @@ int main(int argc, char** argv) {
         }
         nlohmann::json j = {{"model", b_common.model},
                             {"draft", b_gen.spec.draft_model},
-                            {"threads", cpu_backend().threads()},
+                            {"threads", pipe->threads()},
                             {"images", b_n},
                             {"batch", b_gen.batch},
                             {"seed", b_gen.seed},
@@ -748,7 +740,7 @@ int main(int argc, char** argv) {
               b_gen.spec.draft_model.empty() ? "-" : b_gen.spec.draft_model.c_str(), b_n,
               b_gen.batch, static_cast<unsigned long long>(b_gen.seed), b_cfg,
               b_gen.sampling.temperature, b_gen.sampling.top_k, b_gen.sampling.top_p,
-              cpu_backend().threads());
+              pipe->threads());
           std::printf("%-12s %10s %8s %7s %9s %9s %8s %8s %8s %8s %9s\n", "method", "s/image",
                       "speed-up", "MAL", "NFE/img", "draft fw", "target%", "draft%", "verify%",
                       "acc@1", "rules/fw");
