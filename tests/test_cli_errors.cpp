@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "io/npy.h"
-#include "io/png_writer.h"
 #include "io/safetensors.h"
+#include "tessera/image_io.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "io/npy.h"
-#include "io/png_writer.h"
 #include "io/safetensors.h"
 #include "models/weights.h"
 #include "tensor/backend.h"
 #include "tessera/error.h"
+#include "tessera/image_io.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;

@@ -79,6 +79,7 @@ class MarPipeline {
   const ModelConfig& config() const;
   bool has_decoder() const;
   void set_threads(int n);
+  int threads() const;  // CPU threads the engine runs on
 
   // One image per label (a class id, or -1 for the unconditional embedding): tokens
   // [seq_len * token_dim] each (MAR's scaled latents, raster order).

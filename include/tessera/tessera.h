@@ -126,6 +126,7 @@ class Pipeline {
   const ModelConfig& config() const;
   bool has_decoder() const;
   void set_threads(int n);
+  int threads() const;  // CPU threads the engine runs on
 
   // One token grid (grid*grid ids, raster order) per condition.
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,

@@ -1,14 +1,12 @@
-// Minimal leveled logging to stderr; the CLI's --quiet turns info messages off.
+// Logging inside the engine: the public levels and info lines (tessera/log.h), plus debug lines.
 #pragma once
 
 #include <string>
 
+#include "tessera/log.h"
+
 namespace tessera {
 
-enum class LogLevel { Quiet = 0, Info = 1, Debug = 2 };
-void set_log_level(LogLevel level);
-LogLevel log_level();
-void log_info(const std::string& msg);
 void log_debug(const std::string& msg);
 
 }  // namespace tessera

@@ -1,4 +1,4 @@
-#include "io/png_writer.h"
+#include "tessera/image_io.h"
 
 #include <png.h>
 

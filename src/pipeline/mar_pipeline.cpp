@@ -81,6 +81,9 @@ bool MarPipeline::has_decoder() const {
 void MarPipeline::set_threads(int n) {
   set_cpu_threads(n);
 }
+int MarPipeline::threads() const {
+  return cpu_threads();
+}
 int MarPipeline::image_size() const {
   return impl_->config.mar.image_size;
 }

@@ -109,6 +109,9 @@ bool Pipeline::has_decoder() const {
 void Pipeline::set_threads(int n) {
   set_cpu_threads(n);
 }
+int Pipeline::threads() const {
+  return cpu_threads();
+}
 int Pipeline::image_size() const {
   return impl_->config.gpt.grid *
          (impl_->config.has_vq ? impl_->config.vq.upsample_factor() : impl_->config.gpt.downsample);

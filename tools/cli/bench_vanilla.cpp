@@ -6,10 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "common/log.h"
-#include "tensor/cpu/bandwidth.h"
-#include "tensor/cpu/cpu_backend.h"
+#include "tessera/bandwidth.h"
 #include "tessera/error.h"
+#include "tessera/log.h"
 #include "tessera/tessera.h"
 #include "text_format.h"
 
@@ -135,7 +134,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
     if (K > grid_tokens)
       throw Error("--tokens must be at most " + std::to_string(grid_tokens) + " (" + t.dir + ")");
   }
-  const int threads = cpu_threads();
+  const int threads = models[0].pipe->threads();
 
   // Warm-up: page in every model's mapped weights before anything is timed.
   for (Timed& t : models) t.pipe->generate(t.conds, generate_options(o, std::min(K, 2)));
@@ -149,7 +148,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       t.rounds.push_back(time_once(t, o, K));
     }
   }
-  const double machine = measure_read_bandwidth_gbs();
+  const double machine = memory_read_bandwidth_gbs();
 
   nlohmann::json j = model_json(models[0], machine);
   j["threads"] = threads;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "io/png_writer.h"
+#include "tessera/image_io.h"
 
 namespace tessera::cli {
 

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/log.h"
-#include "io/png_writer.h"
+#include "tessera/image_io.h"
+#include "tessera/log.h"
 
 namespace tessera::cli {
 

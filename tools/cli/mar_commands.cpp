@@ -5,12 +5,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common/log.h"
 #include "heatmap.h"
 #include "image_output.h"
-#include "io/npy.h"
 #include "progress.h"
-#include "tensor/cpu/cpu_backend.h"
+#include "tessera/image_io.h"
+#include "tessera/log.h"
 #include "text_format.h"
 
 namespace tessera::cli {
@@ -92,7 +91,7 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   std::vector<float> flat;
   for (const auto& im : images) flat.insert(flat.end(), im.begin(), im.end());
   if (!out.latents.empty()) {
-    write_npy(out.latents, DType::F32, {o.n, c.seq_len(), c.token_dim()}, flat.data());
+    write_npy(out.latents, {o.n, c.seq_len(), c.token_dim()}, flat);
     log_info("wrote " + out.latents);
   }
   if (!out.png.empty()) {
@@ -116,22 +115,22 @@ void mar_forward(const MarRunOptions& o, const std::string& latents, const std::
   auto pipe = load(o, false);
   const MarConfig& c = pipe->config().mar;
   if (latents.empty()) throw Error("forward on a MAR model needs --latents L.npy");
-  NpyArray a = read_npy(latents);
-  std::vector<float> tokens = a.as_f32();
+  const NpyData<float> a = read_npy_floats(latents);
+  const std::vector<float>& tokens = a.values;
   if (static_cast<int64_t>(tokens.size()) != static_cast<int64_t>(c.seq_len()) * c.token_dim())
-    throw Error(latents + ": latent array has shape " + shape_str(a.shape) + "; expected [" +
+    throw Error(latents + ": latent array has shape " + shape_string(a.shape) + "; expected [" +
                 std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
   std::vector<uint8_t> mask(c.seq_len(), 0);
   if (!unknown.empty()) {
-    NpyArray m = read_npy(unknown);
-    const std::vector<float> v = m.as_f32();
+    const NpyData<float> m = read_npy_floats(unknown);
+    const std::vector<float>& v = m.values;
     if (static_cast<int>(v.size()) != c.seq_len())
-      throw Error(unknown + ": mask has shape " + shape_str(m.shape) + "; expected [" +
+      throw Error(unknown + ": mask has shape " + shape_string(m.shape) + "; expected [" +
                   std::to_string(c.seq_len()) + "]");
     for (int i = 0; i < c.seq_len(); ++i) mask[i] = v[i] != 0.0f;
   }
   const std::vector<float> z = pipe->forward_z(label, tokens, mask);
-  write_npy(z_out, DType::F32, {c.seq_len(), c.dim}, z.data());
+  write_npy(z_out, {c.seq_len(), c.dim}, z);
   log_info("wrote " + z_out);
 }
 
@@ -140,13 +139,13 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
   auto pipe = load(o, true);
   const MarConfig& c = pipe->config().mar;
   if (!pipe->has_decoder()) throw Error(o.model + " has no VAE decoder");
-  NpyArray a = read_npy(latents);
-  const std::vector<float> v = a.as_f32();
+  const NpyData<float> a = read_npy_floats(latents);
+  const std::vector<float>& v = a.values;
   const int64_t per = static_cast<int64_t>(c.seq_len()) * c.token_dim();
   const bool ok = !v.empty() && static_cast<int64_t>(v.size()) % per == 0 && a.shape.size() >= 2 &&
                   a.shape.back() == c.token_dim() && a.shape[a.shape.size() - 2] == c.seq_len();
   if (!ok)
-    throw Error(latents + ": latent array has shape " + shape_str(a.shape) + "; expected [n, " +
+    throw Error(latents + ": latent array has shape " + shape_string(a.shape) + "; expected [n, " +
                 std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
   const int n = static_cast<int>(static_cast<int64_t>(v.size()) / per);
   write_pngs(pipe->decode(v, n), n, pipe->image_size(), png, grid,
@@ -196,7 +195,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
   }
   nlohmann::json j = {{"model", o.model},
                       {"draft", o.gen.spec.draft_model},
-                      {"threads", cpu_threads()},
+                      {"threads", pipe->threads()},
                       {"images", o.n},
                       {"steps", o.gen.sampling.num_iter},
                       {"cfg", o.gen.sampling.cfg_scale},
@@ -214,7 +213,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
       "%d threads\n",
       o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
       o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
-      o.gen.sampling.temperature, o.gen.spec.prefill, cpu_threads());
+      o.gen.sampling.temperature, o.gen.spec.prefill, pipe->threads());
   std::printf("%-15s %5s %5s %9s %8s %7s %7s %7s %8s %8s %8s %8s\n", "method", "batch", "gamma",
               "s/image", "speed-up", "accept", "tgt fw", "dft fw", "tgt-tf%", "tgt-hd%", "draft%",
               "verify%");

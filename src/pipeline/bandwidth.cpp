@@ -1,0 +1,12 @@
+// The public bandwidth probe (tessera/bandwidth.h) over the CPU backend's measurement.
+#include "tessera/bandwidth.h"
+
+#include "tensor/cpu/bandwidth.h"
+
+namespace tessera {
+
+double memory_read_bandwidth_gbs(size_t bytes, int repeats) {
+  return measure_read_bandwidth_gbs(bytes, repeats);
+}
+
+}  // namespace tessera

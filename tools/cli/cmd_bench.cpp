@@ -1,0 +1,122 @@
+// tessera bench: vanilla decoding speed against memory bandwidth (bench_vanilla), speculative
+// methods against vanilla (bench_methods), or MAR's continuous methods (mar_bench).
+#include <memory>
+
+#include "bench_methods.h"
+#include "bench_vanilla.h"
+#include "commands.h"
+#include "common.h"
+#include "mar_commands.h"
+
+namespace tessera::cli {
+
+namespace {
+
+struct BenchArgs {
+  CommonOpts common;
+  int n = 1, tokens = 0, class_id = 0;
+  bool torch = false, json = false;
+  std::string against;
+  int repeat = 1;
+  std::string methods;
+  GenerateOptions gen;  // --cfg, --temperature, ... and the speculative flags
+  MarOnly mar;
+  std::string draft_lens, batches;  // MAR sweeps
+};
+
+int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
+  if (!a.against.empty() || a.repeat != 1)
+    throw Error("--against and --repeat are for LlamaGen models; MAR benches with --methods");
+  CondOpts bc;
+  bc.class_id = a.class_id;
+  MarRunOptions mo = mar_run(a.common, bc, a.n, a.gen, a.mar, &b);
+  MarBenchOptions mb;
+  mb.methods = split_list(a.methods);
+  for (const auto& x : split_list(a.draft_lens))
+    mb.draft_lens.push_back(parse_int(x, "--draft-lens"));
+  for (const auto& x : split_list(a.batches)) mb.batches.push_back(parse_int(x, "--batches"));
+  mb.json = a.json;
+  mar_bench(mo, mb);
+  return 0;
+}
+
+int run_bench(BenchArgs& a, const CLI::App& b) {
+  apply_quiet(a.common);
+  if (is_mar(a.common.model)) return run_mar_bench(a, b);
+  // Like generate, bench samples with the model's own settings unless flags say otherwise.
+  apply_model_sampling_defaults(load_model_config(a.common.model).sampling, b, a.gen.sampling);
+  if (!a.methods.empty()) {
+    if (a.torch) throw Error("--torch and --methods are separate benchmarks");
+    if (!a.against.empty() || a.repeat != 1)
+      throw Error("--against and --repeat time vanilla decoding; drop --methods");
+    if (a.tokens > 0) throw Error("--methods generates whole images; drop --tokens");
+    MethodsBenchOptions mo;
+    mo.model = a.common.model;
+    mo.threads = a.common.threads;
+    mo.quiet = a.common.quiet;
+    mo.n = a.n;
+    mo.class_id = a.class_id;
+    mo.methods = split_list(a.methods);
+    mo.gen = a.gen;
+    mo.json = a.json;
+    bench_methods(mo);
+    return 0;
+  }
+  if (!a.against.empty() && is_mar(a.against))
+    throw Error("--against: " + a.against + " is a MAR model; vanilla LlamaGen benches only");
+  VanillaBenchOptions vo;
+  vo.model = a.common.model;
+  vo.against = a.against;
+  vo.threads = a.common.threads;
+  vo.n = a.n;
+  vo.tokens = a.tokens;
+  vo.class_id = a.class_id;
+  vo.sampling = a.gen.sampling;
+  vo.repeat = a.repeat;
+  vo.torch = a.torch;
+  vo.json = a.json;
+  bench_vanilla(vo);
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* b =
+      app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
+  add_common(b, a->common);
+  b->add_option("-n,--n", a->n, "Images (generated as one batch)")->check(int_at_least(1));
+  b->add_option("--tokens", a->tokens, "Tokens per image (default: the whole grid)")
+      ->check(int_at_least(0));
+  b->add_option("--cfg", a->gen.sampling.cfg_scale, "Guidance scale (> 1 runs both halves)")
+      ->capture_default_str();
+  b->add_option("--class", a->class_id, "Class label (c2i)");
+  b->add_flag("--torch", a->torch,
+              "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
+  b->add_flag("--json", a->json, "Print one JSON object instead of a table");
+  b->add_option("--against", a->against,
+                "Time a second model directory in the same rounds (e.g. the same weights in f32) "
+                "and report the tokens/s ratio");
+  b->add_option("--repeat", a->repeat,
+                "Measured rounds (order alternates between models; medians are reported)")
+      ->check(int_at_least(1));
+  b->add_option("--methods", a->methods,
+                "Compare methods (comma-separated, e.g. sd,lantern,cool-sd) against vanilla on the "
+                "same classes and seeds in this run");
+  b->add_option("-b,--batch", a->gen.batch, "Images generated together (--methods)")
+      ->check(int_at_least(1));
+  b->add_option("-s,--seed", a->gen.seed, "Random seed (--methods)");
+  b->add_option("--temperature", a->gen.sampling.temperature, "Sampling temperature")
+      ->capture_default_str();
+  b->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();
+  b->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
+  add_spec_options(b, a->gen.spec);
+  add_mar_options(b, a->mar);
+  b->add_option("--draft-lens", a->draft_lens,
+                "MAR --methods: draft lengths to sweep, e.g. 4,8,16,32");
+  b->add_option("--batches", a->batches, "MAR --methods: batch sizes to sweep, e.g. 1,8,32");
+  return {b, [a, b] { return run_bench(*a, *b); }};
+}
+
+}  // namespace tessera::cli

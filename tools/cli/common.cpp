@@ -1,0 +1,207 @@
+#include "common.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "tessera/log.h"
+#include "tessera/mar.h"
+
+namespace tessera::cli {
+
+namespace fs = std::filesystem;
+
+void add_common(CLI::App* cmd, CommonOpts& o, bool model_required) {
+  auto* m = cmd->add_option("-m,--model", o.model, "Model directory (config.json + safetensors)");
+  if (model_required) m->required();
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
+      ->check(int_at_least(0));
+  cmd->add_flag("-q,--quiet", o.quiet, "No progress or info messages on stderr");
+}
+
+void apply_quiet(const CommonOpts& o) {
+  set_log_level(o.quiet ? LogLevel::Quiet : LogLevel::Info);
+}
+
+Condition make_condition(const CondOpts& c, const GptConfig& cfg) {
+  const int given = (c.class_id >= 0) + !c.caption.empty() + c.uncond;
+  if (given != 1)
+    throw Error(cfg.is_c2i() ? "give exactly one of --class N or --uncond"
+                             : "give exactly one of --caption FILE or --uncond");
+  if (c.uncond) return Condition::unconditional();
+  if (!c.caption.empty()) return Condition::caption_file(c.caption, cfg);
+  if (!cfg.is_c2i())
+    throw Error("this model is text-conditional (t2i): use --caption, not --class");
+  if (c.class_id >= cfg.num_classes)
+    throw Error("class " + std::to_string(c.class_id) + " out of range [0, " +
+                std::to_string(cfg.num_classes) + ")");
+  return Condition::label(c.class_id);
+}
+
+CLI::Validator int_at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        size_t used = 0;
+        long long x = 0;
+        try {
+          x = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || used == 0) return "'" + v + "' is not an integer";
+        if (x < min) return "must be at least " + std::to_string(min) + ", got " + v;
+        return "";
+      },
+      "INT>=" + std::to_string(min));
+}
+
+void check_output_path(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir))
+    throw Error(std::string(flag) + " " + path + ": directory " + dir.string() + " does not exist");
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int parse_int(const std::string& v, const char* flag) {
+  size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || x < 1)
+    throw Error(std::string(flag) + ": '" + v + "' is not a positive integer");
+  return x;
+}
+
+bool is_mar(const std::string& dir) {
+  return !dir.empty() && model_architecture(dir) == "mar";
+}
+
+void add_spec_options(CLI::App* cmd, SpeculativeOptions& o) {
+  cmd->add_option("--method", o.method,
+                  "vanilla|sd|sjd|lantern|lantern++|gsd|uniform-rsd|cool-sd|amplify|addition")
+      ->capture_default_str();
+  cmd->add_option("--draft", o.draft_model,
+                  "Draft model directory (same VQ vocabulary); without it drafts come from "
+                  "Jacobi iteration");
+  cmd->add_option("--draft-len", o.draft_len,
+                  "Draft tokens per round (default 5); with Jacobi drafts the window incl. the "
+                  "last token (default 16)")
+      ->check(int_at_least(1));
+  cmd->add_option("--resample", o.resample,
+                  "Resampling at a rejection: vanilla (the method's own) or optimal (G*, seed 004 "
+                  "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
+  cmd->add_option("--lantern-k", o.lantern_k, "LANTERN neighbours k (default 1000; lantern++: 10)")
+      ->check(int_at_least(1));
+  cmd->add_option("--lantern-delta", o.lantern_delta, "LANTERN total-variation budget δ")
+      ->capture_default_str();
+  cmd->add_option("--lantern-lambda", o.lantern_lambda, "LANTERN++ λ")->capture_default_str();
+  cmd->add_option("--lantern-metric", o.lantern_metric, "Latent distance: l2 or cosine")
+      ->capture_default_str();
+  cmd->add_flag("--lantern-reference", o.lantern_reference,
+                "The published code's B_k (k others), <= test and residual (docs/methods.md)");
+  cmd->add_option("--gsd-g", o.gsd_g, "GSD cluster size G")->capture_default_str();
+  cmd->add_option("--gsd-d", o.gsd_d, "GSD embedding-distance threshold d")->capture_default_str();
+  cmd->add_option("--gsd-delta", o.gsd_delta, "GSD probability-gap threshold δ")
+      ->capture_default_str();
+  cmd->add_option("--gsd-embedding", o.gsd_embedding,
+                  "GSD distance embedding: tokens (target input embeddings) or codebook")
+      ->capture_default_str();
+  cmd->add_option("--rsd-delta", o.rsd_delta, "UniformRSD relaxation ω = δ")->capture_default_str();
+  cmd->add_option("--cool-delta", o.cool_delta, "COOL-SD relaxation budget δ")
+      ->capture_default_str();
+  cmd->add_option("--cool-nu", o.cool_nu, "COOL-SD decay ν")->capture_default_str();
+  cmd->add_option("--amplify-k", o.amplify_k, "Amplify factor k")->capture_default_str();
+  cmd->add_option("--addition-eps", o.addition_eps, "Addition ε")->capture_default_str();
+}
+
+void add_mar_options(CLI::App* cmd, MarOnly& o) {
+  cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (64; 256 = one token per step)")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--cfg-schedule", o.cfg_schedule, "MAR: guidance schedule, linear or constant")
+      ->capture_default_str();
+  cmd->add_option("--prefill", o.prefill,
+                  "MAR cspd*: fraction of the steps run by the target first (seed 002 §3.2)")
+      ->capture_default_str();
+  cmd->add_option("--inner-temperature", o.inner_temperature,
+                  "MAR cspd-reference: the published code's inner temperature")
+      ->capture_default_str();
+  cmd->add_option("--cspd-test-step", o.test_step,
+                  "MAR cspd-exact: respaced diffusion step tested (default: half way)");
+  cmd->add_option("--max-resample-tries", o.max_tries,
+                  "MAR cspd*: accept-reject tries before falling back to the target mean")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+}
+
+MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
+                      const GenerateOptions& g, const MarOnly& m, const CLI::App* cmd) {
+  if (!cond.caption.empty())
+    throw Error("MAR models are class-conditional: use --class, not --caption");
+  MarRunOptions o;
+  o.model = common.model;
+  o.threads = common.threads;
+  o.quiet = common.quiet;
+  o.class_id = cond.class_id;
+  o.uncond = cond.uncond;
+  o.n = n;
+  MarGenerateOptions& mg = o.gen;
+  mg.seed = g.seed;
+  mg.batch = g.batch;
+  const bool given_cfg = cmd && cmd->count("--cfg") > 0;
+  mg.sampling.cfg_scale = given_cfg ? g.sampling.cfg_scale : 1.0f;
+  mg.sampling.temperature = cmd && cmd->count("--temperature") > 0 ? g.sampling.temperature : 1.0f;
+  // MAR's default of 64 steps, capped at the model's tokens (a small model may have fewer).
+  mg.sampling.num_iter = cmd && cmd->count("--steps") > 0 ? m.steps : 0;
+  mg.sampling.cfg_schedule = m.cfg_schedule;
+  mg.spec.method = g.spec.method;
+  mg.spec.draft_model = g.spec.draft_model;
+  mg.spec.draft_len = g.spec.draft_len > 0 ? g.spec.draft_len : 8;
+  mg.spec.prefill = m.prefill;
+  mg.spec.inner_temperature = m.inner_temperature;
+  mg.spec.exact_test_step = m.test_step;
+  mg.spec.max_resample_tries = m.max_tries;
+  return o;
+}
+
+void apply_model_sampling_defaults(const SamplingDefaults& d, const CLI::App& cmd,
+                                   SamplingOptions& s) {
+  std::string used;
+  auto take = [&](const char* flag, const auto& value, auto& field) {
+    if (!value || cmd.count(flag) > 0) return;
+    field = *value;
+    std::ostringstream v;
+    v << *value;
+    used += std::string(used.empty() ? "" : ", ") + (flag + 2) + " " + v.str();
+  };
+  take("--cfg", d.cfg, s.cfg_scale);
+  take("--temperature", d.temperature, s.temperature);
+  take("--top-k", d.top_k, s.top_k);
+  take("--top-p", d.top_p, s.top_p);
+  if (!used.empty()) log_info("the model's sampling settings (config.json): " + used);
+}
+
+namespace {
+int model_num_classes(const std::string& dir) {
+  const ModelConfig mc = load_model_config(dir);
+  return mc.is_mar() ? mc.mar.num_classes : (mc.gpt.is_c2i() ? mc.gpt.num_classes : 0);
+}
+}  // namespace
+
+ClassNames model_class_names(const std::string& dir) {
+  if (!ClassNames::present(dir))
+    throw Error(dir + " has no classes.json (class names); use --class N");
+  return ClassNames::load(dir, model_num_classes(dir));
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,72 @@
+// Option structs and helpers shared by the subcommands (cmd_*.cpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "mar_commands.h"
+#include "tessera/class_names.h"
+#include "tessera/tessera.h"
+
+namespace tessera::cli {
+
+// -m, -t and -q of every subcommand.
+struct CommonOpts {
+  std::string model;
+  int threads = 0;
+  bool quiet = false;
+};
+void add_common(CLI::App* cmd, CommonOpts& o, bool model_required = true);
+// Sets the log level from --quiet.
+void apply_quiet(const CommonOpts& o);
+
+// What an image is conditioned on: --class, --caption or --uncond.
+struct CondOpts {
+  int class_id = -1;
+  std::string caption;
+  bool uncond = false;
+};
+Condition make_condition(const CondOpts& c, const GptConfig& cfg);
+
+// Integers >= min, with a message that says so (CLI11's PositiveNumber prints a float range).
+CLI::Validator int_at_least(long long min);
+
+// Fails before any work when an output file's directory does not exist.
+void check_output_path(const std::string& path, const char* flag);
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_list(const std::string& s);
+// A positive integer from a list item of `flag`.
+int parse_int(const std::string& v, const char* flag);
+
+bool is_mar(const std::string& dir);
+
+// The speculative-decoding flags of generate and bench; each method's parameters carry its name.
+void add_spec_options(CLI::App* cmd, SpeculativeOptions& o);
+
+// MAR-only flags of generate and bench.
+struct MarOnly {
+  int steps = 64;
+  std::string cfg_schedule = "linear";
+  float prefill = 0.05f;
+  float inner_temperature = 42.0f;
+  int test_step = -1;
+  int max_tries = 100;
+};
+void add_mar_options(CLI::App* cmd, MarOnly& o);
+
+// The MAR run options from the shared flags. MAR's own defaults (main_mar.py) apply where a shared
+// flag was not given: cfg 1.0 (no guidance), temperature 1.0, draft length 8. cmd: the parsed
+// subcommand (null: no flag was given).
+MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
+                      const GenerateOptions& g, const MarOnly& m, const CLI::App* cmd);
+
+// The model's recommended sampling settings (config.json "sampling") for each flag not given.
+void apply_model_sampling_defaults(const SamplingDefaults& d, const CLI::App& cmd,
+                                   SamplingOptions& s);
+
+// The class names of a model directory (classes.json); an Error when it has none.
+ClassNames model_class_names(const std::string& dir);
+
+}  // namespace tessera::cli

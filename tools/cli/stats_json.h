@@ -1,0 +1,14 @@
+// JSON of a LlamaGen generation's statistics (generate --stats-out, bench --methods).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tessera/tessera.h"
+
+namespace tessera::cli {
+
+// Aggregates, the time split and one "per_image" entry per image.
+nlohmann::json stats_json(const GenerateStats& st, const std::string& method);
+
+}  // namespace tessera::cli
