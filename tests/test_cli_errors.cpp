@@ -19,6 +19,7 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "tessera/image_io.h"
+#include "tessera/methods.h"
 
 namespace fs = std::filesystem;
 using namespace tessera;
@@ -344,6 +345,18 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"GsdEmbeddingUnknown",
                  with(kGenC2i, {"--class", "3", "--method", "gsd", "--gsd-embedding", "clip"}),
                  {"--gsd-embedding", "clip"}},
+        FlagCase{"GsdGTooSmall",
+                 with(kGenC2i, {"--class", "3", "--method", "gsd", "--gsd-g", "1"}),
+                 {"--gsd-g must be >= 2"}},
+        FlagCase{"CoolDeltaZero",
+                 with(kGenC2i, {"--class", "3", "--method", "cool-sd", "--cool-delta", "0"}),
+                 {"--cool-delta must be > 0"}},
+        FlagCase{"LanternKNotAnInteger",
+                 with(kGenC2i, {"--class", "3", "--method", "lantern", "--lantern-k", "2.5"}),
+                 {"--lantern-k"}},
+        FlagCase{"CspdMethodOnLlamaGen",
+                 with(kGenC2i, {"--class", "3", "--method", "cspd"}),
+                 {"--method", "cspd", "MAR"}},
         FlagCase{"JacobiWindowTooShort",
                  with(kGenC2i, {"--class", "3", "--method", "sjd", "--draft-len", "1"}),
                  {"--draft-len"}},
@@ -393,6 +406,66 @@ INSTANTIATE_TEST_SUITE_P(
                   "-o", "%/a.png"},
                  {"diff_xT.npy", "[n, 16, 16]"}}),
     [](const ::testing::TestParamInfo<FlagCase>& i) { return std::string(i.param.name); });
+
+// ---- method flags, built from the registry (tessera/methods.h) --------------------------------
+
+// The CLI's flag for a parameter: "lantern.k" -> --lantern-k.
+std::string flag_of(const std::string& param) {
+  std::string f = "--" + param;
+  std::replace(f.begin(), f.end(), '.', '-');
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
+TEST_F(CliOutput, EveryMethodAndParameterIsOnTheCommandLine) {
+  for (const char* sub : {"generate", "bench"}) {
+    const CliResult r = run({sub, "--help"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    for (const MethodInfo& m : registered_methods()) {
+      EXPECT_NE(r.out.find(m.name), std::string::npos) << sub << ": method " << m.name;
+      for (const ParamInfo& p : m.params)
+        EXPECT_NE(r.out.find("  " + flag_of(p.name) + " "), std::string::npos)
+            << sub << ": " << flag_of(p.name) << " (" << m.name << ") missing from:\n"
+            << r.out;
+    }
+  }
+}
+
+// Every value parameter of every method, given a value outside what it accepts (all numeric
+// parameters have a lower bound; choices refuse an unknown word), fails with exit code 1 and one
+// line "error: --<flag> ...".
+TEST_F(CliErrors, RegistryFlagOutOfRangeNamesTheFlag) {
+  int checked = 0;
+  for (const MethodInfo& m : registered_methods()) {
+    if (m.tokens == TokenKind::Any) continue;
+    const bool mar = m.tokens == TokenKind::Continuous;
+    std::vector<std::string> base =
+        mar ? with(std::vector<std::string>{"generate", "-m", fixture("../mar/target_f32"),
+                                            "--latents-out", tmp("z.npy"), "--class", "1"},
+                   {"--draft", fixture("../mar/draft_f32")})
+            : std::vector<std::string>{
+                  "generate", "-m", fixture("c2i_f32"), "--tokens-out", tmp("t.npy"),
+                  "--class",  "3"};
+    if (!mar && m.drafts == DraftSource::DraftModel)
+      base = with(base, {"--draft", fixture("../spec/tiny_draft")});
+    for (const ParamInfo& p : m.params) {
+      if (p.type == ParamType::Switch || (p.type != ParamType::Choice && p.range.empty()) ||
+          p.range.rfind("<", 0) == 0)
+        continue;  // no value is refused (switches), or no lower bound to go under
+      const std::string flag = flag_of(p.name);
+      const std::string bad = p.type == ParamType::Choice ? "no-such-choice" : "-1000000";
+      const std::vector<std::string> args = with(base, {"--method", m.name, flag, bad});
+      SCOPED_TRACE(m.name + " " + flag + " " + bad);
+      const CliResult r = run(args);
+      ASSERT_TRUE(r.exited) << r.err;
+      EXPECT_EQ(r.code, 1) << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+      EXPECT_EQ(r.err.rfind("error: " + flag + " ", 0), 0u) << r.err;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 15);
+}
 
 // ---- caption and token files -------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ MarGenerateOptions options(const std::string& method, const std::string& draft, 
   o.spec.method = method;
   o.spec.draft_model = draft.empty() ? "" : kDir + draft;
   o.spec.draft_len = 1;  // each window is one MAR step: the target sees what it sees alone
-  o.spec.prefill = 0.0f;
+  o.spec.params["prefill"] = 0.0;
   return o;
 }
 
@@ -92,7 +92,7 @@ TEST(CspdLoop, ExactVariantSamplesTheTargetDistribution) {
   };
   for (const Case c : {Case{"draft_f32", 90}, Case{"target_f16", 50}}) {
     MarGenerateOptions o = options("cspd-exact", c.draft, 12);
-    o.spec.exact_test_step = c.test_step;
+    o.spec.params["cspd.test_step"] = int64_t{c.test_step};
     MarStats st;
     const auto exact = target->generate(labels, o, &st);
     const Comparison cmp = compare(vanilla, exact, kL, kD);

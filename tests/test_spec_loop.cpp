@@ -267,7 +267,8 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
       ls.drafter = &drafter;
       ls.draft_len = 2;
       GenerateStats st;
-      auto grids = speculative::generate_speculative(target, conds, idx, params, o.seed, ls, {}, st);
+      auto grids =
+          speculative::generate_speculative(target, conds, idx, params, o.seed, ls, {}, st);
       auto& dst = rule == &broken ? bad : fine;
       dst.insert(dst.end(), grids.begin(), grids.end());
     }
@@ -286,8 +287,9 @@ struct RoundAnalysis {
 };
 
 // Output distribution of one round of relaxed SD (COOL-SD Alg. 1) after x0, and Eq. 4's bound.
-RoundAnalysis analyse_round(Conditionals& P, Conditionals& Q, const speculative::AcceptanceRule& rule,
-                            int L, int n_tokens, const std::map<Seq, double>& target) {
+RoundAnalysis analyse_round(Conditionals& P, Conditionals& Q,
+                            const speculative::AcceptanceRule& rule, int L, int n_tokens,
+                            const std::map<Seq, double>& target) {
   RoundAnalysis a;
   const auto& p0 = P({});
   const int V = static_cast<int>(p0.size());
@@ -361,11 +363,27 @@ struct RelaxedCase {
 
 TEST_F(SpecMicro, RelaxedRoundsFollowTheirAnalysisAndStayWithinEq4) {
   const std::vector<RelaxedCase> cases = {
-      {"cool-sd", [](SpeculativeOptions& s) { s.cool_delta = 2.0f; }},
-      {"uniform-rsd", [](SpeculativeOptions& s) { s.rsd_delta = 1.5f; }},
-      {"lantern", [](SpeculativeOptions& s) { s.lantern_k = 2, s.lantern_delta = 0.3f; }},
-      {"lantern++", [](SpeculativeOptions& s) { s.lantern_k = 2, s.lantern_lambda = 2.0f; }},
-      {"cool-sd", [](SpeculativeOptions& s) { s.cool_delta = 2.0f, s.resample = "vanilla"; }},
+      {"cool-sd",
+       [](SpeculativeOptions& s) {
+         s.params = {{"cool.delta", 2.0}};
+       }},
+      {"uniform-rsd",
+       [](SpeculativeOptions& s) {
+         s.params = {{"rsd.delta", 1.5}};
+       }},
+      {"lantern",
+       [](SpeculativeOptions& s) {
+         s.params = {{"lantern.k", int64_t{2}}, {"lantern.delta", 0.3}};
+       }},
+      {"lantern++",
+       [](SpeculativeOptions& s) {
+         s.params = {{"lantern.k", int64_t{2}}, {"lantern.lambda", 2.0}};
+       }},
+      {"cool-sd",
+       [](SpeculativeOptions& s) {
+         s.params = {{"cool.delta", 2.0}};
+         s.resample = "vanilla";
+       }},
   };
   const int L = 2, cls = 1;
   for (const auto& c : cases) {
@@ -375,7 +393,8 @@ TEST_F(SpecMicro, RelaxedRoundsFollowTheirAnalysisAndStayWithinEq4) {
     o.spec.max_rounds = 1;
     c.set(o.spec);
     SCOPED_TRACE(c.method + " resample=" + o.spec.resample);
-    speculative::Method m = speculative::make_method(o.spec, kSpec + "micro_target", target_->config().gpt);
+    speculative::Method m =
+        speculative::make_method(o.spec, kSpec + "micro_target", target_->config().gpt);
     Conditionals P(*target_, cls, o.sampling), Q(*draft_, cls, o.sampling);
     const auto target = target_joint(cls, o.sampling);
     const int N = target_->config().gpt.n_image_tokens();

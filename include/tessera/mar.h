@@ -24,18 +24,16 @@ struct MarSamplingOptions {
 };
 
 // Continuous speculative decoding: a draft MAR (same VAE) drafts `draft_len` MAR steps, the target
-// verifies them in one pass. Variants (docs/methods.md):
+// verifies them in one pass. Variants (docs/methods.md; tessera/methods.h lists their parameters:
+// prefill, inner_temperature, cspd.test_step, max_resample_tries):
 //   cspd            seed 002 Eq. 4-11 as written
 //   cspd-reference  what the published code computes (inverted variance factor, inner temperature)
 //   cspd-exact      exact speculative sampling on one diffusion transition, finished by the target
 struct ContinuousSpecOptions {
-  std::string method = "vanilla";   // vanilla | cspd | cspd-reference | cspd-exact
-  std::string draft_model;          // draft MAR directory (required by the cspd methods)
-  int draft_len = 8;                // gamma: MAR steps per draft window
-  float prefill = 0.05f;            // fraction of the MAR steps run by the target first
-  float inner_temperature = 42.0f;  // cspd-reference only (the published code's constant)
-  int exact_test_step = -1;         // cspd-exact: respaced diffusion step tested; -1: half way
-  int max_resample_tries = 100;     // accept-reject tries before falling back to the target mean
+  std::string method = "vanilla";  // vanilla | cspd | cspd-reference | cspd-exact
+  std::string draft_model;         // draft MAR directory (required by the cspd methods)
+  int draft_len = 8;               // gamma: MAR steps per draft window
+  MethodParams params;             // the method's parameters, by name; unset: defaults
 };
 
 struct MarGenerateOptions {

@@ -11,6 +11,7 @@
 
 #include "tessera/config.h"
 #include "tessera/error.h"
+#include "tessera/methods.h"
 
 namespace tessera {
 
@@ -41,28 +42,15 @@ struct SamplingOptions {
   float top_p = 1.0f;
 };
 
-// Speculative decoding (docs/methods.md). A method is a drafter (a draft model with --draft, or
-// Jacobi iteration) plus an acceptance rule and its resampling distribution.
+// Speculative decoding (docs/methods.md). A method is a drafter (a draft model, or Jacobi
+// iteration) plus an acceptance rule and its resampling distribution; tessera/methods.h lists the
+// methods and their parameters.
 struct SpeculativeOptions {
-  // vanilla | sd | sjd | lantern | lantern++ | gsd | uniform-rsd | cool-sd | amplify | addition
-  std::string method = "vanilla";
+  std::string method = "vanilla";  // a discrete (or Any) method of registered_methods()
   std::string draft_model;  // draft model directory (same VQ vocabulary); empty: Jacobi drafts
   int draft_len = 0;        // draft tokens per round (Jacobi: window incl. the root); 0: default
   std::string resample;     // "" (method default) | vanilla | optimal (G*, seed 004 Eq. 5)
-  int lantern_k = 0;        // 0: 1000 for lantern, 10 for lantern++
-  float lantern_delta = 0.1f;
-  float lantern_lambda = 2.0f;
-  std::string lantern_metric = "l2";  // l2 | cosine
-  bool lantern_reference = false;     // the published code's B_k, <= and residual
-  int gsd_g = 10;
-  float gsd_d = 0.5f;
-  float gsd_delta = 0.15f;
-  std::string gsd_embedding = "tokens";  // tokens (target input embeddings) | codebook
-  float rsd_delta = 1.1f;
-  float cool_delta = 1.1f;
-  float cool_nu = 0.7f;
-  float amplify_k = 2.0f;
-  float addition_eps = 0.1f;
+  MethodParams params;      // the method's parameters, by name ("lantern.k"); unset: defaults
   // Analysis: after this many rounds an image is finished by the target alone (0: never). The
   // bound of seed 004 Eq. 4 is about one round followed by target sampling.
   int max_rounds = 0;

@@ -129,9 +129,10 @@ std::string ClassNames::resolve_style(const std::string& style_in) const {
   if (!styles_.empty() && std::find(styles_.begin(), styles_.end(), style) == styles_.end()) {
     std::string all;
     for (const auto& s : styles_) all += (all.empty() ? "" : ", ") + s;
-    throw Error("--style: unknown style '" + style + "' (one of " + all + ")");
+    throw ParameterError("style", "{style}: unknown style '" + style + "' (one of " + all + ")");
   }
-  if (styles_.empty() && !style_in.empty()) throw Error("--style: this model has no styles");
+  if (styles_.empty() && !style_in.empty())
+    throw ParameterError("style", "{style}: this model has no styles");
   return style;
 }
 

@@ -9,6 +9,7 @@
 #include "models/kl_vae_decoder.h"
 #include "models/mar.h"
 #include "speculative/continuous/cspd_loop.h"
+#include "speculative/method.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/mar.h"
 
@@ -30,23 +31,25 @@ const Mar& MarPipeline::Impl::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
   const ModelConfig dc = load_model_config(dir);
-  check(dc.is_mar(), "--draft " + dir + ": not a MAR model directory (architecture \"" +
-                         dc.architecture + "\")");
+  check_param(dc.is_mar(), "draft",
+              "{draft} " + dir + ": not a MAR model directory (architecture \"" +
+                  dc.architecture + "\")");
   const MarConfig &t = config.mar, &d = dc.mar;
   auto same = [&](const char* what, long a, long b) {
-    check(a == b, "--draft " + dir + ": " + what + " " + std::to_string(b) +
-                      " does not match the target's " + std::to_string(a) +
-                      " (a draft MAR must share the target's tokenizer, classes and diffusion "
-                      "schedule)");
+    check_param(a == b, "draft",
+                "{draft} " + dir + ": " + what + " " + std::to_string(b) +
+                    " does not match the target's " + std::to_string(a) +
+                    " (a draft MAR must share the target's tokenizer, classes and diffusion "
+                    "schedule)");
   };
   same("seq_len", t.seq_len(), d.seq_len());
   same("token_dim", t.token_dim(), d.token_dim());
   same("num_classes", t.num_classes, d.num_classes);
   same("num_train_timesteps", t.num_train_timesteps, d.num_train_timesteps);
   same("num_sampling_steps", t.num_sampling_steps, d.num_sampling_steps);
-  check(t.noise_schedule == d.noise_schedule,
-        "--draft " + dir + ": noise_schedule \"" + d.noise_schedule +
-            "\" does not match the target's \"" + t.noise_schedule + "\"");
+  check_param(t.noise_schedule == d.noise_schedule, "draft",
+              "{draft} " + dir + ": noise_schedule \"" + d.noise_schedule +
+                  "\" does not match the target's \"" + t.noise_schedule + "\"");
   draft = std::make_unique<Mar>(dc, *backend);
   draft_dir = dir;
   return *draft;
@@ -94,23 +97,19 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
   const MarConfig& c = impl_->config.mar;
   MarSamplingOptions s = opts.sampling;
   if (s.num_iter == 0) s.num_iter = std::min(64, c.seq_len());
-  check(opts.batch >= 1, "--batch must be at least 1");
-  check(s.temperature > 0.0f, "--temperature must be > 0");
-  check(s.cfg_scale >= 0.0f, "--cfg must be >= 0");
-  check(s.cfg_schedule == "linear" || s.cfg_schedule == "constant",
-        "--cfg-schedule must be linear or constant, got \"" + s.cfg_schedule + "\"");
-  check(s.num_iter >= 1 && s.num_iter <= c.seq_len(), "--steps must be in [1, " +
-                                                          std::to_string(c.seq_len()) + "], got " +
-                                                          std::to_string(s.num_iter));
+  check_param(opts.batch >= 1, "batch", "must be at least 1");
+  check_param(s.temperature > 0.0f, "temperature", "must be > 0");
+  check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
+  check_param(s.cfg_schedule == "linear" || s.cfg_schedule == "constant", "cfg_schedule",
+              "must be linear or constant, got \"" + s.cfg_schedule + "\"");
+  check_param(s.num_iter >= 1 && s.num_iter <= c.seq_len(), "steps",
+              "must be in [1, " + std::to_string(c.seq_len()) + "], got " +
+                  std::to_string(s.num_iter));
   for (int l : labels)
     check(l >= -1 && l < c.num_classes, "class " + std::to_string(l) + " out of range [0, " +
                                             std::to_string(c.num_classes) + ")");
-  const std::string& m = opts.spec.method;
-  check(m == "vanilla" || m == "cspd" || m == "cspd-reference" || m == "cspd-exact",
-        "--method \"" + m + "\" is not a MAR method (vanilla, cspd, cspd-reference, cspd-exact)");
-  const bool spec = m != "vanilla";
-  check(!spec || !opts.spec.draft_model.empty(), "--method " + m + " needs --draft DIR");
-  const Mar* draft = spec ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
+  const std::optional<CspdSettings> cspd = speculative::make_cspd_settings(opts.spec);
+  const Mar* draft = cspd ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
 
   MarStats local;
   MarStats& st = stats ? *stats : local;
@@ -129,8 +128,8 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
       done += k;
       if (opts.progress) opts.progress(done, total);
     };
-    auto images = spec ? cspd_generate(*impl_->model, *draft, *impl_->diffusion, *impl_->backend,
-                                       batch, s, opts.spec, noise, on_tokens, st)
+    auto images = cspd ? cspd_generate(*impl_->model, *draft, *impl_->diffusion, *impl_->backend,
+                                       batch, s, *cspd, noise, on_tokens, st)
                        : mar_generate(*impl_->model, *impl_->diffusion, *impl_->backend, batch, s,
                                       noise, on_tokens, st);
     for (auto& im : images) out.push_back(std::move(im));

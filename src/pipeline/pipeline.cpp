@@ -34,16 +34,17 @@ const LlamaGen& Pipeline::Impl::draft_model(const std::string& dir) {
   ModelConfig dc = load_model_config(dir);
   const GptConfig &t = config.gpt, &d = dc.gpt;
   auto same = [&](const char* what, long a, long b) {
-    check(a == b, "--draft " + dir + ": " + what + " " + std::to_string(b) +
-                      " does not match the target's " + std::to_string(a) +
-                      " (a draft model must share the target's VQ vocabulary, grid and "
-                      "conditioning)");
+    check_param(a == b, "draft",
+                "{draft} " + dir + ": " + what + " " + std::to_string(b) +
+                    " does not match the target's " + std::to_string(a) +
+                    " (a draft model must share the target's VQ vocabulary, grid and "
+                    "conditioning)");
   };
   same("vocab_size", t.vocab_size, d.vocab_size);
   same("grid", t.grid, d.grid);
-  check(t.model_type == d.model_type,
-        "--draft " + dir + ": the target is " + (t.is_c2i() ? "c2i" : "t2i") +
-            " but the draft model is " + (d.is_c2i() ? "c2i" : "t2i"));
+  check_param(t.model_type == d.model_type, "draft",
+              "{draft} " + dir + ": the target is " + (t.is_c2i() ? "c2i" : "t2i") +
+                  " but the draft model is " + (d.is_c2i() ? "c2i" : "t2i"));
   if (t.is_c2i())
     same("num_classes", t.num_classes, d.num_classes);
   else
@@ -123,22 +124,22 @@ int64_t Pipeline::weight_bytes_per_step() const {
 std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition>& conditions,
                                                      const GenerateOptions& opts,
                                                      GenerateStats* stats) {
-  check(opts.batch >= 1, "--batch must be at least 1");
+  check_param(opts.batch >= 1, "batch", "must be at least 1");
   const SamplingOptions& s = opts.sampling;
-  check(s.temperature >= 0.0f, "--temperature must be >= 0");
-  check(s.top_k >= 0, "--top-k must be >= 0");
-  check(s.top_p > 0.0f && s.top_p <= 1.0f, "--top-p must be in (0, 1]");
-  check(s.cfg_scale >= 0.0f, "--cfg must be >= 0");
+  check_param(s.temperature >= 0.0f, "temperature", "must be >= 0");
+  check_param(s.top_k >= 0, "top_k", "must be >= 0");
+  check_param(s.top_p > 0.0f && s.top_p <= 1.0f, "top_p", "must be in (0, 1]");
+  check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
   const SamplingParams p = to_sampling_params(s);
   GenerateStats local;
   GenerateStats& st = stats ? *stats : local;
   const int N = impl_->config.gpt.n_image_tokens();
-  check(opts.max_tokens >= 0 && opts.max_tokens <= N,
-        "--tokens must be in [1, " + std::to_string(N) + "]");
+  check_param(opts.max_tokens >= 0 && opts.max_tokens <= N, "tokens",
+              "must be in [1, " + std::to_string(N) + "]");
   const int64_t total =
       static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
   int64_t done = 0;
-  check(opts.spec.max_rounds >= 0, "max_rounds must be >= 0");
+  check_param(opts.spec.max_rounds >= 0, "max_rounds", "must be >= 0");
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
   const LlamaGen* draft = wants_draft ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
@@ -162,8 +163,8 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
     VanillaDecoder decoder(*impl_->gpt, std::max(max_images, 1), ds, st);
     return generate_all(decoder, conds, idx, st);
   }
-  check(opts.max_tokens == 0 || opts.max_tokens == N,
-        "--tokens (a partial grid) is only supported by --method vanilla");
+  check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
+              "{tokens} (a partial grid) is only supported by {method} vanilla");
   std::unique_ptr<speculative::Drafter> drafter;
   if (draft)
     drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, method.draft_len,

@@ -1,28 +1,33 @@
-// Turns SpeculativeOptions (the CLI's --method and its flags) into a rule, its resampling
-// distribution and a drafter kind, validating every parameter with a message naming the flag.
+// The single entry points from the pipelines into the method registry (method_registry.h): they
+// turn SpeculativeOptions / ContinuousSpecOptions into what the loops run, validating every
+// parameter with a ParameterError that names it.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "speculative/continuous/cspd_loop.h"
 #include "speculative/rules/acceptance_rule.h"
+#include "tessera/mar.h"
 #include "tessera/tessera.h"
 
 namespace tessera::speculative {
 
+// A discrete method resolved for one target: what the speculative loop consumes.
 struct Method {
   std::string name;
-  std::unique_ptr<AcceptanceRule> rule;
-  bool draft_model = false;  // false: Jacobi drafts
-  int draft_len = 0;         // resolved --draft-len
+  std::unique_ptr<AcceptanceRule> rule;  // null for vanilla
+  bool draft_model = false;              // false: Jacobi drafts
+  int draft_len = 0;                     // resolved draft_len
   bool optimal_resampling = false;
 };
-
-// Every method name --method accepts, in documentation order.
-const std::vector<std::string>& method_names();
 
 // target_dir: the target model directory (LANTERN's codebook, GSD's embeddings).
 Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
                    const GptConfig& target);
+
+// The CSpD settings of a continuous method; nullopt for vanilla.
+std::optional<CspdSettings> make_cspd_settings(const ContinuousSpecOptions& o);
 
 }  // namespace tessera::speculative

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "method_flags.h"
 #include "stats_json.h"
 #include "text_format.h"
 
@@ -34,7 +35,7 @@ void bench_methods(const MethodsBenchOptions& b) {
   for (const std::string& m : methods) {
     GenerateOptions o = b.gen;
     o.spec.method = m;
-    if (m == "vanilla" || m == "sjd") o.spec.draft_model.clear();
+    if (!uses_draft_model(m)) o.spec.draft_model.clear();
     GenerateStats st;
     if (!b.quiet) std::fprintf(stderr, "bench: %s ...\n", m.c_str());
     pipe->generate(conds, o, &st);

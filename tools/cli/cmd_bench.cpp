@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "common.h"
 #include "mar_commands.h"
+#include "method_flags.h"
 
 namespace tessera::cli {
 
@@ -111,7 +112,7 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();
   b->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
-  add_spec_options(b, a->gen.spec);
+  add_method_flags(b, a->gen.spec);
   add_mar_options(b, a->mar);
   b->add_option("--draft-lens", a->draft_lens,
                 "MAR --methods: draft lengths to sweep, e.g. 4,8,16,32");

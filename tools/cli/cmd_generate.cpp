@@ -9,6 +9,7 @@
 #include "heatmap.h"
 #include "image_output.h"
 #include "mar_commands.h"
+#include "method_flags.h"
 #include "progress.h"
 #include "stats_json.h"
 #include "tessera/image_io.h"
@@ -53,7 +54,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (default_model) {
     a.common.model = default_model_dir();
     // Draft-based methods use the draft shipped with the default model.
-    if (gen.spec.draft_model.empty() && gen.spec.method != "vanilla" && gen.spec.method != "sjd")
+    if (gen.spec.draft_model.empty() && uses_draft_model(gen.spec.method))
       gen.spec.draft_model = sibling_draft_dir(a.common.model);
   }
   std::string prompt_label;
@@ -182,7 +183,7 @@ Command add_generate(CLI::App& app) {
   g->add_option("-o,--output", a->out, "Output PNG (numbered _0000.. when --n > 1)");
   g->add_option("--tokens-out", a->tokens_out, "Write token grids [n, grid, grid] as int32 .npy");
   g->add_flag("--grid", a->grid, "Write all images as one grid PNG");
-  add_spec_options(g, a->gen.spec);
+  add_method_flags(g, a->gen.spec);
   g->add_option("--stats-out", a->stats_out,
                 "Write per-image and aggregate statistics (NFE, accepted lengths, ...) as JSON");
   g->add_option("--heatmap-out", a->heatmap_out,

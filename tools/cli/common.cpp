@@ -86,61 +86,11 @@ bool is_mar(const std::string& dir) {
   return !dir.empty() && model_architecture(dir) == "mar";
 }
 
-void add_spec_options(CLI::App* cmd, SpeculativeOptions& o) {
-  cmd->add_option("--method", o.method,
-                  "vanilla|sd|sjd|lantern|lantern++|gsd|uniform-rsd|cool-sd|amplify|addition")
-      ->capture_default_str();
-  cmd->add_option("--draft", o.draft_model,
-                  "Draft model directory (same VQ vocabulary); without it drafts come from "
-                  "Jacobi iteration");
-  cmd->add_option("--draft-len", o.draft_len,
-                  "Draft tokens per round (default 5); with Jacobi drafts the window incl. the "
-                  "last token (default 16)")
-      ->check(int_at_least(1));
-  cmd->add_option("--resample", o.resample,
-                  "Resampling at a rejection: vanilla (the method's own) or optimal (G*, seed 004 "
-                  "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
-  cmd->add_option("--lantern-k", o.lantern_k, "LANTERN neighbours k (default 1000; lantern++: 10)")
-      ->check(int_at_least(1));
-  cmd->add_option("--lantern-delta", o.lantern_delta, "LANTERN total-variation budget δ")
-      ->capture_default_str();
-  cmd->add_option("--lantern-lambda", o.lantern_lambda, "LANTERN++ λ")->capture_default_str();
-  cmd->add_option("--lantern-metric", o.lantern_metric, "Latent distance: l2 or cosine")
-      ->capture_default_str();
-  cmd->add_flag("--lantern-reference", o.lantern_reference,
-                "The published code's B_k (k others), <= test and residual (docs/methods.md)");
-  cmd->add_option("--gsd-g", o.gsd_g, "GSD cluster size G")->capture_default_str();
-  cmd->add_option("--gsd-d", o.gsd_d, "GSD embedding-distance threshold d")->capture_default_str();
-  cmd->add_option("--gsd-delta", o.gsd_delta, "GSD probability-gap threshold δ")
-      ->capture_default_str();
-  cmd->add_option("--gsd-embedding", o.gsd_embedding,
-                  "GSD distance embedding: tokens (target input embeddings) or codebook")
-      ->capture_default_str();
-  cmd->add_option("--rsd-delta", o.rsd_delta, "UniformRSD relaxation ω = δ")->capture_default_str();
-  cmd->add_option("--cool-delta", o.cool_delta, "COOL-SD relaxation budget δ")
-      ->capture_default_str();
-  cmd->add_option("--cool-nu", o.cool_nu, "COOL-SD decay ν")->capture_default_str();
-  cmd->add_option("--amplify-k", o.amplify_k, "Amplify factor k")->capture_default_str();
-  cmd->add_option("--addition-eps", o.addition_eps, "Addition ε")->capture_default_str();
-}
-
 void add_mar_options(CLI::App* cmd, MarOnly& o) {
   cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (64; 256 = one token per step)")
       ->check(int_at_least(1))
       ->capture_default_str();
   cmd->add_option("--cfg-schedule", o.cfg_schedule, "MAR: guidance schedule, linear or constant")
-      ->capture_default_str();
-  cmd->add_option("--prefill", o.prefill,
-                  "MAR cspd*: fraction of the steps run by the target first (seed 002 §3.2)")
-      ->capture_default_str();
-  cmd->add_option("--inner-temperature", o.inner_temperature,
-                  "MAR cspd-reference: the published code's inner temperature")
-      ->capture_default_str();
-  cmd->add_option("--cspd-test-step", o.test_step,
-                  "MAR cspd-exact: respaced diffusion step tested (default: half way)");
-  cmd->add_option("--max-resample-tries", o.max_tries,
-                  "MAR cspd*: accept-reject tries before falling back to the target mean")
-      ->check(int_at_least(1))
       ->capture_default_str();
 }
 
@@ -167,10 +117,7 @@ MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
   mg.spec.method = g.spec.method;
   mg.spec.draft_model = g.spec.draft_model;
   mg.spec.draft_len = g.spec.draft_len > 0 ? g.spec.draft_len : 8;
-  mg.spec.prefill = m.prefill;
-  mg.spec.inner_temperature = m.inner_temperature;
-  mg.spec.exact_test_step = m.test_step;
-  mg.spec.max_resample_tries = m.max_tries;
+  mg.spec.params = g.spec.params;
   return o;
 }
 

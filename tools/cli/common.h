@@ -42,17 +42,10 @@ int parse_int(const std::string& v, const char* flag);
 
 bool is_mar(const std::string& dir);
 
-// The speculative-decoding flags of generate and bench; each method's parameters carry its name.
-void add_spec_options(CLI::App* cmd, SpeculativeOptions& o);
-
-// MAR-only flags of generate and bench.
+// MAR's sampling flags of generate and bench (its methods' flags come from the registry).
 struct MarOnly {
   int steps = 64;
   std::string cfg_schedule = "linear";
-  float prefill = 0.05f;
-  float inner_temperature = 42.0f;
-  int test_step = -1;
-  int max_tries = 100;
 };
 void add_mar_options(CLI::App* cmd, MarOnly& o);
 

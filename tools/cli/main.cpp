@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "method_flags.h"
 #include "tessera/error.h"
 
 using namespace tessera;
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
   try {
     for (const cli::Command& c : commands)
       if (c.app->parsed()) return c.run();
+  } catch (const ParameterError& e) {  // named in the CLI's terms: "--lantern-k must be >= 1"
+    std::fprintf(stderr, "error: %s\n", e.message(cli::flag_of).c_str());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

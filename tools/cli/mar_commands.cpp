@@ -10,11 +10,27 @@
 #include "progress.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
+#include "tessera/methods.h"
 #include "text_format.h"
 
 namespace tessera::cli {
 
 namespace {
+
+// The pre-fill fraction of the cspd methods: the one given, else the registry's default.
+double prefill_of(const MethodParams& params) {
+  if (const auto it = params.find("prefill"); it != params.end())
+    return std::visit(
+        [](const auto& v) -> double {
+          if constexpr (std::is_arithmetic_v<std::decay_t<decltype(v)>>) return v;
+          return 0.0;
+        },
+        it->second);
+  for (const MethodInfo& m : registered_methods())
+    for (const ParamInfo& p : m.params)
+      if (p.name == "prefill") return std::stod(p.default_value);
+  return 0.0;
+}
 
 std::unique_ptr<MarPipeline> load(const MarRunOptions& o, bool decoder) {
   LoadOptions lo;
@@ -201,7 +217,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
                       {"cfg", o.gen.sampling.cfg_scale},
                       {"cfg_schedule", o.gen.sampling.cfg_schedule},
                       {"temperature", o.gen.sampling.temperature},
-                      {"prefill", o.gen.spec.prefill},
+                      {"prefill", prefill_of(o.gen.spec.params)},
                       {"seed", o.gen.seed},
                       {"runs", rows}};
   if (b.json) {
@@ -213,7 +229,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
       "%d threads\n",
       o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
       o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
-      o.gen.sampling.temperature, o.gen.spec.prefill, pipe->threads());
+      o.gen.sampling.temperature, prefill_of(o.gen.spec.params), pipe->threads());
   std::printf("%-15s %5s %5s %9s %8s %7s %7s %7s %8s %8s %8s %8s\n", "method", "batch", "gamma",
               "s/image", "speed-up", "accept", "tgt fw", "dft fw", "tgt-tf%", "tgt-hd%", "draft%",
               "verify%");

@@ -14,13 +14,6 @@ namespace {
 // Random purposes of the verification streams (MarNoise::uniform / normal).
 constexpr uint32_t kPurposeDecision = 1;
 
-cspd::Variant variant_of(const std::string& m) {
-  if (m == "cspd") return cspd::Variant::Paper;
-  if (m == "cspd-reference") return cspd::Variant::Reference;
-  if (m == "cspd-exact") return cspd::Variant::Exact;
-  throw Error("unknown continuous method \"" + m + "\" (cspd, cspd-reference, cspd-exact)");
-}
-
 // What the draft recorded for one pending window token.
 struct DraftRecord {
   std::vector<float> mean, std, x;  // test-step Gaussian (std with temperature) and drafted value
@@ -36,24 +29,22 @@ std::vector<float> stds(const std::vector<float>& log_var, size_t offset, int d,
 
 }  // namespace
 
-int cspd_exact_test_step(const ContinuousSpecOptions& spec, int steps) {
-  const int t = spec.exact_test_step < 0 ? steps / 2 : spec.exact_test_step;
-  check(t >= 1 && t < steps, "--cspd-test-step must be in [1, " + std::to_string(steps - 1) +
-                                 "] (the respaced diffusion steps with noise), got " +
-                                 std::to_string(t));
+int cspd_exact_test_step(const CspdSettings& spec, int steps) {
+  const int t = spec.test_step < 0 ? steps / 2 : spec.test_step;
+  check_param(t >= 1 && t < steps, "cspd.test_step",
+              "must be in [1, " + std::to_string(steps - 1) +
+                  "] (the respaced diffusion steps with noise), got " + std::to_string(t));
   return t;
 }
 
 std::vector<std::vector<float>> cspd_generate(
     const Mar& target, const Mar& draft, const GaussianDiffusion& diffusion, Backend& backend,
-    const std::vector<int>& labels, const MarSamplingOptions& sampling,
-    const ContinuousSpecOptions& spec, const MarNoise& noise,
-    const std::function<void(int64_t)>& on_tokens, MarStats& stats) {
-  const cspd::Variant variant = variant_of(spec.method);
+    const std::vector<int>& labels, const MarSamplingOptions& sampling, const CspdSettings& spec,
+    const MarNoise& noise, const std::function<void(int64_t)>& on_tokens, MarStats& stats) {
+  const cspd::Variant variant = spec.variant;
   const bool exact = variant == cspd::Variant::Exact;
-  check(spec.draft_len >= 1, "--draft-len must be at least 1");
-  check(spec.prefill >= 0.0f && spec.prefill <= 1.0f, "--prefill must be in [0, 1]");
-  check(spec.max_resample_tries >= 1, "--max-resample-tries must be at least 1");
+  check(spec.draft_len >= 1,
+        "cspd_generate: draft_len must be at least 1");  // windows divide by it
   const int S = diffusion.steps();
   const int t_star = exact ? cspd_exact_test_step(spec, S) : 0;
   // Paper / Reference test the last step (j = 0); Exact the transition at t*.

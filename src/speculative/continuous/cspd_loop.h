@@ -11,17 +11,28 @@
 #include <vector>
 
 #include "decode/mar_sampler.h"
+#include "speculative/continuous/cspd_acceptance.h"
 #include "tessera/mar.h"
 
 namespace tessera {
 
+// A continuous method resolved from ContinuousSpecOptions (speculative::make_cspd_settings).
+struct CspdSettings {
+  cspd::Variant variant = cspd::Variant::Paper;
+  int draft_len = 8;                // gamma: MAR steps per draft window
+  float prefill = 0.05f;            // fraction of the MAR steps run by the target first
+  double inner_temperature = 42.0;  // Reference only
+  int test_step = -1;               // Exact: respaced diffusion step tested; -1: half way
+  int max_resample_tries = 100;
+};
+
 std::vector<std::vector<float>> cspd_generate(
     const Mar& target, const Mar& draft, const GaussianDiffusion& diffusion, Backend& backend,
-    const std::vector<int>& labels, const MarSamplingOptions& sampling,
-    const ContinuousSpecOptions& spec, const MarNoise& noise,
-    const std::function<void(int64_t)>& on_tokens, MarStats& stats);
+    const std::vector<int>& labels, const MarSamplingOptions& sampling, const CspdSettings& spec,
+    const MarNoise& noise, const std::function<void(int64_t)>& on_tokens, MarStats& stats);
 
-// The respaced diffusion step cspd-exact tests at (spec.exact_test_step, or half way).
-int cspd_exact_test_step(const ContinuousSpecOptions& spec, int diffusion_steps);
+// The respaced diffusion step cspd-exact tests at (spec.test_step, or half way); a
+// ParameterError naming cspd.test_step when it is not in [1, diffusion_steps - 1].
+int cspd_exact_test_step(const CspdSettings& spec, int diffusion_steps);
 
 }  // namespace tessera

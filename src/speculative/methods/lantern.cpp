@@ -1,0 +1,90 @@
+// lantern and lantern++: relaxed acceptance over latent-space neighbours (seed 000; LANTERN++ as
+// restated in seed 004 §3.1). The rule is rules/lantern_rule.cpp.
+#include <algorithm>
+
+#include "speculative/method_params.h"
+#include "speculative/methods/families.h"
+#include "speculative/rules/rules.h"
+
+namespace tessera::speculative {
+
+namespace {
+
+struct LanternOptions {
+  int k = 1000;  // clamped to the vocabulary's other codes when not given
+  float delta = 0.1f;
+  float lambda = 2.0f;
+  std::string metric = "l2";
+  bool reference = false;
+};
+
+LanternOptions defaults(bool plus) {
+  LanternOptions o;
+  if (plus) o.k = 10;
+  return o;
+}
+
+std::vector<ParamSpec<LanternOptions>> specs(bool plus) {
+  using O = LanternOptions;
+  std::vector<ParamSpec<O>> s;
+  s.push_back(ParamSpec<O>("lantern.k", &O::k, "Latent neighbours considered per drafted token")
+                  .in(Range::at_least(1))
+                  .noting("< vocabulary size"));
+  if (plus)
+    s.push_back(ParamSpec<O>("lantern.lambda", &O::lambda,
+                             "LANTERN++ λ: accept neighbours while their mass S < (λ - 1) p(x~)")
+                    .in(Range::at_least(1)));
+  else
+    s.push_back(ParamSpec<O>("lantern.delta", &O::delta,
+                             "Total-variation budget δ moved onto the drafted token")
+                    .in(Range::open_closed(0, 1)));
+  s.push_back(ParamSpec<O>("lantern.metric", &O::metric, "Latent distance of the neighbour table")
+                  .one_of({"l2", "cosine"}));
+  s.push_back(ParamSpec<O>("lantern.reference", &O::reference,
+                           "The published code's B_k (k others), <= test and residual "
+                           "(docs/methods.md)"));
+  return s;
+}
+
+std::unique_ptr<AcceptanceRule> make_rule(bool plus, const MethodParams& given,
+                                          const TargetModel& target) {
+  const LanternOptions o = read_params(specs(plus), given, defaults(plus));
+  const int V = target.config.vocab_size;
+  LanternParams lp;
+  lp.k = given.count("lantern.k") ? o.k : std::min(o.k, V - 1);
+  check_param(lp.k <= V - 1, "lantern.k",
+              std::to_string(lp.k) + " exceeds the " + std::to_string(V - 1) +
+                  " other codes of the vocabulary");
+  lp.reference = o.reference;
+  if (plus)
+    lp.lambda = o.lambda;
+  else
+    lp.delta = o.delta;
+  auto nb = std::make_shared<const LatentNeighbours>(LatentNeighbours::for_model(
+      target.dir, lp.k + 1, o.metric == "l2" ? LatentMetric::L2 : LatentMetric::Cosine));
+  check(nb->vocab() == V, target.dir + "/vq.safetensors: codebook has " +
+                              std::to_string(nb->vocab()) + " codes, the GPT's vocabulary " +
+                              std::to_string(V));
+  return make_lantern_rule(lp, nb);
+}
+
+MethodEntry entry(bool plus) {
+  MethodEntry e;
+  e.info = {plus ? "lantern++" : "lantern",
+            plus ? "LANTERN++: LANTERN's neighbour acceptance with the λ-rule (seed 004 §3.1)"
+                 : "LANTERN: relaxed acceptance over latent neighbours within a TV budget δ "
+                   "(seed 000)",
+            TokenKind::Discrete, DraftSource::ModelOrJacobi, describe(specs(plus), defaults(plus))};
+  e.make_rule = [plus](const MethodParams& p, const TargetModel& t) {
+    return make_rule(plus, p, t);
+  };
+  return e;
+}
+
+}  // namespace
+
+std::vector<MethodEntry> lantern_methods() {
+  return {entry(false), entry(true)};
+}
+
+}  // namespace tessera::speculative
