@@ -68,8 +68,8 @@ MarGenerateOptions options(const std::string& method, const std::string& draft, 
 // The target alone (seed 11), generated once for all tests.
 const std::vector<std::vector<float>>& target_images() {
   static const std::vector<std::vector<float>> images = [] {
-    auto target = MarPipeline::load(kDir + "target_f32", {false, 0});
-    return target->generate(std::vector<int>(kImages, 3), options("vanilla", "", 11));
+    auto target = Pipeline::load(kDir + "target_f32", {false, 0});
+    return target->generate_latents(std::vector<int>(kImages, 3), options("vanilla", "", 11));
   }();
   return images;
 }
@@ -79,7 +79,7 @@ const std::vector<std::vector<float>>& target_images() {
 // Significance: 2L = 32 statistics per comparison, Bonferroni-corrected to a family-wise 1e-3
 // (each p-value must exceed 1e-3 / 32). The seeds are fixed, so the test is deterministic.
 TEST(CspdLoop, ExactVariantSamplesTheTargetDistribution) {
-  auto target = MarPipeline::load(kDir + "target_f32", {false, 0});
+  auto target = Pipeline::load(kDir + "target_f32", {false, 0});
   const std::vector<int> labels(kImages, 3);
   const auto& vanilla = target_images();
   const double alpha = 1e-3 / (2 * kL);
@@ -94,7 +94,7 @@ TEST(CspdLoop, ExactVariantSamplesTheTargetDistribution) {
     MarGenerateOptions o = options("cspd-exact", c.draft, 12);
     o.spec.params["cspd.test_step"] = int64_t{c.test_step};
     MarStats st;
-    const auto exact = target->generate(labels, o, &st);
+    const auto exact = target->generate_latents(labels, o, &st);
     const Comparison cmp = compare(vanilla, exact, kL, kD);
     std::printf("cspd-exact, draft %s, t* %d: acceptance %.3f, min KS p %.3g, max D %.4f\n",
                 c.draft, c.test_step, st.acceptance_rate(), cmp.min_p, cmp.max_D);
@@ -107,17 +107,17 @@ TEST(CspdLoop, ExactVariantSamplesTheTargetDistribution) {
 
 // The test has power: the draft model's own distribution (vanilla MAR with the draft) is rejected.
 TEST(CspdLoop, KsComparisonDetectsADifferentModel) {
-  auto draft = MarPipeline::load(kDir + "draft_f32", {false, 0});
+  auto draft = Pipeline::load(kDir + "draft_f32", {false, 0});
   const std::vector<int> labels(kImages, 3);
   const Comparison cmp =
-      compare(target_images(), draft->generate(labels, options("vanilla", "", 12)), kL, kD);
+      compare(target_images(), draft->generate_latents(labels, options("vanilla", "", 12)), kL, kD);
   EXPECT_LT(cmp.min_p, 1e-6) << "max D " << cmp.max_D;
 }
 
 // cspd (Continuous SD (Wang et al., 2024) as written) and cspd-reference (the published code) are
 // not lossless: their distance from the target is measured here and reported in docs/methods.md.
 TEST(CspdLoop, PaperAndReferenceDistanceIsMeasured) {
-  auto target = MarPipeline::load(kDir + "target_f32", {false, 0});
+  auto target = Pipeline::load(kDir + "target_f32", {false, 0});
   const std::vector<int> labels(kImages, 3);
   const auto& vanilla = target_images();
   // With the small random draft neither variant accepts anything (every token is a residual
@@ -125,7 +125,7 @@ TEST(CspdLoop, PaperAndReferenceDistanceIsMeasured) {
   for (const char* m : {"cspd", "cspd-reference"})
     for (const char* draft : {"target_f16"}) {
       MarStats st;
-      const auto out = target->generate(labels, options(m, draft, 12), &st);
+      const auto out = target->generate_latents(labels, options(m, draft, 12), &st);
       const Comparison cmp = compare(vanilla, out, kL, kD);
       std::printf("%s, draft %s: acceptance %.3f, fallbacks %lld, min KS p %.3g, max D %.4f\n", m,
                   draft, st.acceptance_rate(), static_cast<long long>(st.fallbacks), cmp.min_p,

@@ -301,20 +301,45 @@ TEST(MarParity, F16WeightsStayClose) {
 }
 
 // Public API: reproducible from the seed, independent of the batch size, and the pixels decode.
-TEST(MarPipeline, SeedReproducibleAndBatchInvariant) {
-  auto p = MarPipeline::load(kDir + "target_f32");
+TEST(MarThroughPipeline, SeedReproducibleAndBatchInvariant) {
+  auto p = Pipeline::load(kDir + "target_f32");
   MarGenerateOptions o;
   o.sampling.num_iter = 4;
   o.sampling.cfg_scale = 2.0f;
   o.seed = 7;
   o.batch = 3;
-  const auto a = p->generate({1, 2, 3}, o);
+  const auto a = p->generate_latents({1, 2, 3}, o);
   o.batch = 1;
-  const auto b = p->generate({1, 2, 3}, o);
+  const auto b = p->generate_latents({1, 2, 3}, o);
   ASSERT_EQ(a.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(a[i], b[i]) << i;
   o.seed = 8;
-  EXPECT_NE(p->generate({1}, o)[0], a[0]);
-  const std::vector<uint8_t> px = p->decode(a[0], 1);
+  EXPECT_NE(p->generate_latents({1}, o)[0], a[0]);
+  const std::vector<uint8_t> px = p->decode_latents(a[0], 1);
   EXPECT_EQ(px.size(), static_cast<size_t>(p->image_size() * p->image_size() * 3));
+}
+
+// One Pipeline for both families: each model answers its own family's calls and names itself
+// when asked for the other's.
+TEST(MarThroughPipeline, OnePipelineForBothFamilies) {
+  LoadOptions lo;
+  lo.load_decoder = false;
+  auto mar = Pipeline::load(kDir + "target_f32", lo);
+  EXPECT_EQ(mar->architecture(), "mar");
+  EXPECT_TRUE(mar->continuous_tokens());
+  try {
+    mar->generate({Condition::label(1)}, GenerateOptions{});
+    FAIL() << "generate on a MAR model must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a MAR model"), std::string::npos) << e.what();
+  }
+  auto gpt = Pipeline::load(std::string(TESSERA_FIXTURES) + "/llamagen/c2i_f32", lo);
+  EXPECT_EQ(gpt->architecture(), "llamagen");
+  EXPECT_FALSE(gpt->continuous_tokens());
+  try {
+    gpt->generate_latents({1}, MarGenerateOptions{});
+    FAIL() << "generate_latents on a LlamaGen model must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a LlamaGen model"), std::string::npos) << e.what();
+  }
 }

@@ -1,4 +1,5 @@
-// tessera public API for continuous-token models: MAR (masked autoregressive generation with a
+// tessera public API for continuous-token models (options and statistics of
+// Pipeline::generate_latents): MAR (masked autoregressive generation with a
 // diffusion head per token and a KL VAE decoder), and continuous speculative decoding on it
 // (seed 002; docs/methods.md "Continuous speculative decoding").
 #pragma once
@@ -67,42 +68,5 @@ struct MarStats {
     return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0;
   }
 };
-
-class MarPipeline {
- public:
-  static std::unique_ptr<MarPipeline> load(const std::string& model_dir,
-                                           const LoadOptions& opts = {});
-  ~MarPipeline();
-
-  const ModelConfig& config() const;
-  bool has_decoder() const;
-  void set_threads(int n);
-  int threads() const;  // CPU threads the engine runs on
-
-  // One image per label (a class id, or -1 for the unconditional embedding): tokens
-  // [seq_len * token_dim] each (MAR's scaled latents, raster order).
-  std::vector<std::vector<float>> generate(const std::vector<int>& labels,
-                                           const MarGenerateOptions& opts,
-                                           MarStats* stats = nullptr);
-
-  // MAE forward for debugging: z [seq_len, dim] of every position of one canvas (tokens
-  // [seq_len * token_dim], unknown [seq_len] with 1 = masked).
-  std::vector<float> forward_z(int label, std::span<const float> tokens,
-                               std::span<const uint8_t> unknown);
-
-  // VAE decoder output [n, 3, H, W] (nominal [-1, 1]) and RGB pixels [n, H, W, 3].
-  std::vector<float> decode_float(std::span<const float> tokens, int n);
-  std::vector<uint8_t> decode(std::span<const float> tokens, int n);
-  int image_size() const;
-
-  struct Impl;
-
- private:
-  explicit MarPipeline(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
-};
-
-// The architecture named by DIR/config.json ("llamagen" or "mar"), to pick a pipeline.
-std::string model_architecture(const std::string& model_dir);
 
 }  // namespace tessera

@@ -106,32 +106,54 @@ struct LoadOptions {
   int threads = 0;           // 0 = all cores
 };
 
+struct MarGenerateOptions;  // tessera/mar.h
+struct MarStats;            // tessera/mar.h
+
+// One pipeline for every model family: load() reads DIR/config.json and builds the family it
+// names. LlamaGen models generate discrete token grids (generate, decode); MAR models generate
+// continuous latents (generate_latents, decode_latents; their options are in tessera/mar.h).
+// Calling the other family's functions throws an Error that says which model it is.
 class Pipeline {
  public:
   static std::unique_ptr<Pipeline> load(const std::string& model_dir, const LoadOptions& opts = {});
   ~Pipeline();
 
   const ModelConfig& config() const;
-  bool has_decoder() const;
+  const std::string& architecture() const;  // "llamagen" | "mar"
+  bool continuous_tokens() const;           // MAR: latents instead of token ids
+  bool has_decoder() const;                 // a VQ (LlamaGen) or VAE (MAR) decoder was loaded
   void set_threads(int n);
-  int threads() const;  // CPU threads the engine runs on
+  int threads() const;     // CPU threads the engine runs on
+  int image_size() const;  // decoded pixels per side
 
+  // ---- discrete tokens (LlamaGen) --------------------------------------------------------------
   // One token grid (grid*grid ids, raster order) per condition.
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts,
                                              GenerateStats* stats = nullptr);
-
   // Logits [tokens.size() + 1, vocab] without guidance: row i is the next-token logits after
   // the prefix and the first i tokens.
   std::vector<float> forward_logits(const Condition& condition, std::span<const int32_t> tokens);
-
   // Decoder output [n, 3, H, W] in nominal [-1, 1] for n token grids.
   std::vector<float> decode_float(std::span<const int32_t> tokens, int n);
   // RGB pixels [n, H, W, 3].
   std::vector<uint8_t> decode(std::span<const int32_t> tokens, int n);
-  int image_size() const;  // decoded pixels per side
   // Bytes of transformer weights read per decode step (every layer matrix and the head).
   int64_t weight_bytes_per_step() const;
+
+  // ---- continuous tokens (MAR) -----------------------------------------------------------------
+  // One image per label (a class id, or -1 for the unconditional embedding): tokens
+  // [seq_len * token_dim] each (MAR's scaled latents, raster order).
+  std::vector<std::vector<float>> generate_latents(const std::vector<int>& labels,
+                                                   const MarGenerateOptions& opts,
+                                                   MarStats* stats = nullptr);
+  // MAE forward for debugging: z [seq_len, dim] of every position of one canvas (tokens
+  // [seq_len * token_dim], unknown [seq_len] with 1 = masked).
+  std::vector<float> forward_z(int label, std::span<const float> tokens,
+                               std::span<const uint8_t> unknown);
+  // VAE decoder output [n, 3, H, W] (nominal [-1, 1]) and RGB pixels [n, H, W, 3].
+  std::vector<float> decode_latents_float(std::span<const float> latents, int n);
+  std::vector<uint8_t> decode_latents(std::span<const float> latents, int n);
 
   struct Impl;
 
@@ -139,5 +161,8 @@ class Pipeline {
   explicit Pipeline(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// The architecture named by DIR/config.json ("llamagen" or "mar").
+std::string model_architecture(const std::string& model_dir);
 
 }  // namespace tessera

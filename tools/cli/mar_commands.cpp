@@ -32,11 +32,11 @@ double prefill_of(const MethodParams& params) {
   return 0.0;
 }
 
-std::unique_ptr<MarPipeline> load(const MarRunOptions& o, bool decoder) {
+std::unique_ptr<Pipeline> load(const MarRunOptions& o, bool decoder) {
   LoadOptions lo;
   lo.threads = o.threads;
   lo.load_decoder = decoder;
-  return MarPipeline::load(o.model, lo);
+  return Pipeline::load(o.model, lo);
 }
 
 int label_of(const MarRunOptions& o) {
@@ -81,7 +81,7 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   MarGenerateOptions g = o.gen;
   g.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
   MarStats st;
-  const auto images = pipe->generate(std::vector<int>(o.n, label), g, &st);
+  const auto images = pipe->generate_latents(std::vector<int>(o.n, label), g, &st);
   bar.finish();
   log_info("generated " + std::to_string(st.images) + " image(s), " + std::to_string(st.tokens) +
            " tokens in " + fmt(st.seconds) + " s (" + g.spec.method + ", " +
@@ -121,7 +121,7 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
                        "; steps=" + std::to_string(st.steps) +
                        "; cfg=" + fmt(g.sampling.cfg_scale, 3) + " (" + g.sampling.cfg_schedule +
                        "); temperature=" + fmt(g.sampling.temperature, 3) + "; tessera 0.1.0");
-    write_pngs(pipe->decode(flat, o.n), o.n, pipe->image_size(), out.png, out.grid, params);
+    write_pngs(pipe->decode_latents(flat, o.n), o.n, pipe->image_size(), out.png, out.grid, params);
   }
 }
 
@@ -164,7 +164,7 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
     throw Error(latents + ": latent array has shape " + shape_string(a.shape) + "; expected [n, " +
                 std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
   const int n = static_cast<int>(static_cast<int64_t>(v.size()) / per);
-  write_pngs(pipe->decode(v, n), n, pipe->image_size(), png, grid,
+  write_pngs(pipe->decode_latents(v, n), n, pipe->image_size(), png, grid,
              std::vector<std::string>(n, "decoded from " + latents + "; tessera 0.1.0"));
 }
 
@@ -179,7 +179,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
     MarGenerateOptions w = o.gen;
     w.sampling.num_iter = 1;
     w.spec.method = "vanilla";
-    pipe->generate({labels.front()}, w);
+    pipe->generate_latents({labels.front()}, w);
   }
   nlohmann::json rows = nlohmann::json::array();
   const std::vector<int> batches = b.batches.empty() ? std::vector<int>{o.gen.batch} : b.batches;
@@ -196,7 +196,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
       if (!o.quiet)
         std::fprintf(stderr, "bench: batch %d %s%s ...\n", batch, method.c_str(),
                      method == "vanilla" ? "" : (" gamma " + std::to_string(gamma)).c_str());
-      pipe->generate(labels, g, &st);
+      pipe->generate_latents(labels, g, &st);
       if (method == "vanilla") vanilla_s = st.seconds;
       nlohmann::json r = stats_json(st, g);
       r["batch"] = batch;

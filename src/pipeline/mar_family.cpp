@@ -1,5 +1,7 @@
-// MarPipeline: the public API over a MAR model directory (transformer + diffusion head, KL VAE),
-// vanilla MAR sampling and continuous speculative decoding with a draft MAR.
+// MAR behind the public Pipeline (transformer + diffusion head, KL VAE): vanilla MAR sampling and
+// continuous speculative decoding with a draft MAR.
+#include "pipeline/mar_family.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -10,12 +12,11 @@
 #include "models/mar.h"
 #include "speculative/continuous/cspd_loop.h"
 #include "speculative/method.h"
-#include "tensor/cpu/cpu_backend.h"
 #include "tessera/mar.h"
 
 namespace tessera {
 
-struct MarPipeline::Impl {
+struct MarFamily::Data {
   ModelConfig config;
   Backend* backend = nullptr;
   std::unique_ptr<Mar> model;
@@ -27,13 +28,13 @@ struct MarPipeline::Impl {
   const Mar& draft_model(const std::string& dir);
 };
 
-const Mar& MarPipeline::Impl::draft_model(const std::string& dir) {
+const Mar& MarFamily::Data::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
   const ModelConfig dc = load_model_config(dir);
-  check_param(dc.is_mar(), "draft",
-              "{draft} " + dir + ": not a MAR model directory (architecture \"" +
-                  dc.architecture + "\")");
+  check_param(
+      dc.is_mar(), "draft",
+      "{draft} " + dir + ": not a MAR model directory (architecture \"" + dc.architecture + "\")");
   const MarConfig &t = config.mar, &d = dc.mar;
   auto same = [&](const char* what, long a, long b) {
     check_param(a == b, "draft",
@@ -55,46 +56,29 @@ const Mar& MarPipeline::Impl::draft_model(const std::string& dir) {
   return *draft;
 }
 
-MarPipeline::MarPipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-MarPipeline::~MarPipeline() = default;
+MarFamily::MarFamily(const ModelConfig& config, Backend& backend, bool load_decoder)
+    : d_(std::make_unique<Data>()) {
+  d_->config = config;
+  d_->backend = &backend;
+  d_->model = std::make_unique<Mar>(config, backend);
+  const MarConfig& c = config.mar;
+  d_->diffusion = std::make_unique<GaussianDiffusion>(c.num_train_timesteps, c.num_sampling_steps,
+                                                      c.noise_schedule);
+  if (load_decoder && config.has_vae) d_->vae = std::make_unique<KlVaeDecoder>(config, backend);
+}
+MarFamily::~MarFamily() = default;
 
-std::unique_ptr<MarPipeline> MarPipeline::load(const std::string& model_dir,
-                                               const LoadOptions& opts) {
-  auto impl = std::make_unique<Impl>();
-  impl->config = load_model_config(model_dir);
-  check(impl->config.is_mar(), model_dir + ": not a MAR model directory (architecture \"" +
-                                   impl->config.architecture + "\")");
-  impl->backend = &cpu_backend();
-  if (opts.threads > 0) set_cpu_threads(opts.threads);
-  impl->model = std::make_unique<Mar>(impl->config, *impl->backend);
-  const MarConfig& c = impl->config.mar;
-  impl->diffusion = std::make_unique<GaussianDiffusion>(c.num_train_timesteps, c.num_sampling_steps,
-                                                        c.noise_schedule);
-  if (opts.load_decoder && impl->config.has_vae)
-    impl->vae = std::make_unique<KlVaeDecoder>(impl->config, *impl->backend);
-  return std::unique_ptr<MarPipeline>(new MarPipeline(std::move(impl)));
+bool MarFamily::has_decoder() const {
+  return d_->vae != nullptr;
 }
-
-const ModelConfig& MarPipeline::config() const {
-  return impl_->config;
-}
-bool MarPipeline::has_decoder() const {
-  return impl_->vae != nullptr;
-}
-void MarPipeline::set_threads(int n) {
-  set_cpu_threads(n);
-}
-int MarPipeline::threads() const {
-  return cpu_threads();
-}
-int MarPipeline::image_size() const {
-  return impl_->config.mar.image_size;
+int MarFamily::image_size() const {
+  return d_->config.mar.image_size;
 }
 
-std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& labels,
-                                                      const MarGenerateOptions& opts,
-                                                      MarStats* stats) {
-  const MarConfig& c = impl_->config.mar;
+std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labels,
+                                                    const MarGenerateOptions& opts,
+                                                    MarStats* stats) {
+  const MarConfig& c = d_->config.mar;
   MarSamplingOptions s = opts.sampling;
   if (s.num_iter == 0) s.num_iter = std::min(64, c.seq_len());
   check_param(opts.batch >= 1, "batch", "must be at least 1");
@@ -102,14 +86,14 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
   check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
   check_param(s.cfg_schedule == "linear" || s.cfg_schedule == "constant", "cfg_schedule",
               "must be linear or constant, got \"" + s.cfg_schedule + "\"");
-  check_param(s.num_iter >= 1 && s.num_iter <= c.seq_len(), "steps",
-              "must be in [1, " + std::to_string(c.seq_len()) + "], got " +
-                  std::to_string(s.num_iter));
+  check_param(
+      s.num_iter >= 1 && s.num_iter <= c.seq_len(), "steps",
+      "must be in [1, " + std::to_string(c.seq_len()) + "], got " + std::to_string(s.num_iter));
   for (int l : labels)
     check(l >= -1 && l < c.num_classes, "class " + std::to_string(l) + " out of range [0, " +
                                             std::to_string(c.num_classes) + ")");
   const std::optional<CspdSettings> cspd = speculative::make_cspd_settings(opts.spec);
-  const Mar* draft = cspd ? &impl_->draft_model(opts.spec.draft_model) : nullptr;
+  const Mar* draft = cspd ? &d_->draft_model(opts.spec.draft_model) : nullptr;
 
   MarStats local;
   MarStats& st = stats ? *stats : local;
@@ -128,19 +112,19 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
       done += k;
       if (opts.progress) opts.progress(done, total);
     };
-    auto images = cspd ? cspd_generate(*impl_->model, *draft, *impl_->diffusion, *impl_->backend,
-                                       batch, s, *cspd, noise, on_tokens, st)
-                       : mar_generate(*impl_->model, *impl_->diffusion, *impl_->backend, batch, s,
-                                      noise, on_tokens, st);
+    auto images = cspd ? cspd_generate(*d_->model, *draft, *d_->diffusion, *d_->backend, batch, s,
+                                       *cspd, noise, on_tokens, st)
+                       : mar_generate(*d_->model, *d_->diffusion, *d_->backend, batch, s, noise,
+                                      on_tokens, st);
     for (auto& im : images) out.push_back(std::move(im));
   }
   st.seconds += now_s() - t0;
   return out;
 }
 
-std::vector<float> MarPipeline::forward_z(int label, std::span<const float> tokens,
-                                          std::span<const uint8_t> unknown) {
-  const MarConfig& c = impl_->config.mar;
+std::vector<float> MarFamily::forward_z(int label, std::span<const float> tokens,
+                                        std::span<const uint8_t> unknown) {
+  const MarConfig& c = d_->config.mar;
   check(static_cast<int64_t>(tokens.size()) == static_cast<int64_t>(c.seq_len()) * c.token_dim(),
         "forward: expected " + std::to_string(c.seq_len() * c.token_dim()) + " token values");
   check(static_cast<int>(unknown.size()) == c.seq_len(),
@@ -149,27 +133,23 @@ std::vector<float> MarPipeline::forward_z(int label, std::span<const float> toke
   std::vector<int32_t> all(c.seq_len());
   for (int i = 0; i < c.seq_len(); ++i) all[i] = i;
   const std::vector<int32_t> labels{label};
-  const Tensor z = impl_->model->forward(tokens, unknown, labels, {all});
+  const Tensor z = d_->model->forward(tokens, unknown, labels, {all});
   std::vector<float> out(static_cast<size_t>(z.numel()));
-  impl_->backend->download(z, out.data());
+  d_->backend->download(z, out.data());
   return out;
 }
 
-std::vector<float> MarPipeline::decode_float(std::span<const float> tokens, int n) {
-  check(impl_->vae != nullptr, "this model directory has no VAE decoder (vae.safetensors)");
-  const Tensor y = impl_->vae->decode(tokens, n);
+std::vector<float> MarFamily::decode_float(std::span<const float> tokens, int n) {
+  check(d_->vae != nullptr, "this model directory has no VAE decoder (vae.safetensors)");
+  const Tensor y = d_->vae->decode(tokens, n);
   std::vector<float> out(static_cast<size_t>(y.numel()));
-  impl_->backend->download(y, out.data());
+  d_->backend->download(y, out.data());
   return out;
 }
 
-std::vector<uint8_t> MarPipeline::decode(std::span<const float> tokens, int n) {
+std::vector<uint8_t> MarFamily::decode(std::span<const float> tokens, int n) {
   const int size = image_size();
   return to_pixels_mar(decode_float(tokens, n), n, size, size);
-}
-
-std::string model_architecture(const std::string& model_dir) {
-  return load_model_config(model_dir).architecture;
 }
 
 }  // namespace tessera

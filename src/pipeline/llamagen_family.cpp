@@ -1,0 +1,159 @@
+// LlamaGen behind the public Pipeline: vanilla and speculative generation of token grids,
+// teacher-forced logits, VQ decoding.
+#include "pipeline/llamagen_family.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "decode/decoder.h"
+#include "decode/guidance.h"
+#include "decode/teacher_forcing.h"
+#include "models/llamagen.h"
+#include "models/vq_decoder.h"
+#include "speculative/drafters/jacobi_drafter.h"
+#include "speculative/drafters/model_drafter.h"
+#include "speculative/method.h"
+#include "speculative/speculative_decoder.h"
+
+namespace tessera {
+
+struct LlamaGenFamily::Data {
+  ModelConfig config;
+  Backend* backend = nullptr;
+  std::unique_ptr<LlamaGen> gpt;
+  std::unique_ptr<VqDecoder> vq;
+  // The draft model of the last speculative call (reloaded when --draft changes).
+  std::string draft_dir;
+  ModelConfig draft_config;
+  std::unique_ptr<LlamaGen> draft;
+
+  const LlamaGen& draft_model(const std::string& dir);
+};
+
+const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
+  if (draft && draft_dir == dir) return *draft;
+  draft.reset();
+  ModelConfig dc = load_model_config(dir);
+  const GptConfig &t = config.gpt, &d = dc.gpt;
+  auto same = [&](const char* what, long a, long b) {
+    check_param(a == b, "draft",
+                "{draft} " + dir + ": " + what + " " + std::to_string(b) +
+                    " does not match the target's " + std::to_string(a) +
+                    " (a draft model must share the target's VQ vocabulary, grid and "
+                    "conditioning)");
+  };
+  same("vocab_size", t.vocab_size, d.vocab_size);
+  same("grid", t.grid, d.grid);
+  check_param(t.model_type == d.model_type, "draft",
+              "{draft} " + dir + ": the target is " + (t.is_c2i() ? "c2i" : "t2i") +
+                  " but the draft model is " + (d.is_c2i() ? "c2i" : "t2i"));
+  if (t.is_c2i())
+    same("num_classes", t.num_classes, d.num_classes);
+  else
+    same("caption_dim", t.caption_dim, d.caption_dim);
+  draft = std::make_unique<LlamaGen>(dc, *backend);
+  draft_config = std::move(dc);
+  draft_dir = dir;
+  return *draft;
+}
+
+LlamaGenFamily::LlamaGenFamily(const ModelConfig& config, Backend& backend, bool load_decoder)
+    : d_(std::make_unique<Data>()) {
+  d_->config = config;
+  d_->backend = &backend;
+  d_->gpt = std::make_unique<LlamaGen>(config, backend);
+  if (load_decoder && config.has_vq) d_->vq = std::make_unique<VqDecoder>(config, backend);
+}
+LlamaGenFamily::~LlamaGenFamily() = default;
+
+bool LlamaGenFamily::has_decoder() const {
+  return d_->vq != nullptr;
+}
+int LlamaGenFamily::image_size() const {
+  return d_->config.gpt.grid *
+         (d_->config.has_vq ? d_->config.vq.upsample_factor() : d_->config.gpt.downsample);
+}
+int64_t LlamaGenFamily::weight_bytes_per_step() const {
+  return d_->gpt->streamed_weight_bytes();
+}
+
+std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,
+                                                           const GenerateOptions& opts,
+                                                           GenerateStats* stats) {
+  check_param(opts.batch >= 1, "batch", "must be at least 1");
+  const SamplingOptions& s = opts.sampling;
+  check_param(s.temperature >= 0.0f, "temperature", "must be >= 0");
+  check_param(s.top_k >= 0, "top_k", "must be >= 0");
+  check_param(s.top_p > 0.0f && s.top_p <= 1.0f, "top_p", "must be in (0, 1]");
+  check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
+  const SamplingParams p = to_sampling_params(s);
+  GenerateStats local;
+  GenerateStats& st = stats ? *stats : local;
+  const int N = d_->config.gpt.n_image_tokens();
+  check_param(opts.max_tokens >= 0 && opts.max_tokens <= N, "tokens",
+              "must be in [1, " + std::to_string(N) + "]");
+  const int64_t total =
+      static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
+  int64_t done = 0;
+  check_param(opts.spec.max_rounds >= 0, "max_rounds", "must be >= 0");
+  // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
+  const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
+  const LlamaGen* draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
+  speculative::Method method = speculative::make_method(opts.spec, d_->config.dir, d_->config.gpt);
+  std::vector<const Condition*> conds;
+  std::vector<uint64_t> idx;
+  for (size_t i = 0; i < conditions.size(); ++i) {
+    conds.push_back(&conditions[i]);
+    idx.push_back(opts.first_image_index + i);
+  }
+  DecoderSettings ds;
+  ds.sampling = p;
+  ds.seed = opts.seed;
+  ds.max_tokens = opts.max_tokens;
+  ds.on_tokens = [&](int64_t k) {
+    done += k;
+    if (opts.progress) opts.progress(done, total);
+  };
+  const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
+  if (!method.rule) {
+    VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
+    return generate_all(decoder, conds, idx, st);
+  }
+  check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
+              "{tokens} (a partial grid) is only supported by {method} vanilla");
+  std::unique_ptr<speculative::Drafter> drafter;
+  if (draft)
+    drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, method.draft_len,
+                                                          std::max(max_images, 1));
+  else
+    drafter = std::make_unique<speculative::JacobiDrafter>(d_->config.gpt.vocab_size, p);
+  speculative::LoopSettings ls;
+  ls.rule = method.rule.get();
+  ls.drafter = drafter.get();
+  ls.draft_len = method.draft_len;
+  ls.max_rounds = opts.spec.max_rounds;
+  speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
+  return generate_all(decoder, conds, idx, st);
+}
+
+std::vector<float> LlamaGenFamily::forward_logits(const Condition& condition,
+                                                  std::span<const int32_t> tokens) {
+  return teacher_forced_logits(*d_->gpt, condition, tokens);
+}
+
+std::vector<float> LlamaGenFamily::decode_float(std::span<const int32_t> tokens, int n) {
+  check(d_->vq != nullptr,
+        "this model directory has no VQ decoder (vq.safetensors); use --tokens-out only");
+  const int grid = d_->config.gpt.grid;
+  Tensor y = d_->vq->decode(tokens, n, grid);
+  std::vector<float> out(static_cast<size_t>(y.numel()));
+  d_->backend->download(y, out.data());
+  return out;
+}
+
+std::vector<uint8_t> LlamaGenFamily::decode(std::span<const int32_t> tokens, int n) {
+  const int size = image_size();
+  return to_pixels(decode_float(tokens, n), n, size, size);
+}
+
+}  // namespace tessera
