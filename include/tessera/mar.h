@@ -1,7 +1,7 @@
 // tessera public API for continuous-token models (options and statistics of
 // Pipeline::generate_latents): MAR (masked autoregressive generation with a
 // diffusion head per token and a KL VAE decoder), and continuous speculative decoding on it
-// (seed 002; docs/methods.md "Continuous speculative decoding").
+// (Continuous SD, Wang et al., 2024; docs/methods.md).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ struct MarSamplingOptions {
 // Continuous speculative decoding: a draft MAR (same VAE) drafts `draft_len` MAR steps, the target
 // verifies them in one pass. Variants (docs/methods.md; tessera/methods.h lists their parameters:
 // prefill, inner_temperature, cspd.test_step, max_resample_tries):
-//   cspd            seed 002 Eq. 4-11 as written
+//   cspd            Continuous SD Eq. 4-11 as written
 //   cspd-reference  what the published code computes (inverted variance factor, inner temperature)
 //   cspd-exact      exact speculative sampling on one diffusion transition, finished by the target
 struct ContinuousSpecOptions {

@@ -49,10 +49,10 @@ struct SpeculativeOptions {
   std::string method = "vanilla";  // a discrete (or Any) method of registered_methods()
   std::string draft_model;  // draft model directory (same VQ vocabulary); empty: Jacobi drafts
   int draft_len = 0;        // draft tokens per round (Jacobi: window incl. the root); 0: default
-  std::string resample;     // "" (method default) | vanilla | optimal (G*, seed 004 Eq. 5)
+  std::string resample;     // "" (method default) | vanilla | optimal (G*, COOL-SD Eq. 5)
   MethodParams params;      // the method's parameters, by name ("lantern.k"); unset: defaults
   // Analysis: after this many rounds an image is finished by the target alone (0: never). The
-  // bound of seed 004 Eq. 4 is about one round followed by target sampling.
+  // bound of COOL-SD Eq. 4 is about one round followed by target sampling.
   int max_rounds = 0;
 };
 

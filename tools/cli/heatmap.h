@@ -1,5 +1,6 @@
-// Acceptance heatmap over the token grid (as seed 002, Fig. 16): one cell per token, dark where
-// the target sampled the token, coloured by the draft depth at which it was accepted otherwise.
+// Acceptance heatmap over the token grid (as Continuous SD, App. D.4, Fig. 16): one cell per token,
+// dark where the target sampled the token, coloured by the draft depth at which it was accepted
+// otherwise.
 #pragma once
 
 #include <cstdint>

@@ -85,7 +85,7 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o) {
                   "last token (default 16); MAR: steps per draft window (default 8)")
       ->check(int_at_least(1));
   cmd->add_option("--resample", o.resample,
-                  "Resampling at a rejection: vanilla (the method's own) or optimal (G*, seed 004 "
+                  "Resampling at a rejection: vanilla (the method's own) or optimal (G*, COOL-SD "
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
   MethodParams& params = o.params;
   for (const FlagParam& f : flag_params()) {

@@ -1,5 +1,6 @@
-// cspd, cspd-reference and cspd-exact: continuous speculative decoding on MAR (seed 002; the loop
-// is continuous/cspd_loop.cpp, the per-token math continuous/cspd_acceptance.cpp).
+// cspd, cspd-reference and cspd-exact: continuous speculative decoding on MAR (Continuous SD, Wang
+// et al., 2024; the loop is continuous/cspd_loop.cpp, the per-token math
+// continuous/cspd_acceptance.cpp).
 #include "speculative/method_params.h"
 #include "speculative/methods/families.h"
 
@@ -18,7 +19,7 @@ std::vector<ParamSpec<CspdOptions>> specs(cspd::Variant v) {
   using O = CspdOptions;
   std::vector<ParamSpec<O>> s;
   s.push_back(ParamSpec<O>("prefill", &O::prefill,
-                           "Fraction of the MAR steps run by the target first (seed 002 §3.2)")
+                           "Fraction of the MAR steps run by the target first (Continuous SD §3.2)")
                   .in(Range::closed(0, 1)));
   if (v == cspd::Variant::Reference)
     s.push_back(ParamSpec<O>("inner_temperature", &O::inner_temperature,
@@ -57,7 +58,7 @@ MethodEntry entry(const char* name, const char* summary, cspd::Variant v) {
 
 std::vector<MethodEntry> cspd_methods() {
   return {
-      entry("cspd", "Continuous speculative decoding, seed 002 Eq. 4-11 as written",
+      entry("cspd", "Continuous speculative decoding, Continuous SD Eq. 4-11 as written",
             cspd::Variant::Paper),
       entry("cspd-reference", "Continuous speculative decoding as the published code computes it",
             cspd::Variant::Reference),

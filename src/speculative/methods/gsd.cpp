@@ -1,5 +1,5 @@
-// gsd: grouped speculative decoding (seed 001, Alg. 3/5) over clusters of the target's ranked
-// tokens. The rule is rules/gsd_rule.cpp.
+// gsd: grouped speculative decoding (GSD, So et al., 2025, §4, Alg. 3/5) over clusters of the
+// target's ranked tokens. The rule is rules/gsd_rule.cpp.
 #include "io/safetensors.h"
 #include "speculative/method_params.h"
 #include "speculative/methods/families.h"
@@ -55,7 +55,7 @@ std::shared_ptr<const std::vector<float>> gsd_embedding(const std::string& dir,
 
 std::vector<MethodEntry> gsd_methods() {
   MethodEntry e;
-  e.info = {"gsd", "Grouped speculative decoding: accept a cluster of like tokens (seed 001)",
+  e.info = {"gsd", "Grouped speculative decoding: accept a cluster of like tokens (GSD §4)",
             TokenKind::Discrete, DraftSource::ModelOrJacobi, describe(specs(), GsdOptions{})};
   e.make_rule = [](const MethodParams& given, const TargetModel& target) {
     const GsdOptions o = read_params(specs(), given, GsdOptions{});

@@ -1,5 +1,6 @@
-// lantern and lantern++: relaxed acceptance over latent-space neighbours (seed 000; LANTERN++ as
-// restated in seed 004 §3.1). The rule is rules/lantern_rule.cpp.
+// lantern and lantern++: relaxed acceptance over latent-space neighbours (LANTERN, Jang et al.,
+// 2025; LANTERN++ as restated in COOL-SD (Li et al., 2026) §3.1). The rule is
+// rules/lantern_rule.cpp.
 #include <algorithm>
 
 #include "speculative/method_params.h"
@@ -71,9 +72,9 @@ std::unique_ptr<AcceptanceRule> make_rule(bool plus, const MethodParams& given,
 MethodEntry entry(bool plus) {
   MethodEntry e;
   e.info = {plus ? "lantern++" : "lantern",
-            plus ? "LANTERN++: LANTERN's neighbour acceptance with the λ-rule (seed 004 §3.1)"
+            plus ? "LANTERN++: LANTERN's neighbour acceptance with the λ-rule (COOL-SD §3.1)"
                  : "LANTERN: relaxed acceptance over latent neighbours within a TV budget δ "
-                   "(seed 000)",
+                   "(LANTERN §4)",
             TokenKind::Discrete, DraftSource::ModelOrJacobi, describe(specs(plus), defaults(plus))};
   e.make_rule = [plus](const MethodParams& p, const TargetModel& t) {
     return make_rule(plus, p, t);

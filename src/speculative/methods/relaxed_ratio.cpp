@@ -1,5 +1,6 @@
-// uniform-rsd, cool-sd (seed 004) and the naive baselines amplify and addition (seed 001 §5): the
-// relaxed ratio rules of rules/relaxed_ratio_rules.cpp, f = min(1, ω p/q) or min(1, (p + ε)/q).
+// uniform-rsd, cool-sd (COOL-SD, Li et al., 2026) and the naive baselines amplify and addition (GSD
+// §5): the relaxed ratio rules of rules/relaxed_ratio_rules.cpp, f = min(1, ω p/q) or min(1, (p +
+// ε)/q).
 #include "speculative/method_params.h"
 #include "speculative/methods/families.h"
 #include "speculative/rules/rules.h"
@@ -39,26 +40,28 @@ MethodEntry entry(std::string name, std::string summary, std::vector<ParamSpec<O
 
 std::vector<MethodEntry> relaxed_ratio_methods() {
   MethodEntry rsd = entry<RsdOptions>(
-      "uniform-rsd", "Relaxed SD with a uniform relaxation ω_i = δ (seed 004, Eq. 7)",
+      "uniform-rsd",
+      "Relaxed SD with a uniform relaxation ω_i = δ (COOL-SD, Li et al., 2026, Eq. 7)",
       {ParamSpec<RsdOptions>("rsd.delta", &RsdOptions::delta, "UniformRSD relaxation ω = δ")
            .in(Range::above(0))},
       [](const RsdOptions& o) { return make_uniform_rsd_rule(o.delta); });
   MethodEntry cool = entry<CoolOptions>(
-      "cool-sd", "COOL-SD: relaxation ω_i = δ exp(-ν i - μ) decaying with draft depth (seed 004)",
+      "cool-sd",
+      "COOL-SD: relaxation ω_i = δ exp(-ν i - μ) decaying with draft depth (COOL-SD §3.2)",
       {ParamSpec<CoolOptions>("cool.delta", &CoolOptions::delta, "COOL-SD relaxation budget δ")
            .in(Range::above(0)),
        ParamSpec<CoolOptions>("cool.nu", &CoolOptions::nu, "COOL-SD decay ν")
            .in(Range::at_least(0))},
       [](const CoolOptions& o) { return make_cool_sd_rule(o.delta, o.nu); });
-  // Both are defined with G* (seed 004, Alg. 1 line 12).
+  // Both are defined with G* (COOL-SD, Li et al., 2026, Alg. 1 line 12).
   rsd.optimal_by_default = cool.optimal_by_default = true;
   MethodEntry amplify = entry<AmplifyOptions>(
-      "amplify", "Naive lossy baseline f = min(1, k p/q) (seed 001 §5)",
+      "amplify", "Naive lossy baseline f = min(1, k p/q) (GSD §5)",
       {ParamSpec<AmplifyOptions>("amplify.k", &AmplifyOptions::k, "Amplify factor k")
            .in(Range::at_least(1))},
       [](const AmplifyOptions& o) { return make_amplify_rule(o.k); });
   MethodEntry addition = entry<AdditionOptions>(
-      "addition", "Naive lossy baseline f = min(1, (p + ε)/q) (seed 001 §5)",
+      "addition", "Naive lossy baseline f = min(1, (p + ε)/q) (GSD §5)",
       {ParamSpec<AdditionOptions>("addition.eps", &AdditionOptions::eps, "Addition ε")
            .in(Range::at_least(0))},
       [](const AdditionOptions& o) { return make_addition_rule(o.eps); });
