@@ -128,7 +128,8 @@ ForwardOutputs Session::forward(const StepBatch& b) {
 }
 
 void Session::read(const Tensor& t, std::vector<float>& host) {
-  host.resize(static_cast<size_t>(t.numel()));
+  check(t.dtype == DType::F32, "internal: Session::read of a non-f32 tensor");
+  host.resize(static_cast<size_t>(t.numel()));  // reused between steps: no allocation
   backend().download_async(t, host.data());
   backend().synchronize();
 }

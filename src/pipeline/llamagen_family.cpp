@@ -146,9 +146,7 @@ std::vector<float> LlamaGenFamily::decode_float(std::span<const int32_t> tokens,
         "this model directory has no VQ decoder (vq.safetensors); use --tokens-out only");
   const int grid = d_->config.gpt.grid;
   Tensor y = d_->vq->decode(tokens, n, grid);
-  std::vector<float> out(static_cast<size_t>(y.numel()));
-  d_->backend->download(y, out.data());
-  return out;
+  return download_f32(*d_->backend, y);
 }
 
 std::vector<uint8_t> LlamaGenFamily::decode(std::span<const int32_t> tokens, int n) {

@@ -134,17 +134,13 @@ std::vector<float> MarFamily::forward_z(int label, std::span<const float> tokens
   for (int i = 0; i < c.seq_len(); ++i) all[i] = i;
   const std::vector<int32_t> labels{label};
   const Tensor z = d_->model->forward(tokens, unknown, labels, {all});
-  std::vector<float> out(static_cast<size_t>(z.numel()));
-  d_->backend->download(z, out.data());
-  return out;
+  return download_f32(*d_->backend, z);
 }
 
 std::vector<float> MarFamily::decode_float(std::span<const float> tokens, int n) {
   check(d_->vae != nullptr, "this model directory has no VAE decoder (vae.safetensors)");
   const Tensor y = d_->vae->decode(tokens, n);
-  std::vector<float> out(static_cast<size_t>(y.numel()));
-  d_->backend->download(y, out.data());
-  return out;
+  return download_f32(*d_->backend, y);
 }
 
 std::vector<uint8_t> MarFamily::decode(std::span<const float> tokens, int n) {

@@ -1,12 +1,22 @@
 #include "tensor/backend.h"
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tessera/error.h"
 
 namespace tessera {
 
 Backend& cpu_backend() {
   static CpuBackend backend;
   return backend;
+}
+
+std::vector<float> download_f32(Backend& backend, const Tensor& t) {
+  check(t.dtype == DType::F32,
+        "internal: download_f32 of a " + std::string(dtype_name(t.dtype)) + " tensor");
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  backend.download_async(t, out.data());
+  backend.synchronize();
+  return out;
 }
 
 Tensor upload_ids(Backend& backend, std::span<const int32_t> ids) {

@@ -120,6 +120,9 @@ class Backend {
 // The process-wide CPU backend.
 Backend& cpu_backend();
 
+// The values of an f32 tensor, on the host (a blocking download).
+std::vector<float> download_f32(Backend& backend, const Tensor& t);
+
 // An I32 tensor holding `ids` (a host-side gather list for the ops that take index tensors).
 Tensor upload_ids(Backend& backend, std::span<const int32_t> ids);
 
