@@ -31,9 +31,9 @@ const Mar& MarPipeline::Impl::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
   const ModelConfig dc = load_model_config(dir);
-  check_param(dc.is_mar(), "draft",
-              "{draft} " + dir + ": not a MAR model directory (architecture \"" +
-                  dc.architecture + "\")");
+  check_param(
+      dc.is_mar(), "draft",
+      "{draft} " + dir + ": not a MAR model directory (architecture \"" + dc.architecture + "\")");
   const MarConfig &t = config.mar, &d = dc.mar;
   auto same = [&](const char* what, long a, long b) {
     check_param(a == b, "draft",
@@ -102,9 +102,9 @@ std::vector<std::vector<float>> MarPipeline::generate(const std::vector<int>& la
   check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
   check_param(s.cfg_schedule == "linear" || s.cfg_schedule == "constant", "cfg_schedule",
               "must be linear or constant, got \"" + s.cfg_schedule + "\"");
-  check_param(s.num_iter >= 1 && s.num_iter <= c.seq_len(), "steps",
-              "must be in [1, " + std::to_string(c.seq_len()) + "], got " +
-                  std::to_string(s.num_iter));
+  check_param(
+      s.num_iter >= 1 && s.num_iter <= c.seq_len(), "steps",
+      "must be in [1, " + std::to_string(c.seq_len()) + "], got " + std::to_string(s.num_iter));
   for (int l : labels)
     check(l >= -1 && l < c.num_classes, "class " + std::to_string(l) + " out of range [0, " +
                                             std::to_string(c.num_classes) + ")");
