@@ -21,7 +21,8 @@ Condition Condition::unconditional() {
 
 Condition Condition::from_caption(std::vector<float> features, int rows, int dim,
                                   const GptConfig& config) {
-  check(!config.is_c2i(), "this model is class-conditional (c2i): use --class, not --caption");
+  check(!config.is_c2i(),
+        "this model is class-conditional (c2i): condition it on a class label, not a caption");
   const int T = config.cls_token_num;
   check(dim == config.caption_dim, "caption features have width " + std::to_string(dim) +
                                        " but the model expects " +

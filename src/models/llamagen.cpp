@@ -135,7 +135,8 @@ Tensor LlamaGen::embed_conditions(std::span<const Condition* const> conds, bool 
     std::vector<int32_t> ids(R, c.num_classes);  // null class for unconditional rows
     for (int i = 0; i < n; ++i) {
       if (conds[i]->kind == Condition::Kind::Caption)
-        throw Error("this model is class-conditional (c2i): use --class, not --caption");
+        throw Error(
+            "this model is class-conditional (c2i): condition it on a class label, not a caption");
       if (conds[i]->kind == Condition::Kind::Class) {
         check(conds[i]->class_id >= 0 && conds[i]->class_id < c.num_classes,
               "class " + std::to_string(conds[i]->class_id) + " out of range [0, " +
@@ -151,7 +152,8 @@ Tensor LlamaGen::embed_conditions(std::span<const Condition* const> conds, bool 
   for (int i = 0; i < n; ++i) {
     const Condition& cd = *conds[i];
     if (cd.kind == Condition::Kind::Class)
-      throw Error("this model is text-conditional (t2i): use --caption, not --class");
+      throw Error(
+          "this model is text-conditional (t2i): condition it on a caption, not a class label");
     if (cd.kind != Condition::Kind::Caption) continue;
     check(cd.caption.size() == per && cd.caption_mask.size() == static_cast<size_t>(T),
           "caption features must be [" + std::to_string(T) + ", " + std::to_string(c.caption_dim) +

@@ -143,7 +143,8 @@ std::vector<float> LlamaGenFamily::forward_logits(const Condition& condition,
 
 std::vector<float> LlamaGenFamily::decode_float(std::span<const int32_t> tokens, int n) {
   check(d_->vq != nullptr,
-        "this model directory has no VQ decoder (vq.safetensors); use --tokens-out only");
+        "this model directory has no VQ decoder (vq.safetensors): its token grids cannot be "
+        "decoded to pixels");
   const int grid = d_->config.gpt.grid;
   Tensor y = d_->vq->decode(tokens, n, grid);
   return download_f32(*d_->backend, y);

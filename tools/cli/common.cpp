@@ -28,7 +28,12 @@ Condition make_condition(const CondOpts& c, const GptConfig& cfg) {
     throw Error(cfg.is_c2i() ? "give exactly one of --class N or --uncond"
                              : "give exactly one of --caption FILE or --uncond");
   if (c.uncond) return Condition::unconditional();
-  if (!c.caption.empty()) return Condition::caption_file(c.caption, cfg);
+  if (!c.caption.empty()) {
+    if (cfg.is_c2i())
+      throw Error("--caption " + c.caption +
+                  ": this model is class-conditional (c2i): use --class, not --caption");
+    return Condition::caption_file(c.caption, cfg);
+  }
   if (!cfg.is_c2i())
     throw Error("this model is text-conditional (t2i): use --caption, not --class");
   if (c.class_id >= cfg.num_classes)
