@@ -66,7 +66,7 @@ ForwardOutputs Session::forward(const StepBatch& b) {
   Backend& be = backend();
   const int n_seq = static_cast<int>(b.slots.size()), n_new = b.n_new;
   const int rows = n_seq * n_new, n_out = n_seq * static_cast<int>(b.output_at.size());
-  check(rows <= workspace_->max_rows() && n_out <= workspace_->max_outputs(),
+  check(n_seq <= n_slots() && rows <= workspace_->max_rows() && n_out <= workspace_->max_outputs(),
         "internal: a forward of " + std::to_string(rows) + " rows exceeds the session's workspace");
   check(static_cast<int>(b.positions.size()) == rows &&
             (b.embeddings || static_cast<int>(b.tokens.size()) == rows),
