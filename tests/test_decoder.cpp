@@ -112,4 +112,117 @@ TEST_P(DecoderSteps, ImagesJoinAndLeaveBetweenStepsWithoutChangingResults) {
 
 INSTANTIATE_TEST_SUITE_P(Methods, DecoderSteps, ::testing::Values("vanilla", "sd", "sjd"));
 
+// The CPU backend, counting the calls that allocate or move data between host and device.
+class CountingBackend final : public Backend {
+ public:
+  int allocations = 0, uploads = 0, writes = 0, downloads = 0, syncs = 0;
+  Backend& be = cpu_backend();
+
+  std::string name() const override { return "counting cpu"; }
+  Tensor empty(DType d, Shape s) override { return ++allocations, be.empty(d, std::move(s)); }
+  Tensor zeros(DType d, Shape s) override { return ++allocations, be.zeros(d, std::move(s)); }
+  Tensor upload(const void* h, DType d, Shape s) override {
+    return ++uploads, be.upload(h, d, std::move(s));
+  }
+  void download(const Tensor& t, void* h) override { ++downloads, be.download(t, h); }
+  void upload_into(const void* h, Tensor& t) override { ++writes, be.upload_into(h, t); }
+  void download_async(const Tensor& t, void* h) override { ++downloads, be.download_async(t, h); }
+  void synchronize() override { ++syncs, be.synchronize(); }
+  Tensor adopt_host(const void* h, DType d, Shape s, std::shared_ptr<void> o) override {
+    return be.adopt_host(h, d, std::move(s), std::move(o));
+  }
+  Tensor to_f32(const Tensor& t) override { return ++allocations, be.to_f32(t); }
+  void copy(const Tensor& a, Tensor& b) override { be.copy(a, b); }
+  void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+    be.linear(x, w, b, y);
+  }
+  void get_rows(const Tensor& t, const Tensor& i, Tensor& o) override { be.get_rows(t, i, o); }
+  void rms_norm(const Tensor& x, const Tensor& w, float e, Tensor& y) override {
+    be.rms_norm(x, w, e, y);
+  }
+  void add(const Tensor& a, const Tensor& b, Tensor& y) override { be.add(a, b, y); }
+  void swiglu(const Tensor& g, const Tensor& u, Tensor& y) override { be.swiglu(g, u, y); }
+  void gelu_tanh(Tensor& x) override { be.gelu_tanh(x); }
+  void silu(Tensor& x) override { be.silu(x); }
+  void rope(Tensor& x, int n, int hd, const Tensor& cs, const Tensor& pos) override {
+    be.rope(x, n, hd, cs, pos);
+  }
+  void kv_store(const Tensor& q, int h, int kv, int hd, const AttentionBatch& b, Tensor& k,
+                Tensor& v) override {
+    be.kv_store(q, h, kv, hd, b, k, v);
+  }
+  void attention(const Tensor& q, int h, int kv, int hd, const AttentionBatch& b, const Tensor& k,
+                 const Tensor& v, Tensor& o) override {
+    be.attention(q, h, kv, hd, b, k, v, o);
+  }
+  void layer_norm(const Tensor& x, const Tensor* g, const Tensor* b, float e, Tensor& y) override {
+    be.layer_norm(x, g, b, e, y);
+  }
+  void gelu_erf(Tensor& x) override { be.gelu_erf(x); }
+  void self_attention(const Tensor& q, int b, int h, int hd, Tensor& o) override {
+    be.self_attention(q, b, h, hd, o);
+  }
+  void modulate(const Tensor& x, const Tensor& sh, const Tensor& sc, Tensor& y) override {
+    be.modulate(x, sh, sc, y);
+  }
+  void add_gated(Tensor& h, const Tensor& g, const Tensor& u) override { be.add_gated(h, g, u); }
+  void add_rows_broadcast(Tensor& x, const Tensor& t) override { be.add_rows_broadcast(x, t); }
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& b, int p, Tensor& y) override {
+    be.conv2d(x, w, b, p, y);
+  }
+  void group_norm(const Tensor& x, const Tensor& g, const Tensor& b, int n, float e, bool s,
+                  Tensor& y) override {
+    be.group_norm(x, g, b, n, e, s, y);
+  }
+  void upsample_nearest2x(const Tensor& x, Tensor& y) override { be.upsample_nearest2x(x, y); }
+  void batched_matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, float al,
+                      Tensor& c) override {
+    be.batched_matmul(a, ta, b, tb, al, c);
+  }
+  void softmax_rows(Tensor& x) override { be.softmax_rows(x); }
+  void l2_normalize_rows(Tensor& x, float e) override { be.l2_normalize_rows(x, e); }
+  void transpose_last2(const Tensor& x, Tensor& y) override { be.transpose_last2(x, y); }
+};
+
+// The device-ready forward contract: once a generation is under way, a decoding step allocates
+// nothing on the backend, writes its inputs with one transfer, and reads its logits with one
+// download and one synchronize. This is what lets a device backend replay a step as a graph.
+TEST(DecoderSteps, DecodingStepsAllocateNothingAndUploadOnce) {
+  CountingBackend counting;
+  LlamaGen target(models().target_config, counting), draft(models().draft_config, counting);
+  DecoderSettings d = settings();
+  for (const std::string method : {"vanilla", "sd"}) {
+    SCOPED_TRACE(method);
+    GenerateStats stats;
+    auto rule = speculative::make_exact_rule();
+    speculative::ModelDrafter drafter(draft, d.sampling, 3, 2);
+    speculative::LoopSettings ls;
+    ls.rule = rule.get();
+    ls.drafter = &drafter;
+    ls.draft_len = 3;
+    std::unique_ptr<Decoder> dec;
+    if (method == "vanilla")
+      dec = std::make_unique<VanillaDecoder>(target, 2, d, stats);
+    else
+      dec = std::make_unique<speculative::SpeculativeDecoder>(target, 2, d, ls, stats);
+    dec->add(Condition::label(1), 0);
+    dec->add(Condition::label(2), 1);
+    ASSERT_TRUE(dec->step());  // the prefill embeds the conditions (allocations allowed)
+    ASSERT_TRUE(dec->step());  // a first round: the drafter's catch-up settles
+    const int forwards = static_cast<int>(stats.forward_passes + stats.draft_forward_passes);
+    counting.allocations = counting.uploads = counting.writes = 0;
+    counting.downloads = counting.syncs = 0;
+    ASSERT_TRUE(dec->step());
+    ASSERT_TRUE(dec->step());
+    const int steps_forwards =
+        static_cast<int>(stats.forward_passes + stats.draft_forward_passes) - forwards;
+    ASSERT_GT(steps_forwards, 0);
+    EXPECT_EQ(counting.allocations, 0);
+    EXPECT_EQ(counting.uploads, 0);
+    EXPECT_EQ(counting.writes, steps_forwards);  // one packed input transfer per forward
+    EXPECT_EQ(counting.downloads, steps_forwards);
+    EXPECT_EQ(counting.syncs, steps_forwards);
+  }
+}
+
 }  // namespace
