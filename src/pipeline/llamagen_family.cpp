@@ -24,7 +24,6 @@ struct LlamaGenFamily::Data {
   std::unique_ptr<VqDecoder> vq;
   // The draft model of the last speculative call (reloaded when --draft changes).
   std::string draft_dir;
-  ModelConfig draft_config;
   std::unique_ptr<LlamaGen> draft;
 
   const LlamaGen& draft_model(const std::string& dir);
@@ -33,7 +32,7 @@ struct LlamaGenFamily::Data {
 const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
-  ModelConfig dc = load_model_config(dir);
+  const ModelConfig dc = load_model_config(dir);
   const GptConfig &t = config.gpt, &d = dc.gpt;
   auto same = [&](const char* what, long a, long b) {
     check_param(a == b, "draft",
@@ -52,7 +51,6 @@ const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
   else
     same("caption_dim", t.caption_dim, d.caption_dim);
   draft = std::make_unique<LlamaGen>(dc, *backend);
-  draft_config = std::move(dc);
   draft_dir = dir;
   return *draft;
 }
