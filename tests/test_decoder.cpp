@@ -119,6 +119,7 @@ class CountingBackend final : public Backend {
   Backend& be = cpu_backend();
 
   std::string name() const override { return "counting cpu"; }
+  int64_t available_memory() const override { return be.available_memory(); }
   Tensor empty(DType d, Shape s) override { return ++allocations, be.empty(d, std::move(s)); }
   Tensor zeros(DType d, Shape s) override { return ++allocations, be.zeros(d, std::move(s)); }
   Tensor upload(const void* h, DType d, Shape s) override {

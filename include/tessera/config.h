@@ -87,6 +87,7 @@ struct SamplingDefaults {
 
 struct ModelConfig {
   std::string dir;
+  bool check_weights = true;  // set by the loader, not config.json: scan weights for NaN/Inf
   std::string architecture = "llamagen";  // llamagen | mar
   GptConfig gpt;                          // llamagen
   SamplingDefaults sampling;              // llamagen

@@ -103,7 +103,17 @@ struct GenerateStats {
 
 struct LoadOptions {
   bool load_decoder = true;  // false: skip vq.safetensors even if present
-  int threads = 0;           // 0 = all cores
+  int threads = 0;           // 0 = every CPU the process may use (more are clamped, with a note)
+  // Scan every weight for NaN/Inf at load (an error names the tensor). Turning it off is unsafe:
+  // a corrupt checkpoint then yields noise images with exit code 0.
+  bool check_weights = true;
+};
+
+// What Pipeline::load took: wall time, and the part spent scanning weights for NaN/Inf.
+struct LoadReport {
+  double seconds = 0.0;
+  int64_t checked_bytes = 0;
+  double check_seconds = 0.0;
 };
 
 struct MarGenerateOptions;  // tessera/mar.h
@@ -119,6 +129,7 @@ class Pipeline {
   ~Pipeline();
 
   const ModelConfig& config() const;
+  const LoadReport& load_report() const;
   const std::string& architecture() const;  // "llamagen" | "mar"
   bool continuous_tokens() const;           // MAR: latents instead of token ids
   bool has_decoder() const;                 // a VQ (LlamaGen) or VAE (MAR) decoder was loaded

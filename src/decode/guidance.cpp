@@ -1,8 +1,24 @@
 #include "decode/guidance.h"
 
+#include <cmath>
+#include <string>
+
+#include "tessera/error.h"
+
 namespace tessera {
 
 SamplingParams to_sampling_params(const SamplingOptions& s) {
+  // Non-finite settings would reach every probability (an infinite guidance scale turns the
+  // logits into NaN and the sampler into garbage), so they are rejected here, once.
+  check_param(std::isfinite(s.temperature) && s.temperature >= 0.0f, "temperature",
+              "must be a finite number >= 0 (0: greedy)");
+  check_param(s.top_k >= 0, "top_k", "must be >= 0 (0: off; values above the vocabulary keep all)");
+  check_param(std::isfinite(s.top_p) && s.top_p > 0.0f && s.top_p <= 1.0f, "top_p",
+              "must be in (0, 1] (1: off)");
+  check_param(std::isfinite(s.cfg_scale) && s.cfg_scale >= 0.0f, "cfg",
+              "must be a finite number >= 0 (<= 1: no guidance)");
+  check_param(std::isfinite(s.cfg_interval) && s.cfg_interval >= -1.0f, "cfg_interval",
+              "must be a finite number >= -1 (-1: guide every token)");
   SamplingParams p;
   p.cfg_scale = s.cfg_scale;
   p.cfg_interval = s.cfg_interval;
@@ -16,7 +32,11 @@ void guided_distribution(const float* cond, const float* uncond, int vocab, cons
                          int token_index, std::span<float> probs) {
   std::span<const float> c(cond, static_cast<size_t>(vocab)), u;
   if (uncond && p.guided(token_index)) u = {uncond, static_cast<size_t>(vocab)};
-  target_distribution(c, u, p.cfg_scale, p, probs);
+  try {
+    target_distribution(c, u, p.cfg_scale, p, probs);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " at image token " + std::to_string(token_index));
+  }
 }
 
 }  // namespace tessera

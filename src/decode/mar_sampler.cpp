@@ -218,6 +218,12 @@ std::vector<std::vector<int32_t>> MarCanvas::step_positions(int mask_len_after, 
 }
 
 void MarCanvas::write(int image, int position, const float* x) {
+  // Every finished token passes here (target steps and accepted drafts): a NaN or Inf from the
+  // model would decode to a silently broken image, so it stops the run instead.
+  for (int i = 0; i < token_dim; ++i)
+    if (!std::isfinite(x[i]))
+      throw Error("the model produced a non-finite latent (NaN or Inf) at token position " +
+                  std::to_string(position) + " of image " + std::to_string(image));
   const size_t at = static_cast<size_t>(image) * seq_len + position;
   std::copy(x, x + token_dim, tokens.begin() + at * token_dim);
   unknown[at] = 0;

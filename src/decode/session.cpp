@@ -1,24 +1,67 @@
 #include "decode/session.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string>
 
 #include "tessera/error.h"
 
 namespace tessera {
 
+namespace {
+struct SessionSizes {
+  int64_t slots, capacity, max_rows, max_out;
+};
+SessionSizes session_sizes(const AutoregressiveModel& model, const SessionOptions& o) {
+  const ArModelInfo& m = model.info();
+  const int64_t slots = std::max(o.n_slots, 1);
+  const int64_t per_seq = std::max({m.prefix_len, o.max_new, 1});
+  return {slots, static_cast<int64_t>(m.prefix_len) + m.n_tokens + o.extra_capacity,
+          slots * per_seq, slots * std::max(o.max_outputs_per_seq, 1)};
+}
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(int64_t{1} << 30));
+  return buf;
+}
+}  // namespace
+
+const AutoregressiveModel& Session::fits_in_memory(const AutoregressiveModel& model,
+                                                   const SessionOptions& o) {
+  const ArModelInfo& m = model.info();
+  const SessionSizes z = session_sizes(model, o);
+  const double kv = 2.0 * m.n_layer * static_cast<double>(z.slots) * m.n_kv_head * z.capacity *
+                    m.head_dim * sizeof(float);
+  const bool addressable = z.max_rows <= std::numeric_limits<int>::max() / 4 &&
+                           z.max_out <= std::numeric_limits<int>::max() / 4;
+  const double work =
+      addressable ? static_cast<double>(model.workspace_bytes(static_cast<int>(z.max_rows),
+                                                              static_cast<int>(z.max_out)))
+                  : 1e30;
+  const double need = kv + work;
+  const int64_t available = model.backend().available_memory();
+  if (need > static_cast<double>(available))
+    throw ParameterError(
+        "batch", "not enough memory: " + std::to_string(z.slots) +
+                     " sequences (images in flight, two per image with guidance) of " +
+                     std::to_string(z.capacity) + " positions need " + gib(kv) +
+                     " of KV cache and " + gib(work) + " of activations, but " +
+                     gib(static_cast<double>(available)) + " is available; lower {batch}");
+  return model;
+}
+
 Session::Session(const AutoregressiveModel& model, const SessionOptions& o)
-    : model_(model),
+    : model_(fits_in_memory(model, o)),
       cache_(model.backend(), model.info().n_layer, std::max(o.n_slots, 1),
              model.info().prefix_len + model.info().n_tokens + o.extra_capacity,
              model.info().n_kv_head, model.info().head_dim),
       in_use_(static_cast<size_t>(std::max(o.n_slots, 1)), 0),
       hidden_states_(o.hidden_states) {
-  const int slots = n_slots();
-  const int per_seq = std::max({model.info().prefix_len, o.max_new, 1});
-  const int max_rows = slots * per_seq, max_out = slots * std::max(o.max_outputs_per_seq, 1);
+  const SessionSizes z = session_sizes(model, o);
+  const int max_rows = static_cast<int>(z.max_rows), max_out = static_cast<int>(z.max_out);
   workspace_ = model.make_workspace(max_rows, max_out);
-  index_buffer_ =
-      model.backend().empty(DType::I32, {2 * static_cast<int64_t>(max_rows) + 2 * slots + max_out});
+  index_buffer_ = model.backend().empty(DType::I32, {2 * z.max_rows + 2 * z.slots + z.max_out});
 }
 
 int Session::acquire_slot() {

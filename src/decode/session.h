@@ -67,6 +67,12 @@ class Session {
   int64_t forwards() const { return forwards_; }
 
  private:
+  // Throws before anything is allocated when the cache and workspace `o` asks for do not fit in
+  // the backend's free memory (an error naming the batch, not a crash by the OOM killer).
+  // Returns the model (it initialises model_, the first member).
+  static const AutoregressiveModel& fits_in_memory(const AutoregressiveModel& model,
+                                                   const SessionOptions& o);
+
   const AutoregressiveModel& model_;
   KVCache cache_;
   std::unique_ptr<ForwardWorkspace> workspace_;

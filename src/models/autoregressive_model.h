@@ -72,6 +72,8 @@ class AutoregressiveModel {
                                   std::vector<uint8_t>& hidden_keys) const = 0;
 
   virtual std::unique_ptr<ForwardWorkspace> make_workspace(int max_rows, int max_outputs) const = 0;
+  // Bytes make_workspace(max_rows, max_outputs) allocates (checked against free memory first).
+  virtual int64_t workspace_bytes(int max_rows, int max_outputs) const = 0;
 
   // Appends the batch's rows to `cache` (the caller advances its lengths) and returns the outputs
   // of in.output_rows.

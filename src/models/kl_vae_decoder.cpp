@@ -14,7 +14,7 @@ KlVaeDecoder::KlVaeDecoder(const ModelConfig& mc, Backend& backend)
   check(mc.has_vae, "this model directory has no VAE decoder (no \"vae\" in config.json)");
   const VaeConfig& c = cfg_;
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();
-  WeightLoader w(path, parse_dtype(c.dtype), backend);
+  WeightLoader w(path, parse_dtype(c.dtype), backend, mc.check_weights);
   post_quant_conv_ = ConvDecoder::load_conv(w, "post_quant_conv", c.z_channels, c.embed_dim, 1);
 
   // LDM names: decoder.up.{i} with i = 0 at the full resolution, so level b (counted from the

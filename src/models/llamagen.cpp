@@ -53,7 +53,7 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
   info_.prefix_len = c.cls_token_num;
   info_.n_tokens = c.n_image_tokens();
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();
-  WeightLoader w(path, parse_dtype(c.dtype), backend);
+  WeightLoader w(path, parse_dtype(c.dtype), backend, mc.check_weights);
   const int64_t D = c.dim, V = c.vocab_size, F = c.ffn_dim, hd = c.head_dim();
   const int64_t qkv = (c.n_head + 2 * c.n_kv_head) * hd;
   tok_embeddings = w.matrix("tok_embeddings.weight", {V, D});
@@ -173,24 +173,33 @@ Tensor LlamaGen::embed_conditions(std::span<const Condition* const> conds, bool 
   return embed_captions(features, use_uncond);
 }
 
-std::unique_ptr<ForwardWorkspace> LlamaGen::make_workspace(int max_rows, int max_outputs) const {
-  const GptConfig& c = cfg_;
-  Backend& be = backend_;
-  auto ws = std::make_unique<LlamaGenWorkspace>();
+namespace {
+// The workspace's f32 tensors, in LlamaGenWorkspace's order: x, h, qkv, att, gate, up ([rows, .])
+// and picked, normed, logits ([outputs, .]). One list serves allocation and the memory estimate.
+std::vector<Shape> workspace_shapes(const GptConfig& c, int max_rows, int max_outputs) {
   const int64_t R = std::max(max_rows, 1), O = std::max(max_outputs, 1);
-  ws->rows = static_cast<int>(R);
-  ws->outputs = static_cast<int>(O);
-  ws->x = be.empty(DType::F32, {R, c.dim});
-  ws->h = be.empty(DType::F32, {R, c.dim});
-  ws->qkv =
-      be.empty(DType::F32, {R, static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim()});
-  ws->att = be.empty(DType::F32, {R, c.dim});
-  ws->gate = be.empty(DType::F32, {R, c.ffn_dim});
-  ws->up = be.empty(DType::F32, {R, c.ffn_dim});
-  ws->picked = be.empty(DType::F32, {O, c.dim});
-  ws->normed = be.empty(DType::F32, {O, c.dim});
-  ws->logits = be.empty(DType::F32, {O, c.vocab_size});
+  const int64_t qkv = static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim();
+  return {{R, c.dim},    {R, c.dim},    {R, qkv}, {R, c.dim},       {R, c.ffn_dim},
+          {R, c.ffn_dim}, {O, c.dim}, {O, c.dim}, {O, c.vocab_size}};
+}
+}  // namespace
+
+std::unique_ptr<ForwardWorkspace> LlamaGen::make_workspace(int max_rows, int max_outputs) const {
+  const std::vector<Shape> shapes = workspace_shapes(cfg_, max_rows, max_outputs);
+  auto ws = std::make_unique<LlamaGenWorkspace>();
+  ws->rows = static_cast<int>(shapes[0][0]);
+  ws->outputs = static_cast<int>(shapes[6][0]);
+  Tensor* slots[] = {&ws->x,    &ws->h,      &ws->qkv,    &ws->att,   &ws->gate,
+                     &ws->up,   &ws->picked, &ws->normed, &ws->logits};
+  for (size_t i = 0; i < shapes.size(); ++i) *slots[i] = backend_.empty(DType::F32, shapes[i]);
   return ws;
+}
+
+int64_t LlamaGen::workspace_bytes(int max_rows, int max_outputs) const {
+  int64_t bytes = 0;
+  for (const Shape& s : workspace_shapes(cfg_, max_rows, max_outputs))
+    bytes += shape_numel(s) * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 ForwardOutputs LlamaGen::forward(const ForwardInputs& in, KVCache& cache,

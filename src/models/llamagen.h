@@ -29,6 +29,7 @@ class LlamaGen final : public AutoregressiveModel {
   Tensor embed_conditions(std::span<const Condition* const> conds, bool with_uncond,
                           std::vector<uint8_t>& hidden_keys) const override;
   std::unique_ptr<ForwardWorkspace> make_workspace(int max_rows, int max_outputs) const override;
+  int64_t workspace_bytes(int max_rows, int max_outputs) const override;
   ForwardOutputs forward(const ForwardInputs& in, KVCache& cache,
                          ForwardWorkspace& workspace) const override;
   int64_t streamed_weight_bytes() const override;

@@ -14,7 +14,7 @@ Mar::Mar(const ModelConfig& mc, Backend& backend) : cfg_(mc.mar), backend_(backe
   const int64_t D = c.dim, L = c.seq_len(), S = L + c.buffer_size, d = c.token_dim();
   const int64_t F = c.mlp_dim();
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();
-  WeightLoader w(path, parse_dtype(c.dtype), backend);
+  WeightLoader w(path, parse_dtype(c.dtype), backend, mc.check_weights);
 
   // class_emb rows followed by fake_latent, so one row gather builds the buffer of any batch.
   const Tensor classes = w.f32("class_emb.weight", {c.num_classes, D});

@@ -12,7 +12,7 @@ VqDecoder::VqDecoder(const ModelConfig& mc, Backend& backend) : cfg_(mc.vq), bac
   check(mc.has_vq, "this model directory has no VQ decoder (no \"vq\" in config.json)");
   const VqConfig& c = cfg_;
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();
-  WeightLoader w(path, parse_dtype(c.dtype), backend);
+  WeightLoader w(path, parse_dtype(c.dtype), backend, mc.check_weights);
 
   // Normalised once into a private copy (the stored weights are not unit-norm; never write the
   // read-only mapping).

@@ -1,11 +1,28 @@
 #include "models/weights.h"
 
+#include <atomic>
+
+#include "common/clock.h"
+#include "tensor/finite_scan.h"
 #include "tessera/error.h"
 
 namespace tessera {
 
-WeightLoader::WeightLoader(const std::string& path, DType expected_dtype, Backend& backend)
-    : file_(SafeTensorsFile::open(path)), expected_(expected_dtype), backend_(backend) {}
+namespace {
+std::atomic<int64_t> g_checked_bytes{0};
+std::atomic<int64_t> g_checked_ns{0};
+}  // namespace
+
+WeightCheckTotals weight_check_totals() {
+  return {g_checked_bytes.load(), static_cast<double>(g_checked_ns.load()) * 1e-9};
+}
+
+WeightLoader::WeightLoader(const std::string& path, DType expected_dtype, Backend& backend,
+                           bool check_finite)
+    : file_(SafeTensorsFile::open(path)),
+      expected_(expected_dtype),
+      backend_(backend),
+      check_finite_(check_finite) {}
 
 const SafeTensorInfo& WeightLoader::lookup(const std::string& name, const Shape& shape) {
   if (!file_.has(name)) throw Error(path() + ": missing tensor '" + name + "'");
@@ -15,6 +32,15 @@ const SafeTensorInfo& WeightLoader::lookup(const std::string& name, const Shape&
                 " but the config expects " + shape_str(shape));
   if (info.dtype != DType::F32 && info.dtype != DType::F16 && info.dtype != DType::BF16)
     throw Error(path() + ": tensor '" + name + "' has non-float dtype " + dtype_name(info.dtype));
+  if (check_finite_) {
+    const double t0 = now_s();
+    const int64_t bad = first_non_finite(info.dtype, info.data, shape_numel(info.shape));
+    g_checked_ns += static_cast<int64_t>((now_s() - t0) * 1e9);
+    g_checked_bytes += static_cast<int64_t>(info.nbytes);
+    if (bad >= 0)
+      throw Error(path() + ": tensor '" + name + "' holds a non-finite value (NaN or Inf) at " +
+                  "element " + std::to_string(bad) + " (a corrupt or badly converted checkpoint)");
+  }
   used_.insert(name);
   return info;
 }

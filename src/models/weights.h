@@ -2,6 +2,7 @@
 // dtype against what the model expects, and reporting exactly what is wrong.
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 
@@ -10,9 +11,19 @@
 
 namespace tessera {
 
+// Process-wide totals of the NaN/Inf scan at load (for the load report: the scan reads every
+// weight once, so its cost is measured and shown).
+struct WeightCheckTotals {
+  int64_t bytes = 0;
+  double seconds = 0.0;
+};
+WeightCheckTotals weight_check_totals();
+
 class WeightLoader {
  public:
-  WeightLoader(const std::string& path, DType expected_dtype, Backend& backend);
+  // check_finite: every tensor the model takes is scanned for NaN/Inf (an error names it).
+  WeightLoader(const std::string& path, DType expected_dtype, Backend& backend,
+               bool check_finite = true);
 
   // A matrix used as stored (memory-mapped on the CPU): must have `shape` and the file's dtype.
   Tensor matrix(const std::string& name, const Shape& shape);
@@ -29,6 +40,7 @@ class WeightLoader {
   SafeTensorsFile file_;
   DType expected_;
   Backend& backend_;
+  bool check_finite_;
   std::set<std::string> used_;
 };
 

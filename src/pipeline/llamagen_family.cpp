@@ -32,7 +32,8 @@ struct LlamaGenFamily::Data {
 const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
-  const ModelConfig dc = load_model_config(dir);
+  ModelConfig dc = load_model_config(dir);
+  dc.check_weights = config.check_weights;
   const GptConfig &t = config.gpt, &d = dc.gpt;
   auto same = [&](const char* what, long a, long b) {
     check_param(a == b, "draft",
@@ -79,12 +80,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
                                                            const GenerateOptions& opts,
                                                            GenerateStats* stats) {
   check_param(opts.batch >= 1, "batch", "must be at least 1");
-  const SamplingOptions& s = opts.sampling;
-  check_param(s.temperature >= 0.0f, "temperature", "must be >= 0");
-  check_param(s.top_k >= 0, "top_k", "must be >= 0");
-  check_param(s.top_p > 0.0f && s.top_p <= 1.0f, "top_p", "must be in (0, 1]");
-  check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
-  const SamplingParams p = to_sampling_params(s);
+  const SamplingParams p = to_sampling_params(opts.sampling);  // validates them
   GenerateStats local;
   GenerateStats& st = stats ? *stats : local;
   const int N = d_->config.gpt.n_image_tokens();
@@ -144,8 +140,20 @@ std::vector<float> LlamaGenFamily::decode_float(std::span<const int32_t> tokens,
         "this model directory has no VQ decoder (vq.safetensors): its token grids cannot be "
         "decoded to pixels");
   const int grid = d_->config.gpt.grid;
-  Tensor y = d_->vq->decode(tokens, n, grid);
-  return download_f32(*d_->backend, y);
+  // One image at a time: every decoder op works per image (same numbers as a batch), and the
+  // activations of a large request never have to fit in memory at once.
+  const size_t per_image = static_cast<size_t>(grid) * grid;
+  check(tokens.size() == per_image * static_cast<size_t>(std::max(n, 0)),
+        "decode: expected " + std::to_string(per_image * std::max(n, 0)) + " tokens, got " +
+            std::to_string(tokens.size()));
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i) {
+    const Tensor y = d_->vq->decode(tokens.subspan(i * per_image, per_image), 1, grid);
+    const std::vector<float> one = download_f32(*d_->backend, y);
+    if (out.empty()) out.reserve(one.size() * static_cast<size_t>(n));
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
 }
 
 std::vector<uint8_t> LlamaGenFamily::decode(std::span<const int32_t> tokens, int n) {

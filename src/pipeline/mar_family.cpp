@@ -2,6 +2,7 @@
 // continuous speculative decoding with a draft MAR.
 #include "pipeline/mar_family.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -31,7 +32,8 @@ struct MarFamily::Data {
 const Mar& MarFamily::Data::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
-  const ModelConfig dc = load_model_config(dir);
+  ModelConfig dc = load_model_config(dir);
+  dc.check_weights = config.check_weights;
   check_param(
       dc.is_mar(), "draft",
       "{draft} " + dir + ": not a MAR model directory (architecture \"" + dc.architecture + "\")");
@@ -82,8 +84,10 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
   MarSamplingOptions s = opts.sampling;
   if (s.num_iter == 0) s.num_iter = std::min(64, c.seq_len());
   check_param(opts.batch >= 1, "batch", "must be at least 1");
-  check_param(s.temperature > 0.0f, "temperature", "must be > 0");
-  check_param(s.cfg_scale >= 0.0f, "cfg", "must be >= 0");
+  check_param(std::isfinite(s.temperature) && s.temperature > 0.0f, "temperature",
+              "must be a finite number > 0");
+  check_param(std::isfinite(s.cfg_scale) && s.cfg_scale >= 0.0f, "cfg",
+              "must be a finite number >= 0 (1: no guidance)");
   check_param(s.cfg_schedule == "linear" || s.cfg_schedule == "constant", "cfg_schedule",
               "must be linear or constant, got \"" + s.cfg_schedule + "\"");
   check_param(
@@ -93,6 +97,11 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
     check(l >= -1 && l < c.num_classes, "class " + std::to_string(l) + " out of range [0, " +
                                             std::to_string(c.num_classes) + ")");
   const std::optional<CspdSettings> cspd = speculative::make_cspd_settings(opts.spec);
+  if (cspd)
+    check_param(cspd->draft_len <= s.num_iter, "draft_len",
+                "must be in [1, " + std::to_string(s.num_iter) + "] (MAR steps drafted per round; " +
+                    "this run has {steps} " + std::to_string(s.num_iter) + "), got " +
+                    std::to_string(cspd->draft_len));
   const Mar* draft = cspd ? &d_->draft_model(opts.spec.draft_model) : nullptr;
 
   MarStats local;
@@ -139,8 +148,20 @@ std::vector<float> MarFamily::forward_z(int label, std::span<const float> tokens
 
 std::vector<float> MarFamily::decode_float(std::span<const float> tokens, int n) {
   check(d_->vae != nullptr, "this model directory has no VAE decoder (vae.safetensors)");
-  const Tensor y = d_->vae->decode(tokens, n);
-  return download_f32(*d_->backend, y);
+  // One image at a time, as LlamaGenFamily::decode_float (per-image ops, bounded memory).
+  const MarConfig& c = d_->config.mar;
+  const size_t per_image = static_cast<size_t>(c.seq_len()) * c.token_dim();
+  check(tokens.size() == per_image * static_cast<size_t>(std::max(n, 0)),
+        "decode: expected " + std::to_string(per_image * std::max(n, 0)) + " latent values, got " +
+            std::to_string(tokens.size()));
+  std::vector<float> out;
+  for (int i = 0; i < n; ++i) {
+    const Tensor y = d_->vae->decode(tokens.subspan(i * per_image, per_image), 1);
+    const std::vector<float> one = download_f32(*d_->backend, y);
+    if (out.empty()) out.reserve(one.size() * static_cast<size_t>(n));
+    out.insert(out.end(), one.begin(), one.end());
+  }
+  return out;
 }
 
 std::vector<uint8_t> MarFamily::decode(std::span<const float> tokens, int n) {

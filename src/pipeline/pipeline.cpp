@@ -3,9 +3,13 @@
 // continuous tokens) and owns what the families share (the config, the backend, threads).
 #include <memory>
 
+#include "common/clock.h"
+#include "models/weights.h"
 #include "pipeline/llamagen_family.h"
 #include "pipeline/mar_family.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tessera/error.h"
+#include "tessera/log.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
 
@@ -13,6 +17,7 @@ namespace tessera {
 
 struct Pipeline::Impl {
   ModelConfig config;
+  LoadReport report;
   std::unique_ptr<LlamaGenFamily> llamagen;
   std::unique_ptr<MarFamily> mar;
 
@@ -31,21 +36,42 @@ struct Pipeline::Impl {
   }
 };
 
+namespace {
+// Sets the CPU threads, saying so when the request is more than the machine lets us use.
+void use_threads(int n) {
+  const int used = set_cpu_threads(n);
+  if (used < n)
+    log_info("note: " + std::to_string(n) + " threads requested, but this process may use " +
+             std::to_string(used) + " CPUs; running on " + std::to_string(used));
+}
+}  // namespace
+
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
 
 std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const LoadOptions& opts) {
+  check_param(opts.threads >= 0, "threads", "must be >= 0 (0: every CPU this process may use)");
+  if (opts.threads > 0) use_threads(opts.threads);
+  const double t0 = now_s();
+  const WeightCheckTotals checked0 = weight_check_totals();
   auto impl = std::make_unique<Impl>();
   impl->config = load_model_config(model_dir);
-  if (opts.threads > 0) set_cpu_threads(opts.threads);
+  impl->config.check_weights = opts.check_weights;
   Backend& backend = cpu_backend();
   if (impl->config.is_mar())
     impl->mar = std::make_unique<MarFamily>(impl->config, backend, opts.load_decoder);
   else
     impl->llamagen = std::make_unique<LlamaGenFamily>(impl->config, backend, opts.load_decoder);
+  const WeightCheckTotals checked = weight_check_totals();
+  impl->report.seconds = now_s() - t0;
+  impl->report.checked_bytes = checked.bytes - checked0.bytes;
+  impl->report.check_seconds = checked.seconds - checked0.seconds;
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
+const LoadReport& Pipeline::load_report() const {
+  return impl_->report;
+}
 const ModelConfig& Pipeline::config() const {
   return impl_->config;
 }
@@ -59,7 +85,8 @@ bool Pipeline::has_decoder() const {
   return impl_->mar ? impl_->mar->has_decoder() : impl_->llamagen->has_decoder();
 }
 void Pipeline::set_threads(int n) {
-  set_cpu_threads(n);
+  check_param(n >= 0, "threads", "must be >= 0 (0: every CPU this process may use)");
+  use_threads(n > 0 ? n : available_cpus());
 }
 int Pipeline::threads() const {
   return cpu_threads();

@@ -43,8 +43,14 @@ void target_distribution(std::span<const float> cond, std::span<const float> unc
   check(probs.size() == V && (uncond.empty() || uncond.size() == V),
         "internal: target_distribution sizes");
   std::vector<float> l(V);
-  for (size_t i = 0; i < V; ++i)
+  bool finite = true;
+  for (size_t i = 0; i < V; ++i) {
     l[i] = uncond.empty() ? cond[i] : uncond[i] + (cond[i] - uncond[i]) * scale;
+    finite &= std::isfinite(l[i]);
+  }
+  // A NaN or Inf here (broken weights, an overflowing activation) would silently become a
+  // garbage token: stop instead. The caller adds which token it was.
+  if (!finite) throw Error("the model produced non-finite logits (NaN or Inf)");
   if (p.temperature <= 0.0f) {  // greedy: one-hot on the argmax (filters cannot change it)
     std::fill(probs.begin(), probs.end(), 0.0f);
     probs[static_cast<size_t>(argmax(l))] = 1.0f;

@@ -1,5 +1,8 @@
 #include "speculative/method.h"
 
+#include <algorithm>
+#include <string>
+
 #include "speculative/method_registry.h"
 #include "speculative/rules/rules.h"
 #include "tessera/error.h"
@@ -65,10 +68,16 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
                              (model.empty() ? "" : "; with a draft model use {method} " + model));
   }
   m.draft_model = has_draft;
-  check_param(o.draft_len >= 0, "draft_len", "must be >= 1");
-  m.draft_len = o.draft_len > 0 ? o.draft_len : (has_draft ? 5 : 16);
-  check_param(has_draft || m.draft_len >= 2, "draft_len",
-              "{draft_len}: a Jacobi window needs at least 2 positions (the root and one draft)");
+  // A round never needs more positions than the image has tokens: a draft model drafts at most
+  // the N-1 tokens after the root; a Jacobi window (root included) spans at most the N tokens.
+  const int n_tokens = target.n_image_tokens();
+  const int min_len = has_draft ? 1 : 2, max_len = std::max(min_len, has_draft ? n_tokens - 1 : n_tokens);
+  check_param(o.draft_len == 0 || (o.draft_len >= min_len && o.draft_len <= max_len), "draft_len",
+              "must be in [" + std::to_string(min_len) + ", " + std::to_string(max_len) + "] (" +
+                  (has_draft ? "tokens drafted after the root; the image has "
+                             : "a Jacobi window, the root and at least one draft; the image has ") +
+                  std::to_string(n_tokens) + " tokens), got " + std::to_string(o.draft_len));
+  m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(has_draft ? 5 : 16, max_len);
   check_param(o.resample.empty() || o.resample == "vanilla" || o.resample == "optimal", "resample",
               "must be vanilla or optimal, got '" + o.resample + "'");
   check_param(!e->exact || o.resample != "optimal", "resample",

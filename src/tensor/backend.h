@@ -40,6 +40,9 @@ class Backend {
   virtual std::string name() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
+  // Bytes this backend can still allocate (host: free RAM within the process's cgroup limit;
+  // a GPU: free device memory). Requests are checked against it before they allocate.
+  virtual int64_t available_memory() const = 0;
   virtual Tensor empty(DType dtype, Shape shape) = 0;
   virtual Tensor zeros(DType dtype, Shape shape) = 0;
   virtual Tensor upload(const void* host, DType dtype, Shape shape) = 0;

@@ -1,4 +1,5 @@
 #include "bench_methods.h"
+#include "common.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +14,7 @@ namespace tessera::cli {
 void bench_methods(const MethodsBenchOptions& b) {
   LoadOptions lo;
   lo.threads = b.threads;
+  lo.check_weights = b.check_weights;
   lo.load_decoder = false;
   auto pipe = Pipeline::load(b.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
@@ -54,6 +56,7 @@ void bench_methods(const MethodsBenchOptions& b) {
   nlohmann::json j = {{"model", b.model},
                       {"draft", b.gen.spec.draft_model},
                       {"threads", pipe->threads()},
+                      {"load", load_report_json(pipe->load_report())},
                       {"images", b.n},
                       {"batch", b.gen.batch},
                       {"seed", b.gen.seed},
@@ -72,6 +75,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       b.model.c_str(), b.gen.spec.draft_model.empty() ? "-" : b.gen.spec.draft_model.c_str(), b.n,
       b.gen.batch, static_cast<unsigned long long>(b.gen.seed), s.cfg_scale, s.temperature, s.top_k,
       s.top_p, pipe->threads());
+  std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
   std::printf("%-12s %10s %8s %7s %9s %9s %8s %8s %8s %8s %9s\n", "method", "s/image", "speed-up",
               "MAL", "NFE/img", "draft fw", "target%", "draft%", "verify%", "acc@1", "rules/fw");
   for (const auto& r : rows) {

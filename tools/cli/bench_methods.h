@@ -12,6 +12,7 @@ namespace tessera::cli {
 struct MethodsBenchOptions {
   std::string model;
   int threads = 0;
+  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
   bool quiet = false;
   int n = 1;  // images; image i has class (class_id + i) % num_classes
   int class_id = 0;

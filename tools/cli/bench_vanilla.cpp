@@ -1,4 +1,5 @@
 #include "bench_vanilla.h"
+#include "common.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -82,6 +83,7 @@ nlohmann::json model_json(const Timed& t, double machine_gbs) {
   for (const Round& x : t.rounds) tps.push_back(x.tokens_per_s);
   return {{"model", t.dir},
           {"weights_dtype", t.pipe->config().gpt.dtype},
+          {"load", load_report_json(t.pipe->load_report())},
           {"tokens_per_s", r.tokens_per_s},
           {"ms_per_token", r.ms_per_step},
           {"prefill_ms", r.prefill_ms},
@@ -119,6 +121,7 @@ double run_torch(const VanillaBenchOptions& o, const GptConfig& cfg, int K, int 
 void bench_vanilla(const VanillaBenchOptions& o) {
   LoadOptions lo;
   lo.threads = o.threads;
+  lo.check_weights = o.check_weights;
   lo.load_decoder = false;
   std::vector<Timed> models;
   for (const std::string& dir : {o.model, o.against}) {
@@ -191,6 +194,11 @@ void bench_vanilla(const VanillaBenchOptions& o) {
     std::printf("%-16s %s (%s weights, %d threads, %s kernels)\n", label,
                 m["model"].get<std::string>().c_str(),
                 m["weights_dtype"].get<std::string>().c_str(), threads, "cpu");
+    const auto& ld = m["load"];
+    std::printf("  %s\n", load_report_text({ld["seconds"].get<double>(),
+                                             ld["weight_check_bytes"].get<int64_t>(),
+                                             ld["weight_check_seconds"].get<double>()})
+                             .c_str());
     std::printf("  tokens/s        %.2f", m["tokens_per_s"].get<double>());
     if (o.repeat > 1)
       std::printf("   (median of %d rounds: %s)", o.repeat, list(m["tokens_per_s_rounds"]).c_str());

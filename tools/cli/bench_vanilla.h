@@ -13,6 +13,7 @@ struct VanillaBenchOptions {
   std::string model;
   std::string against;  // a second model directory timed in the same rounds ("" = none)
   int threads = 0;
+  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
   int n = 1;       // images, generated as one batch
   int tokens = 0;  // per image; 0 = the whole grid
   int class_id = 0;

@@ -54,6 +54,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     MethodsBenchOptions mo;
     mo.model = a.common.model;
     mo.threads = a.common.threads;
+    mo.check_weights = a.common.check_weights;
     mo.quiet = a.common.quiet;
     mo.n = a.n;
     mo.class_id = a.class_id;
@@ -69,6 +70,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   vo.model = a.common.model;
   vo.against = a.against;
   vo.threads = a.common.threads;
+  vo.check_weights = a.common.check_weights;
   vo.n = a.n;
   vo.tokens = a.tokens;
   vo.class_id = a.class_id;

@@ -22,12 +22,14 @@ int run_decode(const DecodeArgs& a) {
   apply_quiet(a.common);
   LoadOptions lo;
   lo.threads = a.common.threads;
+  lo.check_weights = a.common.check_weights;
   check_output_path(a.out, "-o");
   if (is_mar(a.common.model)) {
     if (a.latents.empty()) throw Error("decode on a MAR model needs --latents L.npy");
     MarRunOptions mo;
     mo.model = a.common.model;
     mo.threads = a.common.threads;
+    mo.check_weights = a.common.check_weights;
     mar_decode(mo, a.latents, a.out, a.grid);
     return 0;
   }

@@ -45,6 +45,7 @@ int run_forward(const ForwardArgs& a) {
   apply_quiet(a.common);
   LoadOptions lo;
   lo.threads = a.common.threads;
+  lo.check_weights = a.common.check_weights;
   lo.load_decoder = false;
   check_output_path(a.logits_out, "--logits-out");
   check_output_path(a.z_out, "--z-out");

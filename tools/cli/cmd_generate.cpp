@@ -86,6 +86,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (!a.latents_out.empty()) throw Error("--latents-out is for MAR models");
   LoadOptions lo;
   lo.threads = a.common.threads;
+  lo.check_weights = a.common.check_weights;
   lo.load_decoder = !a.out.empty();
   auto pipe = Pipeline::load(a.common.model, lo);
   const GptConfig& cfg = pipe->config().gpt;

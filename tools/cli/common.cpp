@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -13,9 +15,13 @@ namespace fs = std::filesystem;
 void add_common(CLI::App* cmd, CommonOpts& o, bool model_required) {
   auto* m = cmd->add_option("-m,--model", o.model, "Model directory (config.json + safetensors)");
   if (model_required) m->required();
-  cmd->add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
+  cmd->add_option("-t,--threads", o.threads,
+                  "CPU threads (default: all cores; more than the machine has are clamped)")
       ->check(int_at_least(0));
   cmd->add_flag("-q,--quiet", o.quiet, "No progress or info messages on stderr");
+  cmd->add_flag("!--no-check-weights", o.check_weights,
+                "Unsafe: skip the NaN/Inf scan of the weights at load (a corrupt checkpoint then "
+                "gives noise images, exit code 0)");
 }
 
 void apply_quiet(const CommonOpts& o) {
@@ -106,6 +112,7 @@ MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
   MarRunOptions o;
   o.model = common.model;
   o.threads = common.threads;
+  o.check_weights = common.check_weights;
   o.quiet = common.quiet;
   o.class_id = cond.class_id;
   o.uncond = cond.uncond;
@@ -154,6 +161,25 @@ ClassNames model_class_names(const std::string& dir) {
   if (!ClassNames::present(dir))
     throw Error(dir + " has no classes.json (class names); use --class N");
   return ClassNames::load(dir, model_num_classes(dir));
+}
+
+std::string load_report_text(const LoadReport& r) {
+  char buf[160];
+  if (r.checked_bytes == 0) {
+    std::snprintf(buf, sizeof buf, "load %.0f ms (weights not scanned: --no-check-weights)",
+                  1e3 * r.seconds);
+  } else {
+    std::snprintf(buf, sizeof buf, "load %.0f ms (NaN/Inf scan of %.1f MB of weights: %.1f ms, %.0f%%)",
+                  1e3 * r.seconds, r.checked_bytes / 1e6, 1e3 * r.check_seconds,
+                  100.0 * r.check_seconds / std::max(r.seconds, 1e-12));
+  }
+  return buf;
+}
+
+nlohmann::json load_report_json(const LoadReport& r) {
+  return {{"seconds", r.seconds},
+          {"weight_check_seconds", r.check_seconds},
+          {"weight_check_bytes", r.checked_bytes}};
 }
 
 }  // namespace tessera::cli

@@ -35,6 +35,7 @@ double prefill_of(const MethodParams& params) {
 std::unique_ptr<Pipeline> load(const MarRunOptions& o, bool decoder) {
   LoadOptions lo;
   lo.threads = o.threads;
+  lo.check_weights = o.check_weights;
   lo.load_decoder = decoder;
   return Pipeline::load(o.model, lo);
 }

@@ -13,6 +13,7 @@ namespace tessera::cli {
 struct MarRunOptions {
   std::string model;
   int threads = 0;
+  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
   bool quiet = false;
   int class_id = -1;  // -1 with uncond: the unconditional embedding
   bool uncond = false;

@@ -3,11 +3,14 @@
 #include "tensor/cpu/cpu_backend.h"
 
 #include <omp.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
+#include "tensor/cpu/host_memory.h"
 #include "tessera/error.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -29,10 +32,24 @@ CpuBackend::CpuBackend() {
   set_threads(omp_get_max_threads());
 }
 
-void CpuBackend::set_threads(int n) {
-  threads_ = n > 0 ? n : 1;
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, omp_get_num_procs());
+}
+
+int CpuBackend::set_threads(int n) {
+  // More threads than CPUs only adds contention (each OpenMP region waits for its slowest
+  // thread), and absurd counts make libgomp fail to create its pool: clamp to the CPUs we have.
+  threads_ = std::clamp(n, 1, available_cpus());
   omp_set_num_threads(threads_);
   openblas_set_num_threads(threads_);
+  return threads_;
+}
+
+int64_t CpuBackend::available_memory() const {
+  return available_host_memory();
 }
 
 Tensor CpuBackend::empty(DType dtype, Shape shape) {
@@ -41,6 +58,14 @@ Tensor CpuBackend::empty(DType dtype, Shape shape) {
   t.shape = std::move(shape);
   t.backend = this;
   const size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  // Large requests are checked first: with overcommit, malloc would succeed and the first touch
+  // of the pages would bring the OOM killer instead of an error.
+  if (bytes >= (size_t{256} << 20)) {
+    const int64_t avail = available_memory();
+    check(static_cast<int64_t>(bytes) <= avail,
+          "out of memory: a " + std::to_string(bytes >> 20) + " MiB tensor " + shape_str(t.shape) +
+              " does not fit in the " + std::to_string(avail >> 20) + " MiB available");
+  }
   void* p = bytes ? std::aligned_alloc(64, bytes) : nullptr;
   check(bytes == 0 || p != nullptr, "out of memory allocating " + std::to_string(bytes) + " bytes");
   t.data = p;

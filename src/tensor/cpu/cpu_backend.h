@@ -10,10 +10,12 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend();
   std::string name() const override { return "cpu"; }
-  // CPU-only settings: OpenMP and OpenBLAS threads.
-  void set_threads(int n);
+  // CPU-only settings: OpenMP and OpenBLAS threads, clamped to [1, available_cpus()]; returns
+  // the count in effect.
+  int set_threads(int n);
   int threads() const { return threads_; }
 
+  int64_t available_memory() const override;
   Tensor empty(DType dtype, Shape shape) override;
   Tensor zeros(DType dtype, Shape shape) override;
   Tensor upload(const void* host, DType dtype, Shape shape) override;
@@ -63,8 +65,10 @@ class CpuBackend final : public Backend {
   int threads_ = 1;
 };
 
-// The process-wide CPU backend's thread count (0: all cores).
-void set_cpu_threads(int n);
+// CPUs this process may run on (its affinity mask).
+int available_cpus();
+// The process-wide CPU backend's thread count, clamped to available_cpus(); returns it.
+int set_cpu_threads(int n);
 int cpu_threads();
 
 // Kernels (one file per family), callable directly by tests.
