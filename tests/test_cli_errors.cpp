@@ -2,11 +2,13 @@
 // bad flags, bad token or caption files) must exit non-zero with exactly one stderr line
 // "error: ..." that names the problem; the good paths write what they promise.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -844,3 +846,188 @@ TEST_F(CliPrompt, NoDefaultModelIsAClearError) {
 }
 
 }  // namespace
+
+// ---- issue 21: values that are in range for the parser but not for the run ---------------------
+
+// Finite-looking flags that are not finite, draft lengths longer than the image: each is one error
+// line naming the flag and its allowed range.
+INSTANTIATE_TEST_SUITE_P(
+    CliRanges, CliFlagErrors,
+    ::testing::Values(
+        FlagCase{"CfgInfinite", with(kGenC2i, {"--class", "3", "--cfg", "inf"}), {"--cfg", "finite"}},
+        FlagCase{"CfgNan", with(kGenC2i, {"--class", "3", "--cfg", "nan"}), {"--cfg", "finite"}},
+        FlagCase{"TemperatureInfinite", with(kGenC2i, {"--class", "3", "--temperature", "inf"}),
+                 {"--temperature", "finite"}},
+        FlagCase{"TopPNan", with(kGenC2i, {"--class", "3", "--top-p", "nan"}), {"--top-p", "(0, 1]"}},
+        FlagCase{"CfgIntervalNan", with(kGenC2i, {"--class", "3", "--cfg-interval", "nan"}),
+                 {"--cfg-interval", "finite"}},
+        FlagCase{"MethodParamInfinite",
+                 with(kGenC2i, {"--class", "3", "--method", "lantern", "--lantern-delta", "inf"}),
+                 {"--lantern-delta", "finite"}},
+        // The fixture's image has 16 tokens: a Jacobi window spans at most 16 positions, a draft
+        // model drafts at most the 15 after the root.
+        FlagCase{"JacobiDraftLenLongerThanTheImage",
+                 with(kGenC2i, {"--class", "3", "--method", "sjd", "--draft-len", "1000000000"}),
+                 {"--draft-len", "[2, 16]", "16 tokens"}},
+        FlagCase{"DraftModelDraftLenLongerThanTheImage",
+                 with(kGenC2i,
+                      {"--class", "3", "--method", "sd", "--draft", "@/c2i_f32", "--draft-len", "16"}),
+                 {"--draft-len", "[1, 15]"}},
+        FlagCase{"NegativeThreads", with(kGenC2i, {"--class", "3", "-t", "-2"}), {"--threads"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+namespace {
+
+// Wall-clock seconds of a CLI run (every run here is bounded by `timeout`).
+template <class F>
+double timed(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Overwrites element `index` of tensor `name` (an f16 or f32 tensor) of a safetensors file in
+// place with a NaN or +Inf bit pattern.
+void poison_tensor(const fs::path& file, const std::string& name, int64_t index, bool nan) {
+  int64_t offset = 0;
+  DType dtype;
+  {
+    const SafeTensorsFile f = SafeTensorsFile::open(file.string());
+    const SafeTensorInfo& t = f.get(name);
+    dtype = t.dtype;
+    offset = static_cast<const unsigned char*>(t.data) - f.mapping()->data() +
+             index * static_cast<int64_t>(dtype_size(t.dtype));
+  }
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp(offset);
+  if (dtype == DType::F16) {
+    const uint16_t v = nan ? 0x7e00 : 0x7c00;
+    io.write(reinterpret_cast<const char*>(&v), 2);
+  } else {
+    ASSERT_EQ(dtype, DType::F32);
+    const uint32_t v = nan ? 0x7fc00000u : 0x7f800000u;
+    io.write(reinterpret_cast<const char*>(&v), 4);
+  }
+  ASSERT_TRUE(io.good());
+}
+
+const fs::path kEmojiTarget = fs::path(TESSERA_SOURCE_DIR) / "models" / "emoji" / "target";
+
+}  // namespace
+
+class CliBadInput : public CliTest {
+ protected:
+  // A copy of the shipped emoji model that a test may corrupt (41 MB; copied, not linked).
+  fs::path copy_emoji() const {
+    const fs::path dst = tmp_ / "emoji";
+    fs::create_directories(dst);
+    for (const char* f : {"config.json", "gpt.safetensors", "vq.safetensors", "classes.json"})
+      fs::copy_file(kEmojiTarget / f, dst / f);
+    return dst;
+  }
+  // Runs under `timeout 30`: a hang shows up as exit code 124, never as a stuck test.
+  CliResult run_bounded(const std::vector<std::string>& args, double* seconds = nullptr) const {
+    CliResult r;
+    const double s = timed([&] { r = run(args, "timeout 30"); });
+    if (seconds) *seconds = s;
+    EXPECT_NE(r.code, 124) << "timed out: " << r.err;
+    return r;
+  }
+  void expect_one_error_line(const CliResult& r, const std::vector<std::string>& needles) const {
+    ASSERT_TRUE(r.exited) << "killed by a signal; stderr: " << r.err;
+    EXPECT_NE(r.code, 0) << r.err;
+    const auto last = r.err.rfind("error:");
+    ASSERT_NE(last, std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n', last), r.err.size() - 1) << "error must be the last line: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n') -
+                  std::count(r.err.begin(), r.err.begin() + last, '\n'),
+              1);
+    for (const auto& n : needles)
+      EXPECT_NE(r.err.find(n, last), std::string::npos) << "expected '" << n << "' in: " << r.err;
+  }
+};
+
+// A NaN or Inf in any weight is found at load and named; with the scan turned off (unsafe), the
+// NaN reaches the logits and the run stops at the first token instead of writing a noise image.
+TEST_F(CliBadInput, NonFiniteWeightsNameTheTensor) {
+  const fs::path dir = copy_emoji();
+  poison_tensor(dir / "gpt.safetensors", "output.weight", 12345, /*nan=*/true);
+  const std::vector<std::string> args = {"generate", "-m", dir.string(), "--class", "3", "-o",
+                                         tmp("x.png")};
+  expect_one_error_line(run_bounded(args), {"gpt.safetensors", "'output.weight'", "NaN or Inf"});
+  EXPECT_FALSE(fs::exists(tmp("x.png")));
+
+  std::vector<std::string> unchecked = args;
+  unchecked.push_back("--no-check-weights");
+  expect_one_error_line(run_bounded(unchecked), {"non-finite logits", "image token 0"});
+  EXPECT_FALSE(fs::exists(tmp("x.png")));
+
+  const fs::path dir2 = copy_model("c2i_f32");  // an Inf in a norm weight of an f32 model
+  poison_tensor(dir2 / "gpt.safetensors", "norm.weight", 3, /*nan=*/false);
+  expect_one_error_line(run_bounded(tokens_only(dir2)), {"'norm.weight'", "element 3"});
+  EXPECT_FALSE(fs::exists(tmp("t.npy")));
+}
+
+TEST_F(CliBadInput, VqDecoderWeightsAreCheckedToo) {
+  const fs::path dir = copy_emoji();
+  poison_tensor(dir / "vq.safetensors", "quantize.embedding.weight", 0, /*nan=*/true);
+  expect_one_error_line(
+      run_bounded({"generate", "-m", dir.string(), "--class", "3", "-o", tmp("x.png")}),
+      {"vq.safetensors", "'quantize.embedding.weight'"});
+  EXPECT_FALSE(fs::exists(tmp("x.png")));
+}
+
+// An absurd thread count used to crash libgomp (SIGSEGV): it is clamped, with a note.
+TEST_F(CliBadInput, AbsurdThreadCountIsClampedWithANote) {
+  const CliResult r = run_bounded(with(tokens_only(kFixtures / "c2i_f32"), {"-t", "100000"}));
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("note: 100000 threads requested"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(tmp("t.npy")));
+}
+
+// A batch whose KV cache cannot fit is refused before anything is allocated (never a kill by the
+// OOM killer after minutes), naming the flag.
+TEST_F(CliBadInput, BatchThatCannotFitInMemoryIsRefusedUpFront) {
+  double seconds = 0.0;
+  const CliResult r = run_bounded({"generate", "-m", kEmojiTarget.string(), "--class", "3", "-n",
+                                   "20000", "-b", "20000", "--tokens-out", tmp("t.npy")},
+                                  &seconds);
+  expect_one_error_line(r, {"not enough memory", "KV cache", "lower --batch"});
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_FALSE(fs::exists(tmp("t.npy")));
+}
+
+// Opening a model file never blocks: a FIFO (or a directory) in place of a weights or config file
+// is an error naming it, within a few seconds.
+TEST_F(CliBadInput, FifoOrDirectoryInsteadOfAModelFileFailsFast) {
+  for (const char* file : {"gpt.safetensors", "config.json", "vq.safetensors"}) {
+    for (const bool fifo : {true, false}) {
+      SCOPED_TRACE(std::string(file) + (fifo ? " as a FIFO" : " as a directory"));
+      const fs::path dir = copy_model("c2i_f32");
+      fs::remove(dir / file);
+      if (fifo)
+        ASSERT_EQ(::mkfifo((dir / file).c_str(), 0600), 0);
+      else
+        fs::create_directory(dir / file);
+      double seconds = 0.0;
+      const CliResult r = run_bounded(
+          {"generate", "-m", dir.string(), "--class", "3", "-o", tmp("x.png")}, &seconds);
+      expect_one_error_line(r, {file});
+      EXPECT_LT(seconds, 10.0);
+      EXPECT_FALSE(fs::exists(tmp("x.png")));
+      fs::remove_all(dir);
+    }
+  }
+}
+
+TEST_F(CliBadInput, FifoAsTokensInputFailsFast) {
+  ASSERT_EQ(::mkfifo(tmp("tokens.npy").c_str(), 0600), 0);
+  double seconds = 0.0;
+  const CliResult r = run_bounded({"decode", "-m", fixture("c2i_f32"), "--tokens",
+                                   tmp("tokens.npy"), "-o", tmp("x.png")},
+                                  &seconds);
+  expect_one_error_line(r, {"tokens.npy"});
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_FALSE(fs::exists(tmp("x.png")));
+}
