@@ -74,7 +74,8 @@ std::vector<float> NpyArray::as_f32() const {
   std::vector<float> out(static_cast<size_t>(shape_numel(shape)));
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::F64)
     throw Error(std::string("expected a float array, got ") + dtype_name(dtype));
-  convert_to_f32(dtype, bytes.data(), out.data(), out.size());
+  // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
+  if (!out.empty()) convert_to_f32(dtype, bytes.data(), out.data(), out.size());
   return out;
 }
 
@@ -82,7 +83,7 @@ std::vector<double> NpyArray::as_f64() const {
   const size_t n = static_cast<size_t>(shape_numel(shape));
   std::vector<double> out(n);
   if (dtype == DType::F64) {
-    std::memcpy(out.data(), bytes.data(), n * 8);
+    if (n) std::memcpy(out.data(), bytes.data(), n * 8);
     return out;
   }
   const std::vector<float> f = as_f32();
@@ -94,7 +95,7 @@ std::vector<int32_t> NpyArray::as_i32() const {
   const size_t n = static_cast<size_t>(shape_numel(shape));
   std::vector<int32_t> out(n);
   if (dtype == DType::I32) {
-    std::memcpy(out.data(), bytes.data(), n * 4);
+    if (n) std::memcpy(out.data(), bytes.data(), n * 4);
   } else if (dtype == DType::I64) {
     for (size_t i = 0; i < n; ++i) {
       int64_t v;

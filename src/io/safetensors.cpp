@@ -175,7 +175,8 @@ std::vector<float> SafeTensorsFile::read_f32(const std::string& name) const {
     throw Error(path() + ": tensor '" + name + "' must be a float tensor (f32, f16 or bf16), got " +
                 dtype_name(t.dtype));
   std::vector<float> out(static_cast<size_t>(shape_numel(t.shape)));
-  convert_to_f32(t.dtype, t.data, out.data(), out.size());
+  // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
+  if (!out.empty()) convert_to_f32(t.dtype, t.data, out.data(), out.size());
   return out;
 }
 
