@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "io/mapped_file.h"
+#include "io/printable.h"
 #include "tessera/error.h"
 #include "tessera/image_io.h"
 
@@ -44,8 +46,9 @@ void on_read(png_structp png, png_bytep out, size_t n) {
   src->pos += n;
 }
 
-// Sets the limits, reads the header and asks for 8-bit RGB rows; *passes: 1, or 7 (interlaced).
-bool read_header(png_structp png, png_infop info, int* passes) {
+// Sets the limits, reads the header and asks for 8-bit RGB rows; *passes: 1, or 7 (interlaced);
+// *bits_per_pixel: as stored in the file.
+bool read_header(png_structp png, png_infop info, int* passes, int* bits_per_pixel) {
   if (setjmp(png_jmpbuf(png))) return false;
   // Bounds checked by libpng while it reads IHDR, before it allocates anything for the image.
   png_set_user_limits(png, kMaxPngSide, kMaxPngSide);
@@ -59,6 +62,7 @@ bool read_header(png_structp png, png_infop info, int* passes) {
 #endif
 #endif
   png_read_info(png, info);
+  *bits_per_pixel = png_get_bit_depth(png, info) * png_get_channels(png, info);
   png_set_expand(png);  // palette -> RGB, gray below 8 bits -> 8 bits, tRNS -> alpha
   png_set_strip_16(png);
   png_set_strip_alpha(png);
@@ -82,6 +86,23 @@ bool read_end(png_structp png, png_infop info) {
   return true;
 }
 
+// libpng allocates a chunk's declared length before it reads the chunk (and only warns about
+// lengths above png_set_chunk_malloc_max): refuse a length the input cannot hold, so that a small
+// file cannot make it allocate gigabytes.
+void check_chunk_lengths(const uint8_t* data, size_t size, const std::string& where) {
+  for (size_t pos = 8; pos + 8 <= size;) {
+    const uint32_t length = (uint32_t{data[pos]} << 24) | (uint32_t{data[pos + 1]} << 16) |
+                            (uint32_t{data[pos + 2]} << 8) | data[pos + 3];
+    const std::string_view type(reinterpret_cast<const char*>(data + pos + 4), 4);
+    if (size_t{length} + 12 > size - pos)
+      throw Error(where + ": truncated PNG (chunk '" + printable(type) + "' at byte " +
+                  std::to_string(pos) + " claims " + std::to_string(length) + " bytes, " +
+                  std::to_string(size - pos) + " remain)");
+    if (type == "IEND") return;
+    pos += size_t{length} + 12;
+  }
+}
+
 // Frees the read and info structs (png_destroy_read_struct never reports errors).
 struct PngReadStruct {
   png_structp png = nullptr;
@@ -100,19 +121,26 @@ std::vector<uint8_t> read_png_memory(const uint8_t* data, size_t size, const std
                  (src.message[0] ? std::string(" (") + src.message + ")" : ""));
   };
   if (size < 8 || png_sig_cmp(data, 0, 8) != 0) throw Error(where + ": not a PNG file");
+  check_chunk_lengths(data, size, where);
   PngReadStruct s;
   s.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, on_error, on_warning);
   if (s.png) s.info = png_create_info_struct(s.png);
   if (!s.png || !s.info) throw Error(where + ": libpng: out of memory");
   png_set_read_fn(s.png, &src, on_read);
 
-  int passes = 1;
-  if (!read_header(s.png, s.info, &passes)) throw fail("corrupt PNG header");
+  int passes = 1, bits_per_pixel = 0;
+  if (!read_header(s.png, s.info, &passes, &bits_per_pixel)) throw fail("corrupt PNG header");
   const uint32_t w = png_get_image_width(s.png, s.info);
   const uint32_t h = png_get_image_height(s.png, s.info);
+  const std::string dims = std::to_string(w) + " x " + std::to_string(h) + " pixels";
   if (uint64_t{w} * h > kMaxPngPixels)
-    throw Error(where + ": image too large (" + std::to_string(w) + " x " + std::to_string(h) +
-                " pixels; at most " + std::to_string(kMaxPngPixels) + ")");
+    throw Error(where + ": image too large (" + dims + "; at most " +
+                std::to_string(kMaxPngPixels) + ")");
+  // Deflate expands data at most 1032-fold: a file too small to hold the image's pixels is corrupt,
+  // however large the image it claims (this bounds what is allocated for a small crafted file).
+  if (uint64_t{w} * h * static_cast<uint64_t>(bits_per_pixel) / 8 > uint64_t{1032} * size)
+    throw Error(where + ": corrupt PNG (" + std::to_string(size) + " bytes cannot hold " + dims +
+                ")");
   const size_t row_bytes = size_t{w} * 3;
   // The transforms above always give 8-bit RGB; rows of any other size would overrun the buffer.
   if (png_get_rowbytes(s.png, s.info) != row_bytes || png_get_channels(s.png, s.info) != 3 ||
