@@ -176,7 +176,15 @@ std::vector<float> SafeTensorsFile::read_f32(const std::string& name) const {
                 dtype_name(t.dtype));
   std::vector<float> out(static_cast<size_t>(shape_numel(t.shape)));
   // An empty vector's data() may be null, which memcpy must not get even for 0 bytes.
-  if (!out.empty()) convert_to_f32(t.dtype, t.data, out.data(), out.size());
+  if (out.empty()) return out;
+  // Reading f16/f32 values at an address not aligned to them is undefined: go through a copy.
+  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+    std::vector<uint64_t> aligned((t.nbytes + 7) / 8);
+    std::memcpy(aligned.data(), t.data, t.nbytes);
+    convert_to_f32(t.dtype, aligned.data(), out.data(), out.size());
+  } else {
+    convert_to_f32(t.dtype, t.data, out.data(), out.size());
+  }
   return out;
 }
 

@@ -14,7 +14,9 @@ namespace tessera {
 struct SafeTensorInfo {
   DType dtype;
   Shape shape;
-  const void* data;  // inside the mapping
+  // Inside the mapping. Not necessarily aligned to the dtype: a file need not pad between
+  // tensors (read through memcpy, or copy, before using it as typed values).
+  const void* data;
   size_t nbytes;
 };
 
