@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera {
@@ -101,6 +102,10 @@ struct ModelConfig {
 };
 
 // Reads and validates DIR/config.json; throws tessera::Error naming the missing or bad key.
+// Every number is range-checked (the message gives the allowed range), so that sizes computed
+// from the config cannot overflow; duplicate keys are an error.
 ModelConfig load_model_config(const std::string& dir);
+// Validates the text of DIR/config.json as load_model_config does, without reading a file.
+ModelConfig parse_model_config(std::string_view json_text, const std::string& dir);
 
 }  // namespace tessera

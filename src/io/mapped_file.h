@@ -1,4 +1,6 @@
-// A read-only memory mapping of a whole file. Weights are used in place from it.
+// The bytes of a whole file, read-only: a memory mapping of the file (weights are used in place
+// from it), or a copy of bytes held in memory (parsing a buffer as if it were a file: tests and
+// fuzzing).
 #pragma once
 
 #include <cstddef>
@@ -9,8 +11,12 @@ namespace tessera {
 
 class MappedFile {
  public:
-  // Maps `path`; throws tessera::Error naming the file when it is missing or unreadable.
+  // Maps `path`, a regular file (io/regular_file.h: opening never blocks). Throws tessera::Error
+  // "PATH: problem" when it is missing, unreadable or not a regular file.
   static std::shared_ptr<MappedFile> open(const std::string& path);
+  // A copy of size bytes at data, named `name` in messages.
+  static std::shared_ptr<MappedFile> from_bytes(const std::string& name, const void* data,
+                                                size_t size);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -24,6 +30,7 @@ class MappedFile {
   std::string path_;
   unsigned char* data_ = nullptr;
   size_t size_ = 0;
+  bool mapped_ = false;  // data_ is a mapping (else a new[] copy, or null when empty)
 };
 
 }  // namespace tessera

@@ -19,6 +19,8 @@ struct NpyArray {
 };
 
 NpyArray read_npy(const std::string& path);  // throws an Error naming the file and problem
+// The bytes of a .npy file (versions 1 to 3; header: io/npy_header.h); errors name `where`.
+NpyArray parse_npy(const unsigned char* data, size_t size, const std::string& where);
 void write_npy(const std::string& path, DType dtype, const Shape& shape, const void* data);
 
 }  // namespace tessera

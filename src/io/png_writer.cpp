@@ -47,38 +47,4 @@ void write_png(const std::string& path, const uint8_t* rgb, int width, int heigh
   png_destroy_write_struct(&png, &info);
 }
 
-std::vector<uint8_t> read_png(const std::string& path, int& width, int& height,
-                              std::vector<std::pair<std::string, std::string>>* text) {
-  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw Error("cannot open " + path);
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png ? png_create_info_struct(png) : nullptr;
-  if (!png || !info) throw Error("libpng: out of memory");
-  if (setjmp(png_jmpbuf(png))) {
-    png_destroy_read_struct(&png, &info, nullptr);
-    throw Error(path + ": not a readable PNG");
-  }
-  png_init_io(png, f.get());
-  png_read_info(png, info);
-  png_set_strip_16(png);
-  png_set_strip_alpha(png);
-  png_set_palette_to_rgb(png);
-  png_set_gray_to_rgb(png);
-  png_read_update_info(png, info);
-  width = static_cast<int>(png_get_image_width(png, info));
-  height = static_cast<int>(png_get_image_height(png, info));
-  std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y)
-    png_read_row(png, rgb.data() + static_cast<size_t>(y) * width * 3, nullptr);
-  png_read_end(png, info);
-  if (text) {
-    png_textp chunks = nullptr;
-    int n = 0;
-    png_get_text(png, info, &chunks, &n);
-    for (int i = 0; i < n; ++i) text->emplace_back(chunks[i].key, chunks[i].text);
-  }
-  png_destroy_read_struct(&png, &info, nullptr);
-  return rgb;
-}
-
 }  // namespace tessera

@@ -14,7 +14,9 @@ namespace tessera {
 struct SafeTensorInfo {
   DType dtype;
   Shape shape;
-  const void* data;  // inside the mapping
+  // Inside the mapping. Not necessarily aligned to the dtype: a file need not pad between
+  // tensors (read through memcpy, or copy, before using it as typed values).
+  const void* data;
   size_t nbytes;
 };
 
@@ -23,6 +25,13 @@ class SafeTensorsFile {
   // Maps and validates the header: every entry's dtype, shape and byte range. Throws an Error
   // naming the file and the problem (truncated file, corrupt header, bad offsets, ...).
   static SafeTensorsFile open(const std::string& path);
+  // Validates the bytes of a safetensors file as open() does; errors name file->path(). The
+  // header must be one JSON object without duplicate keys (at most 100 MiB); each tensor has a
+  // supported dtype, at most kMaxRank dimensions, and a byte range that matches its shape, lies
+  // inside the data and overlaps no other tensor's; "__metadata__" maps strings to strings.
+  static SafeTensorsFile parse(std::shared_ptr<MappedFile> file);
+  static constexpr size_t kMaxRank = 8;
+  static constexpr size_t kMaxHeaderBytes = size_t{100} << 20;
 
   const std::string& path() const { return file_->path(); }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }

@@ -1,7 +1,16 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <initializer_list>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/printable.h"
+#include "io/regular_file.h"
+#include "io/strict_json.h"
+#include "tensor/dtype.h"
 #include "tessera/config.h"
 #include "tessera/error.h"
 
@@ -11,108 +20,215 @@ namespace {
 
 using nlohmann::json;
 
-template <typename T>
-T req(const json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) throw Error(where + ": missing key \"" + key + "\"");
-  try {
-    return j.at(key).get<T>();
-  } catch (const std::exception&) {
-    throw Error(where + ": key \"" + key + "\" has the wrong type");
+constexpr size_t kMaxConfigBytes = size_t{1} << 20;  // a config.json is a few hundred bytes
+// The most elements one weight tensor may have: model code multiplies pairs of config values in
+// int, so every such product (vocab_size x dim, ...) must fit in int32.
+constexpr int64_t kMaxElements = std::numeric_limits<int32_t>::max();
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// The keys of one JSON object ("PATH gpt"), each read with its type and range checked; errors
+// name the object, the key and the allowed range.
+class Keys {
+ public:
+  Keys(const json& j, std::string where) : j_(j), where_(std::move(where)) {
+    if (!j_.is_object()) fail("expected a JSON object");
   }
-}
+  [[noreturn]] void fail(const std::string& problem) const { throw Error(where_ + ": " + problem); }
+  bool has(const char* key) const { return j_.contains(key); }
+  const json& at(const char* key) const {
+    if (!has(key)) fail(std::string("missing key \"") + key + "\"");
+    return j_.at(key);
+  }
 
-template <typename T>
-T opt(const json& j, const char* key, T fallback, const std::string& where) {
-  return j.contains(key) ? req<T>(j, key, where) : fallback;
-}
+  // An integer in [lo, hi] (no fraction: 64.0 or 1e3 are refused).
+  int integer(const char* key, int lo, int hi) const { return checked_int(at(key), key, lo, hi); }
+  int integer(const char* key, int lo, int hi, int fallback) const {
+    return has(key) ? integer(key, lo, hi) : fallback;
+  }
+  // A finite number in [lo, hi], or (lo, hi] when lo_open.
+  float real(const char* key, double lo, double hi, bool lo_open) const {
+    const json& v = at(key);
+    if (!v.is_number()) wrong_type(key, "a number");
+    const double d = v.get<double>();
+    if (!(lo_open ? d > lo : d >= lo) || !(d <= hi))
+      fail(std::string("\"") + key + "\" must be in " + (lo_open ? "(" : "[") + num(lo) + ", " +
+           num(hi) + "], got " + num(d));
+    return static_cast<float>(d);
+  }
+  float real(const char* key, double lo, double hi, bool lo_open, float fallback) const {
+    return has(key) ? real(key, lo, hi, lo_open) : fallback;
+  }
+  std::string string(const char* key) const {
+    const json& v = at(key);
+    if (!v.is_string()) wrong_type(key, "a string");
+    return v.get<std::string>();
+  }
+  std::string string(const char* key, const std::string& fallback) const {
+    return has(key) ? string(key) : fallback;
+  }
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = at(key);
+    if (!v.is_boolean()) wrong_type(key, "true or false");
+    return v.get<bool>();
+  }
+  // A list of [min_n, max_n] integers, each in [lo, hi].
+  std::vector<int> integers(const char* key, size_t min_n, size_t max_n, int lo, int hi) const {
+    const json& v = at(key);
+    if (!v.is_array()) wrong_type(key, "a list of integers");
+    if (v.size() < min_n || v.size() > max_n)
+      fail(std::string("\"") + key + "\" must have " + std::to_string(min_n) + " to " +
+           std::to_string(max_n) + " entries, got " + std::to_string(v.size()));
+    std::vector<int> out;
+    for (size_t i = 0; i < v.size(); ++i)
+      out.push_back(checked_int(v[i], std::string(key) + "[" + std::to_string(i) + "]", lo, hi));
+    return out;
+  }
+  std::vector<int> integers_or(const char* key, size_t max_n, int lo, int hi,
+                               std::vector<int> fallback) const {
+    return has(key) ? integers(key, 0, max_n, lo, hi) : fallback;
+  }
+  // The storage dtype of a weight file: f32, f16 or bf16 (any spelling parse_dtype takes).
+  std::string float_dtype(const char* key) const {
+    const std::string s = string(key, "f32");
+    bool ok = false;
+    try {
+      const DType t = parse_dtype(s);
+      ok = t == DType::F32 || t == DType::F16 || t == DType::BF16;
+    } catch (const Error&) {
+    }
+    if (!ok)
+      fail(std::string("\"") + key + "\" must be f32, f16 or bf16, got \"" + printable(s) + "\"");
+    return s;
+  }
+  // A weight file's name: a relative path inside the model directory.
+  std::string file_name(const char* key, const std::string& fallback) const {
+    const std::string s = string(key, fallback);
+    bool ok = !s.empty() && s.size() <= 255 && s.front() != '/';
+    for (const char c : s) ok = ok && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+    for (const auto& part : std::filesystem::path(s)) ok = ok && part != "..";
+    if (!ok)
+      fail(std::string("\"") + key +
+           "\" must be a relative file name inside the model directory (no \"..\"), got \"" +
+           printable(s) + "\"");
+    return s;
+  }
+  // Refuses a product of config values (a tensor's element count) above kMaxElements.
+  void product_fits(std::initializer_list<std::pair<const char*, int64_t>> factors) const {
+    int64_t p = 1;
+    std::string names, values;
+    bool overflow = false;
+    for (const auto& [name, v] : factors) {
+      overflow = overflow || __builtin_mul_overflow(p, v, &p);
+      names += (names.empty() ? "" : " x ") + std::string(name);
+      values += (values.empty() ? "" : " x ") + std::to_string(v);
+    }
+    if (overflow || p > kMaxElements)
+      fail(names + " = " + values + " exceeds the limit of " + std::to_string(kMaxElements) +
+           " elements per tensor");
+  }
 
-void positive(int v, const char* key, const std::string& where) {
-  if (v <= 0) throw Error(where + ": \"" + key + "\" must be positive, got " + std::to_string(v));
-}
+ private:
+  [[noreturn]] void wrong_type(const std::string& key, const char* expected) const {
+    fail("key \"" + key + "\" has the wrong type (expected " + expected + ")");
+  }
+  int checked_int(const json& v, const std::string& key, int lo, int hi) const {
+    if (!v.is_number_integer()) wrong_type(key, "an integer");
+    // Unsigned values above int64's range must not wrap around into [lo, hi].
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= static_cast<uint64_t>(std::max(hi, 0))
+                              : v.get<int64_t>() <= hi;
+    if (!in_range || v.get<int64_t>() < lo)
+      fail("\"" + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+           "], got " + v.dump());
+    return static_cast<int>(v.get<int64_t>());
+  }
+  const json& j_;
+  std::string where_;
+};
+
+constexpr int kMaxDim = 1 << 15;     // model width (LlamaGen-3B: 3200)
+constexpr int kMaxDepth = 1024;      // layers, heads
+constexpr int kMaxVocab = 1 << 24;   // vocab_size, num_classes
+constexpr int kMaxChannels = 4096;   // decoder channels, embed dims
+constexpr int kMaxImage = 1 << 16;   // image_size in pixels
+constexpr int kMaxTokenSide = 1024;  // tokens per image side
 
 // The decoder-shape keys shared by "vq" and "vae" (z_channels is read by the caller).
-void read_conv_decoder(const json& v, const std::string& vw, ConvDecoderConfig& q) {
-  q.ch = req<int>(v, "ch", vw);
-  q.ch_mult = req<std::vector<int>>(v, "ch_mult", vw);
-  q.num_res_blocks = req<int>(v, "num_res_blocks", vw);
-  q.norm_groups = opt<int>(v, "norm_groups", 32, vw);
-  q.norm_eps = opt<float>(v, "norm_eps", 1e-6f, vw);
-  for (auto [val, k] : {std::pair{q.z_channels, "z_channels"},
-                        {q.ch, "ch"},
-                        {q.num_res_blocks, "num_res_blocks"},
-                        {q.norm_groups, "norm_groups"}})
-    positive(val, k, vw);
-  if (q.ch_mult.empty()) throw Error(vw + ": ch_mult is empty");
+void read_conv_decoder(const Keys& k, ConvDecoderConfig& q) {
+  q.ch = k.integer("ch", 1, kMaxChannels);
+  // At most 8 levels: upsample_factor() is 1 << (levels - 1).
+  q.ch_mult = k.integers("ch_mult", 1, 8, 1, 64);
+  q.num_res_blocks = k.integer("num_res_blocks", 1, 64);
+  q.norm_groups = k.integer("norm_groups", 1, kMaxChannels, 32);
+  q.norm_eps = k.real("norm_eps", 0.0, 1.0, true, 1e-6f);
+  for (const int m : q.ch_mult)
+    k.product_fits({{"ch", q.ch}, {"ch_mult", m}, {"ch", q.ch}, {"ch_mult", m}, {"3 x 3", 9}});
 }
 
 void load_mar_config(const json& root, const std::string& where, ModelConfig& mc) {
   if (!root.contains("mar") || !root["mar"].is_object())
     throw Error(where + ": missing object \"mar\"");
-  const json& m = root["mar"];
-  const std::string mw = where + " mar";
+  const Keys m(root["mar"], where + " mar");
   MarConfig& c = mc.mar;
-  c.dim = req<int>(m, "dim", mw);
-  c.encoder_depth = req<int>(m, "encoder_depth", mw);
-  c.decoder_depth = req<int>(m, "decoder_depth", mw);
-  c.n_head = req<int>(m, "n_head", mw);
-  c.mlp_ratio = opt<float>(m, "mlp_ratio", 4.0f, mw);
-  c.num_classes = req<int>(m, "num_classes", mw);
-  c.buffer_size = opt<int>(m, "buffer_size", 64, mw);
-  c.image_size = req<int>(m, "image_size", mw);
-  c.vae_stride = opt<int>(m, "vae_stride", 16, mw);
-  c.patch_size = opt<int>(m, "patch_size", 1, mw);
-  c.vae_embed_dim = opt<int>(m, "vae_embed_dim", 16, mw);
-  c.norm_eps = opt<float>(m, "norm_eps", 1e-6f, mw);
-  c.diffloss_depth = req<int>(m, "diffloss_depth", mw);
-  c.diffloss_width = req<int>(m, "diffloss_width", mw);
-  c.num_train_timesteps = opt<int>(m, "num_train_timesteps", 1000, mw);
-  c.num_sampling_steps = opt<int>(m, "num_sampling_steps", 100, mw);
-  c.noise_schedule = opt<std::string>(m, "noise_schedule", "cosine", mw);
-  c.dtype = opt<std::string>(m, "dtype", "f32", mw);
-  c.file = opt<std::string>(m, "file", "mar.safetensors", mw);
-  for (auto [v, k] : {std::pair{c.dim, "dim"},
-                      {c.encoder_depth, "encoder_depth"},
-                      {c.decoder_depth, "decoder_depth"},
-                      {c.n_head, "n_head"},
-                      {c.num_classes, "num_classes"},
-                      {c.buffer_size, "buffer_size"},
-                      {c.image_size, "image_size"},
-                      {c.vae_stride, "vae_stride"},
-                      {c.patch_size, "patch_size"},
-                      {c.vae_embed_dim, "vae_embed_dim"},
-                      {c.diffloss_depth, "diffloss_depth"},
-                      {c.diffloss_width, "diffloss_width"},
-                      {c.num_train_timesteps, "num_train_timesteps"},
-                      {c.num_sampling_steps, "num_sampling_steps"}})
-    positive(v, k, mw);
-  if (c.dim % c.n_head) throw Error(mw + ": dim is not divisible by n_head");
+  c.dim = m.integer("dim", 1, kMaxDim);
+  c.encoder_depth = m.integer("encoder_depth", 1, kMaxDepth);
+  c.decoder_depth = m.integer("decoder_depth", 1, kMaxDepth);
+  c.n_head = m.integer("n_head", 1, kMaxDepth);
+  c.mlp_ratio = m.real("mlp_ratio", 0.0, 64.0, true, 4.0f);
+  c.num_classes = m.integer("num_classes", 1, kMaxVocab);
+  c.buffer_size = m.integer("buffer_size", 1, 4096, 64);
+  c.image_size = m.integer("image_size", 1, kMaxImage);
+  c.vae_stride = m.integer("vae_stride", 1, 1024, 16);
+  c.patch_size = m.integer("patch_size", 1, 64, 1);
+  c.vae_embed_dim = m.integer("vae_embed_dim", 1, kMaxChannels, 16);
+  c.norm_eps = m.real("norm_eps", 0.0, 1.0, true, 1e-6f);
+  c.diffloss_depth = m.integer("diffloss_depth", 1, kMaxDepth);
+  c.diffloss_width = m.integer("diffloss_width", 1, 1 << 16);
+  c.num_train_timesteps = m.integer("num_train_timesteps", 1, 1 << 20, 1000);
+  c.num_sampling_steps = m.integer("num_sampling_steps", 1, 1 << 20, 100);
+  c.noise_schedule = m.string("noise_schedule", "cosine");
+  c.dtype = m.float_dtype("dtype");
+  c.file = m.file_name("file", "mar.safetensors");
+  if (c.dim % c.n_head) m.fail("dim is not divisible by n_head");
   if (c.image_size % (c.vae_stride * c.patch_size))
-    throw Error(mw + ": image_size is not divisible by vae_stride * patch_size");
+    m.fail("image_size is not divisible by vae_stride * patch_size");
+  if (c.seq_side() > kMaxTokenSide)
+    m.fail("image_size / (vae_stride * patch_size) = " + std::to_string(c.seq_side()) +
+           " tokens per side exceeds " + std::to_string(kMaxTokenSide));
+  m.product_fits({{"dim", c.dim}, {"mlp_ratio x dim", c.mlp_dim()}});
+  m.product_fits({{"num_classes", c.num_classes}, {"dim", c.dim}});
+  m.product_fits({{"seq_len", c.seq_len()}, {"token_dim", c.token_dim()}});
+  m.product_fits({{"(seq_len + buffer_size)", c.seq_len() + c.buffer_size}, {"dim", c.dim}});
+  m.product_fits({{"diffloss_width", c.diffloss_width}, {"diffloss_width", c.diffloss_width}});
+  m.product_fits({{"diffloss_width", c.diffloss_width}, {"token_dim", c.token_dim()}});
   if (c.noise_schedule != "cosine" && c.noise_schedule != "linear")
-    throw Error(mw + ": noise_schedule must be cosine or linear, got \"" + c.noise_schedule + "\"");
+    m.fail("noise_schedule must be cosine or linear, got \"" + printable(c.noise_schedule) + "\"");
   if (c.num_sampling_steps > c.num_train_timesteps)
-    throw Error(mw + ": num_sampling_steps exceeds num_train_timesteps");
+    m.fail("num_sampling_steps exceeds num_train_timesteps");
 
   if (root.contains("vae") && !root["vae"].is_null()) {
-    const json& v = root["vae"];
-    const std::string vw = where + " vae";
+    const Keys v(root["vae"], where + " vae");
     VaeConfig& q = mc.vae;
     mc.has_vae = true;
-    q.embed_dim = req<int>(v, "embed_dim", vw);
-    positive(q.embed_dim, "embed_dim", vw);
-    q.z_channels = opt<int>(v, "z_channels", q.embed_dim, vw);
-    read_conv_decoder(v, vw, q);
-    q.attn_resolutions = opt<std::vector<int>>(v, "attn_resolutions", {}, vw);
-    q.scale = opt<float>(v, "scale", 0.2325f, vw);
-    q.dtype = opt<std::string>(v, "dtype", "f32", vw);
-    q.file = opt<std::string>(v, "file", "vae.safetensors", vw);
-    if (!(q.scale > 0.0f)) throw Error(vw + ": scale must be positive");
+    q.embed_dim = v.integer("embed_dim", 1, kMaxChannels);
+    q.z_channels = v.integer("z_channels", 1, kMaxChannels, q.embed_dim);
+    read_conv_decoder(v, q);
+    q.attn_resolutions = v.integers_or("attn_resolutions", 16, 1, kMaxImage, {});
+    q.scale = v.real("scale", 0.0, 1e6, true, 0.2325f);
+    q.dtype = v.float_dtype("dtype");
+    q.file = v.file_name("file", "vae.safetensors");
     if (q.embed_dim != c.vae_embed_dim)
-      throw Error(vw + ": embed_dim " + std::to_string(q.embed_dim) +
-                  " differs from the MAR vae_embed_dim " + std::to_string(c.vae_embed_dim));
+      v.fail("embed_dim " + std::to_string(q.embed_dim) + " differs from the MAR vae_embed_dim " +
+             std::to_string(c.vae_embed_dim));
     if (q.upsample_factor() != c.vae_stride)
-      throw Error(vw + ": the decoder upsamples by " + std::to_string(q.upsample_factor()) +
-                  " but the MAR config says vae_stride " + std::to_string(c.vae_stride));
+      v.fail("the decoder upsamples by " + std::to_string(q.upsample_factor()) +
+             " but the MAR config says vae_stride " + std::to_string(c.vae_stride));
   }
 }
 
@@ -121,130 +237,112 @@ SamplingDefaults read_sampling_defaults(const json& s, const std::string& where)
   if (!s.is_object()) throw Error(where + ": \"sampling\" must be an object");
   for (const auto& [key, value] : s.items())
     if (key != "cfg" && key != "temperature" && key != "top_k" && key != "top_p")
-      throw Error(where + ": unknown key \"" + key +
+      throw Error(where + ": unknown key \"" + printable(key) +
                   "\" in \"sampling\" (known: cfg, temperature, top_k, top_p)");
-  const std::string sw = where + " sampling";
+  const Keys k(s, where + " sampling");
   SamplingDefaults d;
-  auto read_float = [&](const char* key, float lo, float hi, std::optional<float>& out) {
-    if (!s.contains(key)) return;
-    const float v = req<float>(s, key, sw);
-    if (!(v >= lo && v <= hi))
-      throw Error(sw + ": \"" + key + "\" must be in [" + std::to_string(lo) + ", " +
-                  std::to_string(hi) + "], got " + std::to_string(v));
-    out = v;
-  };
-  read_float("cfg", 0.0f, 1e4f, d.cfg);
-  read_float("temperature", 0.0f, 1e4f, d.temperature);
-  read_float("top_p", 1e-6f, 1.0f, d.top_p);
-  if (s.contains("top_k")) {
-    d.top_k = req<int>(s, "top_k", sw);
-    if (*d.top_k < 0) throw Error(sw + ": \"top_k\" must be >= 0, got " + std::to_string(*d.top_k));
-  }
+  if (k.has("cfg")) d.cfg = k.real("cfg", 0.0, 1e4, false);
+  if (k.has("temperature")) d.temperature = k.real("temperature", 0.0, 1e4, false);
+  if (k.has("top_p")) d.top_p = k.real("top_p", 1e-6, 1.0, false);
+  if (k.has("top_k")) d.top_k = k.integer("top_k", 0, kMaxVocab);
   return d;
 }
 
 }  // namespace
 
-ModelConfig load_model_config(const std::string& dir) {
-  namespace fs = std::filesystem;
+ModelConfig parse_model_config(std::string_view json_text, const std::string& dir) {
+  const std::string where = (std::filesystem::path(dir) / "config.json").string();
   ModelConfig mc;
   mc.dir = dir;
-  if (!fs::is_directory(dir)) throw Error("model directory not found: " + dir);
-  const std::string path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(path);
-  if (!in) throw Error("missing " + path + " (not a tessera model directory)");
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const std::exception&) {
-    throw Error(path + ": invalid JSON");
-  }
-  const std::string where = path;
-  mc.architecture = opt<std::string>(root, "architecture", "llamagen", where);
+  const json root = parse_strict_json(json_text, where);
+  const Keys r(root, where);
+  if (r.has("tessera_format")) r.integer("tessera_format", 1, 1);
+  mc.architecture = r.string("architecture", "llamagen");
   if (mc.architecture == "mar") {
     load_mar_config(root, where, mc);
     return mc;
   }
   if (mc.architecture != "llamagen")
-    throw Error(where + ": unsupported architecture \"" + mc.architecture +
-                "\" (supported: llamagen, mar)");
-  if (!root.contains("gpt") || !root["gpt"].is_object())
-    throw Error(where + ": missing object \"gpt\"");
-  const json& g = root["gpt"];
-  const std::string gw = where + " gpt";
+    r.fail("unsupported architecture \"" + printable(mc.architecture) +
+           "\" (supported: llamagen, mar)");
+  if (!root.contains("gpt") || !root["gpt"].is_object()) r.fail("missing object \"gpt\"");
+  const Keys g(root["gpt"], where + " gpt");
   GptConfig& c = mc.gpt;
-  const std::string type = req<std::string>(g, "model_type", gw);
+  const std::string type = g.string("model_type");
   if (type == "c2i")
     c.model_type = ConditionType::ClassLabel;
   else if (type == "t2i")
     c.model_type = ConditionType::Caption;
   else
-    throw Error(gw + ": model_type must be c2i or t2i, got \"" + type + "\"");
-  c.dim = req<int>(g, "dim", gw);
-  c.n_layer = req<int>(g, "n_layer", gw);
-  c.n_head = req<int>(g, "n_head", gw);
-  c.n_kv_head = opt<int>(g, "n_kv_head", c.n_head, gw);
-  c.ffn_dim = req<int>(g, "ffn_dim", gw);
-  c.vocab_size = req<int>(g, "vocab_size", gw);
-  c.cls_token_num = opt<int>(g, "cls_token_num", c.is_c2i() ? 1 : 120, gw);
+    g.fail("model_type must be c2i or t2i, got \"" + printable(type) + "\"");
+  c.dim = g.integer("dim", 1, kMaxDim);
+  c.n_layer = g.integer("n_layer", 1, kMaxDepth);
+  c.n_head = g.integer("n_head", 1, kMaxDepth);
+  c.n_kv_head = g.integer("n_kv_head", 1, kMaxDepth, c.n_head);
+  c.ffn_dim = g.integer("ffn_dim", 1, 1 << 20);
+  c.vocab_size = g.integer("vocab_size", 1, kMaxVocab);
+  c.cls_token_num = g.integer("cls_token_num", 1, 4096, c.is_c2i() ? 1 : 120);
   if (c.is_c2i())
-    c.num_classes = req<int>(g, "num_classes", gw);
+    c.num_classes = g.integer("num_classes", 1, kMaxVocab);
   else
-    c.caption_dim = req<int>(g, "caption_dim", gw);
-  c.rope_base = opt<float>(g, "rope_base", 10000.0f, gw);
-  c.norm_eps = opt<float>(g, "norm_eps", 1e-5f, gw);
-  c.image_size = req<int>(g, "image_size", gw);
-  c.downsample = req<int>(g, "downsample", gw);
-  c.grid = opt<int>(g, "grid", c.downsample > 0 ? c.image_size / c.downsample : 0, gw);
-  c.dtype = opt<std::string>(g, "dtype", "f32", gw);
-  c.file = opt<std::string>(g, "file", "gpt.safetensors", gw);
-  for (auto [v, k] : {std::pair{c.dim, "dim"},
-                      {c.n_layer, "n_layer"},
-                      {c.n_head, "n_head"},
-                      {c.n_kv_head, "n_kv_head"},
-                      {c.ffn_dim, "ffn_dim"},
-                      {c.vocab_size, "vocab_size"},
-                      {c.cls_token_num, "cls_token_num"},
-                      {c.image_size, "image_size"},
-                      {c.downsample, "downsample"},
-                      {c.grid, "grid"}})
-    positive(v, k, gw);
-  if (c.is_c2i())
-    positive(c.num_classes, "num_classes", gw);
-  else
-    positive(c.caption_dim, "caption_dim", gw);
-  if (c.dim % c.n_head) throw Error(gw + ": dim is not divisible by n_head");
-  if (c.n_head % c.n_kv_head) throw Error(gw + ": n_head is not divisible by n_kv_head");
+    c.caption_dim = g.integer("caption_dim", 1, 1 << 16);
+  c.rope_base = g.real("rope_base", 1.0, 1e9, false, 10000.0f);
+  c.norm_eps = g.real("norm_eps", 0.0, 1.0, true, 1e-5f);
+  c.image_size = g.integer("image_size", 1, kMaxImage);
+  c.downsample = g.integer("downsample", 1, 1024);
+  c.grid = g.integer("grid", 1, kMaxTokenSide, std::max(1, c.image_size / c.downsample));
+  c.dtype = g.float_dtype("dtype");
+  c.file = g.file_name("file", "gpt.safetensors");
+  if (c.dim % c.n_head) g.fail("dim is not divisible by n_head");
+  if (c.n_head % c.n_kv_head) g.fail("n_head is not divisible by n_kv_head");
   if (c.head_dim() % 4)
-    throw Error(gw + ": head dim " + std::to_string(c.head_dim()) +
-                " is not a multiple of 4 (2D RoPE needs it)");
+    g.fail("head dim " + std::to_string(c.head_dim()) +
+           " is not a multiple of 4 (2D RoPE needs it)");
   if (c.grid * c.downsample != c.image_size)
-    throw Error(gw + ": image_size " + std::to_string(c.image_size) + " != grid " +
-                std::to_string(c.grid) + " x downsample " + std::to_string(c.downsample));
+    g.fail("image_size " + std::to_string(c.image_size) + " != grid " + std::to_string(c.grid) +
+           " x downsample " + std::to_string(c.downsample));
+  g.product_fits({{"vocab_size", c.vocab_size}, {"dim", c.dim}});
+  g.product_fits({{"ffn_dim", c.ffn_dim}, {"dim", c.dim}});
+  g.product_fits({{"3 x dim", 3 * int64_t{c.dim}}, {"dim", c.dim}});  // wqkv at most
+  if (c.is_c2i()) {
+    g.product_fits({{"(num_classes + 1)", int64_t{c.num_classes} + 1}, {"dim", c.dim}});
+  } else {
+    g.product_fits({{"caption_dim", c.caption_dim}, {"dim", c.dim}});
+    g.product_fits({{"cls_token_num", c.cls_token_num}, {"caption_dim", c.caption_dim}});
+  }
   if (root.contains("sampling")) mc.sampling = read_sampling_defaults(root["sampling"], where);
 
   if (root.contains("vq") && !root["vq"].is_null()) {
-    const json& v = root["vq"];
-    const std::string vw = where + " vq";
+    const Keys v(root["vq"], where + " vq");
     VqConfig& q = mc.vq;
     mc.has_vq = true;
-    q.codebook_size = req<int>(v, "codebook_size", vw);
-    q.codebook_embed_dim = req<int>(v, "codebook_embed_dim", vw);
-    q.codebook_l2_norm = opt<bool>(v, "codebook_l2_norm", true, vw);
-    q.z_channels = req<int>(v, "z_channels", vw);
-    positive(q.codebook_size, "codebook_size", vw);
-    positive(q.codebook_embed_dim, "codebook_embed_dim", vw);
-    read_conv_decoder(v, vw, q);
-    q.dtype = opt<std::string>(v, "dtype", "f32", vw);
-    q.file = opt<std::string>(v, "file", "vq.safetensors", vw);
+    q.codebook_size = v.integer("codebook_size", 1, kMaxVocab);
+    q.codebook_embed_dim = v.integer("codebook_embed_dim", 1, kMaxChannels);
+    q.codebook_l2_norm = v.boolean("codebook_l2_norm", true);
+    q.z_channels = v.integer("z_channels", 1, kMaxChannels);
+    read_conv_decoder(v, q);
+    q.dtype = v.float_dtype("dtype");
+    q.file = v.file_name("file", "vq.safetensors");
     if (q.codebook_size != c.vocab_size)
-      throw Error(vw + ": codebook_size " + std::to_string(q.codebook_size) +
-                  " differs from the GPT vocab_size " + std::to_string(c.vocab_size));
+      v.fail("codebook_size " + std::to_string(q.codebook_size) +
+             " differs from the GPT vocab_size " + std::to_string(c.vocab_size));
+    v.product_fits(
+        {{"codebook_size", q.codebook_size}, {"codebook_embed_dim", q.codebook_embed_dim}});
     if (q.upsample_factor() != c.downsample)
-      throw Error(vw + ": the decoder upsamples by " + std::to_string(q.upsample_factor()) +
-                  " but the GPT config says downsample " + std::to_string(c.downsample));
+      v.fail("the decoder upsamples by " + std::to_string(q.upsample_factor()) +
+             " but the GPT config says downsample " + std::to_string(c.downsample));
   }
   return mc;
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error("model directory not found: " + dir);
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(fs::symlink_status(path, ec)))
+    throw Error("missing " + path + " (not a tessera model directory)");
+  return parse_model_config(read_small_file(path, kMaxConfigBytes), dir);
 }
 
 }  // namespace tessera

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "io/printable.h"
+#include "io/regular_file.h"
+#include "io/strict_json.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -46,20 +48,17 @@ bool ClassNames::present(const std::string& model_dir) {
 }
 
 ClassNames ClassNames::load(const std::string& model_dir, int num_classes) {
-  const fs::path p = fs::path(model_dir) / "classes.json";
-  std::ifstream f(p);
-  if (!f) throw Error(p.string() + ": cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse(ss.str(), num_classes, p.string());
+  const std::string p = (fs::path(model_dir) / "classes.json").string();
+  // The emoji model's 870 classes take about 100 KB.
+  return parse(read_small_file(p, size_t{16} << 20), num_classes, p);
 }
 
 ClassNames ClassNames::parse(const std::string& text, int num_classes, const std::string& origin) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(origin + ": not valid JSON (" + e.what() + ")");
+    j = parse_strict_json(text, origin);
+  } catch (const JsonSyntaxError& e) {
+    throw Error(origin + ": not valid JSON (" + e.detail() + ")");
   }
   auto fail = [&](const std::string& what) { throw Error(origin + ": " + what); };
   if (!j.is_object() || !j.contains("classes") || !j["classes"].is_array())
@@ -79,16 +78,24 @@ ClassNames ClassNames::parse(const std::string& text, int num_classes, const std
       if (auto it = aliases.find(x.name); it != aliases.end()) x.aliases = it->second;
       if (!cn.styles_.empty() &&
           std::find(cn.styles_.begin(), cn.styles_.end(), x.style) == cn.styles_.end())
-        fail("class " + std::to_string(cn.classes_.size()) + " (" + x.name + ") has style '" +
-             x.style + "', not one of \"styles\"");
+        fail("class " + std::to_string(cn.classes_.size()) + " (" + printable(x.name) +
+             ") has style '" + printable(x.style) + "', not one of \"styles\"");
       cn.classes_.push_back(std::move(x));
     }
-    if (j.contains("held_out_classes"))
-      for (const int id : j["held_out_classes"].get<std::vector<int>>()) {
-        if (id < 0 || id >= static_cast<int>(cn.classes_.size()))
-          fail("held_out_classes lists class " + std::to_string(id) + ", out of range");
-        cn.classes_[id].held_out = true;
+    if (j.contains("held_out_classes")) {
+      const auto& held = j["held_out_classes"];
+      if (!held.is_array()) fail("held_out_classes must be a list of class ids");
+      for (const auto& v : held) {
+        // Read as integers: a float or huge value must not be converted (and wrapped) to an id.
+        if (!v.is_number_integer())
+          fail("held_out_classes lists " + printable(v.dump()) + ", not a class id");
+        const int64_t id =
+            v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX : v.get<int64_t>();
+        if (id < 0 || id >= static_cast<int64_t>(cn.classes_.size()))
+          fail("held_out_classes lists class " + v.dump() + ", out of range");
+        cn.classes_[static_cast<size_t>(id)].held_out = true;
       }
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("malformed entry (") + e.what() + ")");
   }
