@@ -19,6 +19,7 @@ struct NpyArray {
 };
 
 NpyArray read_npy(const std::string& path);  // throws an Error naming the file and problem
+// Writes atomically (npy_writer.cpp): a failed write leaves no file, or the previous one untouched.
 void write_npy(const std::string& path, DType dtype, const Shape& shape, const void* data);
 
 }  // namespace tessera
