@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 from tessera_ref.convert_common import DecoderTensors, UserError, shape_str  # noqa: E402
 from tessera_ref.llamagen import GPT_CONFIGS, VQ_CONFIGS, default_ffn_dim  # noqa: E402
+from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, read_safetensors, write_safetensors  # noqa: E402
 
 
@@ -291,7 +292,9 @@ def convert(args):
                      f"ch {vcfg['ch']} ch_mult {vcfg['ch_mult']} res {vcfg['num_res_blocks']}: {len(vexp)} tensors, "
                      f"{vparams:,} params, {args.vq_dtype}, {vbytes / 2**20:.1f} MiB -> "
                      f"{os.path.join(args.out, 'vq.safetensors')}")
-    with open(os.path.join(args.out, "config.json"), "w") as f:
+    # Written last, and like every file here atomically: a directory is a model only once
+    # config.json names its weights, and no file in it is ever torn.
+    with atomic_write(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
     lines.append(f"config: {os.path.join(args.out, 'config.json')}")
@@ -324,6 +327,10 @@ def main(argv=None):
         convert(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # writing the model directory (reads raise UserError): disk full, ...
+        print(f"error: cannot write {e.filename}: {e.strerror}" if e.filename else f"error: {e}",
+              file=sys.stderr)
         return 2
     return 0
 

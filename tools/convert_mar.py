@@ -28,6 +28,7 @@ import torch  # noqa: E402
 
 from tessera_ref.mar import MAR_CONFIGS, MarArgs, VAEArgs, mar_expected, vae_expected  # noqa: E402
 from tessera_ref.convert_common import UserError, shape_str  # noqa: E402
+from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, read_safetensors, write_safetensors  # noqa: E402
 
 
@@ -245,7 +246,9 @@ def convert(args):
             "scale": float(v.scale),
         },
     }
-    with open(os.path.join(args.out, "config.json"), "w") as f:
+    # Written last, and like every file here atomically: a directory is a model only once
+    # config.json names its weights, and no file in it is ever torn.
+    with atomic_write(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
     mparams = sum(sd[k].numel() for k in mexp)
@@ -306,6 +309,10 @@ def main(argv=None):
         convert(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # writing the model directory (reads raise UserError): disk full, ...
+        print(f"error: cannot write {e.filename}: {e.strerror}" if e.filename else f"error: {e}",
+              file=sys.stderr)
         return 2
     return 0
 

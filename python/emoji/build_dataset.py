@@ -24,6 +24,9 @@ import tempfile
 import numpy as np
 from PIL import Image
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # python/
+from tessera_ref.atomic_io import atomic_write  # noqa: E402
+
 STYLES = ["twitter", "google", "openmoji"]
 EXCLUDED_CATEGORIES = {"Flags", "Component"}
 SIZE = 64
@@ -110,11 +113,12 @@ def main():
                 print(f"{i + 1}/{len(emoji)} emoji", file=sys.stderr)
     for e in emoji:
         del e["files"]
-    np.save(os.path.join(args.out, "images.npy"), np.stack(images))
+    with atomic_write(os.path.join(args.out, "images.npy")) as f:
+        np.save(f, np.stack(images))
     counts = {s: sum(1 for m in meta if m["split"] == s) for s in ("train", "held_out")}
-    json.dump({"styles": STYLES, "size": SIZE, "sources": versions, "categories": sorted(keep),
-               "emoji": emoji, "images": meta,
-               "counts": counts}, open(os.path.join(args.out, "meta.json"), "w"), indent=1)
+    with atomic_write(os.path.join(args.out, "meta.json"), "w") as f:
+        json.dump({"styles": STYLES, "size": SIZE, "sources": versions, "categories": sorted(keep),
+                   "emoji": emoji, "images": meta, "counts": counts}, f, indent=1)
     print(f"{len(emoji)} emoji x {len(STYLES)} styles = {len(meta)} images "
           f"({counts['train']} train, {counts['held_out']} held out) -> {args.out}")
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.safetensors_io import read_safetensors, write_safetensors  # noqa: E402
 
 
@@ -47,8 +48,8 @@ def save(model, directory):
     write_safetensors(os.path.join(directory, "classifier.safetensors"),
                       [(k, v.to(torch.float16) if v.is_floating_point() else v.float().to(torch.float16))
                        for k, v in sd.items() if not k.endswith("num_batches_tracked")])
-    json.dump({"num_classes": model.num_classes, "widths": model.widths},
-              open(os.path.join(directory, "classifier.json"), "w"))
+    with atomic_write(os.path.join(directory, "classifier.json"), "w") as f:
+        json.dump({"num_classes": model.num_classes, "widths": model.widths}, f)
 
 
 def load(directory):

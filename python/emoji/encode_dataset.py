@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from common import EmojiData
+from tessera_ref.atomic_io import atomic_write
 from tessera_ref.llamagen import VQArgs, VQModel
 
 
@@ -35,7 +36,8 @@ def main():
         for i in range(0, len(data.images), 128):
             out.append(model.encode_indices(data.tensor(np.arange(i, min(i + 128, len(data.images))))))
     tok = torch.cat(out).numpy().astype(np.int16)
-    np.save(a.out, tok)
+    with atomic_write(a.out if a.out.endswith(".npy") else a.out + ".npy") as f:  # np.save's name
+        np.save(f, tok)
     print(f"{tok.shape} tokens, {len(np.unique(tok))} distinct codes -> {a.out}")
 
 

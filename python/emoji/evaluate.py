@@ -21,6 +21,7 @@ from PIL import Image
 
 from classifier import load as load_classifier, to_input
 from common import EmojiData
+from tessera_ref.atomic_io import atomic_write
 
 
 def frechet(a, b):
@@ -126,7 +127,8 @@ def main():
         res["frechet_vq_reconstructions_vs_held_out"] = frechet(f_rec, f_held)
     print(json.dumps(res, indent=1))
     if a.json:
-        json.dump(res, open(a.json, "w"), indent=1)
+        with atomic_write(a.json, "w") as f:
+            json.dump(res, f, indent=1)
 
 
 if __name__ == "__main__":

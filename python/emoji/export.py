@@ -16,6 +16,7 @@ from common import EmojiData
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import convert_llamagen  # noqa: E402
+from tessera_ref.atomic_io import atomic_write  # noqa: E402
 
 
 def classes_json(data):
@@ -48,10 +49,10 @@ def export_gpt(ckpt, vq, out, data, dtype, sampling=None):
         path = os.path.join(out, "config.json")
         config = json.load(open(path))
         config["sampling"] = sampling
-        with open(path, "w") as f:
+        with atomic_write(path, "w") as f:  # never a torn config.json: the model stays loadable
             json.dump(config, f, indent=2)
             f.write("\n")
-    with open(os.path.join(out, "classes.json"), "w") as f:
+    with atomic_write(os.path.join(out, "classes.json"), "w") as f:
         json.dump(classes_json(data), f, indent=None, separators=(",", ":"))
         f.write("\n")
 

@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from common import Log, add_run_args, start_run
+from tessera_ref.atomic_io import atomic_write
 from tessera_ref.llamagen import ModelArgs, Transformer
 
 
@@ -166,11 +167,11 @@ def main():
     log = Log(os.path.join(a.out, f"{a.name}_log.tsv"), seconds_before)
 
     def save():
-        torch.save({"model": export_state(gpt, classes), "train_gpt": gpt.state_dict(),
-                    "train_classes": classes.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "generator": gen.get_state(), "args": vars(a), "n_params": n_params,
-                    "seconds": log.seconds()}, ckpt_path + ".tmp")
-        os.replace(ckpt_path + ".tmp", ckpt_path)
+        with atomic_write(ckpt_path) as f:  # a run stopped mid-save resumes from the previous one
+            torch.save({"model": export_state(gpt, classes), "train_gpt": gpt.state_dict(),
+                        "train_classes": classes.state_dict(), "optimizer": opt.state_dict(), "step": step,
+                        "generator": gen.get_state(), "args": vars(a), "n_params": n_params,
+                        "seconds": log.seconds()}, f)
 
     t_start, t_save = time.time(), time.time()
     last = min(a.total_steps, a.stop_at) if a.stop_at > 0 else a.total_steps

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from common import Log, add_run_args, start_run
+from tessera_ref.atomic_io import atomic_write
 from tessera_ref.llamagen import VQArgs, VQModel
 
 
@@ -123,7 +124,8 @@ def main():
             log(step, loss=float(loss), rec=float(rec), commit=float(commit), codes_used=used,
                 **({"psnr_held_out": psnr(model, data, held)} if step % 1000 == 0 or step == a.steps else {}))
     model.quantize.codebook_used.zero_()
-    torch.save({"model": model.state_dict(), "args": vars(a)}, os.path.join(a.out, "vq.pt"))
+    with atomic_write(os.path.join(a.out, "vq.pt")) as f:
+        torch.save({"model": model.state_dict(), "args": vars(a)}, f)
     print(f"held-out PSNR {psnr(model, data, held):.2f} dB, train PSNR {psnr(model, data, train[:512]):.2f} dB")
 
 

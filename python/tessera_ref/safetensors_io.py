@@ -4,12 +4,15 @@ Format: u64 little-endian header length N, N bytes of JSON header, then the raw 
 tensor bytes. The header maps name -> {"dtype", "shape", "data_offsets": [begin, end]} with
 offsets relative to the start of the data section. We pad the header with spaces so that
 8 + N is a multiple of 8, write tensors back to back (no holes), and write no __metadata__.
+Files are written atomically (atomic_io): a failed write leaves no torn file.
 """
 import json
 import struct
 
 import numpy as np
 import torch
+
+from .atomic_io import atomic_write
 
 # tessera dtype name -> (safetensors dtype string, torch dtype)
 DTYPES = {
@@ -51,7 +54,7 @@ def write_safetensors(path, tensors):
     hb = json.dumps(header, separators=(",", ":")).encode("utf-8")
     pad = (-(8 + len(hb))) % 8
     hb += b" " * pad
-    with open(path, "wb") as f:
+    with atomic_write(path, "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
         for name, t in items:

@@ -112,26 +112,4 @@ std::vector<int32_t> NpyArray::as_i32() const {
   return out;
 }
 
-void write_npy(const std::string& path, DType dtype, const Shape& shape, const void* data) {
-  const char* descr = dtype == DType::F32 ? "<f4" : dtype == DType::I32 ? "<i4" : "|u1";
-  check(dtype == DType::F32 || dtype == DType::I32 || dtype == DType::U8,
-        "write_npy: unsupported dtype");
-  std::string dims;
-  for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + ",";
-  if (shape.size() > 1) dims.pop_back();
-  std::string header =
-      std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
-  while ((10 + header.size() + 1) % 64) header.push_back(' ');
-  header.push_back('\n');
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw Error("cannot write " + path);
-  out.write("\x93NUMPY\x01\x00", 8);
-  const uint16_t hl = static_cast<uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&hl), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(static_cast<const char*>(data),
-            static_cast<std::streamsize>(shape_numel(shape) * dtype_size(dtype)));
-  if (!out) throw Error("error writing " + path);
-}
-
 }  // namespace tessera

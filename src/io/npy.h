@@ -21,6 +21,7 @@ struct NpyArray {
 NpyArray read_npy(const std::string& path);  // throws an Error naming the file and problem
 // The bytes of a .npy file (versions 1 to 3; header: io/npy_header.h); errors name `where`.
 NpyArray parse_npy(const unsigned char* data, size_t size, const std::string& where);
+// Writes atomically (npy_writer.cpp): a failed write leaves no file, or the previous one untouched.
 void write_npy(const std::string& path, DType dtype, const Shape& shape, const void* data);
 
 }  // namespace tessera

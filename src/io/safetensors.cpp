@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -14,14 +13,14 @@
 
 namespace tessera {
 
-namespace {
-
 // safetensors spells the dtypes as tessera's names in upper case ("F32", "BF16", ...).
-std::string st_name(DType t) {
+std::string safetensors_dtype_name(DType t) {
   std::string n = dtype_name(t);
   for (char& c : n) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return n;
 }
+
+namespace {
 
 // The largest dimension accepted (shape_numel's limit on element counts).
 constexpr uint64_t kMaxDim = uint64_t{1} << 56;
@@ -29,7 +28,7 @@ constexpr uint64_t kMaxDim = uint64_t{1} << 56;
 DType st_dtype(const std::string& s, const std::string& where) {
   try {
     const DType t = parse_dtype(s);
-    if (st_name(t) == s) return t;
+    if (safetensors_dtype_name(t) == s) return t;
   } catch (const Error&) {
   }
   throw Error(where + ": unsupported dtype " + printable(s));
@@ -186,28 +185,6 @@ std::vector<float> SafeTensorsFile::read_f32(const std::string& name) const {
     convert_to_f32(t.dtype, t.data, out.data(), out.size());
   }
   return out;
-}
-
-void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  size_t off = 0;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", st_name(t.dtype)},
-                    {"shape", t.shape},
-                    {"data_offsets", {off, off + t.bytes.size()}}};
-    off += t.bytes.size();
-  }
-  std::string h = header.dump();
-  while ((8 + h.size()) % 8) h.push_back(' ');
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw Error("cannot write " + path);
-  const uint64_t n = h.size();
-  out.write(reinterpret_cast<const char*>(&n), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& [name, t] : tensors)
-    out.write(reinterpret_cast<const char*>(t.bytes.data()),
-              static_cast<std::streamsize>(t.bytes.size()));
-  if (!out) throw Error("error writing " + path);
 }
 
 }  // namespace tessera

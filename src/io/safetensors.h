@@ -49,7 +49,11 @@ class SafeTensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes host tensors (name -> dtype, shape, bytes) as a safetensors file.
+// The file format's name of a dtype: "F32", "F16", "BF16", ...
+std::string safetensors_dtype_name(DType t);
+
+// Writes host tensors (name -> dtype, shape, bytes) as a safetensors file, atomically
+// (safetensors_writer.cpp): a failed write leaves no file, or the previous one untouched.
 struct HostTensor {
   DType dtype;
   Shape shape;

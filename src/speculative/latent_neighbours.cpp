@@ -170,14 +170,11 @@ LatentNeighbours LatentNeighbours::for_model(const std::string& model_dir, int k
 
   LatentNeighbours t = build(file.read_f32(name), V, dim, k, metric);
   if (!cache.empty()) {
-    // Write-then-rename so a concurrent reader never sees a partial file.
-    const fs::path tmp = cache.string() + ".tmp." + std::to_string(getpid());
+    // write_npy is atomic: a concurrent reader never sees a partial file, a failed write leaves
+    // none, and the cache is only an optimisation, so a failure is logged, not thrown.
     try {
-      write_npy(tmp.string(), DType::I32, {V, k}, t.table_.data());
-      fs::rename(tmp, cache);
+      write_npy(cache.string(), DType::I32, {V, k}, t.table_.data());
     } catch (const std::exception& e) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
       log_info("could not cache the LANTERN neighbour table at " + cache.string() + ": " +
                e.what());
     }

@@ -1,6 +1,5 @@
 // tessera generate: images (or token grids / latents) from a prompt, a class or a caption.
 #include <algorithm>
-#include <fstream>
 #include <memory>
 
 #include "commands.h"
@@ -12,6 +11,7 @@
 #include "method_flags.h"
 #include "progress.h"
 #include "stats_json.h"
+#include "tessera/file_io.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
 #include "text_format.h"
@@ -74,10 +74,12 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty())
     throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
   if (a.grid && a.out.empty()) throw Error("--grid needs -o OUT.png");
-  check_output_path(a.out, "-o");
+  // Before any work: an unwritable output must not be found after minutes of generation.
+  check_output_path(a.out, "-o", a.grid ? 1 : a.n);
   check_output_path(a.tokens_out, "--tokens-out");
+  check_output_path(a.latents_out, "--latents-out");
   check_output_path(a.stats_out, "--stats-out");
-  check_output_path(a.heatmap_out, "--heatmap-out");
+  check_output_path(a.heatmap_out, "--heatmap-out", a.n);
   if (is_mar(a.common.model)) {
     MarRunOptions mo = mar_run(a.common, a.cond, a.n, gen, a.mar, &g);
     mar_generate(mo, {a.out, a.latents_out, a.stats_out, a.heatmap_out, a.grid});
@@ -107,23 +109,19 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
            fmt(static_cast<double>(st.target_forwards()) / std::max<int64_t>(st.images, 1), 1) +
            " target forwards per image)");
   if (!a.stats_out.empty()) {
-    std::ofstream f(a.stats_out);
-    f << stats_json(st, gen.spec.method).dump(2) << "\n";
-    if (!f) throw Error("--stats-out " + a.stats_out + ": cannot write");
+    write_file_atomic(a.stats_out, stats_json(st, gen.spec.method).dump(2) + "\n");
     log_info("wrote " + a.stats_out);
   }
   if (!a.heatmap_out.empty()) {
     int depth = 1;
     for (const auto& s : st.per_image) depth = std::max<int>(depth, s.proposed.size());
-    for (int i = 0; i < a.n; ++i) {
-      const std::string path = numbered(a.heatmap_out, i, a.n);
+    write_numbered(a.heatmap_out, a.n, [&](int i, const std::string& path) {
       write_acceptance_heatmap(
           path, st.per_image[i].accepted_depth, cfg.grid, depth,
           "acceptance over the token grid; method=" + gen.spec.method +
               "; dark = sampled by the target, yellow..blue = accepted at draft depth 1.." +
               std::to_string(depth));
-      log_info("wrote " + path);
-    }
+    });
   }
   std::vector<int32_t> flat;
   for (const auto& gr : grids) flat.insert(flat.end(), gr.begin(), gr.end());

@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <sstream>
 
+#include "image_output.h"
+#include "tessera/file_io.h"
 #include "tessera/log.h"
 #include "tessera/mar.h"
 
 namespace tessera::cli {
-
-namespace fs = std::filesystem;
 
 void add_common(CLI::App* cmd, CommonOpts& o, bool model_required) {
   auto* m = cmd->add_option("-m,--model", o.model, "Model directory (config.json + safetensors)");
@@ -65,11 +65,13 @@ CLI::Validator int_at_least(long long min) {
       "INT>=" + std::to_string(min));
 }
 
-void check_output_path(const std::string& path, const char* flag) {
+void check_output_path(const std::string& path, const char* flag, int n) {
   if (path.empty()) return;
-  const fs::path dir = fs::path(path).parent_path();
-  if (!dir.empty() && !fs::is_directory(dir))
-    throw Error(std::string(flag) + " " + path + ": directory " + dir.string() + " does not exist");
+  try {
+    for (int i = 0; i < n; ++i) check_writable(numbered(path, i, n));
+  } catch (const Error& e) {
+    throw Error(std::string(flag) + ": " + e.what());
+  }
 }
 
 std::vector<std::string> split_list(const std::string& s) {

@@ -34,8 +34,10 @@ Condition make_condition(const CondOpts& c, const GptConfig& cfg);
 // Integers >= min, with a message that says so (CLI11's PositiveNumber prints a float range).
 CLI::Validator int_at_least(long long min);
 
-// Fails before any work when an output file's directory does not exist.
-void check_output_path(const std::string& path, const char* flag);
+// Fails before any work, naming the flag, the path and the OS reason, when an output could not be
+// written: its directory is missing or not writable, or the name is a directory (an empty path:
+// not given, nothing to check). n: how many numbered files (numbered()) the output stands for.
+void check_output_path(const std::string& path, const char* flag, int n = 1);
 
 // "a,b,,c" -> {"a", "b", "c"}.
 std::vector<std::string> split_list(const std::string& s);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "tessera/error.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
 
@@ -20,6 +21,16 @@ std::string numbered(const std::string& path, size_t i, size_t n) {
 }
 
 namespace {
+// "none", "a, b, c" or, for many, "a .. z (26 files)": the error stays one readable line.
+std::string written_list(const std::vector<std::string>& names) {
+  if (names.empty()) return "none";
+  if (names.size() > 8)
+    return names.front() + " .. " + names.back() + " (" + std::to_string(names.size()) + " files)";
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
 // Tiles n images [n, s, s, 3] into a grid with `cols` columns and 2 px black padding
 // (torchvision.utils.save_image style).
 std::vector<uint8_t> tile(const std::vector<uint8_t>& px, int n, int s, int cols, int& W, int& H) {
@@ -37,6 +48,22 @@ std::vector<uint8_t> tile(const std::vector<uint8_t>& px, int n, int s, int cols
 }
 }  // namespace
 
+void write_numbered(const std::string& path, int n,
+                    const std::function<void(int i, const std::string& name)>& write) {
+  std::vector<std::string> written;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = numbered(path, i, n);
+    try {
+      write(i, name);
+    } catch (const Error& e) {
+      if (n == 1) throw;
+      throw Error(std::string(e.what()) + " (written: " + written_list(written) + ")");
+    }
+    written.push_back(name);
+    log_info("wrote " + name);
+  }
+}
+
 void write_pngs(const std::vector<uint8_t>& px, int n, int s, const std::string& out, bool grid,
                 const std::vector<std::string>& params) {
   if (grid) {
@@ -49,12 +76,10 @@ void write_pngs(const std::vector<uint8_t>& px, int n, int s, const std::string&
     log_info("wrote " + out);
     return;
   }
-  for (int i = 0; i < n; ++i) {
-    const std::string path = numbered(out, i, n);
+  write_numbered(out, n, [&](int i, const std::string& path) {
     write_png(path, px.data() + static_cast<size_t>(i) * s * s * 3, s, s,
               {{"parameters", params[i]}, {"Software", "tessera"}});
-    log_info("wrote " + path);
-  }
+  });
 }
 
 }  // namespace tessera::cli

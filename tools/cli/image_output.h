@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,14 @@ namespace tessera::cli {
 
 // path_0000.png style names when n > 1.
 std::string numbered(const std::string& path, size_t i, size_t n);
+
+// Writes the n files numbered(path, i, n) in order with write(i, name), logging each. When one
+// fails, the error says which were written before it, e.g. "cannot write out_0003.png: No space
+// left on device (written: out_0000.png, out_0001.png, out_0002.png)". Those stay: each is a
+// complete file (the writes are atomic), so they are kept rather than deleted, and the message
+// says exactly which ones a retry may skip.
+void write_numbered(const std::string& path, int n,
+                    const std::function<void(int i, const std::string& name)>& write);
 
 // px: n RGB images [n, size, size, 3].
 void write_pngs(const std::vector<uint8_t>& px, int n, int size, const std::string& out, bool grid,

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common.h"
 #include "heatmap.h"
 #include "image_output.h"
 #include "progress.h"
+#include "tessera/file_io.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
 #include "tessera/methods.h"
@@ -91,20 +92,16 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
                                        : ", acceptance " + fmt(st.acceptance_rate(), 3) + " of " +
                                              std::to_string(st.drafted) + " drafts)"));
   if (!out.stats.empty()) {
-    std::ofstream f(out.stats);
-    f << stats_json(st, g).dump(2) << "\n";
-    if (!f) throw Error("--stats-out " + out.stats + ": cannot write");
+    write_file_atomic(out.stats, stats_json(st, g).dump(2) + "\n");
     log_info("wrote " + out.stats);
   }
   if (!out.heatmap.empty())
-    for (int i = 0; i < o.n; ++i) {
-      const std::string path = numbered(out.heatmap, i, o.n);
+    write_numbered(out.heatmap, o.n, [&](int i, const std::string& path) {
       write_acceptance_heatmap(path, st.token_origin[i], c.seq_side(), 2,
                                "token origin; method=" + g.spec.method +
                                    "; dark = target (pre-fill), 1 = accepted draft, 2 = rejected "
                                    "draft replaced by the verification");
-      log_info("wrote " + path);
-    }
+    });
   std::vector<float> flat;
   for (const auto& im : images) flat.insert(flat.end(), im.begin(), im.end());
   if (!out.latents.empty()) {
@@ -165,6 +162,7 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
     throw Error(latents + ": latent array has shape " + shape_string(a.shape) + "; expected [n, " +
                 std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
   const int n = static_cast<int>(static_cast<int64_t>(v.size()) / per);
+  check_output_path(png, "-o", grid ? 1 : n);  // every numbered name, before decoding
   write_pngs(pipe->decode_latents(v, n), n, pipe->image_size(), png, grid,
              std::vector<std::string>(n, "decoded from " + latents + "; tessera 0.1.0"));
 }
