@@ -130,6 +130,8 @@ class Pipeline {
 
   const ModelConfig& config() const;
   const LoadReport& load_report() const;
+  // Bytes the engine's backend can still allocate (front-ends size their own buffers by it).
+  int64_t available_memory() const;
   const std::string& architecture() const;  // "llamagen" | "mar"
   bool continuous_tokens() const;           // MAR: latents instead of token ids
   bool has_decoder() const;                 // a VQ (LlamaGen) or VAE (MAR) decoder was loaded

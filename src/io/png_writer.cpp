@@ -2,8 +2,6 @@
 
 #include <png.h>
 
-#include <cstdio>
-#include <memory>
 #include <new>
 #include <string>
 
@@ -11,14 +9,6 @@
 #include "tessera/file_io.h"
 
 namespace tessera {
-
-namespace {
-struct FileCloser {
-  void operator()(FILE* f) const {
-    if (f) std::fclose(f);
-  }
-};
-}  // namespace
 
 namespace {
 // libpng's output callback: appends to the std::string behind png_get_io_ptr.

@@ -69,6 +69,9 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
+int64_t Pipeline::available_memory() const {
+  return cpu_backend().available_memory();
+}
 const LoadReport& Pipeline::load_report() const {
   return impl_->report;
 }

@@ -57,7 +57,7 @@ int run_decode(const DecodeArgs& a) {
   const int n = static_cast<int>(static_cast<int64_t>(ids.size()) / per);
   check_output_path(a.out, "-o", a.grid ? 1 : n);  // every numbered name, before decoding
   const std::vector<std::string> params(n, "decoded from " + a.tokens + "; tessera 0.1.0");
-  write_pngs(pipe->decode(ids, n), n, pipe->image_size(), a.out, a.grid, params);
+  write_pngs(decode_tokens(*pipe, ids), n, pipe->image_size(), a.out, a.grid, params);
   return 0;
 }
 

@@ -96,6 +96,21 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (!a.out.empty() && !pipe->has_decoder())
     throw Error(a.common.model + " has no VQ decoder: use --tokens-out only");
   const Condition cond = make_condition(a.cond, cfg);
+  {
+    // What the run keeps per image until it ends: the condition, the tokens (the grids and the
+    // flat copy that is decoded and written), per-token statistics and, for --grid, the pixels
+    // of the sheet. Refused up front rather than failing after hours of generation.
+    const double px = static_cast<double>(pipe->image_size()) * pipe->image_size() * 3;
+    const double per_image = sizeof(Condition) + 512.0 + 16.0 * cfg.n_image_tokens() +
+                             (a.grid ? 2.0 * px : 0.0);
+    const double need = per_image * a.n;
+    if (need > static_cast<double>(pipe->available_memory()))
+      throw Error("-n " + std::to_string(a.n) + " images need about " +
+                  std::to_string(static_cast<int64_t>(need / (1 << 20))) + " MiB of host memory" +
+                  (a.grid ? " (with a --grid sheet)" : "") + ", " +
+                  std::to_string(pipe->available_memory() >> 20) +
+                  " MiB is available: split the run (--seed stays reproducible per image)");
+  }
   std::vector<Condition> conds(a.n, cond);
   ProgressBar bar("generate", !a.common.quiet);
   gen.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
@@ -143,7 +158,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
                        "; temperature=" + fmt(gen.sampling.temperature, 3) +
                        "; top_k=" + std::to_string(gen.sampling.top_k) +
                        "; top_p=" + fmt(gen.sampling.top_p, 3) + "; tessera 0.1.0");
-    write_pngs(pipe->decode(flat, a.n), a.n, pipe->image_size(), a.out, a.grid, params);
+    write_pngs(decode_tokens(*pipe, flat), a.n, pipe->image_size(), a.out, a.grid, params);
   }
   return 0;
 }

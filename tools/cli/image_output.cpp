@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <span>
 
 #include "tessera/error.h"
 #include "tessera/image_io.h"
@@ -64,20 +65,44 @@ void write_numbered(const std::string& path, int n,
   }
 }
 
-void write_pngs(const std::vector<uint8_t>& px, int n, int s, const std::string& out, bool grid,
+DecodeImages decode_tokens(Pipeline& pipe, const std::vector<int32_t>& tokens) {
+  const size_t per = static_cast<size_t>(pipe.config().gpt.grid) * pipe.config().gpt.grid;
+  return [&pipe, &tokens, per](int first, int count) {
+    return pipe.decode(std::span<const int32_t>(tokens).subspan(first * per, count * per), count);
+  };
+}
+
+DecodeImages decode_latents(Pipeline& pipe, const std::vector<float>& latents) {
+  const MarConfig& c = pipe.config().mar;
+  const size_t per = static_cast<size_t>(c.seq_len()) * c.token_dim();
+  return [&pipe, &latents, per](int first, int count) {
+    return pipe.decode_latents(std::span<const float>(latents).subspan(first * per, count * per),
+                               count);
+  };
+}
+
+void write_pngs(const DecodeImages& decode, int n, int s, const std::string& out, bool grid,
                 const std::vector<std::string>& params) {
+  const size_t image_bytes = static_cast<size_t>(s) * s * 3;
   if (grid) {
     int W, H;
     const int cols = std::min(n, 8);
     std::string all;
     for (const auto& p : params) all += p + "\n";
-    const std::vector<uint8_t> sheet = tile(px, n, s, cols, W, H);
+    const std::vector<uint8_t> sheet = tile(decode(0, n), n, s, cols, W, H);
     write_png(out, sheet.data(), W, H, {{"parameters", all}});
     log_info("wrote " + out);
     return;
   }
+  constexpr int kChunk = 8;  // images decoded at a time
+  std::vector<uint8_t> px;
+  int first = 0;
   write_numbered(out, n, [&](int i, const std::string& path) {
-    write_png(path, px.data() + static_cast<size_t>(i) * s * s * 3, s, s,
+    if (px.empty() || i >= first + kChunk) {
+      first = i;
+      px = decode(first, std::min(kChunk, n - first));
+    }
+    write_png(path, px.data() + static_cast<size_t>(i - first) * image_bytes, s, s,
               {{"parameters", params[i]}, {"Software", "tessera"}});
   });
 }

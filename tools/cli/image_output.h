@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/tessera.h"
+
 namespace tessera::cli {
 
 // path_0000.png style names when n > 1.
@@ -20,8 +22,17 @@ std::string numbered(const std::string& path, size_t i, size_t n);
 void write_numbered(const std::string& path, int n,
                     const std::function<void(int i, const std::string& name)>& write);
 
-// px: n RGB images [n, size, size, 3].
-void write_pngs(const std::vector<uint8_t>& px, int n, int size, const std::string& out, bool grid,
+// Decodes images [first, first + count) to RGB pixels [count, size, size, 3].
+using DecodeImages = std::function<std::vector<uint8_t>(int first, int count)>;
+
+// Chunk decoders over a model's token grids / MAR latents (all images, row-major); they keep
+// references to `pipe` and the data.
+DecodeImages decode_tokens(Pipeline& pipe, const std::vector<int32_t>& tokens);
+DecodeImages decode_latents(Pipeline& pipe, const std::vector<float>& latents);
+
+// Writes n images, decoding them a few at a time so that a long run holds only a chunk's pixels
+// (a --grid sheet needs them all). params[i] goes into image i's "parameters" text chunk.
+void write_pngs(const DecodeImages& decode, int n, int size, const std::string& out, bool grid,
                 const std::vector<std::string>& params);
 
 }  // namespace tessera::cli

@@ -119,7 +119,7 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
                        "; steps=" + std::to_string(st.steps) +
                        "; cfg=" + fmt(g.sampling.cfg_scale, 3) + " (" + g.sampling.cfg_schedule +
                        "); temperature=" + fmt(g.sampling.temperature, 3) + "; tessera 0.1.0");
-    write_pngs(pipe->decode_latents(flat, o.n), o.n, pipe->image_size(), out.png, out.grid, params);
+    write_pngs(decode_latents(*pipe, flat), o.n, pipe->image_size(), out.png, out.grid, params);
   }
 }
 
@@ -163,7 +163,7 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
                 std::to_string(c.seq_len()) + ", " + std::to_string(c.token_dim()) + "]");
   const int n = static_cast<int>(static_cast<int64_t>(v.size()) / per);
   check_output_path(png, "-o", grid ? 1 : n);  // every numbered name, before decoding
-  write_pngs(pipe->decode_latents(v, n), n, pipe->image_size(), png, grid,
+  write_pngs(decode_latents(*pipe, v), n, pipe->image_size(), png, grid,
              std::vector<std::string>(n, "decoded from " + latents + "; tessera 0.1.0"));
 }
 
