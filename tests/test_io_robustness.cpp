@@ -197,12 +197,10 @@ TEST_F(Robustness, OverlappingTensorsAreRefusedNamingBoth) {
 
 // Files need not pad between tensors: an f16 tensor after a 1-byte one sits at an odd address.
 TEST_F(Robustness, MisalignedTensorsReadAsValues) {
-  std::string header =
-      R"({"u":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-      R"("h":{"dtype":"F16","shape":[2],"data_offsets":[1,5]}})";
+  std::string header = R"({"u":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                       R"("h":{"dtype":"F16","shape":[2],"data_offsets":[1,5]}})";
   while ((8 + header.size()) % 8) header += ' ';
-  spit(tmp("m.safetensors"),
-       le64(header.size()) + header + std::string("\x07\x00\x3c\x00\xc0", 5));
+  spit(tmp("m.safetensors"), le64(header.size()) + header + std::string("\x07\x00\x3c\x00\xc0", 5));
   const SafeTensorsFile f = SafeTensorsFile::open(tmp("m.safetensors"));
   EXPECT_EQ(reinterpret_cast<uintptr_t>(f.get("h").data) % 2, 1u);
   EXPECT_EQ(f.read_f32("h"), (std::vector<float>{1.0f, -2.0f}));
