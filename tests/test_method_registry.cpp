@@ -18,6 +18,7 @@ namespace {
 GptConfig target_config() {
   GptConfig c;
   c.vocab_size = 256;
+  c.grid = 16;  // 256 tokens: room for the default draft lengths (bounded by the image)
   return c;
 }
 
