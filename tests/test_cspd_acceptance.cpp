@@ -285,10 +285,13 @@ enum class Alpha {
   Abs,      // |1 - q/(c p)| capped at 1: accepts where q > c p too (broken)
   One,      // always accept the proposal: "resample from p" (broken)
 };
-Vec residual_with(Alpha a, Variant v, const Chain& p, const Chain& q, TokenRandom& rng) {
+// With max_tries = 100 and Alpha::Correct it is the capped sampler Exact used before (the token
+// after 100 failures is mu_p).
+Vec residual_with(Alpha a, Variant v, const Chain& p, const Chain& q, TokenRandom& rng,
+                  int max_tries = kManyTries) {
   const double log_c = residual_log_bound(v, p.rec(), q.rec());
   Vec y(p.mean.size());
-  for (int t = 0; t < kManyTries; ++t) {
+  for (int t = 0; t < max_tries; ++t) {
     for (size_t i = 0; i < y.size(); ++i)
       y[i] = static_cast<float>(static_cast<double>(p.mean[i]) +
                                 static_cast<double>(p.std[i]) * rng.normal());
@@ -319,12 +322,13 @@ Samples run_residual(Variant v, const Chain& p, const Chain& q, uint64_t seed, i
   return r;
 }
 
-Samples run_residual_with(Alpha a, Variant v, const Chain& p, const Chain& q, uint64_t seed) {
+Samples run_residual_with(Alpha a, Variant v, const Chain& p, const Chain& q, uint64_t seed,
+                          int max_tries = kManyTries, int n = kSamples) {
   Samples r;
-  for (int i = 0; i < kSamples; ++i) {
+  for (int i = 0; i < n; ++i) {
     Stream s(seed, static_cast<uint64_t>(i), 0);
     TokenRandom rng = s.token_random();
-    r.tokens.push_back(residual_with(a, v, p, q, rng));
+    r.tokens.push_back(residual_with(a, v, p, q, rng, max_tries));
   }
   return r;
 }
@@ -367,9 +371,9 @@ void info(const std::string& s) {
   std::printf("[   info   ] %s\n", s.c_str());
 }
 
-std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0, double e = 0) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  std::snprintf(buf, sizeof buf, f, a, b, c, d, e);
   return buf;
 }
 
@@ -513,8 +517,11 @@ TEST(CspdResidualSampler, OneDimMatchesNumericalResidual) {
     EXPECT_EQ(r.fallbacks, 0);
     const Fit ks = ks_test(coord(r), cdf);
     EXPECT_GT(ks.p_value, kAlpha) << "KS D " << ks.stat;
-    // Tries are geometric with success W/c per try, W = integral of max(0, c p - q).
-    const double per_try = cdf.total() / std::exp(log_c);
+    // Tries are geometric with success W / (c B) per try, W = integral of max(0, c p - q); B = 1
+    // for the plain proposal p (Paper, Reference), the tilted proposal's bound for Exact.
+    const double log_b =
+        c.v == Variant::Exact ? exact_residual_plan(p.rec().last, q.rec().last).log_bound : 0.0;
+    const double per_try = cdf.total() / std::exp(log_c + log_b);
     const double mean = r.tries / r.residual_calls;
     const double sd = std::sqrt((1.0 - per_try) / (per_try * per_try) / r.residual_calls);
     EXPECT_LT(std::fabs(mean - 1.0 / per_try) / sd, kZ) << mean << " vs " << 1.0 / per_try;
@@ -526,15 +533,20 @@ TEST(CspdResidualSampler, OneDimMatchesNumericalResidual) {
 // The control: the same KS test must reject a sampler whose alpha is |1 - q/p| (it accepts
 // proposals where q > p). Dropping the max(0, .) alone is NOT a bug: u ~ U[0,1) never falls below
 // a negative alpha, so the unclamped rule gives token-for-token the same samples.
+// (Paper with Sigma = 1 is Eq. 10's plain residual, the rule residual_with re-implements; Exact
+// samples the same residual with another proposal.)
 TEST(CspdResidualSampler, BrokenAlphaFailsTheSameTest) {
-  const Chain p = chain({0.3f}, {0.8f}), q = chain({-0.2f}, {1.1f});
+  const auto [p, q] = pair_with_log_sigma(chain({0.3f}, {0.8f}), chain({-0.2f}, {1.1f}), 0.0);
   const GridCdf cdf = integrate_1d(residual_1d(p, q, 0.0));
   const Samples ok = run_residual(Variant::Exact, p, q, 2002);
-  const Samples same = run_residual_with(Alpha::Correct, Variant::Exact, p, q, 2002);
-  const Samples no_clamp = run_residual_with(Alpha::NoClamp, Variant::Exact, p, q, 2002);
-  const Samples abs = run_residual_with(Alpha::Abs, Variant::Exact, p, q, 2002);
-  EXPECT_EQ(ok.tokens, same.tokens);      // the re-implementation matches the library exactly
-  EXPECT_EQ(ok.tokens, no_clamp.tokens);  // hence the max(0, .) is not observable
+  const Samples plain = run_residual(Variant::Paper, p, q, 2002);
+  const Samples same = run_residual_with(Alpha::Correct, Variant::Paper, p, q, 2002);
+  const Samples no_clamp = run_residual_with(Alpha::NoClamp, Variant::Paper, p, q, 2002);
+  const Samples abs = run_residual_with(Alpha::Abs, Variant::Paper, p, q, 2002);
+  EXPECT_EQ(plain.tokens, same.tokens);      // the re-implementation matches the library exactly
+  EXPECT_EQ(plain.tokens, no_clamp.tokens);  // hence the max(0, .) is not observable
+  const Fit plain_fit = ks_test(coord(plain), cdf);
+  EXPECT_GT(plain_fit.p_value, kAlpha) << "KS D " << plain_fit.stat;
   const Fit good = ks_test(coord(ok), cdf), bad = ks_test(coord(abs), cdf);
   EXPECT_GT(good.p_value, kAlpha) << "KS D " << good.stat;
   EXPECT_LT(bad.p_value, kBroken) << "KS D " << bad.stat;
@@ -560,6 +572,258 @@ TEST(CspdResidualSampler, TwoDimMatchesNumericalResidual) {
   EXPECT_LT(bad.p_value, kBroken) << "chi2 " << bad.stat << " df " << bad.df;
   info(fmt("2-D residual chi2 %.1f df %.0f p %.3f; |alpha| p %.3g", good.stat, good.df,
            good.p_value, bad.p_value));
+}
+
+// ===============================================================================================
+// 3b. Exact's residual where TV is small: the regime where the capped sampler fell back
+// ===============================================================================================
+//
+// Exact used to draw proposals from p and give up after 100 tries with mu_p: with TV tau a
+// residual call fell back with probability (1 - tau)^100, 0.61 / 0.37 / 0.13 at tau = 0.005 /
+// 0.01 / 0.02. Here d = 16 and tau is in that range. The laws compared against are derived in
+// this file (closed form, or 1-D quadrature of a chi-square density), and the old capped sampler
+// (residual_with(Correct, max_tries = 100) on Eq. 10's plain residual) must fail the same tests.
+
+constexpr int kOldCap = 100;       // the former max_resample_tries default and its mu_p fallback
+constexpr int kOldSamples = 2000;  // the capped control fails by far at this size (D >= 0.13)
+
+// Phi^-1 by bisection on the independent ncdf.
+double nquantile(double u) {
+  double lo = -40.0, hi = 40.0;
+  for (int it = 0; it < 200; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (ncdf(mid, 0.0, 1.0) < u ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+// The residual's expected tries per call, B / tau (B from the plan, tau computed independently),
+// against the mean of the geometric try counts (|z| < kZ); and the documented cost regime: below
+// max_ratio tries per residual call although 1 / tau is 50-200.
+void expect_tries(const Samples& r, const Chain& p, const Chain& q, double tau, double max_ratio) {
+  const ExactResidualPlan plan = exact_residual_plan(p.rec().last, q.rec().last);
+  const double per_try = tau / std::exp(plan.log_bound);
+  ASSERT_GT(per_try, 0.0);
+  ASSERT_LE(per_try, 1.0 + 1e-9);
+  const double mean = r.tries / r.residual_calls;
+  const double sd = std::sqrt((1.0 - per_try) / (per_try * per_try) / r.residual_calls);
+  EXPECT_LT(std::fabs(mean - 1.0 / per_try) / sd, kZ) << mean << " vs " << 1.0 / per_try;
+  EXPECT_LT(1.0 / per_try, max_ratio);
+  info(fmt("tau %.4f: theta %.4g, B/tau %.3f, mean tries %.3f (1/tau %.1f)", tau, plan.theta,
+           1.0 / per_try, mean, 1.0 / tau));
+}
+
+// Mean shift, equal stds (different per dimension): in p's whitened coordinates z the log ratio
+// is linear in w = e.z, e = delta / D, delta = (mu_p - mu_q) / s, D = ||delta||. So the residual is
+// the 1-D residual of N(0, 1) against N(-D, 1) along e, and N(0, 1) along any u orthogonal to e:
+//   F(w) = [Phi(w) - Phi(-D/2) - Phi(w + D) + Phi(D/2)] / tau  (w >= -D/2),  tau = 2 Phi(D/2) - 1.
+struct MeanShift {
+  Chain p, q;
+  std::vector<double> e, u;  // unit vectors, u orthogonal to e
+  double D, tau;
+};
+MeanShift mean_shift_16(double tau_wanted) {
+  constexpr int d = 16;
+  const double D_wanted = 2.0 * nquantile(0.5 + 0.5 * tau_wanted);
+  Vec mp(d), mq(d), sd(d);
+  std::vector<double> dir(d);
+  double norm = 0.0;
+  for (int i = 0; i < d; ++i) {
+    dir[i] = (i % 2 ? -1.0 : 1.0) * (1.0 + 0.1 * i);
+    norm += dir[i] * dir[i];
+  }
+  for (int i = 0; i < d; ++i) {
+    sd[i] = static_cast<float>(0.2 + 0.05 * i);
+    mq[i] = static_cast<float>(0.1 * i - 0.5);
+    mp[i] = static_cast<float>(mq[i] + sd[i] * D_wanted * dir[i] / std::sqrt(norm));
+  }
+  MeanShift m{chain(mp, sd), chain(mq, sd), std::vector<double>(d), std::vector<double>(d), 0, 0};
+  // delta from the float values actually stored.
+  double D2 = 0.0;
+  for (int i = 0; i < d; ++i) {
+    m.e[i] = (static_cast<double>(mp[i]) - mq[i]) / sd[i];
+    D2 += m.e[i] * m.e[i];
+  }
+  m.D = std::sqrt(D2);
+  double eu = 0.0, uu = 0.0;
+  for (int i = 0; i < d; ++i) {
+    m.e[i] /= m.D;
+    eu += m.e[i];
+  }
+  for (int i = 0; i < d; ++i) {
+    m.u[i] = 1.0 - eu * m.e[i];
+    uu += m.u[i] * m.u[i];
+  }
+  for (double& v : m.u) v /= std::sqrt(uu);
+  m.tau = 2.0 * ncdf(m.D / 2.0, 0.0, 1.0) - 1.0;
+  return m;
+}
+
+std::vector<double> project(const Samples& r, const Chain& p, const std::vector<double>& dir) {
+  std::vector<double> w;
+  for (const Vec& y : r.tokens) {
+    double acc = 0.0;
+    for (size_t i = 0; i < y.size(); ++i)
+      acc += dir[i] * (static_cast<double>(y[i]) - p.mean[i]) / p.std[i];
+    w.push_back(acc);
+  }
+  return w;
+}
+
+TEST(CspdExactResidual, SmallTvMeanShiftSixteenDims) {
+  uint64_t seed = 9101;
+  for (const double tau_wanted : {0.005, 0.01, 0.02}) {
+    const MeanShift m = mean_shift_16(tau_wanted);
+    SCOPED_TRACE(fmt("tau %.4f", m.tau));
+    ASSERT_NEAR(m.tau, tau_wanted, 1e-4);
+    const double D = m.D, tau = m.tau;
+    auto F = [&](double w) {
+      if (w <= -D / 2) return 0.0;
+      return (ncdf(w, 0, 1) - ncdf(-D / 2, 0, 1) - ncdf(w + D, 0, 1) + ncdf(D / 2, 0, 1)) / tau;
+    };
+    auto Phi = [](double w) { return ncdf(w, 0.0, 1.0); };
+    const Samples r = run_residual(Variant::Exact, m.p, m.q, seed++);
+    EXPECT_EQ(r.fallbacks, 0);
+    const Fit along = ks_test(project(r, m.p, m.e), F), across = ks_test(project(r, m.p, m.u), Phi);
+    // Bonferroni over the two directions.
+    EXPECT_GT(along.p_value, kAlpha / 2) << "KS D " << along.stat;
+    EXPECT_GT(across.p_value, kAlpha / 2) << "KS D " << across.stat;
+    expect_tries(r, m.p, m.q, tau, 2.0);
+
+    // The old capped sampler on the same residual: mu_p (w = 0) with probability (1 - tau)^100.
+    const auto [pp, qq] = pair_with_log_sigma(m.p, m.q, 0.0);
+    const Samples old =
+        run_residual_with(Alpha::Correct, Variant::Paper, pp, qq, seed++, kOldCap, kOldSamples);
+    const Fit bad = ks_test(project(old, m.p, m.e), F);
+    EXPECT_LT(bad.p_value, kBroken) << "KS D " << bad.stat;
+    info(fmt("mean shift D %.4f: KS along e D %.4f p %.3f, across p %.3f; capped KS D %.3f", D,
+             along.stat, along.p_value, across.p_value, bad.stat));
+  }
+}
+
+// Scale change only, s_q = k s_p in every dimension (k a power-of-two fraction, so exact in
+// float): l = a R^2 + d log rho with R^2 = ||z||^2 ~ chi^2_16 under p, rho = 1/k, a = (1 -
+// rho^2)/2. The residual law of R^2 is f_16(s) max(0, 1 - e^(a s + d log rho)) / tau, integrated
+// here from the chi-square density. k > 1: the residual is an inner ball (a > 0); k < 1: an outer
+// shell (a < 0, where the tilt is bounded by theta_max).
+TEST(CspdExactResidual, SmallTvScaleChangeSixteenDims) {
+  constexpr int d = 16;
+  uint64_t seed = 9201;
+  const float sp_cycle[4] = {0.25f, 0.5f, 1.0f, 2.0f};
+  for (const double k : {1.0 + 1.0 / 256, 1.0 + 1.0 / 512, 1.0 - 1.0 / 256}) {
+    Vec mp(d), sp(d), sq(d);
+    for (int i = 0; i < d; ++i) {
+      mp[i] = static_cast<float>(0.3 * std::sin(i + 1.0));
+      sp[i] = sp_cycle[i % 4];
+      sq[i] = static_cast<float>(sp[i] * k);
+      ASSERT_EQ(static_cast<double>(sq[i]), sp[i] * k);
+    }
+    const Chain p = chain(mp, sp), q = chain(mp, sq);
+    const double rho = 1.0 / k, a = 0.5 * (1.0 - rho * rho), c = d * std::log(rho);
+    auto chi2_16 = [](double s) {
+      return s <= 0.0
+                 ? 0.0
+                 : std::exp(7.0 * std::log(s) - s / 2.0 - 8.0 * std::log(2.0) - std::lgamma(8.0));
+    };
+    const GridCdf cdf =
+        integrate_1d([&](double s) { return chi2_16(s) * std::max(0.0, -std::expm1(a * s + c)); },
+                     0.0, 200.0, 400000);
+    const double tau = cdf.total();
+    SCOPED_TRACE(fmt("k %.6f, tau %.4f", k, tau));
+    ASSERT_GT(tau, 0.004);
+    ASSERT_LT(tau, 0.03);
+    auto radius2 = [&](const Samples& r) {
+      std::vector<double> v;
+      for (const Vec& y : r.tokens) {
+        double acc = 0.0;
+        for (int i = 0; i < d; ++i) {
+          const double z = (static_cast<double>(y[i]) - mp[i]) / sp[i];
+          acc += z * z;
+        }
+        v.push_back(acc);
+      }
+      return v;
+    };
+    const Samples r = run_residual(Variant::Exact, p, q, seed++);
+    EXPECT_EQ(r.fallbacks, 0);
+    const Fit good = ks_test(radius2(r), cdf);
+    EXPECT_GT(good.p_value, kAlpha) << "KS D " << good.stat;
+    expect_tries(r, p, q, tau, 3.5);
+
+    const auto [pp, qq] = pair_with_log_sigma(p, q, 0.0);
+    const Samples old =
+        run_residual_with(Alpha::Correct, Variant::Paper, pp, qq, seed++, kOldCap, kOldSamples);
+    const Fit bad = ks_test(radius2(old), cdf);
+    EXPECT_LT(bad.p_value, kBroken) << "KS D " << bad.stat;
+    info(fmt("scale k %.5f: KS R^2 D %.4f p %.3f; capped KS D %.3f", k, good.stat, good.p_value,
+             bad.stat));
+  }
+}
+
+// Means and stds differ in both dimensions, one target std wider and one narrower (both branches
+// of the tilt): chi-square against the numerically integrated residual, TV ~ 0.01.
+TEST(CspdExactResidual, SmallTvTwoDimMatchesNumericalResidual) {
+  const Chain p = chain({0.3f, -0.2f}, {0.7f, 1.2f}), q = chain({0.306f, -0.21f}, {0.703f, 1.19f});
+  const CellMass resid = integrate_cells([&](double x, double y) {
+    const double xy[2] = {x, y};
+    return std::max(0.0, pdf_of(p, xy) - pdf_of(q, xy));
+  });
+  const double tau = resid.total;
+  ASSERT_GT(tau, 0.005);
+  ASSERT_LT(tau, 0.02);
+  const Samples ok = run_residual(Variant::Exact, p, q, 9301);
+  EXPECT_EQ(ok.fallbacks, 0);
+  const Fit good = chi_square_2d(ok.tokens, resid.mass);
+  EXPECT_GT(good.df, 30);
+  EXPECT_GT(good.p_value, kAlpha) << "chi2 " << good.stat << " df " << good.df;
+  expect_tries(ok, p, q, tau, 3.5);
+  const auto [pp, qq] = pair_with_log_sigma(p, q, 0.0);
+  const Samples old =
+      run_residual_with(Alpha::Correct, Variant::Paper, pp, qq, 9302, kOldCap, kOldSamples);
+  const Fit bad = chi_square_2d(old.tokens, resid.mass);
+  EXPECT_LT(bad.p_value, kBroken) << "chi2 " << bad.stat << " df " << bad.df;
+  info(fmt("2-D small TV %.4f: chi2 %.1f df %.0f p %.3f; capped p %.3g", tau, good.stat, good.df,
+           good.p_value, bad.p_value));
+}
+
+// Gaussians that differ by one float ulp (in a mean, a std either way, or everything), at several
+// scales: the residual is not empty, and the sampler terminates in a few tries on average although
+// TV is ~1e-7 (the plain proposal would need ~1e7 tries per call).
+TEST(CspdExactResidual, UlpApartGaussiansTerminateQuickly) {
+  constexpr int d = 16;
+  struct Scale {
+    float mean, std;
+  };
+  enum class Diff { Mean, WiderTarget, NarrowerTarget, All };
+  uint64_t seed = 9401;
+  for (const Scale sc : {Scale{1.0f, 0.2f}, Scale{1e-30f, 3e-31f}, Scale{1e20f, 5e19f}})
+    for (const Diff diff : {Diff::Mean, Diff::WiderTarget, Diff::NarrowerTarget, Diff::All}) {
+      Vec mq(d), sq(d);
+      for (int i = 0; i < d; ++i) {
+        mq[i] = sc.mean * static_cast<float>(1 + i % 5);
+        sq[i] = sc.std * static_cast<float>(1 + i % 3);
+      }
+      Vec mp = mq, sp = sq;
+      const auto up = [](float v) { return std::nextafter(v, INFINITY); };
+      const auto down = [](float v) { return std::nextafter(v, -INFINITY); };
+      if (diff == Diff::Mean) mp[3] = up(mp[3]);
+      if (diff == Diff::WiderTarget) sp[5] = up(sp[5]);
+      if (diff == Diff::NarrowerTarget) sp[5] = down(sp[5]);
+      if (diff == Diff::All)
+        for (int i = 0; i < d; ++i) {
+          mp[i] = i % 2 ? up(mp[i]) : down(mp[i]);
+          sp[i] = i % 3 ? up(sp[i]) : down(sp[i]);
+        }
+      const Chain p = chain(mp, sp), q = chain(mq, sq);
+      SCOPED_TRACE(fmt("scale %g, diff %d", sc.mean, static_cast<int>(diff)));
+      const ExactResidualPlan plan = exact_residual_plan(p.rec().last, q.rec().last);
+      EXPECT_FALSE(plan.empty);
+      const Samples r = run_residual(Variant::Exact, p, q, seed++, 2000);
+      EXPECT_EQ(r.fallbacks, 0);
+      EXPECT_LT(r.tries / r.residual_calls, 4.0);
+      for (const Vec& y : r.tokens)
+        for (float v : y) ASSERT_TRUE(std::isfinite(v));
+    }
 }
 
 // ===============================================================================================
@@ -817,14 +1081,17 @@ TEST(CspdBias, ReferenceAtDraftMeanMatchesNotes) {
 // 6. Fallback
 // ===============================================================================================
 
+// The capped rule (Paper; Sigma = 1 is Eq. 10's plain residual) with identical Gaussians: the
+// residual is empty, so every call falls back to mu_p after max_tries, never to zeros.
 TEST(CspdFallback, IdenticalGaussiansGiveTargetMeanNeverZeros) {
-  const Chain p = chain({0.25f, -0.5f, 1.0f}, {0.3f, 0.2f, 0.1f});
+  const Chain base = chain({0.25f, -0.5f, 1.0f}, {0.3f, 0.2f, 0.1f});
+  const auto [p, q] = pair_with_log_sigma(base, base, 0.0);
   for (int i = 0; i < 100; ++i) {
     Stream s(6001, static_cast<uint64_t>(i), 0);
     TokenRandom rng = s.token_random();
     int tries = -1;
     bool fb = false;
-    const Vec y = sample_residual(Variant::Exact, p.rec(), p.rec(), 5, rng, &tries, &fb);
+    const Vec y = sample_residual(Variant::Paper, p.rec(), q.rec(), 5, rng, &tries, &fb);
     EXPECT_TRUE(fb);
     EXPECT_EQ(tries, 5);
     EXPECT_EQ(y, p.mean);
@@ -832,24 +1099,65 @@ TEST(CspdFallback, IdenticalGaussiansGiveTargetMeanNeverZeros) {
   // Nearly identical (means 1e-3 sigma apart in 16 dims): per-try acceptance = TV ~ 1.6e-3, so
   // with 3 tries at least 95% of 400 tokens fall back (expected 99.5%); every fallback is mu_p.
   constexpr int d = 16;
-  Vec mq(d), mp(d), s(d, 0.5f);
+  Vec mq(d), mp(d), sd(d, 0.5f);
   for (int i = 0; i < d; ++i) {
     mq[i] = 0.1f * static_cast<float>(i) - 0.7f;
     mp[i] = mq[i] + 0.0005f;
   }
-  const Chain pn = chain(mp, s), qn = chain(mq, s);
+  const auto [pn, qn] = pair_with_log_sigma(chain(mp, sd), chain(mq, sd), 0.0);
   int fallbacks = 0;
   for (int i = 0; i < 400; ++i) {
     Stream st(6002, static_cast<uint64_t>(i), 0);
     TokenRandom rng = st.token_random();
     bool fb = false;
-    const Vec y = sample_residual(Variant::Exact, pn.rec(), qn.rec(), 3, rng, nullptr, &fb);
+    const Vec y = sample_residual(Variant::Paper, pn.rec(), qn.rec(), 3, rng, nullptr, &fb);
     fallbacks += fb;
     if (fb) {
       EXPECT_EQ(y, pn.mean);
     }
   }
   EXPECT_GE(fallbacks, 380);
+}
+
+// Exact has no cap: identical Gaussians (TV = 0, empty residual) give one draw from p and no
+// fallback whatever max_tries is; decide() never rejects them (log r is exactly 0).
+TEST(CspdFallback, ExactNeverFallsBack) {
+  const Chain p = chain({0.25f, -0.5f, 1.0f}, {0.3f, 0.2f, 0.1f});
+  EXPECT_TRUE(exact_residual_plan(p.rec().last, p.rec().last).empty);
+  int differs_from_mean = 0;
+  for (int i = 0; i < 100; ++i) {
+    Stream s(6003, static_cast<uint64_t>(i), 0);
+    TokenRandom rng = s.token_random();
+    int tries = -1;
+    bool fb = true;
+    const Vec y = sample_residual(Variant::Exact, p.rec(), p.rec(), 1, rng, &tries, &fb);
+    EXPECT_FALSE(fb);
+    EXPECT_EQ(tries, 1);
+    differs_from_mean += y != p.mean;
+    const Decision dec = decide(Variant::Exact, y, p.rec(), p.rec(), 1.0, 1, rng);
+    EXPECT_EQ(dec.log_ratio, 0.0);
+    EXPECT_TRUE(dec.accepted);
+  }
+  EXPECT_EQ(differs_from_mean, 100);
+  // The nearly identical 16-dim pair above with max_tries = 3: never a fallback, a few tries.
+  constexpr int d = 16;
+  Vec mq(d), mp(d), sd(d, 0.5f);
+  for (int i = 0; i < d; ++i) {
+    mq[i] = 0.1f * static_cast<float>(i) - 0.7f;
+    mp[i] = mq[i] + 0.0005f;
+  }
+  const Chain pn = chain(mp, sd), qn = chain(mq, sd);
+  double tries_sum = 0.0;
+  for (int i = 0; i < 400; ++i) {
+    Stream st(6004, static_cast<uint64_t>(i), 0);
+    TokenRandom rng = st.token_random();
+    int tries = 0;
+    bool fb = true;
+    (void)sample_residual(Variant::Exact, pn.rec(), qn.rec(), 3, rng, &tries, &fb);
+    EXPECT_FALSE(fb);
+    tries_sum += tries;
+  }
+  EXPECT_LT(tries_sum / 400, 2.5);
 }
 
 // decide() with the paper rule, identical last-step Gaussians and Sigma = e^-5: acceptance is

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numbers>
 #include <string>
 
@@ -89,6 +90,25 @@ double log_density_unchecked(std::span<const float> x, const DiagGaussian& g) {
   return acc;
 }
 
+double checked_normal(TokenRandom& rng) {
+  const double n = rng.normal();
+  if (!std::isfinite(n)) fail("TokenRandom.normal returned a non-finite value");
+  return n;
+}
+
+// l(y) = log N_q(y) - log N_p(y), per dimension (1/2)(z_p - z_q)(z_p + z_q) + log(s_p / s_q): the
+// one function of y that both Exact's acceptance test (log r = -l) and its residual sampler use.
+double log_q_over_p(std::span<const float> y, const DiagGaussian& p, const DiagGaussian& q) {
+  double acc = 0.0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double sp = p.std[i], sq = q.std[i], yi = y[i];
+    const double zp = (yi - static_cast<double>(p.mean[i])) / sp;
+    const double zq = (yi - static_cast<double>(q.mean[i])) / sq;
+    acc += 0.5 * (zp - zq) * (zp + zq) + std::log1p((sp - sq) / sq);
+  }
+  return acc;
+}
+
 // log Sigma of Continuous SD Eq. 4: sum over dims and noisy steps of log sigma_q - log sigma_p.
 double log_sigma_paper(const ChainRecord& p, const ChainRecord& q) {
   double acc = 0.0;
@@ -118,26 +138,103 @@ double log_ratio_unchecked(Variant v, std::span<const float> x, const ChainRecor
     }
     case Variant::Exact:
       // tessera's exact variant: standard speculative sampling on the single test-step transition.
-      return log_density_unchecked(x, p.last) - log_density_unchecked(x, q.last);
+      return -log_q_over_p(x, p.last, q.last);
   }
   throw Error("cspd: unknown variant");
 }
 
-std::vector<float> sample_residual_unchecked(Variant v, const ChainRecord& p, const ChainRecord& q,
-                                             int max_tries, TokenRandom& rng, int* tries,
-                                             bool* fallback) {
+// The tilted proposal of Exact's residual sampler (ExactResidualPlan in the header). theta
+// minimises the bound B(theta) = K(theta) M(theta), M(theta) = E_phi[e^(-theta l)] (closed form
+// for a separable quadratic l), so the per-try acceptance tau / B is as high as this family
+// allows. log B is convex (log K and the cumulant generating function log M both are), so its
+// minimiser is the root of the increasing derivative, found by bisection. The value of theta only
+// affects the cost, never the distribution: any theta in [0, theta_max) gives an exact sampler.
+ExactResidualPlan plan_exact_residual(const DiagGaussian& p, const DiagGaussian& q) {
+  const size_t d = p.mean.size();
+  std::vector<double> a(d), b(d), c(d);
+  double l_min = 0.0, theta_max = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < d; ++i) {
+    const double sp = p.std[i], sq = q.std[i];
+    const double rho = sp / sq;
+    const double delta = (static_cast<double>(p.mean[i]) - static_cast<double>(q.mean[i])) / sq;
+    a[i] = 0.5 * (sq - sp) * (sq + sp) / (sq * sq);  // (1 - rho^2)/2 without cancellation
+    b[i] = -rho * delta;
+    c[i] = std::log1p((sp - sq) / sq) - 0.5 * delta * delta;
+    if (a[i] < 0.0) theta_max = std::min(theta_max, -0.5 / a[i]);
+    // min over z of a z^2 + b z + c (-inf when the quadratic is unbounded below)
+    if (a[i] > 0.0)
+      l_min += c[i] - b[i] * b[i] / (4.0 * a[i]);
+    else if (a[i] == 0.0 && b[i] == 0.0)
+      l_min += c[i];
+    else
+      l_min = -std::numeric_limits<double>::infinity();
+  }
+  ExactResidualPlan plan;
+  plan.empty = l_min >= 0.0;
+  // log K(theta) = log max_{l<0} (1 - e^l) e^(theta l) = theta log theta - (1 + theta) log(1 +
+  // theta).
+  auto log_k = [](double t) { return t == 0.0 ? 0.0 : -std::log1p(t) - t * std::log1p(1.0 / t); };
+  auto log_m = [&](double t) {
+    double acc = 0.0;
+    for (size_t i = 0; i < d; ++i) {
+      const double lam = 1.0 + 2.0 * t * a[i];
+      acc += -t * c[i] - 0.5 * std::log(lam) + t * t * b[i] * b[i] / (2.0 * lam);
+    }
+    return acc;
+  };
+  // d/dtheta log B: log(theta / (1 + theta)) + E_tilted[-l]; -inf at 0+, increasing.
+  auto slope = [&](double t) {
+    double acc = -std::log1p(1.0 / t);
+    for (size_t i = 0; i < d; ++i) {
+      const double lam = 1.0 + 2.0 * t * a[i];
+      if (!(lam > 0.0)) return std::numeric_limits<double>::infinity();
+      acc += -c[i] - a[i] / lam + t * b[i] * b[i] * (1.0 + t * a[i]) / (lam * lam);
+    }
+    return acc;
+  };
+  double theta = 0.0;
+  if (!plan.empty) {
+    double lo = 0.0, hi = theta_max;
+    if (!std::isfinite(hi)) {  // bracket the root by doubling (it exists when l_min < 0)
+      hi = 1.0;
+      while (slope(hi) < 0.0 && hi < 1e300) lo = hi, hi *= 2.0;
+    }
+    for (int it = 0; it < 200 && lo < hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      if (mid <= lo || mid >= hi) break;
+      (slope(mid) < 0.0 ? lo : hi) = mid;
+    }
+    theta = lo;  // left of the root: strictly inside [0, theta_max)
+  }
+  double log_bound = log_k(theta) + log_m(theta);
+  if (!(log_bound <= 0.0)) theta = 0.0, log_bound = 0.0;  // never worse than Eq. 10's proposal
+  plan.theta = theta;
+  plan.log_k = log_k(theta);
+  plan.log_bound = log_bound;
+  plan.mean.resize(d);
+  plan.sd.resize(d);
+  for (size_t i = 0; i < d; ++i) {
+    const double lam = 1.0 + 2.0 * theta * a[i];
+    plan.mean[i] = -theta * b[i] / lam;
+    plan.sd[i] = 1.0 / std::sqrt(lam);
+  }
+  return plan;
+}
+
+// Plain accept-reject with proposal p.last (Paper and Reference): Continuous SD §3.3, Eq. 10-11.
+// Lossy after max_tries: the token is mu_p and *fallback is set (counted in MarStats::fallbacks).
+std::vector<float> sample_residual_capped(Variant v, const ChainRecord& p, const ChainRecord& q,
+                                          int max_tries, TokenRandom& rng, int* tries,
+                                          bool* fallback) {
   const size_t d = p.last.mean.size();
   const double log_c = residual_log_bound(v, p, q);
   std::vector<float> y(d);
   for (int t = 1; t <= max_tries; ++t) {
     // Proposal y ~ p.last by reparameterisation (Continuous SD §3.3: the proposal is the target
     // distribution).
-    for (size_t i = 0; i < d; ++i) {
-      const double n = rng.normal();
-      if (!std::isfinite(n)) fail("TokenRandom.normal returned a non-finite value");
+    for (size_t i = 0; i < d; ++i)
       y[i] = static_cast<float>(static_cast<double>(p.last.mean[i]) +
-                                static_cast<double>(p.last.std[i]) * n);
-    }
+                                static_cast<double>(p.last.std[i]) * checked_normal(rng));
     // Continuous SD Eq. 10-11 with M = 1/Z: alpha = max(0, c p(y) - q(y)) / (c p(y))
     // = max(0, 1 - exp(log q(y) - log c - log p(y))); -expm1 keeps small alphas accurate.
     const double log_t =
@@ -153,6 +250,42 @@ std::vector<float> sample_residual_unchecked(Variant v, const ChainRecord& p, co
   if (tries) *tries = max_tries;
   if (fallback) *fallback = true;
   return {p.last.mean.begin(), p.last.mean.end()};
+}
+
+// Variant::Exact: an exact sampler of norm(max(0, N_p - N_q)) with no cap (docs/methods.md,
+// `cspd-exact`). In p's whitened coordinates z = (y - mu_p) / s_p the residual is
+// phi(z) max(0, 1 - e^l(z)) / tau with l = log N_q - log N_p separable (ExactResidualPlan). The
+// proposal is phi tilted by e^(-theta l), again a diagonal Gaussian, and a try is accepted with
+// probability (1 - e^l) e^(theta l) / K(theta) <= 1 (l < 0); the accepted z has density
+// proportional to phi max(0, 1 - e^l), whatever theta is. theta = 0 is Continuous SD's Eq. 10.
+std::vector<float> sample_residual_exact(const ChainRecord& p, const ChainRecord& q,
+                                         TokenRandom& rng, int* tries) {
+  const size_t d = p.last.mean.size();
+  const ExactResidualPlan plan = plan_exact_residual(p.last, q.last);
+  std::vector<float> y(d);
+  for (int t = 1;; ++t) {
+    for (size_t i = 0; i < d; ++i) {
+      const double z = plan.mean[i] + plan.sd[i] * checked_normal(rng);
+      y[i] = static_cast<float>(static_cast<double>(p.last.mean[i]) +
+                                static_cast<double>(p.last.std[i]) * z);
+    }
+    const double u = rng.uniform();
+    // TV = 0 (N_p <= N_q everywhere, so N_p == N_q up to rounding): no residual exists and any
+    // draw from N_p keeps the output N_p; decide() reaches this only through rounding.
+    if (plan.empty) {
+      if (tries) *tries = t;
+      return y;
+    }
+    const double l = log_q_over_p(y, p.last, q.last);  // at the returned (float) value
+    if (l < 0.0) {
+      const double log_accept =
+          std::min(0.0, std::log(-std::expm1(l)) + plan.theta * l - plan.log_k);
+      if (u < std::exp(log_accept)) {
+        if (tries) *tries = t;
+        return y;
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -195,12 +328,23 @@ double residual_log_bound(Variant v, const ChainRecord& p, const ChainRecord& q)
   throw Error("cspd: unknown variant");
 }
 
+ExactResidualPlan exact_residual_plan(const DiagGaussian& p, const DiagGaussian& q) {
+  check_gaussian(p, p.mean.size(), "target");
+  check_gaussian(q, p.mean.size(), "draft");
+  if (p.mean.empty()) fail("empty token (target mean has 0 values)");
+  return plan_exact_residual(p, q);
+}
+
 std::vector<float> sample_residual(Variant v, const ChainRecord& p, const ChainRecord& q,
                                    int max_tries, TokenRandom& rng, int* tries, bool* fallback) {
   check_records(v, p, q, p.last.mean.size());
   check_max_tries(max_tries);
   check_random(rng);
-  return sample_residual_unchecked(v, p, q, max_tries, rng, tries, fallback);
+  if (v == Variant::Exact) {
+    if (fallback) *fallback = false;
+    return sample_residual_exact(p, q, rng, tries);
+  }
+  return sample_residual_capped(v, p, q, max_tries, rng, tries, fallback);
 }
 
 Decision decide(Variant v, std::span<const float> x, const ChainRecord& p, const ChainRecord& q,
@@ -219,8 +363,9 @@ Decision decide(Variant v, std::span<const float> x, const ChainRecord& p, const
     out.token.assign(x.begin(), x.end());
     return out;
   }
-  out.token =
-      sample_residual_unchecked(v, p, q, max_tries, rng, &out.resample_tries, &out.fallback);
+  out.token = v == Variant::Exact ? sample_residual_exact(p, q, rng, &out.resample_tries)
+                                  : sample_residual_capped(v, p, q, max_tries, rng,
+                                                           &out.resample_tries, &out.fallback);
   return out;
 }
 

@@ -5,7 +5,8 @@
 //
 // Conventions (Continuous SD §3.1): q is the DRAFT model, p the TARGET model; the draft value x ~ q
 // is accepted with probability min(1, r(x)), otherwise a token is drawn from the residual by
-// accept-reject with the target's test-step Gaussian as proposal.
+// accept-reject: Paper and Reference with the target's test-step Gaussian as proposal (Eq. 10-11)
+// and a cap of max_tries (lossy); Exact with a tilted Gaussian proposal and no cap (exact).
 //
 // - Variant::Paper: Continuous SD §3.2-3.3, Eq. 4-5 and Eq. 11, r = Sigma * p(x|x1^p) / q(x|x1^q)
 //   with Sigma = prod_t sqrt|Sigma_t^q| / sqrt|Sigma_t^p| (the draft/target std product over the
@@ -14,8 +15,8 @@
 //   DistributionProcessor.judge_accept and sample_distribution): the inverted factor
 //   prod sigma_p/sigma_q and an inner temperature in the acceptance exponent only. Not lossless.
 // - Variant::Exact: plain speculative sampling on one Gaussian transition (tessera's own variant,
-//   docs/methods.md `cspd-exact`): r = N_p(x)/N_q(x), residual norm(max(0, N_p - N_q)). Lossless
-//   given the shared upstream noise.
+//   docs/methods.md `cspd-exact`): r = N_p(x)/N_q(x), residual norm(max(0, N_p - N_q)) sampled
+//   exactly (ExactResidualPlan). Lossless given the shared upstream noise.
 //
 // Random numbers are consumed in a fixed order so a counter-based stream gives reproducible
 // tokens: decide() draws one uniform for the test; each residual try draws d normals (one per
@@ -62,7 +63,7 @@ struct Decision {
   bool accepted;             // the draft value x was kept (token == x)
   std::vector<float> token;  // x, a residual sample, or mu_p after a fallback
   int resample_tries;        // residual proposals drawn (0 when accepted)
-  bool fallback;             // the residual sampler gave up after max_tries: token == mu_p
+  bool fallback;             // Paper/Reference gave up after max_tries: token == mu_p (never Exact)
   double log_ratio;          // log r(x) of the variant (may be > 0; acceptance uses min(0, .))
 };
 
@@ -85,19 +86,43 @@ double log_ratio_exact(std::span<const float> x, const ChainRecord& p, const Cha
 // CSpD's sample_distribution); Exact 0.
 double residual_log_bound(Variant v, const ChainRecord& p, const ChainRecord& q);
 
-// Residual sampling by accept-reject with proposal p.last (Continuous SD §3.3, Eq. 7-11):
-// y = mu_p + s_p * normal() (rounded to float: the returned value is the tested value);
-// alpha = max(0, 1 - q(y) / (c p(y))) in log space; accept y when uniform() < alpha. The accepted
-// y has density proportional to max(0, c p - q).
-// After max_tries (>= 1) failures: *fallback = true and the token is mu_p. (The published code's
-// sample_distribution returns a zero latent vector here; we never do.)
-// tries and fallback may be null.
+// Exact's residual sampler (docs/methods.md `cspd-exact`). In the target's whitened coordinates
+// z = (y - mu_p) / s_p,
+//   l(z) = log N_q(y) - log N_p(y) = sum_i a_i z_i^2 + b_i z_i + c_i,
+//   a = (1 - rho^2) / 2, b = -rho delta, c = log rho - delta^2 / 2,
+//   rho = s_p / s_q, delta = (mu_p - mu_q) / s_q (per dimension),
+// and the residual is phi(z) max(0, 1 - e^l) / tau, tau = TV(N_p, N_q). The proposal is phi(z)
+// e^(-theta l(z)) normalised, the diagonal Gaussian N(mean, diag(sd^2)) below, and a try is
+// accepted with probability (1 - e^l) e^(theta l) / K(theta), K = max_{l<0} (1 - e^l) e^(theta l).
+// The per-try acceptance is tau / B, B = e^log_bound >= tau; theta minimises B (theta = 0 is
+// Continuous SD Eq. 10, B = 1). Expected tries: B / tau per residual call (at most 1 / tau) and
+// B <= 1 per decide() call (a rejection has probability tau).
+struct ExactResidualPlan {
+  double theta = 0.0;      // tilt in [0, theta_max); theta_max = min over a_i < 0 of -1/(2 a_i)
+  double log_k = 0.0;      // log K(theta)
+  double log_bound = 0.0;  // log B(theta) = log K(theta) + log E_phi[e^(-theta l)] <= 0
+  bool empty = false;      // min_z l >= 0: N_p <= N_q everywhere (equal up to rounding)
+  std::vector<double> mean, sd;  // the proposal in z, per dimension
+};
+ExactResidualPlan exact_residual_plan(const DiagGaussian& p, const DiagGaussian& q);
+
+// Residual sampling by accept-reject (Continuous SD §3.3, Eq. 7-11); y is rounded to float and
+// the returned value is the tested value. tries and fallback may be null.
+// - Paper / Reference: proposal p.last, y = mu_p + s_p * normal(); alpha = max(0, 1 - q(y) /
+//   (c p(y))) in log space; accept y when uniform() < alpha. The accepted y has density
+//   proportional to max(0, c p - q). After max_tries (>= 1) failures: *fallback = true and the
+//   token is mu_p. (The published code's sample_distribution returns a zero latent vector here;
+//   we never do.)
+// - Exact: the tilted proposal of ExactResidualPlan, y = mu_p + s_p * (mean + sd * normal()), with
+//   no cap: max_tries is ignored and *fallback is always false. If the residual is empty (TV = 0)
+//   the first proposal is returned (a draw from p; decide() gets here only by rounding).
 std::vector<float> sample_residual(Variant v, const ChainRecord& p, const ChainRecord& q,
                                    int max_tries, TokenRandom& rng, int* tries, bool* fallback);
 
 // One token: test the draft value x (accept iff uniform() < exp(min(0, log_ratio))), else
 // resample from the residual of the same variant. inner_temperature is used (and validated) by
 // Variant::Reference only; note that, as in the published code, it does not enter the residual.
+// max_tries is validated for every variant but used by Paper and Reference only.
 Decision decide(Variant v, std::span<const float> x, const ChainRecord& p, const ChainRecord& q,
                 double inner_temperature, int max_tries, TokenRandom& rng);
 

@@ -132,6 +132,9 @@ std::vector<std::vector<float>> cspd_generate(
                             [&] { return noise.normal(b, p, kPurposeDecision, kn++); }};
       const cspd::Decision dec =
           cspd::decide(variant, q.x, pr, qr, spec.inner_temperature, spec.max_resample_tries, rng);
+      if (spec.on_decision)
+        spec.on_decision({b, p, pr.last, qr.last, q.x, dec.token, dec.accepted, dec.fallback,
+                          dec.resample_tries});
       decided[row] = dec.token;
       stats.drafted += 1;
       stats.accepted += dec.accepted ? 1 : 0;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "decode/mar_sampler.h"
@@ -16,6 +17,18 @@
 
 namespace tessera {
 
+// One verified window token as the verification saw it (CspdSettings::on_decision): the
+// test-step Gaussians of both models (std with temperature), the draft's value there, and the
+// decided value (the draft's, or a residual sample; for Exact the target then finishes its chain
+// from it). Spans are valid during the call only.
+struct CspdTokenTrace {
+  int image = 0, position = 0;
+  cspd::DiagGaussian target, draft;
+  std::span<const float> draft_value, decided;
+  bool accepted = false, fallback = false;
+  int resample_tries = 0;
+};
+
 // A continuous method resolved from ContinuousSpecOptions (speculative::make_cspd_settings).
 struct CspdSettings {
   cspd::Variant variant = cspd::Variant::Paper;
@@ -23,7 +36,9 @@ struct CspdSettings {
   float prefill = 0.05f;            // fraction of the MAR steps run by the target first
   double inner_temperature = 42.0;  // Reference only
   int test_step = -1;               // Exact: respaced diffusion step tested; -1: half way
-  int max_resample_tries = 100;
+  int max_resample_tries = 100;     // Paper / Reference only (Exact's residual has no cap)
+  // Optional observer of every verified token (tests check exactness through it).
+  std::function<void(const CspdTokenTrace&)> on_decision;
 };
 
 std::vector<std::vector<float>> cspd_generate(
