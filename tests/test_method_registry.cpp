@@ -176,15 +176,19 @@ TEST(MethodRegistry, ContinuousMethodsResolveAndValidate) {
   EXPECT_FALSE(speculative::make_cspd_settings(o).has_value());  // vanilla
   o.method = "cspd-exact";
   o.draft_model = "/draft";
-  o.params = {
-      {"prefill", 0.25}, {"cspd.test_step", int64_t{30}}, {"max_resample_tries", int64_t{7}}};
+  o.params = {{"prefill", 0.25}, {"cspd.test_step", int64_t{30}}};
   const auto s = speculative::make_cspd_settings(o);
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->variant, cspd::Variant::Exact);
   EXPECT_FLOAT_EQ(s->prefill, 0.25f);
   EXPECT_EQ(s->test_step, 30);
-  EXPECT_EQ(s->max_resample_tries, 7);
   EXPECT_EQ(s->draft_len, 8);
+  // The exact variant's residual sampler has no cap: the parameter is the lossy variants' only.
+  for (const ParamInfo& p : find_method("cspd-exact")->params)
+    EXPECT_NE(p.name, "max_resample_tries");
+  o.method = "cspd";
+  o.params = {{"max_resample_tries", int64_t{7}}};
+  EXPECT_EQ(speculative::make_cspd_settings(o)->max_resample_tries, 7);
   auto error_of = [](const ContinuousSpecOptions& c) {
     try {
       speculative::make_cspd_settings(c);

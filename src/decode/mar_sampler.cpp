@@ -67,12 +67,15 @@ void PhiloxMarNoise::step(int image, int position, int j, std::span<float> out) 
 }
 
 double PhiloxMarNoise::uniform(int image, int position, uint32_t purpose, uint32_t k) const {
+  // k has 20 bits of the stream word: a wrapped counter would repeat numbers silently.
+  check(k <= 0xFFFFFu, "internal: MAR uniform stream exhausted (2^20 draws for one token)");
   const CounterRng rng(seed_, images_.at(image));
   return rng.uniform(static_cast<uint32_t>(position),
                      kStreamUniform | (purpose & 0xFF) << 20 | (k & 0xFFFFF));
 }
 
 double PhiloxMarNoise::normal(int image, int position, uint32_t purpose, uint32_t k) const {
+  check(k / 2 <= 0xFFFFFu, "internal: MAR normal stream exhausted (2^21 draws for one token)");
   const auto [z0, z1] =
       box_muller(draw(seed_, images_.at(image), static_cast<uint32_t>(position),
                       kStreamNormal | (purpose & 0xFF) << 20 | ((k / 2) & 0xFFFFF)));

@@ -31,9 +31,12 @@ std::vector<ParamSpec<CspdOptions>> specs(cspd::Variant v) {
                     .in(Range::at_least(1))
                     .noting("< the diffusion steps")
                     .default_shown_as("half way"));
-  s.push_back(ParamSpec<O>("max_resample_tries", &O::max_resample_tries,
-                           "Accept-reject tries before falling back to the target mean")
-                  .in(Range::at_least(1)));
+  // cspd-exact's residual sampler has no cap (a cap would change the distribution; its expected
+  // cost is bounded instead, docs/methods.md), so the parameter belongs to the lossy variants.
+  if (v != cspd::Variant::Exact)
+    s.push_back(ParamSpec<O>("max_resample_tries", &O::max_resample_tries,
+                             "Accept-reject tries before falling back to the target mean")
+                    .in(Range::at_least(1)));
   return s;
 }
 
