@@ -4,6 +4,7 @@
 // (Continuous SD, Wang et al., 2024; docs/methods.md).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,6 +46,8 @@ struct MarGenerateOptions {
   uint64_t first_image_index = 0;  // image i of the call uses random stream first_image_index + i
   // Called after every MAR step with (tokens done, tokens total) over the whole call.
   std::function<void(int64_t, int64_t)> progress;
+  // As GenerateOptions::cancel: when set, no further batch starts; the finished images return.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct MarStats {

@@ -2,6 +2,7 @@
 // tokens to pixels. The CLI (tools/cli) is a thin layer over this header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -65,6 +66,11 @@ struct GenerateOptions {
   int max_tokens = 0;              // > 0: stop after this many tokens per image (benchmarks)
   // Called after every generated token: (tokens done, tokens total) over the whole call.
   std::function<void(int64_t, int64_t)> progress;
+  // Cancellation: when non-null and set (from any thread, or a signal handler: it is only
+  // loaded), generation stops before starting the next batch. The batch in flight is finished,
+  // so generate returns the grids of every finished image, in order, fewer than the conditions;
+  // `stats` covers just those.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Per-image record of a generation.

@@ -17,6 +17,28 @@
 
 namespace tessera {
 
+namespace {
+// generate_all one batch at a time, so that a cancel request (GenerateOptions::cancel) is seen
+// between batches: the finished images are returned and the rest never start. A batch holds the
+// decoder's capacity, so the images are grouped exactly as one generate_all call would group them.
+std::vector<std::vector<int32_t>> generate_batches(Decoder& decoder,
+                                                   const std::vector<const Condition*>& conds,
+                                                   const std::vector<uint64_t>& idx,
+                                                   const std::atomic<bool>* cancel,
+                                                   GenerateStats& st) {
+  if (!cancel) return generate_all(decoder, conds, idx, st);
+  std::vector<std::vector<int32_t>> out;
+  const size_t cap = static_cast<size_t>(std::max(decoder.capacity_images(), 1));
+  for (size_t b0 = 0; b0 < conds.size() && !cancel->load(); b0 += cap) {
+    const size_t b1 = std::min(conds.size(), b0 + cap);
+    auto grids = generate_all(decoder, {conds.begin() + b0, conds.begin() + b1},
+                              {idx.begin() + b0, idx.begin() + b1}, st);
+    for (auto& g : grids) out.push_back(std::move(g));
+  }
+  return out;
+}
+}  // namespace
+
 struct LlamaGenFamily::Data {
   ModelConfig config;
   Backend* backend = nullptr;
@@ -111,7 +133,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
   if (!method.rule) {
     VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
-    return generate_all(decoder, conds, idx, st);
+    return generate_batches(decoder, conds, idx, opts.cancel, st);
   }
   check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
               "{tokens} (a partial grid) is only supported by {method} vanilla");
@@ -127,7 +149,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   ls.draft_len = method.draft_len;
   ls.max_rounds = opts.spec.max_rounds;
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
-  return generate_all(decoder, conds, idx, st);
+  return generate_batches(decoder, conds, idx, opts.cancel, st);
 }
 
 std::vector<float> LlamaGenFamily::forward_logits(const Condition& condition,

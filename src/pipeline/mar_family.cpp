@@ -127,6 +127,7 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
   int64_t done = 0;
   std::vector<std::vector<float>> out;
   for (size_t b0 = 0; b0 < labels.size(); b0 += opts.batch) {
+    if (opts.cancel && opts.cancel->load()) break;
     const size_t b1 = std::min(labels.size(), b0 + static_cast<size_t>(opts.batch));
     const std::vector<int> batch(labels.begin() + b0, labels.begin() + b1);
     std::vector<uint64_t> idx;

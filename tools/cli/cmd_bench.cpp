@@ -41,8 +41,41 @@ int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
   return 0;
 }
 
+// Every flag given must be used by this bench: checked, with the method names, before anything
+// is loaded or timed (a typo in --methods must not cost a vanilla baseline first).
+void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
+  if (b.count("--method") > 0)
+    throw Error(
+        "bench compares methods with --methods a,b,c (vanilla is always the baseline); "
+        "--method is generate's");
+  const std::vector<std::string> methods = split_list(a.methods);
+  if (methods.empty()) {
+    const std::vector<std::string> flags = given_method_flags(b);
+    if (!flags.empty())
+      throw Error(flags.front() +
+                  " applies to the methods of --methods; without it bench times "
+                  "vanilla decoding only");
+  } else {
+    check_method_flags(b, methods, mar, "--methods");
+  }
+  const std::vector<std::string> mar_only = {"--steps", "--cfg-schedule", "--draft-lens",
+                                             "--batches"};
+  const std::vector<std::string> llamagen_only = {"--top-k", "--top-p", "--torch", "--tokens"};
+  for (const std::string& f : mar ? llamagen_only : mar_only)
+    if (b.count(f) > 0)
+      throw Error(f + " is for " + (mar ? "LlamaGen" : "MAR") + " models only; this is a " +
+                  (mar ? "MAR" : "LlamaGen") + " model");
+  if (!mar && methods.empty())
+    for (const char* f : {"--batch", "--seed"})
+      if (b.count(f) > 0)
+        throw Error(std::string(f) +
+                    " applies to --methods; the vanilla bench generates -n "
+                    "images as one batch");
+}
+
 int run_bench(BenchArgs& a, const CLI::App& b) {
-  apply_quiet(a.common);
+  apply_common(a.common);
+  check_bench_flags(a, b, is_mar(a.common.model));
   if (is_mar(a.common.model)) return run_mar_bench(a, b);
   // Like generate, bench samples with the model's own settings unless flags say otherwise.
   apply_model_sampling_defaults(load_model_config(a.common.model).sampling, b, a.gen.sampling);
@@ -84,12 +117,15 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
 
 }  // namespace
 
-Command add_bench(CLI::App& app) {
+Command add_bench(CLI::App& app, const ModelDefaults& md) {
   auto a = std::make_shared<BenchArgs>();
+  a->gen.sampling = md.sampling;  // --help shows the model's settings, as the run uses them
   auto* b =
       app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
   add_common(b, a->common);
-  b->add_option("-n,--n", a->n, "Images (generated as one batch)")->check(int_at_least(1));
+  b->add_option("-n,--n", a->n, "Images (generated as one batch)")
+      ->check(int_at_least(1))
+      ->capture_default_str();
   b->add_option("--tokens", a->tokens, "Tokens per image (default: the whole grid)")
       ->check(int_at_least(0));
   b->add_option("--cfg", a->gen.sampling.cfg_scale, "Guidance scale (> 1 runs both halves)")
@@ -108,8 +144,9 @@ Command add_bench(CLI::App& app) {
                 "Compare methods (comma-separated, e.g. sd,lantern,cool-sd) against vanilla on the "
                 "same classes and seeds in this run");
   b->add_option("-b,--batch", a->gen.batch, "Images generated together (--methods)")
-      ->check(int_at_least(1));
-  b->add_option("-s,--seed", a->gen.seed, "Random seed (--methods)");
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  b->add_option("-s,--seed", a->gen.seed, "Random seed (--methods)")->capture_default_str();
   b->add_option("--temperature", a->gen.sampling.temperature, "Sampling temperature")
       ->capture_default_str();
   b->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();

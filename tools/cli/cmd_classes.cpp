@@ -17,8 +17,8 @@ struct ClassesArgs {
 };
 
 int run_classes(ClassesArgs& a) {
-  apply_quiet(a.common);
   if (a.common.model.empty()) a.common.model = default_model_dir();
+  apply_common(a.common);
   const ClassNames names = model_class_names(a.common.model);
   const std::vector<int> ids = names.find_words(a.filter, a.style);
   for (int i : ids) {

@@ -19,7 +19,7 @@ struct DecodeArgs {
 };
 
 int run_decode(const DecodeArgs& a) {
-  apply_quiet(a.common);
+  apply_common(a.common);
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;

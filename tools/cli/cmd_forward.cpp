@@ -42,7 +42,7 @@ std::vector<int32_t> parse_tokens(const std::string& list, int vocab) {
 }
 
 int run_forward(const ForwardArgs& a) {
-  apply_quiet(a.common);
+  apply_common(a.common);
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;

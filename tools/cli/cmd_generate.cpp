@@ -1,19 +1,24 @@
 // tessera generate: images (or token grids / latents) from a prompt, a class or a caption.
 #include <algorithm>
+#include <filesystem>
 #include <memory>
+#include <random>
 
 #include "commands.h"
 #include "common.h"
 #include "default_model.h"
 #include "heatmap.h"
 #include "image_output.h"
+#include "interrupt.h"
 #include "mar_commands.h"
 #include "method_flags.h"
 #include "progress.h"
+#include "run_settings.h"
 #include "stats_json.h"
 #include "tessera/file_io.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
+#include "tessera/methods.h"
 #include "text_format.h"
 
 namespace tessera::cli {
@@ -25,11 +30,59 @@ struct GenerateArgs {
   CondOpts cond;
   GenerateOptions gen;
   int n = 1;
+  std::string seed = "0";  // text: -1 (any negative) means a random seed
   std::string out, tokens_out, latents_out, stats_out, heatmap_out;
   bool grid = false;
-  std::string prompt, style;
+  std::string prompt, style, from_png;
+  size_t output_begin = 0;
   MarOnly mar;
 };
+
+// -s: a non-negative integer, or a negative one for a random seed (as stable-diffusion.cpp does),
+// which is printed and stored like any other.
+uint64_t resolve_seed(const std::string& text) {
+  size_t used = 0;
+  long long v = 0;
+  unsigned long long u = 0;
+  try {
+    if (!text.empty() && text[0] == '-') {
+      v = std::stoll(text, &used);
+    } else {
+      u = std::stoull(text, &used);
+    }
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw Error("-s " + text + ": not an integer (a negative seed picks a random one)");
+  if (v >= 0) return u;
+  std::random_device rd;  // 31 bits: a seed short enough to read and retype
+  const uint64_t seed = rd() & 0x7fffffffu;
+  log_info("seed " + std::to_string(seed) + " (random)");
+  return seed;
+}
+
+// "run: model=...; method=...; drafter=model (--draft); ...": the line every run starts with.
+std::string run_line(const RunSettings& rs, const std::string& drafter_source, int n) {
+  RunSettings shown = rs;
+  for (auto& [k, v] : shown.items)
+    if (k == "drafter" && !drafter_source.empty()) v += " (" + drafter_source + ")";
+  return "run: " + shown.text() + (n > 1 ? "; images=" + std::to_string(n) : "");
+}
+
+// Flags of the other model family are refused rather than ignored.
+void check_family_flags(const CLI::App& g, bool mar) {
+  const std::vector<std::string> mar_only = {"--steps", "--cfg-schedule", "--latents-out"};
+  const std::vector<std::string> llamagen_only = {"--top-k", "--top-p", "--cfg-interval",
+                                                  "--tokens-out", "--caption"};
+  if (mar && g.count("--caption") > 0)
+    throw Error("--caption is for text-conditional LlamaGen models; MAR models are "
+                "class-conditional: use --class or --uncond");
+  for (const std::string& f : mar ? llamagen_only : mar_only)
+    if (g.count(f) > 0)
+      throw Error(f + " is for " + (mar ? "LlamaGen" : "MAR") + " models only; this is a " +
+                  (mar ? "MAR" : "LlamaGen") + " model");
+}
 
 // Sets cond.class_id from a prompt; returns the matched class's label.
 std::string resolve_prompt(const std::string& dir, const std::string& prompt,
@@ -48,14 +101,34 @@ std::string resolve_prompt(const std::string& dir, const std::string& prompt,
 }
 
 int run_generate(GenerateArgs& a, const CLI::App& g) {
-  apply_quiet(a.common);
+  // From the start: a Ctrl-C while loading then means no image is started, exit 130.
+  InterruptGuard interrupt;
   GenerateOptions& gen = a.gen;
   const bool default_model = a.common.model.empty();
-  if (default_model) {
-    a.common.model = default_model_dir();
-    // Draft-based methods use the draft shipped with the default model.
-    if (gen.spec.draft_model.empty() && uses_draft_model(gen.spec.method))
+  if (default_model) a.common.model = default_model_dir();
+  apply_common(a.common);
+  const bool mar = is_mar(a.common.model);
+  check_family_flags(g, mar);
+  check_method_flags(g, {gen.spec.method}, mar, "--method");
+  gen.seed = resolve_seed(a.seed);
+  // Where the drafts come from: stored as what they are, printed with where that came from.
+  std::string drafter = "none", drafter_source;
+  const MethodInfo* method = find_method(gen.spec.method);
+  if (method->drafts != DraftSource::None) {
+    if (!gen.spec.draft_model.empty()) {
+      drafter = "model";
+      drafter_source = "--draft";
+    } else if (default_model && uses_draft_model(gen.spec.method) &&
+               !sibling_draft_dir(a.common.model).empty()) {
       gen.spec.draft_model = sibling_draft_dir(a.common.model);
+      drafter = "model";
+      drafter_source = "the draft shipped with the default model";
+    } else {
+      drafter = "jacobi";
+      drafter_source = method->drafts == DraftSource::Jacobi
+                           ? "the method drafts by Jacobi iteration"
+                           : "no --draft given: the target drafts for itself";
+    }
   }
   std::string prompt_label;
   if (!a.prompt.empty()) {
@@ -74,25 +147,72 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty())
     throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
   if (a.grid && a.out.empty()) throw Error("--grid needs -o OUT.png");
+  if (g.count("--output-begin-idx") > 0 && a.out.empty() && a.heatmap_out.empty())
+    throw Error("--output-begin-idx numbers the images of -o (and --heatmap-out); give -o");
   // Before any work: an unwritable output must not be found after minutes of generation.
-  check_output_path(a.out, "-o", a.grid ? 1 : a.n);
+  check_output_path(a.out, "-o", a.grid ? 1 : a.n, a.output_begin, /*image=*/true);
   check_output_path(a.tokens_out, "--tokens-out");
   check_output_path(a.latents_out, "--latents-out");
   check_output_path(a.stats_out, "--stats-out");
-  check_output_path(a.heatmap_out, "--heatmap-out", a.n);
-  if (is_mar(a.common.model)) {
-    MarRunOptions mo = mar_run(a.common, a.cond, a.n, gen, a.mar, &g);
-    mar_generate(mo, {a.out, a.latents_out, a.stats_out, a.heatmap_out, a.grid});
-    return 0;
+  check_output_path(a.heatmap_out, "--heatmap-out", a.n, a.output_begin);
+  if (a.n > 1 && g.count("--image-index") > 0 && verbose())
+    log_info("images use random streams " + std::to_string(gen.first_image_index) + ".." +
+             std::to_string(gen.first_image_index + a.n - 1));
+
+  // The settings, complete: printed now, stored in every image and in --stats-out.
+  RunSettings rs;
+  rs.add("model", std::filesystem::absolute(a.common.model).lexically_normal().string());
+  if (a.cond.uncond)
+    rs.add("uncond", "true");
+  else if (!a.cond.caption.empty())
+    rs.add("caption", a.cond.caption);
+  else
+    rs.add("class", std::to_string(a.cond.class_id));
+  // The prompt as typed (--from-png matches it again, to the same class and the same text).
+  if (!prompt_label.empty()) rs.add("prompt", a.prompt);
+  if (!a.style.empty()) rs.add("style", a.style);
+  rs.add("method", gen.spec.method);
+  if (method->drafts != DraftSource::None) {
+    rs.add("drafter", drafter);
+    if (!gen.spec.draft_model.empty())
+      rs.add("draft", std::filesystem::absolute(gen.spec.draft_model).lexically_normal().string());
+    rs.add("draft_len", gen.spec.draft_len > 0 ? std::to_string(gen.spec.draft_len) : "default");
+    if (!gen.spec.resample.empty()) rs.add("resample", gen.spec.resample);
+    for (const auto& [name, value] : gen.spec.params) rs.add(name, param_text(value));
   }
-  if (!a.latents_out.empty()) throw Error("--latents-out is for MAR models");
+  rs.add("seed", std::to_string(gen.seed));
+  if (mar) {
+    MarRunOptions mo = mar_run(a.common, a.cond, a.n, gen, a.mar, &g);
+    rs.add("steps", g.count("--steps") > 0 ? std::to_string(a.mar.steps) : "default");
+    rs.add("cfg", exact(mo.gen.sampling.cfg_scale));
+    rs.add("cfg_schedule", mo.gen.sampling.cfg_schedule);
+    rs.add("temperature", exact(mo.gen.sampling.temperature));
+    rs.add("tessera", kVersion);
+    mo.gen.first_image_index = gen.first_image_index;
+    const int made = mar_generate(mo, {a.out, a.latents_out, a.stats_out, a.heatmap_out, a.grid,
+                                       a.output_begin, rs, run_line(rs, drafter_source, a.n)});
+    if (!InterruptGuard::interrupted()) return 0;
+    log_info("interrupted: " + std::to_string(made) + " of " + std::to_string(a.n) +
+             " images generated and written");
+    return kInterruptedExit;
+  }
+
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
   lo.load_decoder = !a.out.empty();
   auto pipe = Pipeline::load(a.common.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
+  if (verbose())
+    log_info(load_report_text(pipe->load_report()) + ", " + std::to_string(pipe->threads()) +
+             " threads");
   apply_model_sampling_defaults(pipe->config().sampling, g, gen.sampling);
+  rs.add("cfg", exact(gen.sampling.cfg_scale));
+  rs.add("cfg_interval", exact(gen.sampling.cfg_interval));
+  rs.add("temperature", exact(gen.sampling.temperature));
+  rs.add("top_k", std::to_string(gen.sampling.top_k));
+  rs.add("top_p", exact(gen.sampling.top_p));
+  rs.add("tessera", kVersion);
   if (!a.out.empty() && !pipe->has_decoder())
     throw Error(a.common.model + " has no VQ decoder: use --tokens-out only");
   const Condition cond = make_condition(a.cond, cfg);
@@ -101,8 +221,8 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
     // flat copy that is decoded and written), per-token statistics and, for --grid, the pixels
     // of the sheet. Refused up front rather than failing after hours of generation.
     const double px = static_cast<double>(pipe->image_size()) * pipe->image_size() * 3;
-    const double per_image = sizeof(Condition) + 512.0 + 16.0 * cfg.n_image_tokens() +
-                             (a.grid ? 2.0 * px : 0.0);
+    const double per_image =
+        sizeof(Condition) + 512.0 + 16.0 * cfg.n_image_tokens() + (a.grid ? 2.0 * px : 0.0);
     const double need = per_image * a.n;
     if (need > static_cast<double>(pipe->available_memory()))
       throw Error("-n " + std::to_string(a.n) + " images need about " +
@@ -113,24 +233,40 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   }
   std::vector<Condition> conds(a.n, cond);
   ProgressBar bar("generate", !a.common.quiet);
-  gen.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  // The run line once the engine has accepted the settings (a bad method parameter is then one
+  // error line), before the first token.
+  bool announced = false;
+  const std::string line = run_line(rs, drafter_source, a.n);
+  gen.progress = [&](int64_t done, int64_t total) {
+    if (!announced) log_info(line);
+    announced = true;
+    bar.update(done, total);
+  };
   GenerateStats st;
+  gen.cancel = InterruptGuard::flag();
   auto grids = pipe->generate(conds, gen, &st);
   bar.finish();
+  const int made = static_cast<int>(grids.size());
   log_info("generated " + std::to_string(st.images) + " image(s), " + std::to_string(st.tokens) +
            " tokens in " + fmt(st.seconds) + " s (" +
            fmt(st.tokens / std::max(st.seconds, 1e-9), 1) + " tokens/s, " + gen.spec.method +
            ", mean accepted length " + fmt(st.mean_accepted_length()) + ", " +
            fmt(static_cast<double>(st.target_forwards()) / std::max<int64_t>(st.images, 1), 1) +
            " target forwards per image)");
+  if (verbose())
+    log_info("time split: target " + fmt(st.target_seconds) + " s, draft " + fmt(st.draft_seconds) +
+             " s, verify " + fmt(st.verify_seconds) + " s (rules " + fmt(st.rule_seconds) + " s)");
   if (!a.stats_out.empty()) {
-    write_file_atomic(a.stats_out, stats_json(st, gen.spec.method).dump(2) + "\n");
+    nlohmann::json j = stats_json(st, gen.spec.method);
+    j["settings"] = rs.json();
+    j["first_image_index"] = gen.first_image_index;
+    write_file_atomic(a.stats_out, j.dump(2) + "\n");
     log_info("wrote " + a.stats_out);
   }
   if (!a.heatmap_out.empty()) {
     int depth = 1;
     for (const auto& s : st.per_image) depth = std::max<int>(depth, s.proposed.size());
-    write_numbered(a.heatmap_out, a.n, [&](int i, const std::string& path) {
+    write_numbered(a.heatmap_out, made, a.n, a.output_begin, [&](int i, const std::string& path) {
       write_acceptance_heatmap(
           path, st.per_image[i].accepted_depth, cfg.grid, depth,
           "acceptance over the token grid; method=" + gen.spec.method +
@@ -141,38 +277,36 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   std::vector<int32_t> flat;
   for (const auto& gr : grids) flat.insert(flat.end(), gr.begin(), gr.end());
   if (!a.tokens_out.empty()) {
-    write_npy(a.tokens_out, {a.n, cfg.grid, cfg.grid}, flat);
+    write_npy(a.tokens_out, {made, cfg.grid, cfg.grid}, flat);
     log_info("wrote " + a.tokens_out);
   }
-  if (!a.out.empty()) {
+  if (!a.out.empty() && made > 0) {
     std::vector<std::string> params;
-    std::string cond_str = a.cond.uncond             ? "uncond"
-                           : !a.cond.caption.empty() ? "caption=" + a.cond.caption
-                                                     : "class=" + std::to_string(a.cond.class_id);
-    if (!prompt_label.empty()) cond_str += " (" + prompt_label + ")";
-    for (int i = 0; i < a.n; ++i)
-      params.push_back("model=" + a.common.model + "; " + cond_str + "; method=" + gen.spec.method +
-                       "; seed=" + std::to_string(gen.seed) + "; image_index=" + std::to_string(i) +
-                       "; cfg=" + fmt(gen.sampling.cfg_scale, 3) +
-                       "; cfg_interval=" + fmt(gen.sampling.cfg_interval, 3) +
-                       "; temperature=" + fmt(gen.sampling.temperature, 3) +
-                       "; top_k=" + std::to_string(gen.sampling.top_k) +
-                       "; top_p=" + fmt(gen.sampling.top_p, 3) + "; tessera 0.1.0");
-    write_pngs(decode_tokens(*pipe, flat), a.n, pipe->image_size(), a.out, a.grid, params);
+    for (int i = 0; i < made; ++i) {
+      RunSettings one = rs;
+      one.add("image_index", std::to_string(gen.first_image_index + i));
+      params.push_back(one.text());
+    }
+    write_pngs(decode_tokens(*pipe, flat), made, pipe->image_size(), a.out, a.grid, params, a.n,
+               a.output_begin);
   }
-  return 0;
+  if (!InterruptGuard::interrupted()) return 0;
+  log_info("interrupted: " + std::to_string(made) + " of " + std::to_string(a.n) +
+           " images generated and written");
+  return kInterruptedExit;
 }
 
 }  // namespace
 
-Command add_generate(CLI::App& app) {
+Command add_generate(CLI::App& app, const ModelDefaults& md) {
   auto a = std::make_shared<GenerateArgs>();
+  a->gen.sampling = md.sampling;  // so that --help shows the defaults that will apply
   auto* g = app.add_subcommand(
       "generate",
       "Generate images (or token grids) from a prompt, a class or a caption; without -m it uses "
       "the embedded emoji model, e.g. tessera generate \"red apple\"");
   add_common(g, a->common, /*model_required=*/false);
-  g->add_option("prompt", a->prompt,
+  g->add_option("prompt,-p,--prompt", a->prompt,
                 "Class name to match (models with classes.json, such as the default emoji model)");
   g->add_option("--style", a->style,
                 "Drawing style for a prompt (emoji model: twitter, google or openmoji)");
@@ -180,26 +314,47 @@ Command add_generate(CLI::App& app) {
   g->add_option("--caption", a->cond.caption,
                 "T5 caption features, .npy [rows, dim] or .safetensors (t2i)");
   g->add_flag("--uncond", a->cond.uncond, "Unconditional generation (null class / empty caption)");
-  g->add_option("-n,--n", a->n, "Number of images")->check(int_at_least(1));
-  g->add_option("-b,--batch", a->gen.batch, "Images generated together")->check(int_at_least(1));
-  g->add_option("-s,--seed", a->gen.seed, "Random seed; image i uses stream (seed, i)");
-  g->add_option("--cfg", a->gen.sampling.cfg_scale, "Classifier-free guidance scale (<= 1: off)")
+  g->add_option("-n,--n", a->n, "Number of images")->check(int_at_least(1))->capture_default_str();
+  g->add_option("-b,--batch", a->gen.batch, "Images generated together")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  g->add_option("-s,--seed", a->seed,
+                "Random seed (negative: a random one, printed and stored); image i uses stream "
+                "(seed, i)")
+      ->capture_default_str();
+  g->add_option("--image-index", a->gen.first_image_index,
+                "Random stream of the first image: image i of the run uses stream N + i (to "
+                "regenerate image N of an earlier run alone)")
+      ->capture_default_str();
+  const std::string from = md.model_given ? "from " + md.model : "the default model's";
+  g->add_option("--cfg", a->gen.sampling.cfg_scale,
+                "Classifier-free guidance scale (<= 1: off; default: " + from + " config.json)")
       ->capture_default_str();
   g->add_option("--cfg-interval", a->gen.sampling.cfg_interval,
-                "Guide only while the decode step index <= this (-1: always)")
+                "Guide only while the decode step index <= this (-1: always; LlamaGen)")
       ->capture_default_str();
   g->add_option("--temperature", a->gen.sampling.temperature, "Sampling temperature (0: greedy)")
       ->capture_default_str();
-  g->add_option("--top-k", a->gen.sampling.top_k, "Keep the k most likely tokens (0: off)")
+  g->add_option("--top-k", a->gen.sampling.top_k,
+                "Keep the k most likely tokens (0: off; LlamaGen)")
       ->capture_default_str();
-  g->add_option("--top-p", a->gen.sampling.top_p, "Nucleus sampling threshold (1: off)")
+  g->add_option("--top-p", a->gen.sampling.top_p, "Nucleus sampling threshold (1: off; LlamaGen)")
       ->capture_default_str();
-  g->add_option("-o,--output", a->out, "Output PNG (numbered _0000.. when --n > 1)");
+  g->add_option("-o,--output", a->out,
+                "Output image: .png, .jpg/.jpeg or .webp by extension; numbered _0000.. when "
+                "-n > 1, or a printf-style pattern such as img_%03d.png");
+  g->add_option("--output-begin-idx", a->output_begin,
+                "First number of the output names (pattern or _0000 suffix)")
+      ->capture_default_str();
+  g->add_option("--from-png", a->from_png,
+                "Reproduce an image: the settings stored in IMG.png (its 'parameters'); flags "
+                "given after it override them");
   g->add_option("--tokens-out", a->tokens_out, "Write token grids [n, grid, grid] as int32 .npy");
-  g->add_flag("--grid", a->grid, "Write all images as one grid PNG");
+  g->add_flag("--grid", a->grid, "Write all images as one grid image");
   add_method_flags(g, a->gen.spec);
   g->add_option("--stats-out", a->stats_out,
-                "Write per-image and aggregate statistics (NFE, accepted lengths, ...) as JSON");
+                "Write the settings and per-image and aggregate statistics (NFE, accepted "
+                "lengths, ...) as JSON");
   g->add_option("--heatmap-out", a->heatmap_out,
                 "Write each image's acceptance heatmap over the token grid (PNG)");
   add_mar_options(g, a->mar);

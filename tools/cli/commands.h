@@ -4,6 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+#include "tessera/tessera.h"
 
 namespace tessera::cli {
 
@@ -12,10 +15,20 @@ struct Command {
   std::function<int()> run;  // returns the exit code; bad input throws tessera::Error
 };
 
-Command add_generate(CLI::App& app);
+// What --help shows as the sampling defaults: the model's own settings (config.json "sampling",
+// MAR's cfg 1 and temperature 1), resolved from -m on the command line or the default model
+// before the flags are defined.
+struct ModelDefaults {
+  SamplingOptions sampling;
+  std::string model;         // the model they were read from ("" when none could be read)
+  bool model_given = false;  // from -m (else the default model)
+};
+ModelDefaults model_defaults(int argc, const char* const* argv);
+
+Command add_generate(CLI::App& app, const ModelDefaults& md);
 Command add_forward(CLI::App& app);
 Command add_decode(CLI::App& app);
 Command add_classes(CLI::App& app);
-Command add_bench(CLI::App& app);
+Command add_bench(CLI::App& app, const ModelDefaults& md);
 
 }  // namespace tessera::cli

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <sstream>
 
+#include "commands.h"
+#include "default_model.h"
 #include "image_output.h"
 #include "tessera/file_io.h"
 #include "tessera/log.h"
@@ -19,13 +23,60 @@ void add_common(CLI::App* cmd, CommonOpts& o, bool model_required) {
                   "CPU threads (default: all cores; more than the machine has are clamped)")
       ->check(int_at_least(0));
   cmd->add_flag("-q,--quiet", o.quiet, "No progress or info messages on stderr");
+  cmd->add_flag("-v,--verbose", o.verbose,
+                "More detail on stderr: load time and weight scan, threads, time split");
   cmd->add_flag("!--no-check-weights", o.check_weights,
                 "Unsafe: skip the NaN/Inf scan of the weights at load (a corrupt checkpoint then "
                 "gives noise images, exit code 0)");
 }
 
-void apply_quiet(const CommonOpts& o) {
-  set_log_level(o.quiet ? LogLevel::Quiet : LogLevel::Info);
+namespace {
+// Physical cores (distinct core ids per package), or 0 when sysfs does not say.
+int physical_cores() {
+  std::set<std::pair<std::string, std::string>> cores;
+  for (int cpu = 0;; ++cpu) {
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::ifstream core(dir + "core_id"), pkg(dir + "physical_package_id");
+    if (!core) break;
+    std::string c, p;
+    core >> c;
+    pkg >> p;
+    cores.insert({p, c});
+  }
+  return static_cast<int>(cores.size());
+}
+}  // namespace
+
+void apply_common(const CommonOpts& o) {
+  if (o.quiet && o.verbose) throw Error("give -q (quiet) or -v (verbose), not both");
+  set_log_level(o.quiet ? LogLevel::Quiet : o.verbose ? LogLevel::Debug : LogLevel::Info);
+  if (!o.model.empty()) check_model_dir(o.model, "-m " + o.model);
+  if (const int cores = physical_cores(); o.threads > cores && cores > 0)
+    log_info("note: -t " + std::to_string(o.threads) + " is more threads than this machine's " +
+             std::to_string(cores) +
+             " physical cores; decoding is memory-bound, so extra threads usually slow it down");
+}
+
+void check_model_dir(const std::string& dir, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(flag + ": " + (fs::exists(dir, ec) ? "not a directory" : "no such directory"));
+  if (fs::exists(fs::path(dir) / "config.json", ec)) return;
+  std::vector<std::string> inside;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (fs::exists(e.path() / "config.json", ec)) inside.push_back(e.path().filename().string());
+  std::sort(inside.begin(), inside.end());
+  std::string msg =
+      flag + ": not a model directory (no " + (fs::path(dir) / "config.json").string() + ")";
+  if (!inside.empty()) {
+    msg += "; it holds the models ";
+    for (const auto& m : inside) msg += m + (m == inside.back() ? "" : ", ");
+    const auto target = std::find(inside.begin(), inside.end(), "target");
+    msg += ": e.g. -m " +
+           (fs::path(dir) / (target != inside.end() ? *target : inside.front())).string();
+  }
+  throw Error(msg);
 }
 
 Condition make_condition(const CondOpts& c, const GptConfig& cfg) {
@@ -65,13 +116,14 @@ CLI::Validator int_at_least(long long min) {
       "INT>=" + std::to_string(min));
 }
 
-void check_output_path(const std::string& path, const char* flag, int n) {
+void check_output_path(const std::string& path, const char* flag, int n, size_t first, bool image) {
   if (path.empty()) return;
   try {
+    if (image) check_image_format(path);
     // Names differ only in their number: the first few thousand and the last stand for the rest
     // (a huge -n is then refused by its memory check, not stuck here in stat calls).
-    for (int i = 0; i < std::min(n, 4096); ++i) check_writable(numbered(path, i, n));
-    if (n > 4096) check_writable(numbered(path, n - 1, n));
+    for (int i = 0; i < std::min(n, 4096); ++i) check_writable(numbered(path, i, n, first));
+    if (n > 4096) check_writable(numbered(path, n - 1, n, first));
   } catch (const Error& e) {
     throw Error(std::string(flag) + ": " + e.what());
   }
@@ -174,7 +226,8 @@ std::string load_report_text(const LoadReport& r) {
     std::snprintf(buf, sizeof buf, "load %.0f ms (weights not scanned: --no-check-weights)",
                   1e3 * r.seconds);
   } else {
-    std::snprintf(buf, sizeof buf, "load %.0f ms (NaN/Inf scan of %.1f MB of weights: %.1f ms, %.0f%%)",
+    std::snprintf(buf, sizeof buf,
+                  "load %.0f ms (NaN/Inf scan of %.1f MB of weights: %.1f ms, %.0f%%)",
                   1e3 * r.seconds, r.checked_bytes / 1e6, 1e3 * r.check_seconds,
                   100.0 * r.check_seconds / std::max(r.seconds, 1e-12));
   }
@@ -185,6 +238,39 @@ nlohmann::json load_report_json(const LoadReport& r) {
   return {{"seconds", r.seconds},
           {"weight_check_seconds", r.check_seconds},
           {"weight_check_bytes", r.checked_bytes}};
+}
+
+}  // namespace tessera::cli
+
+namespace tessera::cli {
+
+ModelDefaults model_defaults(int argc, const char* const* argv) {
+  ModelDefaults md;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "-m" || a == "--model") && i + 1 < argc) md.model = argv[i + 1];
+    if (a.rfind("--model=", 0) == 0) md.model = a.substr(8);
+  }
+  md.model_given = !md.model.empty();
+  // Help must not fail: a model that cannot be read leaves LlamaGen's defaults (the run itself
+  // then reports what is wrong with it).
+  try {
+    if (md.model.empty()) md.model = default_model_dir();
+    const ModelConfig mc = load_model_config(md.model);
+    if (mc.is_mar()) {
+      md.sampling.cfg_scale = 1.0f;  // MAR's own defaults (main_mar.py), see mar_run
+      md.sampling.temperature = 1.0f;
+    } else {
+      const SamplingDefaults& d = mc.sampling;
+      if (d.cfg) md.sampling.cfg_scale = *d.cfg;
+      if (d.temperature) md.sampling.temperature = *d.temperature;
+      if (d.top_k) md.sampling.top_k = *d.top_k;
+      if (d.top_p) md.sampling.top_p = *d.top_p;
+    }
+  } catch (const std::exception&) {
+    md.model.clear();
+  }
+  return md;
 }
 
 }  // namespace tessera::cli

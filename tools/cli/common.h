@@ -8,20 +8,30 @@
 
 #include "mar_commands.h"
 #include "tessera/class_names.h"
+#include "tessera/log.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
 
-// -m, -t and -q of every subcommand.
+// -m, -t, -q and -v of every subcommand.
 struct CommonOpts {
   std::string model;
   int threads = 0;
   bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
   bool quiet = false;
+  bool verbose = false;
 };
 void add_common(CLI::App* cmd, CommonOpts& o, bool model_required = true);
-// Sets the log level from --quiet.
-void apply_quiet(const CommonOpts& o);
+// Sets the log level from --quiet / --verbose, checks -m names a model directory, and notes a
+// -t above the machine's physical cores. Every subcommand calls it first.
+void apply_common(const CommonOpts& o);
+inline bool verbose() {
+  return log_level() >= LogLevel::Debug;
+}
+
+// Throws unless dir holds a model (config.json): "not a model directory", naming the models a
+// directory of models holds (models/emoji -> target, draft). flag: how the user gave it.
+void check_model_dir(const std::string& dir, const std::string& flag);
 
 // What an image is conditioned on: --class, --caption or --uncond.
 struct CondOpts {
@@ -36,8 +46,10 @@ CLI::Validator int_at_least(long long min);
 
 // Fails before any work, naming the flag, the path and the OS reason, when an output could not be
 // written: its directory is missing or not writable, or the name is a directory (an empty path:
-// not given, nothing to check). n: how many numbered files (numbered()) the output stands for.
-void check_output_path(const std::string& path, const char* flag, int n = 1);
+// not given, nothing to check). n, first: the numbered files (numbered()) it stands for. image:
+// also check the name's image format (extension) and pattern.
+void check_output_path(const std::string& path, const char* flag, int n = 1, size_t first = 0,
+                       bool image = false);
 
 // "a,b,,c" -> {"a", "b", "c"}.
 std::vector<std::string> split_list(const std::string& s);

@@ -1,11 +1,17 @@
 #include "image_output.h"
 
+#include <jpeglib.h>
+#include <webp/encode.h>
+
 #include <algorithm>
+#include <cctype>
+#include <csetjmp>
 #include <cstdio>
 #include <filesystem>
 #include <span>
 
 #include "tessera/error.h"
+#include "tessera/file_io.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
 
@@ -13,12 +19,151 @@ namespace tessera::cli {
 
 namespace fs = std::filesystem;
 
-std::string numbered(const std::string& path, size_t i, size_t n) {
-  if (n == 1) return path;
-  fs::path p(path);
+namespace {
+
+// The one integer conversion of a name pattern: its position, length and zero-padded width.
+struct Conversion {
+  size_t pos = std::string::npos, len = 0;
+  int width = 0;
+  bool zero = false;
+};
+
+// Parses "%d", "%4d", "%04d" (and "%%" as a literal %); anything else is an error, so that a
+// user's name never reaches printf as a format.
+Conversion find_conversion(const std::string& path) {
+  Conversion c;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (path[i] != '%') continue;
+    if (i + 1 < path.size() && path[i + 1] == '%') {
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    const bool zero = j < path.size() && path[j] == '0';
+    if (zero) ++j;
+    int width = 0;
+    while (j < path.size() && std::isdigit(static_cast<unsigned char>(path[j])) && width < 100)
+      width = width * 10 + (path[j++] - '0');
+    if (j >= path.size() || path[j] != 'd')
+      throw Error("output name " + path +
+                  ": only an integer conversion such as %d or %04d may follow '%' (%% for a "
+                  "literal %)");
+    if (c.pos != std::string::npos)
+      throw Error("output name " + path + ": more than one %d conversion");
+    c = {i, j + 1 - i, width, zero};
+    i = j;
+  }
+  return c;
+}
+
+std::string unescape_percent(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    out += s[i];
+    if (s[i] == '%' && i + 1 < s.size() && s[i + 1] == '%') ++i;
+  }
+  return out;
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string e = fs::path(path).extension().string();
+  for (char& ch : e) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return e;
+}
+
+}  // namespace
+
+std::string numbered(const std::string& path, size_t i, size_t n, size_t first) {
+  const Conversion c = find_conversion(path);
+  if (c.pos != std::string::npos) {
+    std::string num = std::to_string(first + i);
+    if (static_cast<int>(num.size()) < c.width)
+      num.insert(0, c.width - num.size(), c.zero ? '0' : ' ');
+    return unescape_percent(path.substr(0, c.pos)) + num +
+           unescape_percent(path.substr(c.pos + c.len));
+  }
+  const std::string plain = unescape_percent(path);
+  if (n == 1 && first == 0) return plain;
+  fs::path p(plain);
   char buf[32];
-  std::snprintf(buf, sizeof buf, "_%04zu", i);
+  std::snprintf(buf, sizeof buf, "_%04zu", first + i);
   return (p.parent_path() / (p.stem().string() + buf + p.extension().string())).string();
+}
+
+void check_image_format(const std::string& path) {
+  const std::string e = lower_extension(path);
+  if (e.empty() || e == ".png" || e == ".jpg" || e == ".jpeg" || e == ".webp") return;
+  throw Error("output " + path + ": unknown image format '" + e +
+              "' (tessera writes .png, .jpg/.jpeg and .webp)");
+}
+
+namespace {
+
+// libjpeg reports errors through a callback that must not return: jump back and throw.
+struct JpegError {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+};
+
+std::string encode_jpeg(const uint8_t* rgb, int w, int h, const std::string& comment) {
+  jpeg_compress_struct cinfo;
+  JpegError err;
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = [](j_common_ptr c) {
+    std::longjmp(reinterpret_cast<JpegError*>(c->err)->jump, 1);
+  };
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_compress(&cinfo);
+    std::free(buf);
+    throw Error("JPEG encoding failed");
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(w);
+  cinfo.image_height = static_cast<JDIMENSION>(h);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 95, TRUE);  // small images: keep the drawing's edges
+  jpeg_start_compress(&cinfo, TRUE);
+  // A COM marker holds at most 65533 bytes.
+  if (!comment.empty())
+    jpeg_write_marker(&cinfo, JPEG_COM, reinterpret_cast<const JOCTET*>(comment.data()),
+                      static_cast<unsigned>(std::min<size_t>(comment.size(), 65533)));
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(rgb + static_cast<size_t>(cinfo.next_scanline) * w * 3);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string out(reinterpret_cast<const char*>(buf), size);
+  std::free(buf);
+  return out;
+}
+
+std::string encode_webp(const uint8_t* rgb, int w, int h) {
+  uint8_t* buf = nullptr;
+  const size_t size = WebPEncodeRGB(rgb, w, h, w * 3, 95.0f, &buf);
+  if (size == 0) throw Error("WebP encoding failed");
+  std::string out(reinterpret_cast<const char*>(buf), size);
+  WebPFree(buf);
+  return out;
+}
+
+}  // namespace
+
+void write_image(const std::string& path, const uint8_t* rgb, int width, int height,
+                 const std::string& parameters) {
+  check_image_format(path);
+  const std::string e = lower_extension(path);
+  if (e == ".jpg" || e == ".jpeg")
+    write_file_atomic(path, encode_jpeg(rgb, width, height, parameters));
+  else if (e == ".webp")
+    write_file_atomic(path, encode_webp(rgb, width, height));
+  else
+    write_png(path, rgb, width, height, {{"parameters", parameters}, {"Software", "tessera"}});
 }
 
 namespace {
@@ -49,11 +194,11 @@ std::vector<uint8_t> tile(const std::vector<uint8_t>& px, int n, int s, int cols
 }
 }  // namespace
 
-void write_numbered(const std::string& path, int n,
+void write_numbered(const std::string& path, int count, int n, size_t first,
                     const std::function<void(int i, const std::string& name)>& write) {
   std::vector<std::string> written;
-  for (int i = 0; i < n; ++i) {
-    const std::string name = numbered(path, i, n);
+  for (int i = 0; i < count; ++i) {
+    const std::string name = numbered(path, i, n, first);
     try {
       write(i, name);
     } catch (const Error& e) {
@@ -82,7 +227,7 @@ DecodeImages decode_latents(Pipeline& pipe, const std::vector<float>& latents) {
 }
 
 void write_pngs(const DecodeImages& decode, int n, int s, const std::string& out, bool grid,
-                const std::vector<std::string>& params) {
+                const std::vector<std::string>& params, int total, size_t first) {
   const size_t image_bytes = static_cast<size_t>(s) * s * 3;
   if (grid) {
     int W, H;
@@ -90,20 +235,21 @@ void write_pngs(const DecodeImages& decode, int n, int s, const std::string& out
     std::string all;
     for (const auto& p : params) all += p + "\n";
     const std::vector<uint8_t> sheet = tile(decode(0, n), n, s, cols, W, H);
-    write_png(out, sheet.data(), W, H, {{"parameters", all}});
-    log_info("wrote " + out);
+    const std::string name = numbered(out, 0, 1, first);
+    write_image(name, sheet.data(), W, H, all);
+    log_info("wrote " + name);
     return;
   }
   constexpr int kChunk = 8;  // images decoded at a time
   std::vector<uint8_t> px;
-  int first = 0;
-  write_numbered(out, n, [&](int i, const std::string& path) {
-    if (px.empty() || i >= first + kChunk) {
-      first = i;
-      px = decode(first, std::min(kChunk, n - first));
+  int first_decoded = 0;
+  write_numbered(out, n, std::max(total, n), first, [&](int i, const std::string& path) {
+    if (px.empty() || i >= first_decoded + kChunk) {
+      first_decoded = i;
+      px = decode(first_decoded, std::min(kChunk, n - first_decoded));
     }
-    write_png(path, px.data() + static_cast<size_t>(i - first) * image_bytes, s, s,
-              {{"parameters", params[i]}, {"Software", "tessera"}});
+    write_image(path, px.data() + static_cast<size_t>(i - first_decoded) * image_bytes, s, s,
+                params[i]);
   });
 }
 

@@ -4,23 +4,115 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "commands.h"
 #include "method_flags.h"
+#include "run_settings.h"
 #include "tessera/error.h"
 
 using namespace tessera;
 
+namespace {
+
+// "did you mean" for a mistyped subcommand or flag (CLI11 2.1 has no suggestions of its own).
+std::string suggestion(const CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> commands;
+  for (const CLI::App* c : app.get_subcommands({})) commands.push_back(c->get_name());
+  if (args.empty()) return "";
+  const std::string& first = args.front();
+  if (first.empty() || first[0] == '-') return "";
+  const auto sub = std::find(commands.begin(), commands.end(), first);
+  if (sub == commands.end()) {
+    const std::string guess = cli::closest(first, commands);
+    std::string all;
+    for (const auto& c : commands) all += (all.empty() ? "" : ", ") + c;
+    return "unknown command '" + first + "'" +
+           (guess.empty() ? "" : "; did you mean '" + guess + "'?") + " (commands: " + all + ")";
+  }
+  const CLI::App* cmd = app.get_subcommand(first);
+  std::vector<std::string> flags;
+  for (const CLI::Option* o : cmd->get_options({}))
+    for (const auto& l : o->get_lnames()) flags.push_back("--" + l);
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string a = args[i].substr(0, args[i].find('='));
+    if (a.size() < 3 || a.rfind("--", 0) != 0) continue;
+    if (std::find(flags.begin(), flags.end(), a) != flags.end()) continue;
+    const std::string guess = cli::closest(a, flags);
+    return "unknown flag " + a + " for " + first +
+           (guess.empty() ? "" : "; did you mean " + guess + "?") + " (see tessera " + first +
+           " --help)";
+  }
+  return "";
+}
+
+// generate --from-png IMG: the image's stored settings become flags placed right after
+// "generate", except those the user gives too (theirs win).
+std::vector<std::string> expand_from_png(const CLI::App& app, std::vector<std::string> args) {
+  if (args.empty() || args[0] != "generate") return args;
+  std::string png;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--from-png" && i + 1 < args.size()) png = args[i + 1];
+    if (args[i].rfind("--from-png=", 0) == 0) png = args[i].substr(11);
+  }
+  if (png.empty()) return args;
+  const CLI::App* gen = app.get_subcommand("generate");
+  auto option_of = [&](const std::string& word) -> const CLI::Option* {
+    if (word.size() < 2 || word[0] != '-') return nullptr;
+    return gen->get_option_no_throw(word.substr(0, word.find('=')));
+  };
+  std::vector<const CLI::Option*> given;
+  for (size_t i = 1; i < args.size(); ++i)
+    if (const CLI::Option* o = option_of(args[i])) given.push_back(o);
+  const bool prompt_given =
+      args.size() > 1 && std::any_of(args.begin() + 1, args.end(), [&](const std::string& a) {
+        const CLI::Option* o = option_of(a);
+        return o &&
+               (o->check_lname("class") || o->check_lname("uncond") || o->check_lname("caption"));
+      });
+  std::vector<std::string> stored = cli::settings_to_args(png), keep;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const CLI::Option* o = gen->get_option_no_throw(stored[i]);
+    const bool takes_value = i + 1 < stored.size() && stored[i + 1].rfind("--", 0) != 0;
+    const bool overridden = !o || std::find(given.begin(), given.end(), o) != given.end() ||
+                            (prompt_given && (o->check_lname("class") || o->check_lname("uncond") ||
+                                              o->check_lname("caption")));
+    if (!o && stored[i] != "--uncond")
+      throw Error("--from-png " + png + ": unknown setting " + stored[i] +
+                  " (made by another "
+                  "tessera version?)");
+    if (!overridden) {
+      keep.push_back(stored[i]);
+      if (takes_value) keep.push_back(stored[i + 1]);
+    }
+    if (takes_value) ++i;
+  }
+  args.insert(args.begin() + 1, keep.begin(), keep.end());
+  return args;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"tessera: autoregressive image generation (LlamaGen) with speculative decoding"};
+  CLI::App app{
+      "tessera: autoregressive image generation (LlamaGen, MAR) with speculative decoding"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "tessera 0.1.0");
-  const std::vector<cli::Command> commands = {cli::add_generate(app), cli::add_forward(app),
+  app.set_version_flag("--version", std::string("tessera ") + cli::kVersion);
+  const cli::ModelDefaults md = cli::model_defaults(argc, argv);
+  const std::vector<cli::Command> commands = {cli::add_generate(app, md), cli::add_forward(app),
                                               cli::add_decode(app), cli::add_classes(app),
-                                              cli::add_bench(app)};
+                                              cli::add_bench(app, md)};
+  std::vector<std::string> args(argv + 1, argv + argc);
   try {
-    app.parse(argc, argv);
+    args = expand_from_png(app, args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them reversed
+    app.parse(reversed);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -28,9 +120,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
+    std::string msg = suggestion(app, args);
+    if (msg.empty()) msg = std::string(e.what()) + " (see tessera --help)";
     std::replace(msg.begin(), msg.end(), '\n', ' ');
-    std::fprintf(stderr, "error: %s (see tessera --help)\n", msg.c_str());
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
     return 2;
   }
 

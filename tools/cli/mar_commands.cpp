@@ -7,6 +7,7 @@
 #include "common.h"
 #include "heatmap.h"
 #include "image_output.h"
+#include "interrupt.h"
 #include "progress.h"
 #include "tessera/file_io.h"
 #include "tessera/image_io.h"
@@ -73,7 +74,7 @@ nlohmann::json stats_json(const MarStats& st, const MarGenerateOptions& g) {
 
 }  // namespace
 
-void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
+int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   const int label = label_of(o);
   auto pipe = load(o, !out.png.empty());
   const MarConfig& c = pipe->config().mar;
@@ -81,10 +82,17 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
     throw Error(o.model + " has no VAE decoder: use --latents-out only");
   ProgressBar bar("generate", !o.quiet);
   MarGenerateOptions g = o.gen;
-  g.progress = [&](int64_t done, int64_t total) { bar.update(done, total); };
+  bool announced = false;
+  g.progress = [&](int64_t done, int64_t total) {
+    if (!announced && !out.run_line.empty()) log_info(out.run_line);
+    announced = true;
+    bar.update(done, total);
+  };
   MarStats st;
+  g.cancel = InterruptGuard::flag();
   const auto images = pipe->generate_latents(std::vector<int>(o.n, label), g, &st);
   bar.finish();
+  const int made = static_cast<int>(images.size());
   log_info("generated " + std::to_string(st.images) + " image(s), " + std::to_string(st.tokens) +
            " tokens in " + fmt(st.seconds) + " s (" + g.spec.method + ", " +
            fmt(static_cast<double>(st.target_forwards), 0) + " target forwards" +
@@ -92,11 +100,13 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
                                        : ", acceptance " + fmt(st.acceptance_rate(), 3) + " of " +
                                              std::to_string(st.drafted) + " drafts)"));
   if (!out.stats.empty()) {
-    write_file_atomic(out.stats, stats_json(st, g).dump(2) + "\n");
+    nlohmann::json j = stats_json(st, g);
+    j["settings"] = out.settings.json();
+    write_file_atomic(out.stats, j.dump(2) + "\n");
     log_info("wrote " + out.stats);
   }
   if (!out.heatmap.empty())
-    write_numbered(out.heatmap, o.n, [&](int i, const std::string& path) {
+    write_numbered(out.heatmap, made, o.n, out.first_name, [&](int i, const std::string& path) {
       write_acceptance_heatmap(path, st.token_origin[i], c.seq_side(), 2,
                                "token origin; method=" + g.spec.method +
                                    "; dark = target (pre-fill), 1 = accepted draft, 2 = rejected "
@@ -105,22 +115,20 @@ void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   std::vector<float> flat;
   for (const auto& im : images) flat.insert(flat.end(), im.begin(), im.end());
   if (!out.latents.empty()) {
-    write_npy(out.latents, {o.n, c.seq_len(), c.token_dim()}, flat);
+    write_npy(out.latents, {made, c.seq_len(), c.token_dim()}, flat);
     log_info("wrote " + out.latents);
   }
   if (!out.png.empty()) {
     std::vector<std::string> params;
-    for (int i = 0; i < o.n; ++i)
-      params.push_back("model=" + o.model + "; " +
-                       (o.uncond ? std::string("uncond") : "class=" + std::to_string(label)) +
-                       "; method=" + g.spec.method +
-                       (g.spec.method == "vanilla" ? "" : "; draft=" + g.spec.draft_model) +
-                       "; seed=" + std::to_string(g.seed) + "; image_index=" + std::to_string(i) +
-                       "; steps=" + std::to_string(st.steps) +
-                       "; cfg=" + fmt(g.sampling.cfg_scale, 3) + " (" + g.sampling.cfg_schedule +
-                       "); temperature=" + fmt(g.sampling.temperature, 3) + "; tessera 0.1.0");
-    write_pngs(decode_latents(*pipe, flat), o.n, pipe->image_size(), out.png, out.grid, params);
+    for (int i = 0; i < made; ++i) {
+      RunSettings one = out.settings;
+      one.add("image_index", std::to_string(g.first_image_index + i));
+      params.push_back(one.text());
+    }
+    write_pngs(decode_latents(*pipe, flat), made, pipe->image_size(), out.png, out.grid, params,
+               o.n, out.first_name);
   }
+  return made;
 }
 
 void mar_forward(const MarRunOptions& o, const std::string& latents, const std::string& unknown,

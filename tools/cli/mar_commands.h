@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "run_settings.h"
 #include "tessera/mar.h"
 
 namespace tessera::cli {
@@ -24,8 +25,12 @@ struct MarRunOptions {
 struct MarGenerateOutputs {
   std::string png, latents, stats, heatmap;
   bool grid = false;
+  size_t first_name = 0;  // --output-begin-idx
+  RunSettings settings;   // stored in every image (with its image-index) and in the stats
+  std::string run_line;   // logged once generation is under way
 };
-void mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out);
+// Returns the images generated: fewer than o.n when Ctrl-C stopped the run (every one written).
+int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out);
 
 // z [seq_len, dim] of the MAE for one canvas: latents .npy [seq_len, token_dim] (or [1, ...]),
 // unknown .npy [seq_len] (nonzero = masked; default: all known).

@@ -1,6 +1,7 @@
 #include "method_flags.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "common.h"
@@ -57,7 +58,113 @@ std::string methods_for(TokenKind tokens) {
   return join(names, "|");
 }
 
+std::string family(TokenKind t) {
+  return t == TokenKind::Continuous ? "MAR" : "LlamaGen";
+}
+
 }  // namespace
+
+std::string closest(const std::string& word, const std::vector<std::string>& names) {
+  // Levenshtein distance; a name within a third of its length (at least 1, at most 3) or one the
+  // word is a prefix of counts as meant.
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& n : names) {
+    const size_t d = n.rfind(word, 0) == 0 && word.size() >= 3 ? 1 : distance(word, n);
+    if (d < best_d) {
+      best = n;
+      best_d = d;
+    }
+  }
+  const size_t limit = std::clamp<size_t>(word.size() / 3, 1, 3);
+  return best_d <= limit ? best : "";
+}
+
+std::string param_text(const ParamValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+        if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
+        if constexpr (std::is_same_v<T, double>) {
+          char buf[40];
+          std::snprintf(buf, sizeof buf, "%.17g", x);
+          return buf;
+        }
+        if constexpr (std::is_same_v<T, std::string>) return x;
+      },
+      v);
+}
+
+std::vector<std::string> given_method_flags(const CLI::App& cmd) {
+  std::vector<std::string> out;
+  for (const char* f : {"--draft", "--draft-len", "--resample"})
+    if (cmd.count(f) > 0) out.push_back(f);
+  for (const FlagParam& f : flag_params())
+    if (cmd.count(flag_of(f.info.name)) > 0) out.push_back(flag_of(f.info.name));
+  return out;
+}
+
+void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& methods, bool mar,
+                        const std::string& what) {
+  const TokenKind kind = mar ? TokenKind::Continuous : TokenKind::Discrete;
+  std::vector<const MethodInfo*> infos;
+  std::vector<std::string> all;
+  for (const MethodInfo& m : registered_methods()) all.push_back(m.name);
+  for (const std::string& name : methods) {
+    const MethodInfo* m = find_method(name);
+    if (!m) {
+      const std::string guess = closest(name, all);
+      throw Error(what + " " + name + ": unknown method" +
+                  (guess.empty() ? "" : " (did you mean " + guess + "?)") + "; " + family(kind) +
+                  " methods: " + methods_for(kind));
+    }
+    if (m->tokens != TokenKind::Any && m->tokens != kind)
+      throw Error(what + " " + name + " is for " + family(m->tokens) + " models only; this is a " +
+                  family(kind) + " model (its methods: " + methods_for(kind) + ")");
+    infos.push_back(m);
+  }
+  const bool any_drafts = std::any_of(infos.begin(), infos.end(), [](const MethodInfo* m) {
+    return m->drafts != DraftSource::None;
+  });
+  std::string names = join(methods, ",");
+  for (const char* f : {"--draft", "--draft-len", "--resample"}) {
+    if (cmd.count(f) == 0) continue;
+    if (!any_drafts)
+      throw Error(std::string(f) + " is for speculative methods; " + what + " " + names +
+                  " drafts nothing");
+    if (mar && std::string(f) == "--resample")
+      throw Error("--resample is for LlamaGen methods; MAR's cspd methods resample their own way");
+  }
+  for (const FlagParam& f : flag_params()) {
+    const std::string flag = flag_of(f.info.name);
+    if (cmd.count(flag) == 0) continue;
+    const bool used = std::any_of(infos.begin(), infos.end(), [&](const MethodInfo* m) {
+      return std::any_of(m->params.begin(), m->params.end(),
+                         [&](const ParamInfo& p) { return p.name == f.info.name; });
+    });
+    if (!used) {
+      std::vector<std::string> owners;
+      for (const auto& [m, d] : f.defaults) owners.push_back(m);
+      throw Error(flag + " is a parameter of " + join(owners, ", ") + "; " + what + " " + names +
+                  " does not use it");
+    }
+  }
+}
 
 std::string flag_of(const std::string& param) {
   std::string f = "--" + param;

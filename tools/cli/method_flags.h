@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "tessera/tessera.h"
 
@@ -20,5 +21,22 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o);
 
 // Whether `method` drafts with a draft model when one is available (a default model's sibling).
 bool uses_draft_model(const std::string& method);
+
+// Before any work: every method exists and runs on this model family ("--method cspd is for MAR
+// models only"), and every speculative flag given on `cmd` (--draft, --draft-len, --resample, a
+// method parameter) is used by at least one of them. what: how the methods were given
+// ("--method", "--methods").
+void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& methods, bool mar,
+                        const std::string& what);
+
+// The speculative flags given on `cmd` ("--draft", "--lantern-k", ...).
+std::vector<std::string> given_method_flags(const CLI::App& cmd);
+
+// A parameter value as text that the flag parses back exactly ("5", "0.30000000000000004",
+// "cosine", "true").
+std::string param_text(const ParamValue& v);
+
+// The closest of `names` to `word` when it is close enough to be a typo, else "".
+std::string closest(const std::string& word, const std::vector<std::string>& names);
 
 }  // namespace tessera::cli

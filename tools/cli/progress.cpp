@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "interrupt.h"
+
 namespace tessera::cli {
 
 ProgressBar::ProgressBar(std::string label, bool enabled)
@@ -27,11 +29,13 @@ void ProgressBar::update(int64_t done, int64_t total) {
                static_cast<long long>(done), static_cast<long long>(total), rate, eta);
   std::fflush(stderr);
   drawn_ = true;
+  set_progress_line_open(true);
 }
 
 void ProgressBar::finish() {
   if (drawn_) std::fprintf(stderr, "\n");
   drawn_ = false;
+  set_progress_line_open(false);
 }
 
 }  // namespace tessera::cli
