@@ -4,6 +4,8 @@
 // per-step noise) is injected from the golden arrays, so every comparison is deterministic.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <cmath>
 #include <string>
 
@@ -279,7 +281,15 @@ INSTANTIATE_TEST_SUITE_P(
         GenCase{"target_f32", "gen_tokens_iter4_cfg2_linear.npy", 4, 2.0f, "linear", 1.0f},
         GenCase{"target_f32", "gen_tokens_iter16_cfg1.npy", 16, 1.0f, "linear", 0.95f},
         GenCase{"target_f32", "gen_tokens_iter8_cfg3_constant.npy", 8, 3.0f, "constant", 1.0f},
-        GenCase{"draft_f32", "gen_tokens_draft_iter4_cfg2_linear.npy", 4, 2.0f, "linear", 1.0f}));
+        GenCase{"draft_f32", "gen_tokens_draft_iter4_cfg2_linear.npy", 4, 2.0f, "linear", 1.0f}),
+    // Stable names (the golden's stem) rather than the default byte dump of the struct.
+    [](const ::testing::TestParamInfo<GenCase>& info) {
+      const std::string file = info.param.golden;
+      std::string name = file.substr(0, file.rfind('.'));
+      for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      return name;
+    });
 
 // f16 weights (rounded by the converter) against the f32-weight golden on one MAE forward: within
 // 1% of the rms of z (f16 weight rounding is ~5e-4 relative per weight).

@@ -76,13 +76,16 @@ TEST(MethodRegistry, DescribesDefaultsAndRanges) {
     ADD_FAILURE() << method << " has no " << name;
     return ParamInfo{};
   };
-  EXPECT_EQ(param("lantern", "lantern.k").default_value, "1000");
+  EXPECT_EQ(param("lantern", "lantern.k").default_value,
+            "1000 x vocabulary / 16384 (62 for 1024 codes)");
+  EXPECT_EQ(param("lantern++", "lantern.lambda_rule").choices,
+            (std::vector<std::string>{"paper", "code"}));
   EXPECT_EQ(param("lantern++", "lantern.k").default_value, "10");
   EXPECT_EQ(param("lantern", "lantern.delta").range, "(0, 1]");
   EXPECT_EQ(param("gsd", "gsd.g").range, ">= 2");
   EXPECT_EQ(param("gsd", "gsd.embedding").choices,
             (std::vector<std::string>{"tokens", "codebook"}));
-  EXPECT_EQ(param("cool-sd", "cool.nu").default_value, "0.7");
+  EXPECT_EQ(param("cool-sd", "cool.nu").default_value, "2.8 / (L - 1) (0.7 at L = 5)");
   EXPECT_EQ(param("cspd-exact", "cspd.test_step").default_value, "half way");
   EXPECT_EQ(param("lantern", "lantern.reference").type, ParamType::Switch);
   EXPECT_EQ(find_method("sd")->drafts, DraftSource::DraftModel);
@@ -104,7 +107,7 @@ TEST(MethodRegistry, OutOfRangeValuesNameTheParameter) {
       {"lantern", "lantern.k", int64_t{0}, "lantern.k must be >= 1"},
       {"lantern", "lantern.k", int64_t{300}, "lantern.k 300 exceeds the 255 other codes"},
       {"lantern", "lantern.delta", 0.0, "lantern.delta must be in (0, 1]"},
-      {"lantern++", "lantern.lambda", 0.5, "lantern.lambda must be >= 1"},
+      {"lantern++", "lantern.lambda", 0.0, "lantern.lambda must be > 0"},
       {"uniform-rsd", "rsd.delta", 0.0, "rsd.delta must be > 0"},
       {"cool-sd", "cool.nu", -0.5, "cool.nu must be >= 0"},
       {"amplify", "amplify.k", 0.5, "amplify.k must be >= 1"},
@@ -120,6 +123,19 @@ TEST(MethodRegistry, OutOfRangeValuesNameTheParameter) {
     EXPECT_EQ(e.param(), c.param);
     EXPECT_EQ(std::string(e.what()).rfind(c.what, 0), 0u) << e.what();
   }
+}
+
+// LANTERN++'s two λ conventions (docs/methods.md): the code's S <= (λ - 1) p(x~) needs λ >= 1.
+TEST(MethodRegistry, LambdaConventionBoundsLambda) {
+  const ParameterError e = discrete_error(
+      options("lantern++", {{"lantern.lambda", 0.5}, {"lantern.lambda_rule", std::string("code")}}));
+  EXPECT_EQ(e.param(), "lantern.lambda");
+  EXPECT_EQ(std::string(e.what()).rfind("lantern.lambda must be >= 1 with the code's rule", 0), 0u)
+      << e.what();
+  EXPECT_EQ(
+      discrete_error(options("lantern++", {{"lantern.lambda", 0.5}, {"lantern.reference", true}}))
+          .param(),
+      "lantern.lambda");  // --lantern-reference implies the code's rule
 }
 
 TEST(MethodRegistry, GenericOptionsNameTheirParameter) {

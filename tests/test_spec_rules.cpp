@@ -377,9 +377,9 @@ TEST(SpecRulesLantern, LambdaRule) {
   const Vec p = {0.2f, 0.1f, 0.05f, 0.1f, 0.3f, 0.25f};
   LanternParams lp;
   lp.k = 10;  // clamped to the table's 5
-  lp.lambda = 2.0f;
+  lp.lambda = 1.0f;
   lp.delta = 0.01f;  // ignored by the λ-rule
-  // Budget (λ-1) p(x~) = 0.2: 0.1, 0.15 admitted, 0.25 stops.
+  // Paper rule (COOL-SD §3.1), S < λ p(x~) = 0.2: 0.1, 0.15 admitted, 0.25 stops.
   int size = -1;
   Vec d(6);
   lantern_distorted_target(lp, *nb, p, 0, d, &size);
@@ -387,8 +387,17 @@ TEST(SpecRulesLantern, LambdaRule) {
   const auto r = make_lantern_rule(lp, nb);
   EXPECT_EQ(r->name(), "lantern++");
   EXPECT_NEAR(r->accept_probability(node(0, p)), 0.35, 1e-6);
-  // λ = 1.5: budget 0.1 = p(1) exactly: paper `<` rejects it, reference `<=` admits it.
-  lp.lambda = 1.5f;
+  // The code's rule, S <= (λ - 1) p(x~): the same λ = 1 allows nothing; λ = 2 gives the paper's
+  // λ = 1 set.
+  lp.lambda_rule = LambdaRule::Code;
+  lantern_distorted_target(lp, *nb, p, 0, d, &size);
+  EXPECT_EQ(size, 0);
+  lp.lambda = 2.0f;
+  lantern_distorted_target(lp, *nb, p, 0, d, &size);
+  EXPECT_EQ(size, 2);
+  // Paper λ = 0.5: budget 0.1 = p(1) exactly: paper `<` rejects it, reference `<=` admits it.
+  lp.lambda_rule = LambdaRule::Paper;
+  lp.lambda = 0.5f;
   lantern_distorted_target(lp, *nb, p, 0, d, &size);
   EXPECT_EQ(size, 0);
   lp.reference = true;
@@ -441,7 +450,10 @@ TEST(SpecRulesLantern, DistortionWithinBudgetOnRandomDistributions) {
     lp.delta = static_cast<float>(0.02 + 0.5 * u(rng));
     lp.reference = t % 3 == 0;
     const bool lambda_rule = t % 5 == 1;
-    if (lambda_rule) lp.lambda = static_cast<float>(1.2 + 3.0 * u(rng));
+    if (lambda_rule) {
+      lp.lambda = static_cast<float>(1.2 + 3.0 * u(rng));
+      lp.lambda_rule = t % 10 == 1 ? LambdaRule::Paper : LambdaRule::Code;
+    }
     Vec d(V);
     // Paper, one-hot q: the node's output law f δ_x~ + (1 - f) Norm(residual) equals p_{k,δ}.
     const auto rule = make_lantern_rule(lp, std::make_shared<const LatentNeighbours>(nb));
@@ -461,7 +473,8 @@ TEST(SpecRulesLantern, DistortionWithinBudgetOnRandomDistributions) {
       EXPECT_NEAR(total, 1.0, 1e-5);
       if (size > 0) ++nonempty;
       if (lambda_rule) {
-        const double budget = (lp.lambda - 1.0) * p[x];
+        const double budget =
+            (lp.lambda_rule == LambdaRule::Code ? lp.lambda - 1.0 : lp.lambda) * p[x];
         if (lp.reference)
           EXPECT_LE(S, budget + 1e-7);
         else
@@ -504,39 +517,44 @@ TEST(SpecRulesLantern, DistortionWithinBudgetOnRandomDistributions) {
 
 // ---------------------------------------------------------------- GSD
 namespace {
-// Descending ranking: 1 (0.30), 3 (0.20), 5 (0.15), 6 (0.12), 4 (0.08), 7 (0.08), 2 (0.05), 0
-// (0.02) (4 and 7 tie: the smaller id ranks first).
+// GSD Alg. 3 line 2 sorts p ascending: 0 (0.02), 2 (0.05), 4 (0.08), 7 (0.08), 6 (0.12), 5 (0.15),
+// 3 (0.20), 1 (0.30) (4 and 7 tie: the smaller id sorts first), at positions 0..7.
 const Vec kGsdP = {0.02f, 0.30f, 0.05f, 0.20f, 0.08f, 0.15f, 0.12f, 0.08f};
 
-std::unique_ptr<AcceptanceRule> gsd(int g, float d, float delta, Vec emb = Vec(8, 0.0f)) {
+std::unique_ptr<AcceptanceRule> gsd(int g, float d, float delta, Vec emb = Vec(8, 0.0f),
+                                    bool reference = false) {
   GsdParams gp;
   gp.g = g;
   gp.d = d;
   gp.delta = delta;
+  gp.reference = reference;
   return make_gsd_rule(gp, std::make_shared<const std::vector<float>>(std::move(emb)), 1);
 }
 
-// Brute force: full sort, slice, filters (the definition, for cross-checking).
+// Brute force from GSD Alg. 3 as written: sort ascending, find x~'s position r, slice
+// [r - G//2, r + G//2) (clipped; the reference code's slice is empty when the start is negative),
+// pop by the two filters (strict `<` keeps in the reference code), f = min(1, p(C)/q(C)).
 double gsd_reference_f(const Vec& p, const Vec& q, const Vec& emb, int dim, int token,
                        const GsdParams& gp) {
   const int V = static_cast<int>(p.size());
   std::vector<int> order(V);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] < p[b]; });
   const int r = static_cast<int>(std::find(order.begin(), order.end(), token) - order.begin());
   const int half = gp.g / 2;
+  if (gp.reference && r - half < 0) return 0.0;
   std::vector<int> c{token};
   for (int k = std::max(0, r - half); k < std::min(V, r + half); ++k) {
     const int y = order[k];
     if (y == token) continue;
-    if (std::abs(static_cast<double>(p[y]) - p[token]) > gp.delta) continue;
+    const double gap = std::abs(static_cast<double>(p[y]) - p[token]);
+    if (gp.reference ? !(gap < gp.delta) : gap > gp.delta) continue;
     double d2 = 0.0;
     for (int j = 0; j < dim; ++j) {
       const double diff = static_cast<double>(emb[token * dim + j]) - emb[y * dim + j];
       d2 += diff * diff;
     }
-    if (d2 > gp.d) continue;
+    if (gp.reference ? !(d2 < gp.d) : d2 > gp.d) continue;
     c.push_back(y);
   }
   double pc = 0.0, qc = 0.0;
@@ -548,30 +566,41 @@ double gsd_reference_f(const Vec& p, const Vec& q, const Vec& emb, int dim, int 
 }
 }  // namespace
 
-TEST(SpecRulesGsd, WindowAroundRank) {
-  const auto r = gsd(4, 1.0f, 1.0f);  // no filtering; G/2 = 2
+TEST(SpecRulesGsd, WindowAroundPosition) {
+  const auto r = gsd(4, 1.0f, 1.0f);  // no filtering; G/2 = 2: two below x~, one above
   EXPECT_EQ(r->name(), "gsd");
   auto f = [&](int x) { return r->accept_probability(node(x, kGsdP)); };  // one-hot q: f = p(C)
-  EXPECT_NEAR(f(6), 0.55, 1e-6);  // ranks [1, 5): 3, 5, 6, 4
-  EXPECT_NEAR(f(4), 0.43, 1e-6);  // ranks [2, 6): 5, 6, 4, 7
-  EXPECT_NEAR(f(7), 0.33, 1e-6);  // ranks [3, 7): 6, 4, 7, 2
-  EXPECT_NEAR(f(1), 0.50, 1e-6);  // top: ranks [0, 2)
-  EXPECT_NEAR(f(3), 0.65, 1e-6);  // ranks [0, 3)
-  EXPECT_NEAR(f(0), 0.15, 1e-6);  // bottom: ranks [5, 8)
-  EXPECT_NEAR(f(2), 0.23, 1e-6);  // ranks [4, 8)
-  EXPECT_NEAR(gsd(5, 1.0f, 1.0f)->accept_probability(node(6, kGsdP)), 0.55, 1e-6);  // 5//2 = 2
-  EXPECT_NEAR(gsd(3, 1.0f, 1.0f)->accept_probability(node(6, kGsdP)), 0.27, 1e-6);  // ranks 2, 3
+  EXPECT_NEAR(f(6), 0.43, 1e-6);  // positions [2, 6): 4, 7, 6, 5
+  EXPECT_NEAR(f(4), 0.23, 1e-6);  // [0, 4): 0, 2, 4, 7
+  EXPECT_NEAR(f(7), 0.33, 1e-6);  // [1, 5): 2, 4, 7, 6
+  EXPECT_NEAR(f(1), 0.65, 1e-6);  // top: [5, 8): 5, 3, 1
+  EXPECT_NEAR(f(3), 0.77, 1e-6);  // [4, 8): 6, 5, 3, 1
+  EXPECT_NEAR(f(0), 0.07, 1e-6);  // bottom, clipped: [0, 2): 0, 2
+  EXPECT_NEAR(f(2), 0.15, 1e-6);  // [0, 3): 0, 2, 4
+  EXPECT_NEAR(gsd(5, 1.0f, 1.0f)->accept_probability(node(6, kGsdP)), 0.43, 1e-6);  // 5//2 = 2
+  EXPECT_NEAR(gsd(3, 1.0f, 1.0f)->accept_probability(node(6, kGsdP)), 0.20, 1e-6);  // 7, 6
   // G/2 = 0: the slice is empty but x~ is always in C.
   EXPECT_NEAR(gsd(1, 1.0f, 1.0f)->accept_probability(node(6, kGsdP)), 0.12, 1e-6);
 }
 
+TEST(SpecRulesGsd, ReferenceCodeRejectsANegativeSliceStart) {
+  const auto r = gsd(4, 1.0f, 1.0f, Vec(8, 0.0f), true);
+  EXPECT_EQ(r->name(), "gsd-ref");
+  EXPECT_DOUBLE_EQ(r->accept_probability(node(0, kGsdP)), 0.0);  // r = 0 < 2: NaN in the code
+  EXPECT_DOUBLE_EQ(r->accept_probability(node(2, kGsdP)), 0.0);  // r = 1
+  EXPECT_NEAR(r->accept_probability(node(4, kGsdP)), 0.23, 1e-6);  // r = 2: [0, 4)
+  EXPECT_NEAR(r->accept_probability(node(1, kGsdP)), 0.65, 1e-6);  // top, clipped as the code
+}
+
 TEST(SpecRulesGsd, ProbabilityAndDistanceFilters) {
-  // δ = 0.05 drops 3 (|0.20 - 0.12| = 0.08) but keeps 5 (0.03) and 4 (0.04).
-  EXPECT_NEAR(gsd(4, 1.0f, 0.05f)->accept_probability(node(6, kGsdP)), 0.35, 1e-6);
-  // Token 5 at squared distance 1 from the others: dropped for d = 0.5, kept for d = 1 (<= d).
+  // δ = 0.035 drops 4 and 7 (|0.08 - 0.12| = 0.04) but keeps 5 (0.03).
+  EXPECT_NEAR(gsd(4, 1.0f, 0.035f)->accept_probability(node(6, kGsdP)), 0.27, 1e-6);
+  // Token 5 at squared distance 1 from the others: dropped for d = 0.5, kept for d = 1 (the
+  // paper pops only if > d), dropped for d = 1 by the reference code (keeps only if < d).
   const Vec emb = {0, 0, 0, 0, 0, 1, 0, 0};
-  EXPECT_NEAR(gsd(4, 0.5f, 1.0f, emb)->accept_probability(node(6, kGsdP)), 0.40, 1e-6);
-  EXPECT_NEAR(gsd(4, 1.0f, 1.0f, emb)->accept_probability(node(6, kGsdP)), 0.55, 1e-6);
+  EXPECT_NEAR(gsd(4, 0.5f, 1.0f, emb)->accept_probability(node(6, kGsdP)), 0.28, 1e-6);
+  EXPECT_NEAR(gsd(4, 1.0f, 1.0f, emb)->accept_probability(node(6, kGsdP)), 0.43, 1e-6);
+  EXPECT_NEAR(gsd(4, 1.0f, 1.0f, emb, true)->accept_probability(node(6, kGsdP)), 0.28, 1e-6);
   // x~ itself is never filtered, even far from everything.
   EXPECT_NEAR(gsd(4, 0.5f, 0.001f, emb)->accept_probability(node(5, kGsdP)), 0.15, 1e-6);
 }
@@ -579,17 +608,18 @@ TEST(SpecRulesGsd, ProbabilityAndDistanceFilters) {
 TEST(SpecRulesGsd, FullDraftAndResidual) {
   const auto r = gsd(4, 1.0f, 1.0f);
   const Vec q = {0.05f, 0.05f, 0.05f, 0.3f, 0.1f, 0.2f, 0.2f, 0.05f};
-  EXPECT_NEAR(r->accept_probability(node(6, kGsdP, q)), 0.55 / 0.8, 1e-6);  // q(C) = 0.8
+  EXPECT_NEAR(r->accept_probability(node(6, kGsdP, q)), 0.43 / 0.55, 1e-6);  // q(C) = 0.55
   expect_vec_near(residual_of(*r, node(6, kGsdP, q)), {0, 0.25, 0, 0, 0, 0, 0, 0.03});
 }
 
-TEST(SpecRulesGsd, ZeroMassTokensRankByIdAtTheBottom) {
-  // Ranking: 1, 3, 5, then the zeros 0, 2, 4, 6, 7.
+TEST(SpecRulesGsd, ZeroMassTokensSortByIdAtTheBottom) {
+  // Ascending: the zeros 0, 2, 4, 6, 7, then 5, 3, 1.
   const Vec p = {0.0f, 0.5f, 0.0f, 0.3f, 0.0f, 0.2f, 0.0f, 0.0f};
-  EXPECT_NEAR(gsd(2, 1.0f, 1.0f)->accept_probability(node(0, p)), 0.2, 1e-6);  // ranks [2, 4)
-  EXPECT_DOUBLE_EQ(gsd(2, 1.0f, 1.0f)->accept_probability(node(2, p)), 0.0);   // ranks [3, 5)
-  EXPECT_DOUBLE_EQ(gsd(6, 1.0f, 1.0f)->accept_probability(node(6, p)), 0.0);   // ranks [3, 8)
-  EXPECT_NEAR(gsd(8, 1.0f, 1.0f)->accept_probability(node(6, p)), 0.2, 1e-6);  // ranks [2, 8)
+  EXPECT_DOUBLE_EQ(gsd(2, 1.0f, 1.0f)->accept_probability(node(7, p)), 0.0);  // [3, 5): 6, 7
+  // A target-impossible draft is accepted with its cluster's mass (GSD Eq. 4 as written).
+  EXPECT_NEAR(gsd(4, 1.0f, 1.0f)->accept_probability(node(7, p)), 0.2, 1e-6);  // [2, 6)
+  EXPECT_NEAR(gsd(6, 1.0f, 1.0f)->accept_probability(node(7, p)), 0.5, 1e-6);  // [1, 7)
+  EXPECT_NEAR(gsd(4, 1.0f, 1.0f)->accept_probability(node(5, p)), 0.5, 1e-6);  // [3, 7)
 }
 
 TEST(SpecRulesGsd, MatchesFullSortOnRandomCases) {
@@ -597,7 +627,7 @@ TEST(SpecRulesGsd, MatchesFullSortOnRandomCases) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::normal_distribution<float> g(0.0f, 0.4f);
   const int V = 64, dim = 3;
-  for (int t = 0; t < 60; ++t) {
+  for (int t = 0; t < 80; ++t) {
     Vec p = random_dist(rng, V);
     if (t % 4 == 0)  // exact ties
       for (int y = 0; y < V; y += 3) p[y] = p[0];
@@ -608,6 +638,7 @@ TEST(SpecRulesGsd, MatchesFullSortOnRandomCases) {
     gp.g = 1 + static_cast<int>(u(rng) * 30);
     gp.d = static_cast<float>(2.0 * u(rng));
     gp.delta = static_cast<float>(0.3 * u(rng));
+    gp.reference = t % 2 == 1;
     const auto r = make_gsd_rule(gp, std::make_shared<const std::vector<float>>(emb), dim);
     for (int x = 0; x < V; ++x) {
       EXPECT_NEAR(r->accept_probability(node(x, p, q)), gsd_reference_f(p, q, emb, dim, x, gp),

@@ -36,7 +36,13 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
       verify_params_(settings.sampling) {
   check(settings.max_tokens == 0 || settings.max_tokens == target.info().n_tokens,
         "internal: speculative decoding generates whole images");
-  if (settings.sampling.temperature <= 0.0f) verify_params_.temperature = 1.0f;
+  if (settings.sampling.temperature <= 0.0f) {
+    verify_params_.temperature = 1.0f;
+    if (!loop.rule->greedy_filtered()) {
+      verify_params_.top_k = 0;
+      verify_params_.top_p = 1.0f;
+    }
+  }
 }
 
 void SpeculativeDecoder::remove(int id) {

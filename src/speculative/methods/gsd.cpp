@@ -11,22 +11,26 @@ namespace tessera::speculative {
 namespace {
 
 struct GsdOptions {
-  int g = 10;
+  int g = 10;  // 14 with gsd.reference when not given (the code's fixed window)
   float d = 0.5f;
   float delta = 0.15f;
   std::string embedding = "tokens";
+  bool reference = false;
 };
 
 std::vector<ParamSpec<GsdOptions>> specs() {
   using O = GsdOptions;
   return {
       ParamSpec<O>("gsd.g", &O::g, "Cluster size G (sorted ranks around the drafted token's)")
-          .in(Range::at_least(2)),
+          .in(Range::at_least(2))
+          .default_shown_as("10 (14 with --gsd-reference)"),
       ParamSpec<O>("gsd.d", &O::d, "Embedding-distance threshold d").in(Range::at_least(0)),
       ParamSpec<O>("gsd.delta", &O::delta, "Probability-gap threshold δ").in(Range::closed(0, 1)),
       ParamSpec<O>("gsd.embedding", &O::embedding,
                    "Distance embedding: tokens (the target's input embeddings) or codebook")
-          .one_of({"tokens", "codebook"})};
+          .one_of({"tokens", "codebook"}),
+      ParamSpec<O>("gsd.reference", &O::reference,
+                   "The published code's window of 14 and strict filters (docs/methods.md)")};
 }
 
 // The GSD distance embedding, [V, dim] f32.
@@ -61,7 +65,8 @@ std::vector<MethodEntry> gsd_methods() {
     const GsdOptions o = read_params(specs(), given, GsdOptions{});
     int dim = 0;
     auto emb = gsd_embedding(target.dir, o.embedding, target.config.vocab_size, &dim);
-    return make_gsd_rule({o.g, o.d, o.delta}, emb, dim);
+    const int g = given.count("gsd.g") || !o.reference ? o.g : 14;
+    return make_gsd_rule({g, o.d, o.delta, o.reference}, emb, dim);
   };
   return {e};
 }

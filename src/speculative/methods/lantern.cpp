@@ -2,6 +2,7 @@
 // 2025; LANTERN++ as restated in COOL-SD (Li et al., 2026) §3.1). The rule is
 // rules/lantern_rule.cpp.
 #include <algorithm>
+#include <cmath>
 
 #include "speculative/method_params.h"
 #include "speculative/methods/families.h"
@@ -12,9 +13,10 @@ namespace tessera::speculative {
 namespace {
 
 struct LanternOptions {
-  int k = 1000;  // clamped to the vocabulary's other codes when not given
+  int k = 1000;  // LANTERN: scaled to the vocabulary when not given (default_k)
   float delta = 0.1f;
   float lambda = 2.0f;
+  std::string lambda_rule = "paper";  // "code" when --lantern-reference is given without it
   std::string metric = "l2";
   bool reference = false;
 };
@@ -25,24 +27,41 @@ LanternOptions defaults(bool plus) {
   return o;
 }
 
+// LANTERN's k = 1000 was chosen for LlamaGen's 16384-code VQ (LANTERN §5, Table 2): 6.1% of the
+// codebook. The default keeps that fraction, so a 1024-code model considers 62 neighbours rather
+// than nearly its whole codebook (docs/methods.md, "Defaults per model"). LANTERN++'s k = 10 is an
+// absolute neighbourhood and stays 10.
+int default_k(bool plus, int vocab) {
+  if (plus) return std::min(10, vocab - 1);
+  const long scaled = std::lround(1000.0 * vocab / 16384.0);
+  return static_cast<int>(std::clamp<long>(scaled, 1, vocab - 1));
+}
+
 std::vector<ParamSpec<LanternOptions>> specs(bool plus) {
   using O = LanternOptions;
   std::vector<ParamSpec<O>> s;
-  s.push_back(ParamSpec<O>("lantern.k", &O::k, "Latent neighbours considered per drafted token")
-                  .in(Range::at_least(1))
-                  .noting("< vocabulary size"));
-  if (plus)
+  ParamSpec<O> k("lantern.k", &O::k, "Latent neighbours considered per drafted token");
+  k.in(Range::at_least(1)).noting("< vocabulary size");
+  if (!plus) k.default_shown_as("1000 x vocabulary / 16384 (62 for 1024 codes)");
+  s.push_back(k);
+  if (plus) {
     s.push_back(ParamSpec<O>("lantern.lambda", &O::lambda,
-                             "LANTERN++ λ: accept neighbours while their mass S < (λ - 1) p(x~)")
-                    .in(Range::at_least(1)));
-  else
+                             "LANTERN++ λ: accept neighbours while their mass S < λ p(x~) (paper "
+                             "rule) or S <= (λ - 1) p(x~) (code rule)")
+                    .in(Range::above(0)));
+    s.push_back(ParamSpec<O>("lantern.lambda_rule", &O::lambda_rule,
+                             "λ convention: paper (COOL-SD §3.1) or code (jadohu/LANTERN)")
+                    .one_of({"paper", "code"})
+                    .default_shown_as("paper (code with --lantern-reference)"));
+  } else
     s.push_back(ParamSpec<O>("lantern.delta", &O::delta,
                              "Total-variation budget δ moved onto the drafted token")
                     .in(Range::open_closed(0, 1)));
   s.push_back(ParamSpec<O>("lantern.metric", &O::metric, "Latent distance of the neighbour table")
                   .one_of({"l2", "cosine"}));
   s.push_back(ParamSpec<O>("lantern.reference", &O::reference,
-                           "The published code's B_k (k others), <= test and residual "
+                           "The published code's B_k (k others), <= test, λ rule, residual and "
+                           "unfiltered greedy verification "
                            "(docs/methods.md)"));
   return s;
 }
@@ -52,14 +71,19 @@ std::unique_ptr<AcceptanceRule> make_rule(bool plus, const MethodParams& given,
   const LanternOptions o = read_params(specs(plus), given, defaults(plus));
   const int V = target.config.vocab_size;
   LanternParams lp;
-  lp.k = given.count("lantern.k") ? o.k : std::min(o.k, V - 1);
+  lp.k = given.count("lantern.k") ? o.k : default_k(plus, V);
   check_param(lp.k <= V - 1, "lantern.k",
               std::to_string(lp.k) + " exceeds the " + std::to_string(V - 1) +
                   " other codes of the vocabulary");
   lp.reference = o.reference;
-  if (plus)
+  if (plus) {
     lp.lambda = o.lambda;
-  else
+    const bool code = given.count("lantern.lambda_rule") ? o.lambda_rule == "code" : o.reference;
+    lp.lambda_rule = code ? LambdaRule::Code : LambdaRule::Paper;
+    check_param(!code || o.lambda >= 1.0f, "lantern.lambda",
+                "must be >= 1 with the code's rule S <= (λ - 1) p(x~), got " +
+                    format_default(o.lambda));
+  } else
     lp.delta = o.delta;
   auto nb = std::make_shared<const LatentNeighbours>(LatentNeighbours::for_model(
       target.dir, lp.k + 1, o.metric == "l2" ? LatentMetric::L2 : LatentMetric::Cosine));

@@ -14,7 +14,7 @@ struct RsdOptions {
 };
 struct CoolOptions {
   float delta = 1.1f;
-  float nu = 0.7f;
+  float nu = -1.0f;  // < 0: cool_sd_default_nu(L), per round (docs/methods.md)
 };
 struct AmplifyOptions {
   float k = 2.0f;
@@ -51,7 +51,8 @@ std::vector<MethodEntry> relaxed_ratio_methods() {
       {ParamSpec<CoolOptions>("cool.delta", &CoolOptions::delta, "COOL-SD relaxation budget δ")
            .in(Range::above(0)),
        ParamSpec<CoolOptions>("cool.nu", &CoolOptions::nu, "COOL-SD decay ν")
-           .in(Range::at_least(0))},
+           .in(Range::at_least(0))
+           .default_shown_as("2.8 / (L - 1) (0.7 at L = 5)")},
       [](const CoolOptions& o) { return make_cool_sd_rule(o.delta, o.nu); });
   // Both are defined with G* (COOL-SD, Li et al., 2026, Alg. 1 line 12).
   rsd.optimal_by_default = cool.optimal_by_default = true;

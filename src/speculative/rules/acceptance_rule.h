@@ -20,7 +20,8 @@ struct NodeView {
   int draft_len = 1;  // L: the round's maximum draft depth
   // Target distribution at the node: after CFG, temperature, top-k and top-p, summing to 1 (the
   // distribution vanilla sampling draws from). Under greedy decoding (temperature 0) it is the
-  // untempered softmax with the same top-k/top-p filtering instead (see greedy_accept).
+  // untempered softmax with the same top-k/top-p filtering instead, or unfiltered when the rule
+  // asks (see greedy_accept, greedy_filtered).
   std::span<const float> p;
   // Draft distribution x~ was drawn from, summing to 1; empty means one-hot at `token`
   // (Jacobi's uniformly initialised drafts: the 'random' init of the SJD code,
@@ -47,6 +48,11 @@ class AcceptanceRule {
   // x~ == argmax p (exact greedy SD); LANTERN overrides it (LANTERN (Jang et al., 2025) §4.3:
   // x~ = argmax of the distorted target).
   virtual bool greedy_accept(const NodeView& n) const;
+
+  // Greedy decoding: whether p keeps the sampling settings' top-k/top-p filters (true: tessera's
+  // default, the distribution vanilla greedy decoding takes its argmax of) or is the unfiltered
+  // CFG softmax (LANTERN's published code, `--lantern-reference`).
+  virtual bool greedy_filtered() const { return true; }
 };
 
 // G* = Norm([p - q * f(., p, q, i)]+) (COOL-SD (Li et al., 2026) §3.2, Eq. 5), unnormalised, for

@@ -20,10 +20,11 @@ class GsdRule final : public AcceptanceRule {
     rows_ = emb_->size() / static_cast<size_t>(dim_);
   }
 
-  std::string name() const override { return "gsd"; }
+  std::string name() const override { return params_.reference ? "gsd-ref" : "gsd"; }
 
   double accept_probability(const NodeView& n) const override {
     const std::vector<int> c = cluster(n.p, n.token);
+    if (c.empty()) return 0.0;  // reference form, negative slice start: NaN, rejected
     double pc = 0.0, qc = 0.0;
     for (int y : c) {
       pc += n.p[y];
@@ -35,69 +36,79 @@ class GsdRule final : public AcceptanceRule {
   // Alg. 3 line 17: the token-level residual of SJD, not a cluster-level one.
   void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
 
-  // C(x~) = window of the descending ranking around x~, filtered (Alg. 3 lines 2-11); x~ first.
+  // C(x~): the window of the ascending ranking around x~, filtered (Alg. 3 lines 2-11); x~ first.
+  // Empty (f = 0) only in the reference form, when the code's slice start is negative.
   std::vector<int> cluster(std::span<const float> p, int token) const {
     if (p.size() > rows_)
       throw Error("GSD: the embedding has " + std::to_string(rows_) +
                   " rows but the target distribution has " + std::to_string(p.size()) + " tokens");
     const int V = static_cast<int>(p.size());
     const int half = std::max(0, params_.g / 2);  // G//2
-    // Rank 0 = most probable; ties by smaller id (a strict total order, so the window is unique).
-    auto before = [&p](int y, int z) { return p[y] > p[z] || (p[y] == p[z] && y < z); };
-    // Ranks [r - G/2, r) are the min(G/2, r) tokens ranked just before x~; ranks (r, r + G/2) the
-    // min(G/2 - 1, V - r - 1) ranked just after. One pass with two bounded heaps finds both
-    // without sorting V (the rank r itself is never needed).
-    const size_t n_up = static_cast<size_t>(half);
-    const size_t n_down = static_cast<size_t>(std::max(0, half - 1));
-    std::vector<int> up, down;
-    up.reserve(n_up + 1);
+    // Alg. 3 line 2: sort(p_k), ascending (torch.sort's default, and the published code's
+    // logits.sort()); ties by smaller id first (a stable sort over ids 0..V-1), so the order is a
+    // strict total order and the window is unique. x~ sits at sorted position r; line 4's slice
+    // [r - G//2, r + G//2) holds the min(G//2, r) tokens sorted just below x~ (less probable) and
+    // the min(G//2 - 1, V - r - 1) just above (more probable). One pass with two bounded heaps
+    // finds both without sorting V (r itself is never needed).
+    auto below = [&p](int y, int z) { return p[y] < p[z] || (p[y] == p[z] && y < z); };
+    const size_t n_down = static_cast<size_t>(half);
+    const size_t n_up = static_cast<size_t>(std::max(0, half - 1));
+    std::vector<int> down, up;
     down.reserve(n_down + 1);
-    auto up_cmp = [&](int a, int b) { return before(b, a); };    // heap top = earliest-ranked
-    auto down_cmp = [&](int a, int b) { return before(a, b); };  // heap top = latest-ranked
+    up.reserve(n_up + 1);
+    auto down_cmp = [&](int a, int b) { return below(b, a); };  // heap top = lowest-sorted
+    auto up_cmp = [&](int a, int b) { return below(a, b); };    // heap top = highest-sorted
     for (int y = 0; y < V; ++y) {
       if (y == token) continue;
-      if (before(y, token)) {
-        if (n_up == 0) continue;
-        if (up.size() < n_up) {
-          up.push_back(y);
-          std::push_heap(up.begin(), up.end(), up_cmp);
-        } else if (before(up.front(), y)) {
-          std::pop_heap(up.begin(), up.end(), up_cmp);
-          up.back() = y;
-          std::push_heap(up.begin(), up.end(), up_cmp);
-        }
-      } else {
+      if (below(y, token)) {
         if (n_down == 0) continue;
         if (down.size() < n_down) {
           down.push_back(y);
           std::push_heap(down.begin(), down.end(), down_cmp);
-        } else if (before(y, down.front())) {
+        } else if (below(down.front(), y)) {
           std::pop_heap(down.begin(), down.end(), down_cmp);
           down.back() = y;
           std::push_heap(down.begin(), down.end(), down_cmp);
         }
+      } else {
+        if (n_up == 0) continue;
+        if (up.size() < n_up) {
+          up.push_back(y);
+          std::push_heap(up.begin(), up.end(), up_cmp);
+        } else if (below(y, up.front())) {
+          std::pop_heap(up.begin(), up.end(), up_cmp);
+          up.back() = y;
+          std::push_heap(up.begin(), up.end(), up_cmp);
+        }
       }
     }
+    // junhyukso/GSD slices logit_sort[r-7 : r+7]: for r < G//2 the start is negative, Python's
+    // slice is empty, p'(C)/q'(C) = 0/0 = NaN and the draft is rejected (r < NaN is false). The
+    // paper's slice is clipped at 0 instead.
+    if (params_.reference && down.size() < n_down) return {};
     // x~ is always in C, even when the slice [r - G/2, r + G/2) would miss it (G/2 = 0).
     std::vector<int> c{token};
     const double px = p[token];
     const float* ex = emb_->data() + static_cast<size_t>(token) * dim_;
+    const bool strict = params_.reference;
     auto keep = [&](int y) {
       // Alg. 3 lines 9-10: pop if |p(y) - p(x~)| > δ or M_d[x~, y] > d (squared Euclidean, as the
-      // published code's ‖a‖² + ‖b‖² - 2ab, computed directly in double).
-      if (std::abs(static_cast<double>(p[y]) - px) > static_cast<double>(params_.delta))
-        return false;
+      // published code's ‖a‖² + ‖b‖² - 2ab, computed directly in double). The code keeps y only
+      // if the gap < δ and the distance < d (strict).
+      const double gap = std::abs(static_cast<double>(p[y]) - px);
+      const double delta = params_.delta;
+      if (strict ? !(gap < delta) : gap > delta) return false;
       const float* ey = emb_->data() + static_cast<size_t>(y) * dim_;
       double d2 = 0.0;
       for (int k = 0; k < dim_; ++k) {
         const double diff = static_cast<double>(ex[k]) - static_cast<double>(ey[k]);
         d2 += diff * diff;
       }
-      return d2 <= static_cast<double>(params_.d);
+      return strict ? d2 < static_cast<double>(params_.d) : d2 <= static_cast<double>(params_.d);
     };
-    for (int y : up)
-      if (keep(y)) c.push_back(y);
     for (int y : down)
+      if (keep(y)) c.push_back(y);
+    for (int y : up)
       if (keep(y)) c.push_back(y);
     return c;
   }

@@ -1,6 +1,6 @@
-// LANTERN (Jang et al., 2025) §4.2-4.3, Alg. 1-2 and LANTERN++'s λ-rule (jadohu/LANTERN's
-// models/ea_model_llamagen.py evaluate_posterior; restated in COOL-SD (Li et al., 2026) §3.1), in
-// the paper's form and in jadohu/LANTERN's code form.
+// LANTERN (Jang et al., 2025) §4.2-4.3, Alg. 1-2 and LANTERN++'s λ-rule (as restated in COOL-SD
+// (Li et al., 2026) §3.1, and as jadohu/LANTERN's models/ea_model_llamagen.py evaluate_posterior
+// implements it), in the paper's form and in jadohu/LANTERN's code form.
 #include <algorithm>
 #include <vector>
 
@@ -27,9 +27,12 @@ NeighbourSet accepted_set(const LanternParams& params, const LatentNeighbours& n
   const int others = params.reference ? params.k : params.k - 1;
   const std::span<const int32_t> walk = nb.nearest(token, std::max(0, others));
   const double px = p[token];
-  // δ-rule: S < δ (Alg. 2 line 8). λ-rule: p(x~) + S < λ p(x~), i.e. S < (λ-1) p(x~).
-  const double budget =
-      params.lambda > 0.0f ? (static_cast<double>(params.lambda) - 1.0) * px : params.delta;
+  // δ-rule: S < δ (LANTERN Alg. 2 line 8). λ-rule: S < λ p(x~) (COOL-SD §3.1), or the code's
+  // p(x~) + S <= λ p(x~), i.e. S <= (λ-1) p(x~).
+  const double lambda = params.lambda_rule == LambdaRule::Code
+                            ? static_cast<double>(params.lambda) - 1.0
+                            : static_cast<double>(params.lambda);
+  const double budget = params.lambda > 0.0f ? lambda * px : params.delta;
   NeighbourSet a;
   size_t n = 0;
   for (; n < walk.size(); ++n) {
@@ -88,6 +91,9 @@ class LanternRule final : public AcceptanceRule {
     // those codes keep their full target mass.
     for (int32_t b : zeroed) out[b] = n.p[b];
   }
+
+  // jadohu/LANTERN's greedy branch: gtp = softmax(CFG logits) without the logits processor.
+  bool greedy_filtered() const override { return !params_.reference; }
 
   bool greedy_accept(const NodeView& n) const override {
     // LANTERN §4.3: accept iff x~ = argmax p_{k,δ}(.|x~). The reference code (evaluate_posterior,

@@ -55,6 +55,7 @@ class OptimalResampling final : public AcceptanceRule {
     optimal_residual(*inner_, n, out);
   }
   bool greedy_accept(const NodeView& n) const override { return inner_->greedy_accept(n); }
+  bool greedy_filtered() const override { return inner_->greedy_filtered(); }
 
  private:
   std::unique_ptr<AcceptanceRule> inner_;
@@ -62,15 +63,23 @@ class OptimalResampling final : public AcceptanceRule {
 
 }  // namespace
 
+double cool_sd_default_nu(int L) {
+  // COOL-SD §5 uses ν = 0.7 with EAGLE drafts of depth L = 5, where ω_1/ω_L = exp(0.7 x 4) ≈ 16.4.
+  // Keeping that first-to-last ratio for any L gives ν = 2.8 / (L - 1); a Jacobi window of 16 would
+  // otherwise take ω_1/ω_L = exp(0.7 x 15) ≈ 36000, nearly all relaxation on the first draft.
+  return L > 1 ? 2.8 / (L - 1) : 0.7;
+}
+
 double cool_sd_omega(float delta, float nu, int i, int L) {
   // ω_i = δ exp(-ν i - μ) with exp(μ) = (1/L) Σ_{j=1..L} exp(-ν j), so that Σ_i exp(-ν i - μ) = L
   // (COOL-SD Eq. 10): the ω_i average to δ and decay with depth (annealing, Prop. 2).
   L = std::max(1, L);
   i = std::clamp(i, 1, L);
+  const double v = nu < 0.0f ? cool_sd_default_nu(L) : static_cast<double>(nu);
   double mean = 0.0;
-  for (int j = 1; j <= L; ++j) mean += std::exp(-static_cast<double>(nu) * j);
+  for (int j = 1; j <= L; ++j) mean += std::exp(-v * j);
   mean /= L;
-  return static_cast<double>(delta) * std::exp(-static_cast<double>(nu) * i) / mean;
+  return static_cast<double>(delta) * std::exp(-v * i) / mean;
 }
 
 std::unique_ptr<AcceptanceRule> make_uniform_rsd_rule(float delta) {
