@@ -228,6 +228,7 @@ struct GsdConfig {
   int g = 10;
   double d = 0.5, delta = 0.15;
   bool code = false;  // junhyukso/GSD's VERIFY_GSD instead of Algorithm 3
+  bool mirrored = false;  // a deliberate error for tests of the tests: p sorted descending
 };
 
 // The cluster C(x), or nullopt-like empty when the code's window slice is empty.
@@ -237,7 +238,8 @@ inline std::vector<int> gsd_cluster(const GsdConfig& c, const std::vector<float>
   // Algorithm 3: p sorted ascending (as the code's logits.sort()); equal p: smaller id first.
   std::vector<int> sorted(V);
   std::iota(sorted.begin(), sorted.end(), 0);
-  std::stable_sort(sorted.begin(), sorted.end(), [&](int a, int b) { return p[a] < p[b]; });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](int a, int b) { return c.mirrored ? p[a] > p[b] : p[a] < p[b]; });
   const int r = static_cast<int>(std::find(sorted.begin(), sorted.end(), x) - sorted.begin());
   const int half = c.g / 2;
   // p_sort_idx[r - G//2 : r + G//2]; the code's negative start gives an empty slice.

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -221,6 +222,28 @@ struct LanternCounts {
   int positive_set = 0, boundary = 0;
 };
 
+// A pool of random integer codebooks per vocabulary size with their engine neighbour tables
+// (building a table per case would dominate the test's time).
+struct Codebook {
+  std::vector<float> points;
+  std::shared_ptr<const spec::LatentNeighbours> nb;
+};
+const Codebook& random_codebook(std::mt19937& rng, int V) {
+  static std::map<int, std::vector<Codebook>> pool;
+  auto& v = pool[V];
+  if (v.empty()) {
+    std::mt19937 gen(1000 + V);
+    for (int n = 0; n < 24; ++n) {
+      Codebook c;
+      c.points = integer_points(gen, V, 2, 3);
+      c.nb = std::make_shared<const spec::LatentNeighbours>(
+          spec::LatentNeighbours::build(c.points, V, 2, V - 1, spec::LatentMetric::L2));
+      v.push_back(std::move(c));
+    }
+  }
+  return v[rng() % v.size()];
+}
+
 Tally run_lantern(uint32_t seed, paper::LanternConfig::Budget budget, bool code,
                   LanternCounts& counts) {
   std::mt19937 rng(seed);
@@ -228,7 +251,8 @@ Tally run_lantern(uint32_t seed, paper::LanternConfig::Budget budget, bool code,
   for (int n = 0; n < kTrials; ++n) {
     const Case c = random_case(rng);
     const int V = static_cast<int>(c.p.size()), dim = 2;
-    const std::vector<float> cb = integer_points(rng, V, dim, 3);
+    const Codebook& book = random_codebook(rng, V);
+    const std::vector<float>& cb = book.points;
     paper::LanternConfig pc;
     pc.k = 1 + static_cast<int>(rng() % (V - 1));
     pc.budget = budget;
@@ -240,8 +264,8 @@ Tally run_lantern(uint32_t seed, paper::LanternConfig::Budget budget, bool code,
     lp.reference = code;
     lp.delta = static_cast<float>(pc.delta);
     if (budget != paper::LanternConfig::Budget::Delta) lp.lambda = static_cast<float>(pc.lambda);
-    auto nb = std::make_shared<const spec::LatentNeighbours>(
-        spec::LatentNeighbours::build(cb, V, dim, V - 1, spec::LatentMetric::L2));
+    if (budget == paper::LanternConfig::Budget::LambdaCode) lp.lambda_rule = spec::LambdaRule::Code;
+    const auto& nb = book.nb;
     const paper::AcceptedSet a = paper::lantern_set(pc, cb, dim, {c.p.begin(), c.p.end()}, c.x);
     if (a.mass > 0.0) counts.positive_set++;
     if (a.at_boundary) counts.boundary++;
@@ -274,6 +298,11 @@ TEST(RulesVsPapers, LanternPlusPlusPaperLambda) {
   expect_lantern(7, paper::LanternConfig::Budget::LambdaPaper, false);
 }
 
+// lantern.lambda_rule = code alone: the code's S <= (λ-1) p(x), the paper's B_k and residual.
+TEST(RulesVsPapers, LanternPlusPlusCodeLambda) {
+  expect_lantern(12, paper::LanternConfig::Budget::LambdaCode, false);
+}
+
 // lantern.reference: jadohu/LANTERN's B_k, `<=` and residuals (one-hot and full q).
 TEST(RulesVsPapers, LanternReferenceCode) {
   expect_lantern(8, paper::LanternConfig::Budget::Delta, true);
@@ -286,7 +315,8 @@ TEST(RulesVsPapers, LanternGreedy) {
   for (int n = 0; n < kTrials; ++n) {
     const Case c = random_case(rng);
     const int V = static_cast<int>(c.p.size()), dim = 2;
-    const std::vector<float> cb = integer_points(rng, V, dim, 3);
+    const Codebook& book = random_codebook(rng, V);
+    const std::vector<float>& cb = book.points;
     paper::LanternConfig pc;
     pc.k = 1 + static_cast<int>(rng() % (V - 1));
     pc.delta = pick(rng, {0.0625, 0.25, 0.5});
@@ -295,9 +325,7 @@ TEST(RulesVsPapers, LanternGreedy) {
     lp.k = pc.k;
     lp.delta = static_cast<float>(pc.delta);
     lp.reference = pc.code;
-    auto nb = std::make_shared<const spec::LatentNeighbours>(
-        spec::LatentNeighbours::build(cb, V, dim, V - 1, spec::LatentMetric::L2));
-    const auto e = spec::make_lantern_rule(lp, nb);
+    const auto e = spec::make_lantern_rule(lp, book.nb);
     const paper::Rule r = paper::lantern(pc, cb, dim);
     const paper::Node pn = reference_node(c);
     const bool want = r.greedy(pn);
@@ -308,19 +336,25 @@ TEST(RulesVsPapers, LanternGreedy) {
   EXPECT_GT(differs_from_exact, kTrials / 20);
 }
 
-TEST(RulesVsPapers, GsdAlgorithm3) {
+namespace {
+void expect_gsd(uint32_t seed, bool code) {
   int grouped = 0;  // cluster members other than x with target mass
-  EXPECT_AGREES(run(kTrials, 11, [&](std::mt19937& rng, const Case& c) {
+  EXPECT_AGREES(run(kTrials, seed, [&](std::mt19937& rng, const Case& c) {
     const int V = static_cast<int>(c.p.size());
     paper::GsdConfig pc;
-    pc.g = pick(rng, {2, 3, 4, 6, 10});
-    pc.d = pick(rng, {0.0, 1.0, 2.0, 4.0, 100.0});
-    pc.delta = pick(rng, {0.0, 0.03125, 0.125, 0.25, 1.0});
+    pc.code = code;
+    pc.g = pick(rng, {2, 3, 4, 6, 10, 14});
+    // The code's strict filters would drop x itself at d = 0 or δ = 0 (the engine keeps it; the
+    // code never meets it: its distances are bf16 sums and δ = 0.15).
+    pc.d = code ? pick(rng, {1.0, 2.0, 4.0, 100.0}) : pick(rng, {0.0, 1.0, 2.0, 4.0, 100.0});
+    pc.delta = code ? pick(rng, {0.03125, 0.125, 0.25, 1.0})
+                    : pick(rng, {0.0, 0.03125, 0.125, 0.25, 1.0});
     const std::vector<float> emb = integer_points(rng, V, 2, 3);
     spec::GsdParams gp;
     gp.g = pc.g;
     gp.d = static_cast<float>(pc.d);
     gp.delta = static_cast<float>(pc.delta);
+    gp.reference = code;
     const paper::Dist p(c.p.begin(), c.p.end());
     for (int y : paper::gsd_cluster(pc, emb, 2, p, c.x)) grouped += y != c.x && p[y] > 0.0;
     return Pair{spec::make_gsd_rule(gp, std::make_shared<const std::vector<float>>(emb), 2),
@@ -330,3 +364,9 @@ TEST(RulesVsPapers, GsdAlgorithm3) {
   }));
   EXPECT_GT(grouped, kTrials / 10);
 }
+}  // namespace
+
+TEST(RulesVsPapers, GsdAlgorithm3) { expect_gsd(11, false); }
+
+// gsd.reference: junhyukso/GSD's strict filters and empty window for r < G//2.
+TEST(RulesVsPapers, GsdReferenceCode) { expect_gsd(13, true); }

@@ -178,11 +178,11 @@ TEST_F(SpecMicro, RelaxedRoundsFollowThePapersAndStayWithinEq4) {
       {"lantern++", sampling_options("lantern++"), lantern(B::LambdaPaper, 0.0, 2.0)},
       {"cool-sd vanilla G", sampling_options("cool-sd"), paper::cool_sd(2.0f, 0.7f)},
   };
-  cases[0].o.spec.params = {{"cool.delta", 2.0}};
+  cases[0].o.spec.params = {{"cool.delta", 2.0}, {"cool.nu", 0.7}};
   cases[1].o.spec.params = {{"rsd.delta", 1.5}};
   cases[2].o.spec.params = {{"lantern.k", int64_t{2}}, {"lantern.delta", 0.3}};
   cases[3].o.spec.params = {{"lantern.k", int64_t{2}}, {"lantern.lambda", 2.0}};
-  cases[4].o.spec.params = {{"cool.delta", 2.0}};
+  cases[4].o.spec.params = {{"cool.delta", 2.0}, {"cool.nu", 0.7}};
   cases[4].o.spec.resample = "vanilla";
   for (auto& c : cases) {
     c.o.sampling.top_p = 1.0f;
