@@ -43,7 +43,8 @@ inline int first_argmax(const Dist& v) {
 
 // min(1, num / q(x)). Only drafted tokens are ever tested, and a drafter draws x with q(x) > 0.
 inline double ratio(double num, double qx) {
-  if (!(qx > 0.0)) throw std::logic_error("paper rule evaluated at a token the drafter cannot draw");
+  if (!(qx > 0.0))
+    throw std::logic_error("paper rule evaluated at a token the drafter cannot draw");
   return std::min(1.0, num / qx);
 }
 
@@ -62,7 +63,9 @@ inline Dist effective_resampling(const Dist& g, const Dist& p) {
   return r;
 }
 
-inline bool exact_greedy(const Node& n) { return n.x == first_argmax(n.p); }
+inline bool exact_greedy(const Node& n) {
+  return n.x == first_argmax(n.p);
+}
 
 // Exact SD: f = min(1, p/q), G = Norm([p - q]+) (COOL-SD Eq. 1-2).
 inline Rule exact() {
@@ -227,7 +230,7 @@ inline Rule lantern(const LanternConfig& c, std::vector<float> codebook, int dim
 struct GsdConfig {
   int g = 10;
   double d = 0.5, delta = 0.15;
-  bool code = false;  // junhyukso/GSD's VERIFY_GSD instead of Algorithm 3
+  bool code = false;      // junhyukso/GSD's VERIFY_GSD instead of Algorithm 3
   bool mirrored = false;  // a deliberate error for tests of the tests: p sorted descending
 };
 
@@ -260,8 +263,8 @@ inline std::vector<int> gsd_cluster(const GsdConfig& c, const std::vector<float>
     const int y = sorted[m];
     if (!c.code && y == x) continue;
     const double dp = std::fabs(p[y] - p[x]), dd = dist2(y);
-    const bool keep = c.code ? (dp < c.delta && dd < c.d)      // code: keep if < thresholds
-                             : !(dp > c.delta || dd > c.d);    // Alg. 3 lines 9-10: pop if >
+    const bool keep = c.code ? (dp < c.delta && dd < c.d)    // code: keep if < thresholds
+                             : !(dp > c.delta || dd > c.d);  // Alg. 3 lines 9-10: pop if >
     if (keep) cl.push_back(y);
   }
   return cl;

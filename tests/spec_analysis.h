@@ -37,8 +37,8 @@ constexpr double kPower = 0.9;   // ... with at least this probability
 struct ChiSquare {
   double stat = 0.0, p_value = 1.0;
   int df = 0;
-  int impossible = 0;          // samples of sequences with probability 0
-  double pooled_mass = 0.0;    // expected mass of the pooled cells (expected count < 5)
+  int impossible = 0;        // samples of sequences with probability 0
+  double pooled_mass = 0.0;  // expected mass of the pooled cells (expected count < 5)
 };
 
 // Pearson's test of `samples` against `expected` (sequence -> probability), cells with expected
@@ -249,9 +249,9 @@ inline Table micro_token_embeddings() {
 // ---- one round of a relaxed rule, analysed exactly --------------------------------------------
 
 struct RoundAnalysis {
-  Joint output;         // joint over the whole grid: x0 exact, one round, then target
-  double tv = 0.0;      // TV(output, target joint), exact
-  double bound = 0.0;   // COOL-SD Eq. 4, averaged over x0 ~ P
+  Joint output;        // joint over the whole grid: x0 exact, one round, then target
+  double tv = 0.0;     // TV(output, target joint), exact
+  double bound = 0.0;  // COOL-SD Eq. 4, averaged over x0 ~ P
 };
 
 // Where one round's drafts come from: a draft model's Q (drafted from Q, verified against Q), or
@@ -261,8 +261,8 @@ using NodeVisitor = std::function<void(const paper::Node&, double weight)>;
 // Output distribution of one round of relaxed SD (COOL-SD Alg. 1) after x0, computed from the
 // paper rule, and Eq. 4's bound. `visit` sees every draft node with its probability of being
 // drafted.
-inline RoundAnalysis analyse_round(Conditionals& P, Conditionals* Q, const paper::Rule& rule,
-                                   int L, int n_tokens, const Joint& target,
+inline RoundAnalysis analyse_round(Conditionals& P, Conditionals* Q, const paper::Rule& rule, int L,
+                                   int n_tokens, const Joint& target,
                                    const NodeVisitor& visit = {}) {
   RoundAnalysis a;
   const paper::Dist p0 = P.dist({});
@@ -379,8 +379,8 @@ inline RoundCheck check_round(Pipeline& target, Pipeline& draft, RelaxedCase c,
   double total = 0.0;
   for (const auto& [s, p] : r.analysis.output) total += p;
   EXPECT_NEAR(total, 1.0, 1e-5);
-  EXPECT_GT(r.analysis.tv, 1e-3);                         // the relaxation changes the output ...
-  EXPECT_LE(r.analysis.tv, r.analysis.bound + 1e-9);      // ... within Theorem 2's bound (Eq. 4)
+  EXPECT_GT(r.analysis.tv, 1e-3);                     // the relaxation changes the output ...
+  EXPECT_LE(r.analysis.tv, r.analysis.bound + 1e-9);  // ... within Theorem 2's bound (Eq. 4)
   r.samples = generate(target, c.cls, c.o, n, 3);
   r.chi = chi_square(r.analysis.output, r.samples);
   const double detectable = test_stats::detectable_tv(n, r.chi.df, kAlpha, kPower);
@@ -396,7 +396,9 @@ inline RoundCheck check_round(Pipeline& target, Pipeline& draft, RelaxedCase c,
 }
 
 // Whether a chi-square test rejects: a small p-value or samples the expected law cannot produce.
-inline bool rejects(const ChiSquare& c) { return c.p_value < kAlpha || c.impossible > 0; }
+inline bool rejects(const ChiSquare& c) {
+  return c.p_value < kAlpha || c.impossible > 0;
+}
 
 // The samples of `done` tested against the analysis of another rule (a test of the test).
 inline RoundCheck recheck(Pipeline& target, Pipeline& draft, const RelaxedCase& c,

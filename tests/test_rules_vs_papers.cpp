@@ -172,10 +172,10 @@ T pick(std::mt19937& rng, std::initializer_list<T> v) {
 
 constexpr int kTrials = 4000;
 
-#define EXPECT_AGREES(tally)              \
-  do {                                    \
-    const Tally& t_ = (tally);            \
-    EXPECT_GE(t_.cases, 2 * kTrials);     \
+#define EXPECT_AGREES(tally)                 \
+  do {                                       \
+    const Tally& t_ = (tally);               \
+    EXPECT_GE(t_.cases, 2 * kTrials);        \
     EXPECT_EQ(t_.mismatches, 0) << t_.first; \
   } while (0)
 
@@ -347,8 +347,8 @@ void expect_gsd(uint32_t seed, bool code) {
     // The code's strict filters would drop x itself at d = 0 or δ = 0 (the engine keeps it; the
     // code never meets it: its distances are bf16 sums and δ = 0.15).
     pc.d = code ? pick(rng, {1.0, 2.0, 4.0, 100.0}) : pick(rng, {0.0, 1.0, 2.0, 4.0, 100.0});
-    pc.delta = code ? pick(rng, {0.03125, 0.125, 0.25, 1.0})
-                    : pick(rng, {0.0, 0.03125, 0.125, 0.25, 1.0});
+    pc.delta =
+        code ? pick(rng, {0.03125, 0.125, 0.25, 1.0}) : pick(rng, {0.0, 0.03125, 0.125, 0.25, 1.0});
     const std::vector<float> emb = integer_points(rng, V, 2, 3);
     spec::GsdParams gp;
     gp.g = pc.g;
@@ -366,7 +366,11 @@ void expect_gsd(uint32_t seed, bool code) {
 }
 }  // namespace
 
-TEST(RulesVsPapers, GsdAlgorithm3) { expect_gsd(11, false); }
+TEST(RulesVsPapers, GsdAlgorithm3) {
+  expect_gsd(11, false);
+}
 
 // gsd.reference: junhyukso/GSD's strict filters and empty window for r < G//2.
-TEST(RulesVsPapers, GsdReferenceCode) { expect_gsd(13, true); }
+TEST(RulesVsPapers, GsdReferenceCode) {
+  expect_gsd(13, true);
+}

@@ -161,9 +161,9 @@ TEST_F(SpecMicro, BrokenResidualFailsTheTest) {
 
 TEST_F(SpecMicro, RelaxedRoundsFollowThePapersAndStayWithinEq4) {
   const Table cb = micro_codebook();
-  auto lantern = [&](paper::LanternConfig::Budget b, double delta, double lambda) {
+  auto lantern = [&](paper::LanternConfig::Budget b, double delta, double lambda, int k = 2) {
     paper::LanternConfig c;
-    c.k = 2;
+    c.k = k;
     c.budget = b;
     c.delta = delta;
     c.lambda = lambda;
@@ -172,16 +172,17 @@ TEST_F(SpecMicro, RelaxedRoundsFollowThePapersAndStayWithinEq4) {
   using B = paper::LanternConfig::Budget;
   std::vector<RelaxedCase> cases = {
       {"cool-sd G*", sampling_options("cool-sd"), paper::optimal(paper::cool_sd(2.0f, 0.7f))},
-      {"uniform-rsd G*", sampling_options("uniform-rsd"),
-       paper::optimal(paper::uniform_rsd(1.5f))},
+      {"uniform-rsd G*", sampling_options("uniform-rsd"), paper::optimal(paper::uniform_rsd(1.5f))},
       {"lantern", sampling_options("lantern"), lantern(B::Delta, 0.3f, 0.0)},
-      {"lantern++", sampling_options("lantern++"), lantern(B::LambdaPaper, 0.0, 2.0)},
+      {"lantern++ k=3", sampling_options("lantern++"), lantern(B::LambdaPaper, 0.0, 2.0, 3)},
       {"cool-sd vanilla G", sampling_options("cool-sd"), paper::cool_sd(2.0f, 0.7f)},
   };
   cases[0].o.spec.params = {{"cool.delta", 2.0}, {"cool.nu", 0.7}};
   cases[1].o.spec.params = {{"rsd.delta", 1.5}};
   cases[2].o.spec.params = {{"lantern.k", int64_t{2}}, {"lantern.delta", 0.3}};
-  cases[3].o.spec.params = {{"lantern.k", int64_t{2}}, {"lantern.lambda", 2.0}};
+  // k = 3 over the full vocabulary: with k = 2 and top-k 3 the round is within 0.004 of the target.
+  cases[3].o.spec.params = {{"lantern.k", int64_t{3}}, {"lantern.lambda", 2.0}};
+  cases[3].o.sampling.top_k = 0;
   cases[4].o.spec.params = {{"cool.delta", 2.0}, {"cool.nu", 0.7}};
   cases[4].o.spec.resample = "vanilla";
   for (auto& c : cases) {
@@ -209,9 +210,10 @@ TEST_F(SpecMicro, OptimalResamplingBelowOmegaOne) {
   EXPECT_TRUE(rejects(vanilla_g.chi)) << "chi2 " << vanilla_g.chi.stat;
   for (int shift : {+1, -1}) {
     SCOPED_TRACE("omega_{i" + std::string(shift > 0 ? "+" : "-") + "1}");
-    const paper::Rule off = paper::optimal(paper::omega_rule(
-        "cool-sd-off-by-one",
-        [=](int i, int L) { return paper::cool_omega(delta, nu, i + shift, L); }));
+    const paper::Rule off =
+        paper::optimal(paper::omega_rule("cool-sd-off-by-one", [=](int i, int L) {
+          return paper::cool_omega(delta, nu, i + shift, L);
+        }));
     const RoundCheck wrong = recheck(*target_, *draft_, c, off, ok);
     EXPECT_GT(total_variation(wrong.analysis.output, ok.analysis.output), 0.02);
     EXPECT_TRUE(rejects(wrong.chi)) << "chi2 " << wrong.chi.stat;
