@@ -30,7 +30,7 @@ double percentile_sorted(const std::vector<double>& sorted, double q) {
 }
 
 Interval percentile_bootstrap(double value, const std::function<double(int)>& stat,
-                              const BootstrapOptions& opts) {
+                              const BootstrapOptions& opts, bool recentre, double* bias) {
   check(opts.resamples >= 1, "bootstrap: resamples must be >= 1");
   check(opts.level > 0 && opts.level < 1, "bootstrap: level must be in (0, 1)");
   Interval r;
@@ -43,6 +43,11 @@ Interval percentile_bootstrap(double value, const std::function<double(int)>& st
   std::sort(v.begin(), v.end());
   r.lo = percentile_sorted(v, (1 - opts.level) / 2);
   r.hi = percentile_sorted(v, (1 + opts.level) / 2);
+  double shift = 0;
+  for (double x : v) shift += x;
+  shift = v.empty() ? Interval::kNaN : shift / static_cast<double>(v.size()) - value;
+  if (bias) *bias = shift;
+  if (recentre) r.lo -= shift, r.hi -= shift;
   return r;
 }
 
@@ -86,6 +91,13 @@ double trace_sqrt_psd(const Eigen::MatrixXd& m) {
   return s;
 }
 
+// X^T X / denom for centred rows X, as a symmetric rank update (half the products of a GEMM).
+Eigen::MatrixXd covariance(const Mat& X, double denom) {
+  Eigen::MatrixXd S = Eigen::MatrixXd::Zero(X.cols(), X.cols());
+  S.selfadjointView<Eigen::Lower>().rankUpdate(X.transpose(), 1.0 / denom);
+  return S.selfadjointView<Eigen::Lower>();
+}
+
 }  // namespace
 
 double frechet_distance(std::span<const float> a, int n, std::span<const float> b, int m, int dim) {
@@ -107,13 +119,17 @@ double frechet_distance(std::span<const float> a, int n, std::span<const float> 
   const double tr_a = A.squaredNorm() / na, tr_b = B.squaredNorm() / nb;
   double tr_sqrt;
   if (dim <= std::min(n, m)) {
-    // evaluate.py's route: tr((S_a S_b)^1/2) = tr((S_a^1/2 S_b S_a^1/2)^1/2), both symmetric PSD.
-    const Eigen::MatrixXd Sa = A.transpose() * A / na, Sb = B.transpose() * B / nb;
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(Sa);
-    check(es.info() == Eigen::Success, "frechet_distance: eigen-decomposition did not converge");
-    const Eigen::VectorXd root = es.eigenvalues().cwiseMax(0.0).cwiseSqrt();
-    const Eigen::MatrixXd R = es.eigenvectors() * root.asDiagonal() * es.eigenvectors().transpose();
-    tr_sqrt = trace_sqrt_psd(R * Sb * R);
+    // tr((S_a S_b)^1/2) = sum of sqrt(eig(L^T S_b L)) for any factor S_a = L L^T: L from a pivoted
+    // LDL^T (negative rounding-level pivots clipped), then one symmetric eigenvalue solve.
+    // evaluate.py takes L = S_a^1/2 from a full eigen-decomposition; the eigenvalues are the same
+    // and this costs a third.
+    const Eigen::MatrixXd Sa = covariance(A, na), Sb = covariance(B, nb);
+    const Eigen::LDLT<Eigen::MatrixXd> ldlt(Sa);
+    check(ldlt.info() == Eigen::Success, "frechet_distance: LDL^T factorisation failed");
+    Eigen::MatrixXd L = ldlt.matrixL();
+    L = ldlt.transpositionsP().transpose() * L;
+    L *= ldlt.vectorD().cwiseMax(0.0).cwiseSqrt().asDiagonal();
+    tr_sqrt = trace_sqrt_psd(L.transpose() * Sb * L);
   } else {
     // Fewer vectors than dimensions: the eigenvalues of S_a S_b are the squared singular values
     // of G = A B^T / sqrt(na nb) (n x m), so tr((S_a S_b)^1/2) is the sum of G's singular values.
@@ -232,6 +248,8 @@ QualityReport quality_report(const ScoredImages& images, const ScoredImages* ref
           std::copy_n(f.data() + static_cast<size_t>(idx[i]) * d, d, g.data() + i * d);
         return g;
       };
+      BootstrapOptions fo = opts;
+      fo.resamples = opts.frechet_resamples;
       r.frechet = percentile_bootstrap(
           frechet_distance(images.features, n, reference->features, m, d),
           [&](int b) {
@@ -241,7 +259,7 @@ QualityReport quality_report(const ScoredImages& images, const ScoredImages* ref
                                    bootstrap_indices(seed, b, BootstrapStream::Reference, m));
             return frechet_distance(ga, n, gb, m, d);
           },
-          opts);
+          fo, /*recentre=*/true, &r.frechet_bootstrap_bias);
     }
   }
 

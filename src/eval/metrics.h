@@ -20,8 +20,12 @@ std::vector<int> bootstrap_indices(uint64_t seed, int b, BootstrapStream stream,
 // The value of `stat` on the whole sample and the percentile interval of its values over
 // opts.resamples resamples (stat(b) computes resample b; run in parallel, so it must be
 // thread-safe). Resamples whose statistic is NaN are left out (a class-less resample).
+// recentre: move the interval by the bootstrap's bias estimate (the resamples' mean minus
+// `value`), for statistics that resampling with replacement inflates (the Frechet distance);
+// *bias, when given, receives that estimate.
 Interval percentile_bootstrap(double value, const std::function<double(int)>& stat,
-                              const BootstrapOptions& opts);
+                              const BootstrapOptions& opts, bool recentre = false,
+                              double* bias = nullptr);
 
 // Linear-interpolated percentile (numpy's default method) of sorted values, q in [0, 1].
 double percentile_sorted(const std::vector<double>& sorted, double q);
