@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenblas-dev libomp-dev nlohmann-json3-dev
       libcli11-dev libpng-dev zlib1g-dev libgtest-dev libgmock-dev libeigen3-dev python3-torch
-      python3-numpy python3-pil python3-scipy clang libclang-rt-dev)  # clang and its libFuzzer runtime: tests/fuzz
+      python3-numpy python3-pil python3-scipy python3-mpmath  # scipy, mpmath: quality goldens
+      clang libclang-rt-dev)  # clang and its libFuzzer runtime: tests/fuzz
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
