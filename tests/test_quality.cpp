@@ -369,6 +369,12 @@ TEST(QualitySampleSize, BinomialHelpers) {
   EXPECT_THROW(images_to_separate_top1_drop(0.86, 0.0), Error);
 }
 
+TEST(QualitySampleSize, LegendNamesEveryColumn) {
+  const std::string legend = quality_legend();
+  for (const char* column : {"n ", "top-1", "FD", "diversity", "95%", "docs/quality.md"})
+    EXPECT_NE(legend.find(column), std::string::npos) << column;
+}
+
 // ---- end to end -------------------------------------------------------------------------------
 
 // Vanilla images of the shipped model at its default settings, judged by the shipped classifier:

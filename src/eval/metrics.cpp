@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numbers>
+#include <string>
 
 #include "sampling/rng.h"
 #include "tessera/error.h"
@@ -282,6 +283,21 @@ QualityReport quality_report(const ScoredImages& images, const ScoredImages* ref
           opts);
   }
   return r;
+}
+
+std::string quality_legend() {
+  return "n          images per configuration (a 2-point top-1 difference at ~86% needs ~2450 "
+         "each: docs/quality.md)\n"
+         "top-1      % of images the classifier puts in the requested class [95% bootstrap "
+         "interval over images]\n"
+         "FD         Frechet distance between the classifier's 256-d features and the reference "
+         "set's (e.g. vanilla's),\n"
+         "           [95% bootstrap interval over both sets, recentred by the resampling bias]; "
+         "biased upward at small n:\n"
+         "           compare at equal n, against vanilla-vs-vanilla as the noise floor\n"
+         "diversity  mean RMS pixel distance (0-1) between images of the same class, averaged over "
+         "classes [interval over classes];\n"
+         "           a drop against vanilla means the method narrows its samples (0: collapse)\n";
 }
 
 double top1_half_width(double p, int64_t n, double level) {
