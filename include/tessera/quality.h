@@ -106,8 +106,7 @@ QualityReport quality_report(const ScoredImages& images, const ScoredImages* ref
 // "n", "top-1", "FD", "diversity", with their definitions and intervals (docs/quality.md).
 std::string quality_legend();
 
-// ---- the metrics alone
-// ----------------------------------------------------------------------------
+// ---- the metrics alone -------------------------------------------------------------------------
 
 // Fraction of i with predicted[i] == requested[i].
 double top1_accuracy(std::span<const int> predicted, std::span<const int> requested);
