@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "eval/metrics.h"
 #include "io/npy.h"
+#include "io/safetensors.h"
 #include "models/emoji_classifier.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/class_names.h"
@@ -159,6 +161,31 @@ TEST(QualityClassifier, ConfigErrorsNameTheProblem) {
   const auto images = golden_images(n);
   EXPECT_THROW(classifier().score(images, n, {0, 1, 2}), Error);       // 3 classes, 4 images
   EXPECT_THROW(classifier().score(images, n, {0, 1, 2, 870}), Error);  // out of range
+}
+
+// Weights load through WeightLoader: a non-finite value is found and named at load.
+TEST(QualityClassifier, NonFiniteWeightIsNamed) {
+  TempDir dir("nan");
+  fs::copy_file(kClassifier + "/classifier.json", dir.path / "classifier.json");
+  const SafeTensorsFile file = SafeTensorsFile::open(kClassifier + "/classifier.safetensors");
+  std::map<std::string, HostTensor> tensors;
+  for (const auto& [name, info] : file.tensors()) {
+    const auto* p = static_cast<const unsigned char*>(info.data);
+    tensors[name] = {info.dtype, info.shape, std::vector<unsigned char>(p, p + info.nbytes)};
+  }
+  HostTensor& var = tensors.at("body.12.running_var");
+  ASSERT_EQ(var.dtype, DType::F16);
+  var.bytes[2 * 5] = 0x00;  // element 5 := f16 NaN (0x7e00)
+  var.bytes[2 * 5 + 1] = 0x7e;
+  write_safetensors((dir.path / "classifier.safetensors").string(), tensors);
+  try {
+    QualityModel::load(dir.path.string());
+    ADD_FAILURE() << "a NaN weight loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'body.12.running_var' holds a non-finite value"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // ---- Frechet distance -------------------------------------------------------------------------
