@@ -10,7 +10,8 @@ import re
 import sys
 
 # Lowest first. A layer may include itself and anything earlier in this list.
-LAYERS = ["common", "tensor", "io", "models", "sampling", "decode", "speculative", "pipeline"]
+LAYERS = ["common", "tensor", "io", "models", "sampling", "decode", "speculative", "pipeline",
+          "eval"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

@@ -1282,3 +1282,53 @@ TEST(BackendOps, TransposeLast2) {
     EXPECT_TRUE(near("transpose_last2", down(y), want, kExact));
   }
 }
+
+TEST(BackendOps, Relu) {
+  Rng rng(37);
+  Vec x = rng.normal(101);
+  x[3] = 0.0f;
+  x[4] = -0.0f;
+  Tensor t = up(x, {101});
+  be().relu(t);
+  DVec want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] > 0 ? x[i] : 0.0;
+  EXPECT_TRUE(near("relu", down(t), want, kExact));
+}
+
+// Both 2x2 pools over even and odd sizes (an odd last row/column is dropped, PyTorch's floor).
+TEST(BackendOps, Pool2x2) {
+  constexpr Tol kAvgTol{3e-7, 0.0};  // three f32 additions and a rounding, on sum |x| / 4
+  Rng rng(38);
+  const std::array<int64_t, 4> cases[] = {{1, 1, 2, 2}, {2, 3, 6, 4}, {1, 5, 7, 5}, {3, 2, 1, 4}};
+  for (const auto& [B, C, H, W] : cases) {
+    SCOPED_TRACE(shape_label({{"B", B}, {"C", C}, {"H", H}, {"W", W}}));
+    const Vec x = rng.normal(B * C * H * W);
+    const int64_t Ho = H / 2, Wo = W / 2;
+    Tensor ymax = be().empty(DType::F32, {B, C, Ho, Wo}),
+           yavg = be().empty(DType::F32, {B, C, Ho, Wo});
+    const Tensor xt = up(x, {B, C, H, W});
+    be().max_pool2x2(xt, ymax);
+    be().avg_pool2x2(xt, yavg);
+    DVec want_max(ymax.numel()), want_avg(yavg.numel()), scale(yavg.numel());
+    for (int64_t bc = 0; bc < B * C; ++bc)
+      for (int64_t i = 0; i < Ho; ++i)
+        for (int64_t j = 0; j < Wo; ++j) {
+          double mx = -INFINITY, sum = 0, mag = 0;
+          for (int64_t di = 0; di < 2; ++di)
+            for (int64_t dj = 0; dj < 2; ++dj) {
+              const double v = x[(bc * H + 2 * i + di) * W + 2 * j + dj];
+              mx = std::max(mx, v);
+              sum += v;
+              mag += std::fabs(v);
+            }
+          const int64_t o = (bc * Ho + i) * Wo + j;
+          want_max[o] = mx;
+          want_avg[o] = sum / 4;
+          scale[o] = mag / 4;
+        }
+    EXPECT_TRUE(near("max_pool2x2", down(ymax), want_max, kExact));
+    EXPECT_TRUE(near("avg_pool2x2", down(yavg), want_avg, kAvgTol, scale));
+  }
+  Tensor x = be().zeros(DType::F32, {1, 1, 4, 4}), bad = be().empty(DType::F32, {1, 1, 3, 2});
+  EXPECT_THROW(be().max_pool2x2(x, bad), Error);
+}

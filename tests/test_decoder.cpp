@@ -183,6 +183,9 @@ class CountingBackend final : public Backend {
   void softmax_rows(Tensor& x) override { be.softmax_rows(x); }
   void l2_normalize_rows(Tensor& x, float e) override { be.l2_normalize_rows(x, e); }
   void transpose_last2(const Tensor& x, Tensor& y) override { be.transpose_last2(x, y); }
+  void relu(Tensor& x) override { be.relu(x); }
+  void max_pool2x2(const Tensor& x, Tensor& y) override { be.max_pool2x2(x, y); }
+  void avg_pool2x2(const Tensor& x, Tensor& y) override { be.avg_pool2x2(x, y); }
 };
 
 // The device-ready forward contract: once a generation is under way, a decoding step allocates

@@ -118,6 +118,13 @@ class Backend {
   virtual void l2_normalize_rows(Tensor& x, float eps) = 0;
   // y[b, n, m] = x[b, m, n].
   virtual void transpose_last2(const Tensor& x, Tensor& y) = 0;
+
+  // ---- classifier ops (NCHW f32; the emoji classifier) --------------------------------------
+  virtual void relu(Tensor& x) = 0;  // x = max(x, 0)
+  // 2x2 windows, stride 2, no padding (PyTorch's MaxPool2d(2) / AvgPool2d(2)): y [B, C, H/2,
+  // W/2]; an odd last row or column is dropped, as PyTorch's floor mode does.
+  virtual void max_pool2x2(const Tensor& x, Tensor& y) = 0;
+  virtual void avg_pool2x2(const Tensor& x, Tensor& y) = 0;
 };
 
 // The process-wide CPU backend.

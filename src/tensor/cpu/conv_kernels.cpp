@@ -2,6 +2,7 @@
 // so an image's pixels do not depend on how many images share the batch.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -150,6 +151,51 @@ void CpuBackend::transpose_last2(const Tensor& x, Tensor& y) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < N; ++n) yp[(b * N + n) * M + m] = xp[(b * M + m) * N + n];
+}
+
+void CpuBackend::relu(Tensor& x) {
+  const int64_t n = x.numel();
+  float* p = x.ptr<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+}
+
+namespace {
+
+// Shared loop of the 2x2 pools; `reduce` maps a window's four values to one.
+template <class Reduce>
+void pool2x2(const Tensor& x, Tensor& y, const char* op, Reduce reduce) {
+  const int64_t B = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  const int64_t Ho = H / 2, Wo = W / 2;
+  check(y.ndim() == 4 && y.dim(0) == B && y.dim(1) == C && y.dim(2) == Ho && y.dim(3) == Wo,
+        std::string("internal: ") + op + " output " + shape_str(y.shape) + " for input " +
+            shape_str(x.shape));
+  const float* xp = x.ptr<float>();
+  float* yp = y.ptr<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < B * C; ++c) {
+    const float* xc = xp + c * H * W;
+    float* yc = yp + c * Ho * Wo;
+    for (int64_t i = 0; i < Ho; ++i)
+      for (int64_t j = 0; j < Wo; ++j) {
+        const float* r0 = xc + (2 * i) * W + 2 * j;
+        yc[i * Wo + j] = reduce(r0[0], r0[1], r0[W], r0[W + 1]);
+      }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::max_pool2x2(const Tensor& x, Tensor& y) {
+  pool2x2(x, y, "max_pool2x2", [](float a, float b, float c, float d) {
+    return std::max(std::max(a, b), std::max(c, d));
+  });
+}
+
+void CpuBackend::avg_pool2x2(const Tensor& x, Tensor& y) {
+  // Summed in window order, then scaled, as PyTorch's CPU kernel does.
+  pool2x2(x, y, "avg_pool2x2",
+          [](float a, float b, float c, float d) { return (((a + b) + c) + d) * 0.25f; });
 }
 
 }  // namespace tessera

@@ -61,6 +61,10 @@ class CpuBackend final : public Backend {
   void l2_normalize_rows(Tensor& x, float eps) override;
   void transpose_last2(const Tensor& x, Tensor& y) override;
 
+  void relu(Tensor& x) override;
+  void max_pool2x2(const Tensor& x, Tensor& y) override;
+  void avg_pool2x2(const Tensor& x, Tensor& y) override;
+
  private:
   int threads_ = 1;
 };
