@@ -33,13 +33,16 @@ NeighbourSet accepted_set(const LanternParams& params, const LatentNeighbours& n
                             ? static_cast<double>(params.lambda) - 1.0
                             : static_cast<double>(params.lambda);
   const double budget = params.lambda > 0.0f ? lambda * px : params.delta;
+  // jadohu/LANTERN compares with `<=` (both rules); the code's λ rule is that whole test.
+  const bool code_test =
+      params.reference || (params.lambda > 0.0f && params.lambda_rule == LambdaRule::Code);
   NeighbourSet a;
   size_t n = 0;
   for (; n < walk.size(); ++n) {
     // The TV increment of moving b's mass onto x~ is exactly p(b) (as jadohu/LANTERN's
     // evaluate_posterior uses it); p(b) = 0 (outside top-k) costs nothing, so the walk continues.
     const double s = a.mass + static_cast<double>(p[walk[n]]);
-    const bool admissible = params.reference ? s <= budget : s < budget;  // code `<=`, paper `<`
+    const bool admissible = code_test ? s <= budget : s < budget;  // code `<=`, paper `<`
     if (!admissible) break;  // stop at the first violation (Alg. 2)
     a.mass = s;
   }

@@ -31,7 +31,7 @@ struct LanternParams {
 };
 // Paper (reference = false): B_k = {x~} + its k-1 nearest neighbours; A(k,δ) = the longest
 // distance-ordered prefix of B_k \ {x~} with cumulative target mass S < δ (λ-rule: S < λ p(x~), or
-// S < (λ-1) p(x~) with LambdaRule::Code); f = min(1, (p(x~) + S)/q(x~)); G = Norm([p_{k,δ} - q]+)
+// S <= (λ-1) p(x~) with LambdaRule::Code); f = min(1, (p(x~) + S)/q(x~)); G = Norm([p_{k,δ} - q]+)
 // where p_{k,δ} moves A's mass onto x~.
 // Reference (jadohu/LANTERN): the k nearest neighbours excluding x~, `<=` instead of `<`, and the
 // code's residual: q with the k+1 nearest neighbours zeroed (when A is non-empty), then
