@@ -127,8 +127,8 @@ TEST(MethodRegistry, OutOfRangeValuesNameTheParameter) {
 
 // LANTERN++'s two λ conventions (docs/methods.md): the code's S <= (λ - 1) p(x~) needs λ >= 1.
 TEST(MethodRegistry, LambdaConventionBoundsLambda) {
-  const ParameterError e = discrete_error(
-      options("lantern++", {{"lantern.lambda", 0.5}, {"lantern.lambda_rule", std::string("code")}}));
+  const ParameterError e = discrete_error(options(
+      "lantern++", {{"lantern.lambda", 0.5}, {"lantern.lambda_rule", std::string("code")}}));
   EXPECT_EQ(e.param(), "lantern.lambda");
   EXPECT_EQ(std::string(e.what()).rfind("lantern.lambda must be >= 1 with the code's rule", 0), 0u)
       << e.what();

@@ -586,8 +586,8 @@ TEST(SpecRulesGsd, WindowAroundPosition) {
 TEST(SpecRulesGsd, ReferenceCodeRejectsANegativeSliceStart) {
   const auto r = gsd(4, 1.0f, 1.0f, Vec(8, 0.0f), true);
   EXPECT_EQ(r->name(), "gsd-ref");
-  EXPECT_DOUBLE_EQ(r->accept_probability(node(0, kGsdP)), 0.0);  // r = 0 < 2: NaN in the code
-  EXPECT_DOUBLE_EQ(r->accept_probability(node(2, kGsdP)), 0.0);  // r = 1
+  EXPECT_DOUBLE_EQ(r->accept_probability(node(0, kGsdP)), 0.0);    // r = 0 < 2: NaN in the code
+  EXPECT_DOUBLE_EQ(r->accept_probability(node(2, kGsdP)), 0.0);    // r = 1
   EXPECT_NEAR(r->accept_probability(node(4, kGsdP)), 0.23, 1e-6);  // r = 2: [0, 4)
   EXPECT_NEAR(r->accept_probability(node(1, kGsdP)), 0.65, 1e-6);  // top, clipped as the code
 }

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
+
+#include "tessera/quality.h"
 
 #include "method_flags.h"
 #include "stats_json.h"
@@ -11,20 +15,79 @@
 
 namespace tessera::cli {
 
+namespace fs = std::filesystem;
+
+std::string resolve_classifier(const std::string& what, const std::string& model) {
+  if (what == "off") return "";
+  if (what == "auto") {
+    const fs::path dir = fs::path(model).lexically_normal().parent_path() / "classifier";
+    return fs::is_regular_file(dir / "classifier.json") ? dir.string() : "";
+  }
+  if (!fs::is_regular_file(fs::path(what) / "classifier.json"))
+    throw Error("--quality: " + what + " is not a classifier directory (no classifier.json)");
+  return what;
+}
+
+namespace {
+
+nlohmann::json interval_json(const Interval& i) {
+  if (!i.defined()) return nullptr;
+  return {{"value", i.value}, {"lo", i.lo}, {"hi", i.hi}};
+}
+
+std::string interval_text(const Interval& i, int prec, double scale = 1.0) {
+  if (!i.defined()) return "-";
+  return fmt(scale * i.value, prec) + " [" + fmt(scale * i.lo, prec) + ", " +
+         fmt(scale * i.hi, prec) + "]";
+}
+
+// The speed table's columns (the quality columns' come from quality_legend()).
+constexpr const char* kSpeedLegend =
+    "s/image    wall time of the method's generate call divided by the images (prefill, drafting,\n"
+    "           verification and sampling; model load and VQ decoding excluded)\n"
+    "speed-up   vanilla's s/image in this run divided by the method's (> 1: faster)\n"
+    "MAL        mean accepted length: tokens committed per verification round (first token\n"
+    "           excluded); 1 for vanilla\n"
+    "NFE/img    target forward passes per image; with -b > 1 one batched forward serves several\n"
+    "           images and counts once for each of them\n"
+    "draft fw   batched forward passes of the draft model (Jacobi drafts: 0), over the whole run:\n"
+    "           it falls as -b grows, since one pass drafts for the whole batch\n"
+    "target%    share of the wall time in target forwards; draft% in drafting; verify% in\n"
+    "           target distributions, acceptance rules and resampling\n"
+    "acc@1      fraction of depth-1 drafts accepted\n"
+    "rules/fw   time in acceptance rules and resampling per target forward, as a share of that\n"
+    "           forward's time\n";
+
+}  // namespace
+
 void bench_methods(const MethodsBenchOptions& b) {
   LoadOptions lo;
   lo.threads = b.threads;
   lo.check_weights = b.check_weights;
-  lo.load_decoder = false;
+  lo.load_decoder = !b.classifier.empty();  // quality needs pixels
   auto pipe = Pipeline::load(b.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
+  std::unique_ptr<QualityModel> qm;
+  if (!b.classifier.empty()) {
+    check(pipe->has_decoder(), b.model +
+                                   " has no VQ decoder (vq.safetensors): image quality "
+                                   "needs pixels; use --quality off");
+    qm = QualityModel::load(b.classifier, b.check_weights);
+    check(qm->image_size() == pipe->image_size(),
+          b.classifier + ": the classifier takes " + std::to_string(qm->image_size()) +
+              "-pixel images but " + b.model + " makes " + std::to_string(pipe->image_size()));
+    check(!cfg.is_c2i() || qm->num_classes() == cfg.num_classes,
+          b.classifier + ": the classifier has " + std::to_string(qm->num_classes()) +
+              " classes but " + b.model + " has " + std::to_string(cfg.num_classes));
+  }
   std::vector<std::string> methods = b.methods;
   methods.erase(std::remove(methods.begin(), methods.end(), "vanilla"), methods.end());
   methods.insert(methods.begin(), "vanilla");  // the baseline, measured in this run
   std::vector<Condition> conds;
   for (int i = 0; i < b.n; ++i)
-    conds.push_back(cfg.is_c2i() ? Condition::label((b.class_id + i) % cfg.num_classes)
-                                 : Condition::unconditional());
+    conds.push_back(cfg.is_c2i()
+                        ? Condition::label((b.class_id + i / b.per_class) % cfg.num_classes)
+                        : Condition::unconditional());
   {  // warm-up: page in the weights (and the draft model's) before anything is timed
     GenerateOptions w = b.gen;
     w.spec.method = "vanilla";
@@ -32,17 +95,51 @@ void bench_methods(const MethodsBenchOptions& b) {
     w.max_tokens = 2;
     pipe->generate({conds.front()}, w);
   }
+  std::vector<int> requested;
+  for (const Condition& c : conds)
+    requested.push_back(c.kind == Condition::Kind::Class ? c.class_id : -1);
+  // With quality on, vanilla runs a second time on other seeds ("vanilla*", not timed against):
+  // its distance to vanilla is the metrics' noise floor at this n, which lossless methods must
+  // stay within.
+  std::vector<std::string> runs = methods;
+  if (qm) runs.insert(runs.begin() + 1, "vanilla*");
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<QualityReport> quality;
+  ScoredImages vanilla_scored;
   double vanilla_s = 0.0;
-  for (const std::string& m : methods) {
+  for (const std::string& run : runs) {
+    const bool floor = run == "vanilla*";
+    const std::string m = floor ? "vanilla" : run;
     GenerateOptions o = b.gen;
     o.spec.method = m;
+    if (floor) o.seed = b.gen.seed + 1000003;
     if (!uses_draft_model(m)) o.spec.draft_model.clear();
     GenerateStats st;
-    if (!b.quiet) std::fprintf(stderr, "bench: %s ...\n", m.c_str());
-    pipe->generate(conds, o, &st);
-    if (m == "vanilla") vanilla_s = st.seconds;
+    if (!b.quiet) std::fprintf(stderr, "bench: %s ...\n", run.c_str());
+    const std::vector<std::vector<int32_t>> grids = pipe->generate(conds, o, &st);
+    if (run == "vanilla") vanilla_s = st.seconds;
+    nlohmann::json q;
+    if (qm) {
+      // Decoded and classified after timing: quality costs nothing in the speed columns.
+      std::vector<int32_t> flat;
+      for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
+      ScoredImages scored = qm->score(pipe->decode(flat, b.n), b.n, requested);
+      const bool baseline = run == "vanilla";
+      if (baseline) vanilla_scored = scored;
+      // Vanilla's Frechet distance to itself would be 0 by construction: no reference for it.
+      quality.push_back(quality_report(scored, baseline ? nullptr : &vanilla_scored));
+      const QualityReport& r = quality.back();
+      q = {{"n", r.n},
+           {"classes", r.classes},
+           {"top1", interval_json(r.top1)},
+           {"frechet_vs_vanilla", interval_json(r.frechet)},
+           {"frechet_bootstrap_bias", r.frechet.defined() ? nlohmann::json(r.frechet_bootstrap_bias)
+                                                          : nlohmann::json(nullptr)},
+           {"diversity", interval_json(r.diversity)},
+           {"interval_level", r.bootstrap.level}};
+    }
     nlohmann::json r = stats_json(st, m);
+    if (floor) r["method"] = run;
     r.erase("per_image");
     r["speedup_vs_vanilla"] = vanilla_s / std::max(st.seconds, 1e-12);
     const double fwd = std::max<int64_t>(st.forward_passes - 1, 1);  // decode forwards
@@ -50,6 +147,7 @@ void bench_methods(const MethodsBenchOptions& b) {
     r["rule_ms_per_forward"] = 1e3 * st.rule_seconds / fwd;
     r["rule_overhead_vs_target_forward"] =
         st.rule_seconds / std::max(st.target_seconds - st.prefill_seconds, 1e-12);
+    if (qm) r["quality"] = q;
     rows.push_back(r);
   }
   const SamplingOptions& s = b.gen.sampling;
@@ -65,6 +163,7 @@ void bench_methods(const MethodsBenchOptions& b) {
                       {"top_k", s.top_k},
                       {"top_p", s.top_p},
                       {"methods", rows}};
+  if (qm) j["classifier"] = b.classifier;
   if (b.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -90,6 +189,25 @@ void bench_methods(const MethodsBenchOptions& b) {
                 100 * ts["target"].get<double>() / sec, 100 * ts["draft"].get<double>() / sec,
                 100 * ts["verify"].get<double>() / sec, acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
                 100 * r["rule_overhead_vs_target_forward"].get<double>());
+  }
+  if (qm) {
+    const double v_top1 = quality.front().top1.defined() ? quality.front().top1.value : 0.9;
+    std::printf(
+        "\nquality (%s; %d images per method, %d per class, 95%% bootstrap intervals; vanilla* "
+        "is vanilla on other seeds, the noise floor; a 2-point top-1 drop needs about %lld images "
+        "per method to resolve)\n",
+        b.classifier.c_str(), b.n, b.per_class,
+        static_cast<long long>(images_to_separate_top1_drop(v_top1, 0.02)));
+    std::printf("%-12s %-24s %-28s %-24s\n", "method", "top-1 %", "FD vs vanilla", "diversity");
+    for (size_t i = 0; i < quality.size(); ++i)
+      std::printf("%-12s %-24s %-28s %-24s\n", runs[i].c_str(),
+                  interval_text(quality[i].top1, 1, 100.0).c_str(),
+                  interval_text(quality[i].frechet, 1).c_str(),
+                  interval_text(quality[i].diversity, 3).c_str());
+  }
+  if (b.legend) {
+    std::printf("\n%s", kSpeedLegend);
+    if (qm) std::printf("%s", quality_legend().c_str());
   }
 }
 

@@ -14,12 +14,20 @@ struct MethodsBenchOptions {
   int threads = 0;
   bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
   bool quiet = false;
-  int n = 1;  // images; image i has class (class_id + i) % num_classes
+  int n = 1;  // images; image i has class (class_id + i / per_class) % num_classes
   int class_id = 0;
+  int per_class = 2;  // images per class (pixel diversity needs at least 2)
   std::vector<std::string> methods;  // vanilla is added first if missing
   GenerateOptions gen;               // sampling, batch, seed and the speculative flags
   bool json = false;
+  // Classifier directory for the quality columns (tessera/quality.h); empty: speed only.
+  std::string classifier;
+  bool legend = false;  // print the columns' definitions after the table
 };
+
+// The classifier for `--quality WHAT` on MODEL: "off" -> none, "auto" -> MODEL/../classifier when
+// it holds a classifier.json (the emoji family's layout), else WHAT must be a classifier directory.
+std::string resolve_classifier(const std::string& what, const std::string& model);
 
 void bench_methods(const MethodsBenchOptions& o);
 

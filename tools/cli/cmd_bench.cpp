@@ -23,6 +23,9 @@ struct BenchArgs {
   GenerateOptions gen;  // --cfg, --temperature, ... and the speculative flags
   MarOnly mar;
   std::string draft_lens, batches;  // MAR sweeps
+  std::string quality = "auto";     // --methods: classifier for the quality columns
+  bool legend = false;
+  int per_class = 2;
 };
 
 int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
@@ -65,6 +68,10 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
     if (b.count(f) > 0)
       throw Error(f + " is for " + (mar ? "LlamaGen" : "MAR") + " models only; this is a " +
                   (mar ? "MAR" : "LlamaGen") + " model");
+  if (methods.empty() || mar)
+    for (const char* f : {"--quality", "--legend", "--per-class"})
+      if (b.count(f) > 0)
+        throw Error(std::string(f) + " applies to a LlamaGen bench with --methods");
   if (!mar && methods.empty())
     for (const char* f : {"--batch", "--seed"})
       if (b.count(f) > 0)
@@ -77,6 +84,9 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   apply_common(a.common);
   check_bench_flags(a, b, is_mar(a.common.model));
   if (is_mar(a.common.model)) return run_mar_bench(a, b);
+  // Before any note is printed or anything loaded: a bad --quality is one error line.
+  const std::string classifier =
+      a.methods.empty() ? "" : resolve_classifier(a.quality, a.common.model);
   // Like generate, bench samples with the model's own settings unless flags say otherwise.
   apply_model_sampling_defaults(load_model_config(a.common.model).sampling, b, a.gen.sampling);
   if (!a.methods.empty()) {
@@ -94,6 +104,9 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     mo.methods = split_list(a.methods);
     mo.gen = a.gen;
     mo.json = a.json;
+    mo.classifier = classifier;
+    mo.legend = a.legend;
+    mo.per_class = a.per_class;
     bench_methods(mo);
     return 0;
   }
@@ -143,6 +156,17 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_option("--methods", a->methods,
                 "Compare methods (comma-separated, e.g. sd,lantern,cool-sd) against vanilla on the "
                 "same classes and seeds in this run");
+  b->add_option("--quality", a->quality,
+                "--methods: classifier directory for image-quality columns (top-1, Frechet "
+                "distance to vanilla, diversity; docs/quality.md); auto: MODEL/../classifier if "
+                "present; off: speed only")
+      ->capture_default_str();
+  b->add_flag("--legend", a->legend, "--methods: print what each column means after the tables");
+  b->add_option("--per-class", a->per_class,
+                "--methods: images per class; image i has class (--class + i / this) (pixel "
+                "diversity compares images of one class)")
+      ->check(int_at_least(1))
+      ->capture_default_str();
   b->add_option("-b,--batch", a->gen.batch, "Images generated together (--methods)")
       ->check(int_at_least(1))
       ->capture_default_str();

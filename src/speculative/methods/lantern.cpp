@@ -80,9 +80,9 @@ std::unique_ptr<AcceptanceRule> make_rule(bool plus, const MethodParams& given,
     lp.lambda = o.lambda;
     const bool code = given.count("lantern.lambda_rule") ? o.lambda_rule == "code" : o.reference;
     lp.lambda_rule = code ? LambdaRule::Code : LambdaRule::Paper;
-    check_param(!code || o.lambda >= 1.0f, "lantern.lambda",
-                "must be >= 1 with the code's rule S <= (λ - 1) p(x~), got " +
-                    format_default(o.lambda));
+    check_param(
+        !code || o.lambda >= 1.0f, "lantern.lambda",
+        "must be >= 1 with the code's rule S <= (λ - 1) p(x~), got " + format_default(o.lambda));
   } else
     lp.delta = o.delta;
   auto nb = std::make_shared<const LatentNeighbours>(LatentNeighbours::for_model(
