@@ -134,7 +134,9 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   auto a = std::make_shared<BenchArgs>();
   a->gen.sampling = md.sampling;  // --help shows the model's settings, as the run uses them
   auto* b =
-      app.add_subcommand("bench", "Measure vanilla generation speed against memory bandwidth");
+      app.add_subcommand("bench",
+                         "Measure speed: vanilla against memory bandwidth, or --methods against "
+                         "vanilla in one run, with image quality when a classifier is present");
   add_common(b, a->common);
   b->add_option("-n,--n", a->n, "Images (generated as one batch)")
       ->check(int_at_least(1))
