@@ -2,8 +2,10 @@
 #include "common.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -103,109 +105,186 @@ void bench_methods(const MethodsBenchOptions& b) {
   // stay within.
   std::vector<std::string> runs = methods;
   if (qm) runs.insert(runs.begin() + 1, "vanilla*");
+
+  // The sweep (llama-bench style): every combination of threads, batch and draft length. Unset
+  // lists mean the single value of -t, -b and --draft-len.
+  struct Config {
+    int threads, batch, draft_len;
+  };
+  std::vector<Config> configs;
+  const std::vector<int> ts = b.thread_counts.empty() ? std::vector<int>{0} : b.thread_counts;
+  const std::vector<int> bs = b.batches.empty() ? std::vector<int>{b.gen.batch} : b.batches;
+  const std::vector<int> ds =
+      b.draft_lens.empty() ? std::vector<int>{b.gen.spec.draft_len} : b.draft_lens;
+  for (int t : ts)
+    for (int bt : bs)
+      for (int d : ds) configs.push_back({t, bt, d});
+  const bool sweep = configs.size() > 1;
+
   nlohmann::json rows = nlohmann::json::array();
   std::vector<QualityReport> quality;
   ScoredImages vanilla_scored;
-  double vanilla_s = 0.0;
-  for (const std::string& run : runs) {
-    const bool floor = run == "vanilla*";
-    const std::string m = floor ? "vanilla" : run;
-    GenerateOptions o = b.gen;
-    o.spec.method = m;
-    if (floor) o.seed = b.gen.seed + 1000003;
-    if (!uses_draft_model(m)) o.spec.draft_model.clear();
-    GenerateStats st;
-    if (!b.quiet) std::fprintf(stderr, "bench: %s ...\n", run.c_str());
-    const std::vector<std::vector<int32_t>> grids = pipe->generate(conds, o, &st);
-    if (run == "vanilla") vanilla_s = st.seconds;
-    nlohmann::json q;
-    if (qm) {
-      // Decoded and classified after timing: quality costs nothing in the speed columns.
-      std::vector<int32_t> flat;
-      for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
-      ScoredImages scored = qm->score(pipe->decode(flat, b.n), b.n, requested);
-      const bool baseline = run == "vanilla";
-      if (baseline) vanilla_scored = scored;
-      // Vanilla's Frechet distance to itself would be 0 by construction: no reference for it.
-      quality.push_back(quality_report(scored, baseline ? nullptr : &vanilla_scored));
-      const QualityReport& r = quality.back();
-      q = {{"n", r.n},
-           {"classes", r.classes},
-           {"top1", interval_json(r.top1)},
-           {"frechet_vs_vanilla", interval_json(r.frechet)},
-           {"frechet_bootstrap_bias", r.frechet.defined() ? nlohmann::json(r.frechet_bootstrap_bias)
-                                                          : nlohmann::json(nullptr)},
-           {"diversity", interval_json(r.diversity)},
-           {"interval_level", r.bootstrap.level}};
+  std::map<std::pair<int, int>, double> vanilla_time;  // (threads, batch): vanilla ignores L
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    const Config& c = configs[ci];
+    if (c.threads > 0 || sweep) pipe->set_threads(c.threads > 0 ? c.threads : b.threads);
+    const std::pair<int, int> key{pipe->threads(), c.batch};
+    double vanilla_s = vanilla_time.count(key) ? vanilla_time[key] : 0.0;
+    for (const std::string& run : runs) {
+      const bool floor = run == "vanilla*";
+      if (floor && ci > 0) continue;  // quality is measured at the first configuration
+      if (run == "vanilla" && vanilla_time.count(key)) continue;  // measured at this (t, b)
+      const std::string m = floor ? "vanilla" : run;
+      GenerateOptions o = b.gen;
+      o.spec.method = m;
+      o.batch = c.batch;
+      o.spec.draft_len = m == "vanilla" ? 0 : c.draft_len;
+      if (floor) o.seed = b.gen.seed + 1000003;
+      if (!uses_draft_model(m)) o.spec.draft_model.clear();
+      if (!b.quiet)
+        std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s) ...\n", run.c_str(),
+                     pipe->threads(), c.batch,
+                     o.spec.draft_len > 0 ? std::to_string(o.spec.draft_len).c_str() : "default");
+      // -r timed repetitions of the same generation (same seeds, so the same images); the stats
+      // are the last repetition's, the time their mean and standard deviation.
+      std::vector<double> secs;
+      GenerateStats st;
+      std::vector<std::vector<int32_t>> grids;
+      for (int rep = 0; rep < (floor ? 1 : b.repeat); ++rep) {
+        st = GenerateStats{};
+        grids = pipe->generate(conds, o, &st);
+        secs.push_back(st.seconds);
+      }
+      double mean = 0.0, var = 0.0;
+      for (double x : secs) mean += x / secs.size();
+      for (double x : secs) var += (x - mean) * (x - mean);
+      const double sd = secs.size() > 1 ? std::sqrt(var / (secs.size() - 1)) : 0.0;
+      if (run == "vanilla") vanilla_s = vanilla_time[key] = mean;
+      nlohmann::json q;
+      if (qm && ci == 0) {
+        // Decoded and classified after timing: quality costs nothing in the speed columns.
+        std::vector<int32_t> flat;
+        for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
+        ScoredImages scored = qm->score(pipe->decode(flat, b.n), b.n, requested);
+        const bool baseline = run == "vanilla";
+        if (baseline) vanilla_scored = scored;
+        // Vanilla's Frechet distance to itself would be 0 by construction: no reference for it.
+        quality.push_back(quality_report(scored, baseline ? nullptr : &vanilla_scored));
+        const QualityReport& r = quality.back();
+        q = {{"n", r.n},
+             {"classes", r.classes},
+             {"top1", interval_json(r.top1)},
+             {"frechet_vs_vanilla", interval_json(r.frechet)},
+             {"frechet_bootstrap_bias", r.frechet.defined()
+                                            ? nlohmann::json(r.frechet_bootstrap_bias)
+                                            : nlohmann::json(nullptr)},
+             {"diversity", interval_json(r.diversity)},
+             {"interval_level", r.bootstrap.level}};
+      }
+      nlohmann::json r = stats_json(st, m);
+      if (floor) r["method"] = run;
+      r.erase("per_image");
+      r["threads"] = pipe->threads();
+      r["batch"] = c.batch;
+      r["draft_len"] = o.spec.draft_len > 0 ? nlohmann::json(o.spec.draft_len) : nlohmann::json();
+      r["repeat"] = secs.size();
+      r["seconds_per_image_mean"] = mean / b.n;
+      r["seconds_per_image_stddev"] = sd / b.n;
+      r["speedup_vs_vanilla"] = vanilla_s / std::max(mean, 1e-12);
+      const double fwd = std::max<int64_t>(st.forward_passes - 1, 1);  // decode forwards
+      r["target_ms_per_forward"] = 1e3 * (st.target_seconds - st.prefill_seconds) / fwd;
+      r["rule_ms_per_forward"] = 1e3 * st.rule_seconds / fwd;
+      r["rule_overhead_vs_target_forward"] =
+          st.rule_seconds / std::max(st.target_seconds - st.prefill_seconds, 1e-12);
+      if (!q.is_null()) r["quality"] = q;
+      rows.push_back(r);
     }
-    nlohmann::json r = stats_json(st, m);
-    if (floor) r["method"] = run;
-    r.erase("per_image");
-    r["speedup_vs_vanilla"] = vanilla_s / std::max(st.seconds, 1e-12);
-    const double fwd = std::max<int64_t>(st.forward_passes - 1, 1);  // decode forwards
-    r["target_ms_per_forward"] = 1e3 * (st.target_seconds - st.prefill_seconds) / fwd;
-    r["rule_ms_per_forward"] = 1e3 * st.rule_seconds / fwd;
-    r["rule_overhead_vs_target_forward"] =
-        st.rule_seconds / std::max(st.target_seconds - st.prefill_seconds, 1e-12);
-    if (qm) r["quality"] = q;
-    rows.push_back(r);
   }
   const SamplingOptions& s = b.gen.sampling;
   nlohmann::json j = {{"model", b.model},
                       {"draft", b.gen.spec.draft_model},
-                      {"threads", pipe->threads()},
                       {"load", load_report_json(pipe->load_report())},
                       {"images", b.n},
-                      {"batch", b.gen.batch},
                       {"seed", b.gen.seed},
+                      {"repeat", b.repeat},
                       {"cfg", s.cfg_scale},
                       {"temperature", s.temperature},
                       {"top_k", s.top_k},
                       {"top_p", s.top_p},
                       {"methods", rows}};
   if (qm) j["classifier"] = b.classifier;
-  if (b.json) {
+  if (b.format == "json") {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf(
-      "model %s, draft %s, %d image(s), batch %d, seed %llu, cfg %.2f, T %.2f, "
-      "top-k %d, top-p %.2f, %d threads\n",
-      b.model.c_str(), b.gen.spec.draft_model.empty() ? "-" : b.gen.spec.draft_model.c_str(), b.n,
-      b.gen.batch, static_cast<unsigned long long>(b.gen.seed), s.cfg_scale, s.temperature, s.top_k,
-      s.top_p, pipe->threads());
-  std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
-  std::printf("%-12s %10s %8s %7s %9s %9s %8s %8s %8s %8s %9s\n", "method", "s/image", "speed-up",
-              "MAL", "NFE/img", "draft fw", "target%", "draft%", "verify%", "acc@1", "rules/fw");
+  const bool csv = b.format == "csv";
+  if (!csv) {
+    std::printf(
+        "model %s, draft %s, %d image(s), seed %llu, cfg %.2f, T %.2f, top-k %d, top-p %.2f, "
+        "%d timed run(s) per row%s\n",
+        b.model.c_str(), b.gen.spec.draft_model.empty() ? "-" : b.gen.spec.draft_model.c_str(),
+        b.n, static_cast<unsigned long long>(b.gen.seed), s.cfg_scale, s.temperature, s.top_k,
+        s.top_p, b.repeat, b.repeat > 1 ? " (s/image: mean ± stddev)" : "");
+    std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
+    std::printf("| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
+                "| target%% | draft%% | verify%% | acc@1 | rules/fw |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  } else {
+    std::printf("method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
+                "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
+                "acceptance_depth1,rules_per_forward\n");
+  }
   for (const auto& r : rows) {
     const double sec = r["seconds"].get<double>();
-    const auto& ts = r["time_split_s"];
+    const auto& tsplit = r["time_split_s"];
     const auto acc = r["acceptance_by_depth"].get<std::vector<double>>();
-    std::printf("%-12s %10.3f %7.2fx %7.2f %9.1f %9lld %7.1f%% %7.1f%% %7.1f%% %8s %8.2f%%\n",
-                r["method"].get<std::string>().c_str(), r["seconds_per_image"].get<double>(),
+    const std::string dl = r["draft_len"].is_null() ? (csv ? "" : "-")
+                                                    : std::to_string(r["draft_len"].get<int>());
+    const double mean = r["seconds_per_image_mean"].get<double>();
+    const double sd = r["seconds_per_image_stddev"].get<double>();
+    const double shares[3] = {tsplit["target"].get<double>() / sec,
+                              tsplit["draft"].get<double>() / sec,
+                              tsplit["verify"].get<double>() / sec};
+    if (csv) {
+      std::printf("%s,%d,%d,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f\n",
+                  r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
+                  r["batch"].get<int>(), dl.c_str(), r["repeat"].get<int>(), mean, sd,
+                  r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
+                  r["target_forwards_per_image"].get<double>(),
+                  static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), shares[0],
+                  shares[1], shares[2], acc.empty() ? "" : fmt(acc[0], 4).c_str(),
+                  r["rule_overhead_vs_target_forward"].get<double>());
+      continue;
+    }
+    const std::string t = b.repeat > 1 ? fmt(mean, 3) + " ± " + fmt(sd, 3) : fmt(mean, 3);
+    std::printf("| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
+                "| %s | %.2f%% |\n",
+                r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
+                r["batch"].get<int>(), dl.c_str(), t.c_str(),
                 r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
                 r["target_forwards_per_image"].get<double>(),
                 static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()),
-                100 * ts["target"].get<double>() / sec, 100 * ts["draft"].get<double>() / sec,
-                100 * ts["verify"].get<double>() / sec, acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
+                100 * shares[0], 100 * shares[1], 100 * shares[2],
+                acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
                 100 * r["rule_overhead_vs_target_forward"].get<double>());
   }
-  if (qm) {
+  if (qm && !csv) {
     const double v_top1 = quality.front().top1.defined() ? quality.front().top1.value : 0.9;
     std::printf(
-        "\nquality (%s; %d images per method, %d per class, 95%% bootstrap intervals; vanilla* "
+        "\nquality (%s; %d images per method, %d per class, 95%% bootstrap intervals%s; vanilla* "
         "is vanilla on other seeds, the noise floor; a 2-point top-1 drop needs about %lld images "
         "per method to resolve)\n",
         b.classifier.c_str(), b.n, b.per_class,
+        sweep ? "; measured at the first configuration" : "",
         static_cast<long long>(images_to_separate_top1_drop(v_top1, 0.02)));
-    std::printf("%-12s %-24s %-28s %-24s\n", "method", "top-1 %", "FD vs vanilla", "diversity");
+    std::printf("| method | top-1 %% | FD vs vanilla | diversity |\n|---|---|---|---|\n");
     for (size_t i = 0; i < quality.size(); ++i)
-      std::printf("%-12s %-24s %-28s %-24s\n", runs[i].c_str(),
+      std::printf("| %s | %s | %s | %s |\n", runs[i].c_str(),
                   interval_text(quality[i].top1, 1, 100.0).c_str(),
                   interval_text(quality[i].frechet, 1).c_str(),
                   interval_text(quality[i].diversity, 3).c_str());
   }
-  if (b.legend) {
+  if (b.legend && !csv) {
     std::printf("\n%s", kSpeedLegend);
     if (qm) std::printf("%s", quality_legend().c_str());
   }

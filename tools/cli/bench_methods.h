@@ -19,7 +19,10 @@ struct MethodsBenchOptions {
   int per_class = 2;  // images per class (pixel diversity needs at least 2)
   std::vector<std::string> methods;  // vanilla is added first if missing
   GenerateOptions gen;               // sampling, batch, seed and the speculative flags
-  bool json = false;
+  std::string format = "md";  // md (table), csv or json
+  int repeat = 1;               // timed runs per row (mean ± stddev)
+  // Sweeps: every combination is a row group (empty: -t, -b, --draft-len as given).
+  std::vector<int> thread_counts, batches, draft_lens;
   // Classifier directory for the quality columns (tessera/quality.h); empty: speed only.
   std::string classifier;
   bool legend = false;  // print the columns' definitions after the table

@@ -24,6 +24,7 @@ struct BenchArgs {
   MarOnly mar;
   std::string draft_lens, batches;  // MAR sweeps
   std::string quality = "auto";     // --methods: classifier for the quality columns
+  std::string format = "md", thread_counts;
   bool legend = false;
   int per_class = 2;
 };
@@ -61,13 +62,19 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
   } else {
     check_method_flags(b, methods, mar, "--methods");
   }
-  const std::vector<std::string> mar_only = {"--steps", "--cfg-schedule", "--draft-lens",
-                                             "--batches"};
+  const std::vector<std::string> mar_only = {"--steps", "--cfg-schedule"};
   const std::vector<std::string> llamagen_only = {"--top-k", "--top-p", "--torch", "--tokens"};
   for (const std::string& f : mar ? llamagen_only : mar_only)
     if (b.count(f) > 0)
       throw Error(f + " is for " + (mar ? "LlamaGen" : "MAR") + " models only; this is a " +
                   (mar ? "MAR" : "LlamaGen") + " model");
+  if (methods.empty() && !mar)
+    for (const char* f : {"--draft-lens", "--batches", "--thread-counts", "--output-format"})
+      if (b.count(f) > 0)
+        throw Error(std::string(f) + " applies to --methods (sweeps and formats of the method "
+                                     "bench)");
+  if (mar && b.count("--thread-counts") + b.count("--output-format") > 0)
+    throw Error("--thread-counts and --output-format are for LlamaGen --methods benches");
   if (methods.empty() || mar)
     for (const char* f : {"--quality", "--legend", "--per-class"})
       if (b.count(f) > 0)
@@ -91,8 +98,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   apply_model_sampling_defaults(load_model_config(a.common.model).sampling, b, a.gen.sampling);
   if (!a.methods.empty()) {
     if (a.torch) throw Error("--torch and --methods are separate benchmarks");
-    if (!a.against.empty() || a.repeat != 1)
-      throw Error("--against and --repeat time vanilla decoding; drop --methods");
+    if (!a.against.empty()) throw Error("--against times vanilla decoding; drop --methods");
     if (a.tokens > 0) throw Error("--methods generates whole images; drop --tokens");
     MethodsBenchOptions mo;
     mo.model = a.common.model;
@@ -103,7 +109,13 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     mo.class_id = a.class_id;
     mo.methods = split_list(a.methods);
     mo.gen = a.gen;
-    mo.json = a.json;
+    mo.format = a.json ? "json" : a.format;
+    mo.repeat = a.repeat;
+    for (const auto& x : split_list(a.thread_counts))
+      mo.thread_counts.push_back(parse_int(x, "--thread-counts"));
+    for (const auto& x : split_list(a.batches)) mo.batches.push_back(parse_int(x, "--batches"));
+    for (const auto& x : split_list(a.draft_lens))
+      mo.draft_lens.push_back(parse_int(x, "--draft-lens"));
     mo.classifier = classifier;
     mo.legend = a.legend;
     mo.per_class = a.per_class;
@@ -152,9 +164,17 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_option("--against", a->against,
                 "Time a second model directory in the same rounds (e.g. the same weights in f32) "
                 "and report the tokens/s ratio");
-  b->add_option("--repeat", a->repeat,
-                "Measured rounds (order alternates between models; medians are reported)")
-      ->check(int_at_least(1));
+  b->add_option("-r,--repeat", a->repeat,
+                "Measured rounds: with --against, alternating between models (medians); with "
+                "--methods, timed runs per row after the warm-up (mean ± stddev)")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  b->add_option("-o,--output-format", a->format, "--methods: md (table), csv or json")
+      ->check(CLI::IsMember({"md", "csv", "json"}))
+      ->capture_default_str();
+  b->add_option("--thread-counts", a->thread_counts,
+                "--methods: thread counts to sweep, e.g. 1,2 (every combination with --batches "
+                "and --draft-lens)");
   b->add_option("--methods", a->methods,
                 "Compare methods (comma-separated, e.g. sd,lantern,cool-sd) against vanilla on the "
                 "same classes and seeds in this run");
@@ -180,8 +200,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   add_method_flags(b, a->gen.spec);
   add_mar_options(b, a->mar);
   b->add_option("--draft-lens", a->draft_lens,
-                "MAR --methods: draft lengths to sweep, e.g. 4,8,16,32");
-  b->add_option("--batches", a->batches, "MAR --methods: batch sizes to sweep, e.g. 1,8,32");
+                "--methods: draft lengths to sweep, e.g. 4,8,16,32");
+  b->add_option("--batches", a->batches, "--methods: batch sizes to sweep, e.g. 1,8,32");
   return {b, [a, b] { return run_bench(*a, *b); }};
 }
 
