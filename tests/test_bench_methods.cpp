@@ -47,6 +47,16 @@ TEST_F(BenchMethods, CsvAndMarkdown) {
       << r.out;
 }
 
+// Like generate, bench without -m runs the embedded emoji model, with its shipped draft.
+TEST_F(BenchMethods, DefaultModelAndItsDraft) {
+  const CliResult r =
+      run({"bench", "--methods", "sd", "-n", "1", "-o", "json", "--quality", "off", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["model"].get<std::string>().find("emoji/target"), std::string::npos) << j["model"];
+  EXPECT_NE(j["draft"].get<std::string>().find("emoji/draft"), std::string::npos) << j["draft"];
+}
+
 TEST_F(BenchMethods, SweepFlagsNeedMethods) {
   expect_error({"bench", "-m", fixture("c2i_f32"), "--batches", "1,2"}, {"--batches", "--methods"});
   expect_error({"bench", "-m", fixture("c2i_f32"), "--methods", "sjd", "-o", "xml"},

@@ -177,7 +177,10 @@ INSTANTIATE_TEST_SUITE_P(
     Cli, CliFlagErrors,
     ::testing::Values(
         FlagCase{"UnknownFlag", with(kGenC2i, {"--class", "3", "--bogus"}), {"--bogus"}},
-        FlagCase{"MissingRequiredModel", {"forward", "--class", "3"}, {"--model"}},
+        // Without -m, forward (like every command) uses the embedded emoji model.
+        FlagCase{"DefaultModelClassOutOfRange",
+                 {"forward", "--class", "5000", "--tokens", "1", "--logits-out", "/tmp/x.npy"},
+                 {"class 5000", "[0, 870)"}},
         FlagCase{"MissingRequiredLogitsOut", {"forward", "-m", "@/c2i_f32"}, {"--logits-out"}},
         FlagCase{"NonNumericN", with(kGenC2i, {"--class", "3", "--n", "abc"}), {"--n", "abc"}},
         FlagCase{"ClassOutOfRange", with(kGenC2i, {"--class", "10"}), {"class 10", "[0, 10)"}},

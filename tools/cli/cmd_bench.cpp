@@ -5,6 +5,7 @@
 #include "bench_methods.h"
 #include "bench_vanilla.h"
 #include "commands.h"
+#include "default_model.h"
 #include "common.h"
 #include "mar_commands.h"
 #include "method_flags.h"
@@ -88,6 +89,13 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
 }
 
 int run_bench(BenchArgs& a, const CLI::App& b) {
+  // Without -m: the embedded default model, and its shipped draft for the methods that draft with
+  // a model (as generate does); the table's header names both.
+  if (a.common.model.empty()) {
+    a.common.model = default_model_dir();
+    if (a.gen.spec.draft_model.empty() && !a.methods.empty())
+      a.gen.spec.draft_model = sibling_draft_dir(a.common.model);
+  }
   apply_common(a.common);
   check_bench_flags(a, b, is_mar(a.common.model));
   if (is_mar(a.common.model)) return run_mar_bench(a, b);
@@ -149,7 +157,7 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
       app.add_subcommand("bench",
                          "Measure speed: vanilla against memory bandwidth, or --methods against "
                          "vanilla in one run, with image quality when a classifier is present");
-  add_common(b, a->common);
+  add_common(b, a->common, /*model_required=*/false);
   b->add_option("-n,--n", a->n, "Images (generated as one batch)")
       ->check(int_at_least(1))
       ->capture_default_str();

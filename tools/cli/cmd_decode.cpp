@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "default_model.h"
 #include "common.h"
 #include "image_output.h"
 #include "mar_commands.h"
@@ -18,7 +19,8 @@ struct DecodeArgs {
   bool grid = false;
 };
 
-int run_decode(const DecodeArgs& a) {
+int run_decode(DecodeArgs& a) {
+  if (a.common.model.empty()) a.common.model = default_model_dir();  // as generate and classes
   apply_common(a.common);
   LoadOptions lo;
   lo.threads = a.common.threads;
@@ -66,7 +68,7 @@ int run_decode(const DecodeArgs& a) {
 Command add_decode(CLI::App& app) {
   auto a = std::make_shared<DecodeArgs>();
   auto* d = app.add_subcommand("decode", "Decode token grids (.npy) to PNG images");
-  add_common(d, a->common);
+  add_common(d, a->common, /*model_required=*/false);
   d->add_option("--tokens", a->tokens,
                 ".npy of token ids: [grid,grid], [n,grid,grid] or [n,grid*grid]");
   d->add_option("--latents", a->latents, "MAR: .npy of latents [n, seq_len, token_dim]");

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "default_model.h"
 #include "common.h"
 #include "mar_commands.h"
 #include "tessera/image_io.h"
@@ -41,7 +42,8 @@ std::vector<int32_t> parse_tokens(const std::string& list, int vocab) {
   return tokens;
 }
 
-int run_forward(const ForwardArgs& a) {
+int run_forward(ForwardArgs& a) {
+  if (a.common.model.empty()) a.common.model = default_model_dir();  // as generate and classes
   apply_common(a.common);
   LoadOptions lo;
   lo.threads = a.common.threads;
@@ -72,7 +74,7 @@ Command add_forward(CLI::App& app) {
   auto a = std::make_shared<ForwardArgs>();
   auto* f =
       app.add_subcommand("forward", "Teacher-forced logits for a token sequence (no guidance)");
-  add_common(f, a->common);
+  add_common(f, a->common, /*model_required=*/false);
   f->add_option("--class", a->cond.class_id, "Class label (c2i)")->check(int_at_least(0));
   f->add_option("--caption", a->cond.caption, "Caption features file (t2i)");
   f->add_flag("--uncond", a->cond.uncond, "Unconditional prefix");
