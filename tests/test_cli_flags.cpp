@@ -135,6 +135,14 @@ TEST_F(CliFlags, ImageFormatFollowsTheExtension) {
   const std::string webp = slurp(tmp("x.webp"));
   EXPECT_EQ(webp.substr(0, 4), "RIFF");
   EXPECT_EQ(webp.substr(8, 4), "WEBP");
+  // The RIFF size field covers the rest of the file (the metadata chunk was assembled in), and the
+  // settings sit in an XMP chunk.
+  ASSERT_GE(webp.size(), 12u);
+  const auto* b = reinterpret_cast<const unsigned char*>(webp.data());
+  EXPECT_EQ(b[4] | b[5] << 8 | b[6] << 16 | static_cast<uint32_t>(b[7]) << 24, webp.size() - 8);
+  EXPECT_NE(webp.find("XMP "), std::string::npos);
+  EXPECT_NE(webp.find("tessera:parameters=\""), std::string::npos);
+  EXPECT_NE(webp.find("seed=0;"), std::string::npos);
   expect_error(fixture_run({"-o", tmp("x.bmp")}), {".bmp", "png", "jpg", "webp"});
   EXPECT_FALSE(fs::exists(tmp("x.bmp")));
 }

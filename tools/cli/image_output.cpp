@@ -1,7 +1,9 @@
 #include "image_output.h"
 
 #include <jpeglib.h>
+#include <memory>
 #include <webp/encode.h>
+#include <webp/mux.h>
 
 #include <algorithm>
 #include <cctype>
@@ -143,12 +145,46 @@ std::string encode_jpeg(const uint8_t* rgb, int w, int h, const std::string& com
   return out;
 }
 
-std::string encode_webp(const uint8_t* rgb, int w, int h) {
+// The settings as an XMP packet (the metadata chunk WebP defines): one attribute,
+// tessera:parameters, holding the same text as the PNG's "parameters" chunk, XML-escaped.
+std::string xmp_packet(const std::string& parameters) {
+  std::string v;
+  for (char c : parameters) {
+    switch (c) {
+      case '&': v += "&amp;"; break;
+      case '<': v += "&lt;"; break;
+      case '>': v += "&gt;"; break;
+      case '"': v += "&quot;"; break;
+      case '\n': v += "&#10;"; break;
+      default: v += c;
+    }
+  }
+  return "<x:xmpmeta xmlns:x=\"adobe:ns:meta/\"><rdf:RDF "
+         "xmlns:rdf=\"http://www.w3.org/1999/02/22-rdf-syntax-ns#\"><rdf:Description "
+         "xmlns:tessera=\"https://tessera.invalid/ns/1.0/\" tessera:parameters=\"" +
+         v + "\"/></rdf:RDF></x:xmpmeta>";
+}
+
+std::string encode_webp(const uint8_t* rgb, int w, int h, const std::string& parameters) {
   uint8_t* buf = nullptr;
   const size_t size = WebPEncodeRGB(rgb, w, h, w * 3, 95.0f, &buf);
   if (size == 0) throw Error("WebP encoding failed");
-  std::string out(reinterpret_cast<const char*>(buf), size);
-  WebPFree(buf);
+  std::unique_ptr<uint8_t, void (*)(void*)> image(buf, WebPFree);
+  if (parameters.empty()) return std::string(reinterpret_cast<const char*>(buf), size);
+  // libwebpmux adds the XMP chunk (and the VP8X header that announces it).
+  std::unique_ptr<WebPMux, void (*)(WebPMux*)> mux(WebPMuxNew(), WebPMuxDelete);
+  if (!mux) throw Error("WebP encoding failed (out of memory)");
+  const WebPData bitstream{buf, size};
+  const std::string xmp = xmp_packet(parameters);
+  const WebPData meta{reinterpret_cast<const uint8_t*>(xmp.data()), xmp.size()};
+  WebPData assembled;
+  WebPDataInit(&assembled);
+  if (WebPMuxSetImage(mux.get(), &bitstream, 1) != WEBP_MUX_OK ||
+      WebPMuxSetChunk(mux.get(), "XMP ", &meta, 1) != WEBP_MUX_OK ||
+      WebPMuxAssemble(mux.get(), &assembled) != WEBP_MUX_OK)
+    throw Error("WebP encoding failed (metadata)");
+  std::string out(reinterpret_cast<const char*>(assembled.bytes), assembled.size);
+  WebPDataClear(&assembled);
   return out;
 }
 
@@ -161,7 +197,7 @@ void write_image(const std::string& path, const uint8_t* rgb, int width, int hei
   if (e == ".jpg" || e == ".jpeg")
     write_file_atomic(path, encode_jpeg(rgb, width, height, parameters));
   else if (e == ".webp")
-    write_file_atomic(path, encode_webp(rgb, width, height));
+    write_file_atomic(path, encode_webp(rgb, width, height, parameters));
   else
     write_png(path, rgb, width, height, {{"parameters", parameters}, {"Software", "tessera"}});
 }
