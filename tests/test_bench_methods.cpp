@@ -26,7 +26,9 @@ TEST_F(BenchMethods, SweepsRepeatsAndJson) {
     EXPECT_EQ(row["repeat"], 2);
     EXPECT_GE(row["seconds_per_image_stddev"].get<double>(), 0.0);
     EXPECT_GT(row["seconds_per_image_mean"].get<double>(), 0.0);
-    if (m == "vanilla") EXPECT_DOUBLE_EQ(row["speedup_vs_vanilla"].get<double>(), 1.0);
+    if (m == "vanilla") {
+      EXPECT_DOUBLE_EQ(row["speedup_vs_vanilla"].get<double>(), 1.0);
+    }
   }
   const std::set<std::tuple<std::string, int, int>> want = {
       {"vanilla", 1, 0}, {"vanilla", 2, 0}, {"sjd", 1, 3}, {"sjd", 1, 4}, {"sjd", 2, 3},
