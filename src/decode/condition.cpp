@@ -1,5 +1,6 @@
 // Building conditions: class labels and T5 caption features (computing T5 is out of scope; the
 // features come from a file written by LlamaGen's language/extract_t5_feature.py or similar).
+#include <cstring>
 #include <filesystem>
 
 #include "io/npy.h"
@@ -65,14 +66,19 @@ Condition Condition::caption_file(const std::string& path, const GptConfig& conf
       const SafeTensorInfo& m = f.get("mask");
       const int64_t n = shape_numel(m.shape);
       std::vector<float> mv(static_cast<size_t>(n));
+      // Tensors in a safetensors file are only byte-aligned: read integers with memcpy.
+      const auto* bytes = static_cast<const unsigned char*>(m.data);
+      auto read_int = [&]<typename T>(T, int64_t i) {
+        T v;
+        std::memcpy(&v, bytes + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+        return static_cast<float>(v);
+      };
       if (m.dtype == DType::U8) {
-        for (int64_t i = 0; i < n; ++i) mv[i] = static_cast<const uint8_t*>(m.data)[i];
+        for (int64_t i = 0; i < n; ++i) mv[i] = bytes[i];
       } else if (m.dtype == DType::I64) {
-        for (int64_t i = 0; i < n; ++i)
-          mv[i] = static_cast<float>(static_cast<const int64_t*>(m.data)[i]);
+        for (int64_t i = 0; i < n; ++i) mv[i] = read_int(int64_t{}, i);
       } else if (m.dtype == DType::I32) {
-        for (int64_t i = 0; i < n; ++i)
-          mv[i] = static_cast<float>(static_cast<const int32_t*>(m.data)[i]);
+        for (int64_t i = 0; i < n; ++i) mv[i] = read_int(int32_t{}, i);
       } else {
         convert_to_f32(m.dtype, m.data, mv.data(), mv.size());
       }
