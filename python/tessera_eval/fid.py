@@ -42,8 +42,10 @@ class FeatureNetwork:
         fid_cls = _torchmetrics_fid()
         try:
             m = fid_cls(feature=2048 if self.module is None else self.module)
-        except ModuleNotFoundError as e:
-            raise EvalError(f"{e} (the InceptionV3 features need torch-fidelity; docs/quality.md)") from None
+        except ModuleNotFoundError:
+            raise EvalError("the InceptionV3 features need torch-fidelity: apt-get install "
+                            "python3-torchvision, then pip install torch-fidelity==0.3.0 into the venv "
+                            "(docs/quality.md); or give --classifier DIR") from None
         m.eval()
         return m
 

@@ -75,13 +75,23 @@ double frechet_prepared(std::span<const float> a, int n, int dim, const Prepared
   A.rowwise() -= mu;
   const double na = n - 1;  // np.cov's unbiased normalisation
   // tr((S_a S)^1/2) with S = F F^T (the reference's factor, computed once) and S_a = A^T A / na
-  // is tr((G^T G)^1/2) for G = A F / sqrt(na): the sum of G's singular values. Taken directly
-  // (not as square roots of the eigenvalues of G^T G or G G^T) they keep the exact zeros that
-  // centring leaves (rank n - 1), as frechet_distance's set-to-set route does.
+  // is tr((G^T G)^1/2) for G = A F / sqrt(na): the sum of G's singular values.
   const Eigen::MatrixXd G = A * ref.factor / std::sqrt(na);
-  Eigen::BDCSVD<Eigen::MatrixXd> svd(G);
-  check(svd.info() == Eigen::Success, "frechet_distance: SVD did not converge");
-  const double tr_sqrt = svd.singularValues().sum();
+  double tr_sqrt;
+  if (n > dim) {
+    // More vectors than dimensions: G^T G (d x d, a symmetric rank update) is full rank in
+    // general, and its eigenvalues are cheaper than an SVD of the n x d G.
+    Eigen::MatrixXd GtG = Eigen::MatrixXd::Zero(dim, dim);
+    GtG.selfadjointView<Eigen::Lower>().rankUpdate(G.transpose());
+    tr_sqrt = trace_sqrt_psd(GtG.selfadjointView<Eigen::Lower>());
+  } else {
+    // Fewer: S_a has rank n - 1 < d. The singular values of G, taken directly (not as square
+    // roots of eigenvalues of G G^T), keep the exact zeros that centring leaves, as
+    // frechet_distance's set-to-set route does.
+    Eigen::BDCSVD<Eigen::MatrixXd> svd(G);
+    check(svd.info() == Eigen::Success, "frechet_distance: SVD did not converge");
+    tr_sqrt = svd.singularValues().sum();
+  }
   return (mu - ref.mean).squaredNorm() + A.squaredNorm() / na + ref.trace - 2 * tr_sqrt;
 }
 
