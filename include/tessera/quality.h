@@ -122,6 +122,41 @@ double frechet_distance(std::span<const float> a, int n, std::span<const float> 
 // NaN when no class has two images.
 double pixel_diversity(const ScoredImages& images);
 
+// ---- Frechet distance to reference statistics (e.g. the training set) --------------------------
+
+// A reference feature set summarised as a Gaussian: the mean and unbiased covariance of n feature
+// vectors. For the emoji family, models/emoji/classifier/train_features.safetensors holds the
+// training split's (python/emoji/train_features.py writes it).
+struct FeatureStatistics {
+  int64_t n = 0;             // feature vectors summarised (>= 2)
+  int dim = 0;               // feature dimension
+  std::vector<double> mean;  // [dim]
+  std::vector<double> cov;   // [dim, dim], row-major, symmetric
+
+  // A safetensors file with "mean" F64[dim], "cov" F64[dim, dim] and "n" I64[1]; throws an Error
+  // naming the file and the tensor when one is missing, mis-shaped, not finite or n < 2.
+  static FeatureStatistics load(const std::string& path);
+  // The statistics of n feature vectors [n, dim] (row-major), as the Python script computes them.
+  static FeatureStatistics of(std::span<const float> features, int n, int dim);
+};
+
+// Frechet distance between the Gaussian fitted to a [n, dim] (unbiased covariance) and the
+// reference statistics: |mu_a - mu|^2 + tr S_a + tr S - 2 tr((S_a S)^1/2). Double precision.
+double frechet_distance(std::span<const float> a, int n, const FeatureStatistics& reference);
+
+// The Frechet distance of a scored image set to reference statistics, with a percentile bootstrap
+// interval that resamples the images only (the reference is fixed), recentred by the bootstrap's
+// bias estimate as QualityReport::frechet is (docs/quality.md). B = bootstrap.frechet_resamples.
+struct FrechetToStatistics {
+  Interval frechet;
+  double bootstrap_bias = Interval::kNaN;  // the resamples' mean minus the value
+  int n = 0;                               // images measured
+  int64_t reference_n = 0;                 // vectors behind the reference statistics
+};
+FrechetToStatistics frechet_to_statistics(const ScoredImages& images,
+                                          const FeatureStatistics& reference,
+                                          const BootstrapOptions& bootstrap = {});
+
 // ---- how many images ---------------------------------------------------------------------------
 
 // Half-width of the normal-approximation interval of a top-1 accuracy p measured on n images:

@@ -1,4 +1,5 @@
 #include "eval/metrics.h"
+#include "eval/frechet_linalg.h"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -77,11 +78,14 @@ double top1_accuracy(std::span<const int> predicted, std::span<const int> reques
   return static_cast<double>(hits) / static_cast<double>(predicted.size());
 }
 
-namespace {
+std::vector<float> gather_rows(const std::vector<float>& rows, const std::vector<int>& idx,
+                               int dim) {
+  std::vector<float> g(idx.size() * static_cast<size_t>(dim));
+  for (size_t i = 0; i < idx.size(); ++i)
+    std::copy_n(rows.data() + static_cast<size_t>(idx[i]) * dim, dim, g.data() + i * dim);
+  return g;
+}
 
-using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// Sum of the square roots of a symmetric PSD matrix's eigenvalues (negative rounding clipped).
 double trace_sqrt_psd(const Eigen::MatrixXd& m) {
   const Eigen::MatrixXd sym = (m + m.transpose()) / 2;
   Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(sym, Eigen::EigenvaluesOnly);
@@ -91,6 +95,19 @@ double trace_sqrt_psd(const Eigen::MatrixXd& m) {
     s += std::sqrt(std::max(es.eigenvalues()(i), 0.0));
   return s;
 }
+
+Eigen::MatrixXd psd_factor(const Eigen::MatrixXd& s) {
+  const Eigen::LDLT<Eigen::MatrixXd> ldlt(s);
+  check(ldlt.info() == Eigen::Success, "frechet_distance: LDL^T factorisation failed");
+  Eigen::MatrixXd L = ldlt.matrixL();
+  L = ldlt.transpositionsP().transpose() * L;
+  L *= ldlt.vectorD().cwiseMax(0.0).cwiseSqrt().asDiagonal();
+  return L;
+}
+
+namespace {
+
+using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // X^T X / denom for centred rows X, as a symmetric rank update (half the products of a GEMM).
 Eigen::MatrixXd covariance(const Mat& X, double denom) {
@@ -125,11 +142,7 @@ double frechet_distance(std::span<const float> a, int n, std::span<const float> 
     // evaluate.py takes L = S_a^1/2 from a full eigen-decomposition; the eigenvalues are the same
     // and this costs a third.
     const Eigen::MatrixXd Sa = covariance(A, na), Sb = covariance(B, nb);
-    const Eigen::LDLT<Eigen::MatrixXd> ldlt(Sa);
-    check(ldlt.info() == Eigen::Success, "frechet_distance: LDL^T factorisation failed");
-    Eigen::MatrixXd L = ldlt.matrixL();
-    L = ldlt.transpositionsP().transpose() * L;
-    L *= ldlt.vectorD().cwiseMax(0.0).cwiseSqrt().asDiagonal();
+    const Eigen::MatrixXd L = psd_factor(Sa);
     tr_sqrt = trace_sqrt_psd(L.transpose() * Sb * L);
   } else {
     // Fewer vectors than dimensions: the eigenvalues of S_a S_b are the squared singular values
@@ -185,6 +198,8 @@ double mean_defined(const std::vector<double>& v, std::span<const int> pick) {
   return k ? s / k : Interval::kNaN;
 }
 
+}  // namespace
+
 void check_scored(const ScoredImages& s, const char* what) {
   const std::string w = what;
   check(s.n >= 0 && s.requested.size() == static_cast<size_t>(s.n) &&
@@ -195,8 +210,6 @@ void check_scored(const ScoredImages& s, const char* what) {
             s.pixels.size() == static_cast<size_t>(s.n) * s.image_size * s.image_size * 3,
         w + ": ScoredImages pixels are not [n, image_size, image_size, 3]");
 }
-
-}  // namespace
 
 double pixel_diversity(const ScoredImages& images) {
   check_scored(images, "pixel_diversity");
@@ -243,21 +256,15 @@ QualityReport quality_report(const ScoredImages& images, const ScoredImages* ref
     r.reference_n = reference->n;
     const int m = reference->n, d = images.feature_dim;
     if (n >= 2 && m >= 2) {
-      auto gather = [d](const std::vector<float>& f, const std::vector<int>& idx) {
-        std::vector<float> g(idx.size() * static_cast<size_t>(d));
-        for (size_t i = 0; i < idx.size(); ++i)
-          std::copy_n(f.data() + static_cast<size_t>(idx[i]) * d, d, g.data() + i * d);
-        return g;
-      };
       BootstrapOptions fo = opts;
       fo.resamples = opts.frechet_resamples;
       r.frechet = percentile_bootstrap(
           frechet_distance(images.features, n, reference->features, m, d),
           [&](int b) {
-            const auto ga =
-                gather(images.features, bootstrap_indices(seed, b, BootstrapStream::Images, n));
-            const auto gb = gather(reference->features,
-                                   bootstrap_indices(seed, b, BootstrapStream::Reference, m));
+            const auto ga = gather_rows(images.features,
+                                        bootstrap_indices(seed, b, BootstrapStream::Images, n), d);
+            const auto gb = gather_rows(
+                reference->features, bootstrap_indices(seed, b, BootstrapStream::Reference, m), d);
             return frechet_distance(ga, n, gb, m, d);
           },
           fo, /*recentre=*/true, &r.frechet_bootstrap_bias);

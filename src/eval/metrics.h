@@ -33,4 +33,11 @@ double percentile_sorted(const std::vector<double>& sorted, double q);
 // The standard normal quantile function.
 double normal_quantile(double p);
 
+// Throws an Error (prefixed by `what`) when a ScoredImages' arrays do not match its n.
+void check_scored(const ScoredImages& s, const char* what);
+
+// Rows idx of a row-major [*, dim] matrix (a bootstrap resample of feature vectors).
+std::vector<float> gather_rows(const std::vector<float>& rows, const std::vector<int>& idx,
+                               int dim);
+
 }  // namespace tessera

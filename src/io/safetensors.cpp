@@ -26,6 +26,9 @@ namespace {
 constexpr uint64_t kMaxDim = uint64_t{1} << 56;
 
 DType st_dtype(const std::string& s, const std::string& where) {
+  // F64 is not a weight dtype (parse_dtype, which reads users' --dtype, leaves it out), but
+  // reference feature statistics are stored in it (FeatureStatistics::load).
+  if (s == "F64") return DType::F64;
   try {
     const DType t = parse_dtype(s);
     if (safetensors_dtype_name(t) == s) return t;
