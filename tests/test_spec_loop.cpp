@@ -93,24 +93,22 @@ TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {
 }
 
 // --draft-len auto: each round's depth is chosen from the image's past rounds (never from this
-// round's draws), so the lossless methods stay exact. These costs make the first round draft 2 of
-// the 3 tokens the cap allows (with the prior acceptance 0.5), later rounds what the image's
-// acceptance and end leave.
-DraftCosts micro_auto_costs(double draft_step) {
-  return DraftCosts{{1.0, 1.05, 1.1, 1.8}, draft_step};
-}
-
+// round's draws), so the lossless methods stay exact. On a 4-token image the first round (the
+// prior acceptance, 0.5) decides and the image's end caps the rest, so these runs prove the auto
+// path (policy, drafters asked for less than their maximum, the verification's L at the cap)
+// at depths the fixed-length tests above do not use: sd drafting 1 of the 3 tokens allowed, sjd
+// its full window of 4. The choice following the history is SpecAuto's, on the 256-token model.
 TEST_F(SpecMicro, SdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sd");
   o.spec.draft_len = kDraftLenAuto;
-  o.spec.auto_costs = micro_auto_costs(0.05);
+  o.spec.auto_costs = DraftCosts{{1.0, 1.05, 1.5, 2.0}, 0.05};  // depth 1 first
   expect_exact(*target_, target_joint(2, o.sampling), o, 2);
 }
 
 TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = kDraftLenAuto;
-  o.spec.auto_costs = micro_auto_costs(0.0);
+  o.spec.auto_costs = DraftCosts{{1.0, 1.02, 1.04, 1.06}, 0.0};  // depth 3 first
   expect_exact(*target_, target_joint(0, o.sampling), o, 0);
 }
 
