@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
-"""Plot `tessera bench --verify-cost -o csv` curves: a forward's cost against k, as a ratio to k = 1,
+"""Plot `tessera bench --verify-cost -o csv` (or `-o json`) curves: a forward's cost against k, as a ratio to k = 1,
 beside the roofline bound. A documentation tool (docs/performance.md), not a test dependency; it
 needs matplotlib (pip install matplotlib).
 
-Usage: python3 python/plot_verify_cost.py OUT.png LABEL=FILE.csv [LABEL=FILE.csv ...]
+Usage: python3 python/plot_verify_cost.py OUT.png LABEL=FILE.csv|FILE.json [LABEL=FILE ...]
 """
 import csv
+import json
 import sys
 
 
 def read_curve(path):
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        if path.endswith(".json"):
+            rows = json.load(f).get("rows", [])
+        else:
+            rows = list(csv.DictReader(f))
     if not rows or "ratio" not in rows[0]:
-        sys.exit(f"{path}: not a `tessera bench --verify-cost -o csv` file")
+        sys.exit(f"{path}: not a `tessera bench --verify-cost -o csv|json` output")
     return ([int(r["k"]) for r in rows], [float(r["ratio"]) for r in rows],
             [float(r["roofline_ratio"]) for r in rows])
 

@@ -22,7 +22,7 @@ namespace tessera {
 
 namespace {
 
-constexpr int kFormat = 1;  // bump when the measurement changes meaning
+constexpr int kFormat = 2;  // bump when the measurement changes meaning
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;

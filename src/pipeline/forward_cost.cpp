@@ -49,9 +49,11 @@ std::vector<double> measure_forward_seconds(const AutoregressiveModel& model,
   for (int t = 0; t < context - 1; t += chunk) step(t, std::min(chunk, context - 1 - t), 1);
   const int base = session.length(slots[0]);
 
+  // Sweeps over k (the first one a warm-up), so that a burst of load from other processes
+  // inflates one sweep's k alike instead of a run of neighbouring k.
   std::vector<double> seconds(s.max_k, std::numeric_limits<double>::infinity());
-  for (int k = 1; k <= s.max_k; ++k)
-    for (int r = 0; r <= s.repeats; ++r) {  // r = 0: warm-up
+  for (int r = 0; r <= s.repeats; ++r)
+    for (int k = 1; k <= s.max_k; ++k) {
       const double t0 = now_s();
       step(context - 1, k, k);
       const double dt = now_s() - t0;

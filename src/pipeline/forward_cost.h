@@ -18,7 +18,7 @@ struct ForwardCostSettings {
 };
 
 // seconds[k - 1]: the fastest of `repeats` forwards of k new positions per sequence, every row
-// returning logits (as verification reads them), after one untimed warm-up forward per k.
+// returning logits (as verification reads them), timed in sweeps over k after an untimed one.
 std::vector<double> measure_forward_seconds(const AutoregressiveModel& model,
                                             const ForwardCostSettings& s);
 
