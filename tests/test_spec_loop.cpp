@@ -93,22 +93,25 @@ TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {
 }
 
 // --draft-len auto: each round's depth is chosen from the image's past rounds (never from this
-// round's draws), so the lossless methods stay exact. On a 4-token image the first round (the
-// prior acceptance, 0.5) decides and the image's end caps the rest, so these runs prove the auto
-// path (policy, drafters asked for less than their maximum, the verification's L at the cap)
-// at depths the fixed-length tests above do not use: sd drafting 1 of the 3 tokens allowed, sjd
-// its full window of 4. The choice following the history is SpecAuto's, on the 256-token model.
+// round's draws), so the lossless methods stay exact. On a 4-token image the first round decides
+// (from the prior acceptance, 0.5) and the image's end caps the rest, so the choice cannot follow
+// the history here (SpecAuto checks that on the 256-token model). These runs prove the auto path
+// (policy, drafters asked for less than their maximum, the verification's L at the cap) at a
+// depth the fixed-length tests above do not use: 1 of the 2 drafts the first round allows.
+const DraftCosts kMicroAutoCosts{{1.0, 1.05, 1.5, 2.0}, 0.0};
+
 TEST_F(SpecMicro, SdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sd");
   o.spec.draft_len = kDraftLenAuto;
-  o.spec.auto_costs = DraftCosts{{1.0, 1.05, 1.5, 2.0}, 0.05};  // depth 1 first
+  o.spec.auto_costs = kMicroAutoCosts;
+  o.spec.auto_costs.draft_step = 0.05;
   expect_exact(*target_, target_joint(2, o.sampling), o, 2);
 }
 
 TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = kDraftLenAuto;
-  o.spec.auto_costs = DraftCosts{{1.0, 1.02, 1.04, 1.06}, 0.0};  // depth 3 first
+  o.spec.auto_costs = kMicroAutoCosts;
   expect_exact(*target_, target_joint(0, o.sampling), o, 0);
 }
 
