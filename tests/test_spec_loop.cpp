@@ -95,7 +95,7 @@ TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {
 // --draft-len auto: each round's depth is chosen from the image's past rounds (never from this
 // round's draws), so the lossless methods stay exact. On a 4-token image the first round decides
 // (from the prior acceptance, 0.5) and the image's end caps the rest, so the choice cannot follow
-// the history here (SpecAuto checks that on the 256-token model). These runs prove the auto path
+// the history here (SpecAuto checks that on the 16-token fixture). These runs prove the auto path
 // (policy, drafters asked for less than their maximum, the verification's L at the cap) at a
 // depth the fixed-length tests above do not use: 1 of the 2 drafts the first round allows.
 const DraftCosts kMicroAutoCosts{{1.0, 1.05, 1.5, 2.0}, 0.0};
@@ -271,7 +271,7 @@ TEST(SpecGreedy, SdAndSjdEqualVanillaTokenForToken) {
   EXPECT_EQ(run_tiny("sjd", 3, 1, 0.0f, 4), ref);
 }
 
-// --draft-len auto on the 256-token model with fixed costs (verification cost rising 8% per
+// --draft-len auto on the 16-token fixture with fixed costs (verification cost rising 8% per
 // position): greedy decoding still equals vanilla, results still do not depend on the batch, and
 // the chosen depths vary with the acceptance each image sees.
 std::vector<Seq> run_tiny_auto(const std::string& method, int n, int batch, float temperature,
