@@ -210,7 +210,13 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o) {
   o.draft_len = kDraftLenAuto;  // the CLI's default: cost-aware lengths
   cmd->add_option_function<std::string>(
          "--draft-len",
-         [&o](const std::string& v) { o.draft_len = parse_draft_len(v, "--draft-len"); },
+         [&o](const std::string& v) {
+           try {
+             o.draft_len = parse_draft_len(v, "--draft-len");
+           } catch (const Error& e) {  // a parse error: reported like CLI11's own
+             throw CLI::ValidationError(e.what());
+           }
+         },
          "auto (default): each round drafts the length with the most expected tokens per second, "
          "from this machine's measured forward costs (cached in ~/.cache/tessera) and the "
          "image's acceptance so far (up to 16 drafts; Jacobi: a 32-token window); or drafts per "
