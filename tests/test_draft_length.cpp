@@ -56,6 +56,16 @@ TEST(DraftLength, UsesPerDepthAcceptance) {
   EXPECT_EQ(policy.choose(std::vector<double>{0.95, 0.95, 0.05, 0.05}, 4), 2);
 }
 
+// A measured dip (noise: a longer forward timed cheaper than a shorter one) does not lure the
+// policy into long drafts: the costs count as their running maximum.
+TEST(DraftLength, MeasuredDipsAreNoise) {
+  RoundCosts costs;
+  costs.verify = {1.0, 1.1, 3.0, 3.0, 1.05};  // k = 5 "cheaper" than k = 2
+  const DraftLengthPolicy policy(costs, 4);
+  EXPECT_DOUBLE_EQ(policy.round_seconds(4), 3.0);
+  EXPECT_EQ(policy.choose(std::vector<double>(4, 0.5), 4), 1);
+}
+
 TEST(DraftLength, RefusesCostsShorterThanItsDepth) {
   RoundCosts costs;
   costs.verify = {1.0, 1.1};

@@ -51,6 +51,10 @@ DraftLengthPolicy::DraftLengthPolicy(RoundCosts costs, int max_depth)
   check(max_depth >= 1 && max_depth < static_cast<int>(costs_.verify.size()),
         "internal: --draft-len auto needs the cost of verifying " + std::to_string(max_depth + 1) +
             " positions; " + std::to_string(costs_.verify.size()) + " were calibrated");
+  // A forward of more positions reads the same weights and does more work: a measured dip is
+  // noise (another process's burst during a shorter k), so the costs are made non-decreasing.
+  for (size_t k = 1; k < costs_.verify.size(); ++k)
+    costs_.verify[k] = std::max(costs_.verify[k], costs_.verify[k - 1]);
 }
 
 double DraftLengthPolicy::round_seconds(int depth) const {

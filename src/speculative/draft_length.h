@@ -44,7 +44,8 @@ class AcceptanceTracker {
 
 class DraftLengthPolicy {
  public:
-  // max_depth: the deepest draft allowed (at most costs.verify.size() - 1).
+  // max_depth: the deepest draft allowed (at most costs.verify.size() - 1). The verification
+  // costs are taken as their running maximum over k (a dip in a measurement is noise).
   DraftLengthPolicy(RoundCosts costs, int max_depth);
   int max_depth() const { return max_depth_; }
   // Seconds of a round of depth L (drafting L tokens, verifying L + 1 positions).
