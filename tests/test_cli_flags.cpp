@@ -174,7 +174,7 @@ TEST_F(CliFlags, RunLineAndStatsCarryTheSettings) {
   EXPECT_EQ(s.at("cfg"), "4");
   EXPECT_FALSE(s.at("tessera").get<std::string>().empty());
   const std::string p = png_text(tmp("x.png"), "parameters");
-  for (const char* k : {"method=lantern;", "lantern.k=3;", "drafter=jacobi;", "draft_len=default;",
+  for (const char* k : {"method=lantern;", "lantern.k=3;", "drafter=jacobi;", "draft_len=auto;",
                         "seed=5;", "top_k=2000;", "image_index=0"})
     EXPECT_NE(p.find(k), std::string::npos) << k << " in " << p;
 }

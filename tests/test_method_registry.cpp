@@ -155,6 +155,23 @@ TEST(MethodRegistry, GenericOptionsNameTheirParameter) {
   EXPECT_NE(std::string(e.what()).find("cool-sd"), std::string::npos) << e.what();
 }
 
+// --draft-len auto resolves to the longest length it may choose, capped by the image; a maximum
+// outside the image's range names max_auto_len.
+TEST(MethodRegistry, AutoDraftLengthResolvesToItsMaximum) {
+  SpeculativeOptions o = options("sjd", {});
+  o.draft_len = kDraftLenAuto;
+  const int n = target_config().n_image_tokens();
+  speculative::Method m = speculative::make_method(o, "/x", target_config());
+  EXPECT_TRUE(m.auto_len);
+  EXPECT_EQ(m.draft_len, std::min(32, n));
+  o.max_auto_len = 4;
+  EXPECT_EQ(speculative::make_method(o, "/x", target_config()).draft_len, 4);
+  o.max_auto_len = 1;  // a Jacobi window needs 2 positions
+  EXPECT_EQ(discrete_error(o).param(), "max_auto_len");
+  o = options("sjd", {});
+  EXPECT_FALSE(speculative::make_method(o, "/x", target_config()).auto_len);
+}
+
 TEST(MethodRegistry, OtherMethodsParametersAreIgnoredUnknownOnesRefused) {
   // gsd.g = 1 would be refused by gsd; sjd has no such parameter and ignores it.
   const auto m =

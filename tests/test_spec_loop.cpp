@@ -92,6 +92,29 @@ TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {
   expect_exact(*target_, target_joint(0, o.sampling), o, 0);
 }
 
+// --draft-len auto: each round's depth is chosen from the image's past rounds (never from this
+// round's draws), so the lossless methods stay exact. On a 4-token image the first round decides
+// (from the prior acceptance, 0.5) and the image's end caps the rest, so the choice cannot follow
+// the history here (SpecAuto checks that on the 16-token fixture). These runs prove the auto path
+// (policy, drafters asked for less than their maximum, the verification's L at the cap) at a
+// depth the fixed-length tests above do not use: 1 of the 2 drafts the first round allows.
+const DraftCosts kMicroAutoCosts{{1.0, 1.05, 1.5, 2.0}, 0.0};
+
+TEST_F(SpecMicro, SdWithAutoDraftLenSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("sd");
+  o.spec.draft_len = kDraftLenAuto;
+  o.spec.auto_costs = kMicroAutoCosts;
+  o.spec.auto_costs.draft_step = 0.05;
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
+TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("sjd");
+  o.spec.draft_len = kDraftLenAuto;
+  o.spec.auto_costs = kMicroAutoCosts;
+  expect_exact(*target_, target_joint(0, o.sampling), o, 0);
+}
+
 // Longer drafts than the grid and no top-k/top-p: every draft depth is exercised. Temperature
 // 0.5 concentrates the joint (df 45 instead of 232 at temperature 1), which halves the samples
 // the power target needs.
@@ -246,6 +269,43 @@ TEST(SpecGreedy, SdAndSjdEqualVanillaTokenForToken) {
   EXPECT_EQ(run_tiny("sd", 3, 1, 0.0f, 7), ref);
   EXPECT_EQ(run_tiny("sjd", 3, 3, 0.0f), ref);
   EXPECT_EQ(run_tiny("sjd", 3, 1, 0.0f, 4), ref);
+}
+
+// --draft-len auto on the 16-token fixture with fixed costs (verification cost rising 8% per
+// position): greedy decoding still equals vanilla, results still do not depend on the batch, and
+// the chosen depths vary with the acceptance each image sees.
+std::vector<Seq> run_tiny_auto(const std::string& method, int n, int batch, float temperature,
+                               GenerateStats* st = nullptr) {
+  LoadOptions lo;
+  lo.load_decoder = false;
+  auto pipe = Pipeline::load(kTiny, lo);
+  GenerateOptions o;
+  o.sampling.temperature = temperature;
+  o.sampling.cfg_scale = 4.0f;
+  o.seed = 7;
+  o.batch = batch;
+  o.spec.method = method;
+  o.spec.draft_len = kDraftLenAuto;
+  for (int k = 1; k <= 32; ++k) o.spec.auto_costs.verify.push_back(1.0 + 0.08 * (k - 1));
+  o.spec.auto_costs.draft_step = method == "sd" ? 0.03 : 0.0;
+  if (method == "sd") o.spec.draft_model = kSpec + "tiny_draft";
+  std::vector<Condition> conds;
+  for (int i = 0; i < n; ++i) conds.push_back(Condition::label(i % 10));
+  return pipe->generate(conds, o, st);
+}
+
+TEST(SpecAuto, GreedyBatchInvariantAndAdaptive) {
+  const auto ref = run_tiny("vanilla", 3, 3, 0.0f);
+  for (const std::string method : {"sd", "sjd"}) {
+    SCOPED_TRACE(method);
+    EXPECT_EQ(run_tiny_auto(method, 3, 2, 0.0f), ref);
+    GenerateStats st;
+    const auto one = run_tiny_auto(method, 4, 1, 1.0f, &st);
+    EXPECT_EQ(run_tiny_auto(method, 4, 3, 1.0f), one);
+    int depths = 0;
+    for (int64_t r : st.rounds_by_depth()) depths += r > 0;
+    EXPECT_GE(depths, 3) << "mean depth " << st.mean_draft_depth();
+  }
 }
 
 TEST(SpecReproducibility, ResultsDoNotDependOnTheBatch) {

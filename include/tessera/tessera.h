@@ -43,6 +43,17 @@ struct SamplingOptions {
   float top_p = 1.0f;
 };
 
+// What a speculative round costs on this machine, for --draft-len auto: verify[k - 1] is the
+// seconds of one target forward of k positions (the last token and k - 1 drafts), draft_step the
+// seconds of one draft-model step (0 for Jacobi drafts).
+struct DraftCosts {
+  std::vector<double> verify;
+  double draft_step = 0.0;
+};
+
+// draft_len value: choose each round's draft length from measured costs and past acceptance.
+inline constexpr int kDraftLenAuto = -1;
+
 // Speculative decoding (docs/methods.md). A method is a drafter (a draft model, or Jacobi
 // iteration) plus an acceptance rule and its resampling distribution; tessera/methods.h lists the
 // methods and their parameters.
@@ -50,8 +61,17 @@ struct SpeculativeOptions {
   std::string method = "vanilla";  // a discrete (or Any) method of registered_methods()
   std::string draft_model;  // draft model directory (same VQ vocabulary); empty: Jacobi drafts
   int draft_len = 0;        // draft tokens per round (Jacobi: window incl. the root); 0: default
-  std::string resample;     // "" (method default) | vanilla | optimal (G*, COOL-SD Eq. 5)
-  MethodParams params;      // the method's parameters, by name ("lantern.k"); unset: defaults
+  // kDraftLenAuto: each round drafts the length that maximises expected tokens per second,
+  // E[tokens(L)] / (cost_draft(L) + cost_verify(L)), up to max_auto_len (0: 16 drafts; Jacobi: a
+  // 32-token window). Costs come from `auto_costs` when given, else from a calibration of this
+  // model on this machine, cached in $XDG_CACHE_HOME/tessera (~/.cache/tessera). Lossless methods
+  // stay exact: a round's length depends only on the image's past rounds. The tokens, though,
+  // depend on the lengths chosen, so they repeat only where the costs do (give auto_costs, or a
+  // fixed length, to reproduce images on another machine).
+  int max_auto_len = 0;
+  DraftCosts auto_costs;
+  std::string resample;  // "" (method default) | vanilla | optimal (G*, COOL-SD Eq. 5)
+  MethodParams params;   // the method's parameters, by name ("lantern.k"); unset: defaults
   // Analysis: after this many rounds an image is finished by the target alone (0: never). The
   // bound of COOL-SD Eq. 4 is about one round followed by target sampling.
   int max_rounds = 0;
@@ -82,6 +102,9 @@ struct ImageStats {
   std::vector<int64_t> proposed, accepted;  // per draft depth 1..L: drafts verified / accepted
   // Per token (raster order): the draft depth at which it was accepted, 0 if the target sampled it.
   std::vector<uint8_t> accepted_depth;
+  // Rounds per draft depth: rounds_by_depth[d] rounds drafted d tokens (--draft-len auto's
+  // choices; a fixed length drafts its depth but where the image's end cuts it shorter).
+  std::vector<int64_t> rounds_by_depth;
   // Acceptance rate per draft depth: accepted / verified (0 where nothing was verified).
   std::vector<double> acceptance_by_depth() const;
   // Mean accepted length: tokens per verification round (the prefill's first token excluded).
@@ -102,7 +125,9 @@ struct GenerateStats {
 
   int64_t rounds() const;
   int64_t target_forwards() const;
-  double mean_accepted_length() const;  // over all images: (tokens - images) / rounds
+  double mean_accepted_length() const;           // over all images: (tokens - images) / rounds
+  std::vector<int64_t> rounds_by_depth() const;  // summed over images
+  double mean_draft_depth() const;               // drafted tokens per round
   // Acceptance rate per draft depth (accepted / verified), over all images.
   std::vector<double> acceptance_by_depth() const;
 };
@@ -159,6 +184,13 @@ class Pipeline {
   std::vector<uint8_t> decode(std::span<const int32_t> tokens, int n);
   // Bytes of transformer weights read per decode step (every layer matrix and the head).
   int64_t weight_bytes_per_step() const;
+  // Seconds of one target forward of k = 1..max_k new positions per sequence (both CFG halves
+  // when `cfg`), every row returning logits, after half an image in the KV cache: the best of
+  // `repeats` each (tessera bench --verify-cost; the calibration of --draft-len auto).
+  std::vector<double> forward_seconds(int max_k, bool cfg, int repeats = 3);
+  // Floating-point operations of that forward for k: 2 per weight and row, and attention
+  // (QK^T and AV) over the context it sees.
+  double forward_flops(int k, bool cfg) const;
 
   // ---- continuous tokens (MAR) -----------------------------------------------------------------
   // One image per label (a class id, or -1 for the unconditional embedding): tokens

@@ -94,6 +94,13 @@ int64_t LlamaGen::streamed_weight_bytes() const {
   return bytes;
 }
 
+int64_t LlamaGen::streamed_weight_params() const {
+  int64_t n = output.numel();
+  for (const Layer& L : layers_)
+    for (const Tensor* t : {&L.wqkv, &L.wo, &L.w1, &L.w2, &L.w3}) n += t->numel();
+  return n;
+}
+
 Tensor LlamaGen::embed_classes(std::span<const int32_t> ids) const {
   check(cfg_.is_c2i(), "this model is text-conditional (t2i): give a caption, not a class");
   for (int32_t id : ids)

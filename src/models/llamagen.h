@@ -33,6 +33,8 @@ class LlamaGen final : public AutoregressiveModel {
   ForwardOutputs forward(const ForwardInputs& in, KVCache& cache,
                          ForwardWorkspace& workspace) const override;
   int64_t streamed_weight_bytes() const override;
+  // Weights multiplied per row in a forward (the matrices and the head): 2 flops each.
+  int64_t streamed_weight_params() const;
 
   // Prefix embeddings, [ids.size() * T, D]; id == num_classes is the null (unconditional) class.
   Tensor embed_classes(std::span<const int32_t> ids) const;

@@ -19,6 +19,23 @@ double GenerateStats::mean_accepted_length() const {
   const int64_t r = rounds();
   return r > 0 ? static_cast<double>(tokens - images) / r : 0.0;
 }
+std::vector<int64_t> GenerateStats::rounds_by_depth() const {
+  std::vector<int64_t> all;
+  for (const auto& s : per_image) {
+    all.resize(std::max(all.size(), s.rounds_by_depth.size()), 0);
+    for (size_t d = 0; d < s.rounds_by_depth.size(); ++d) all[d] += s.rounds_by_depth[d];
+  }
+  return all;
+}
+double GenerateStats::mean_draft_depth() const {
+  const std::vector<int64_t> h = rounds_by_depth();
+  double rounds = 0.0, drafted = 0.0;
+  for (size_t d = 0; d < h.size(); ++d) {
+    rounds += static_cast<double>(h[d]);
+    drafted += static_cast<double>(d) * static_cast<double>(h[d]);
+  }
+  return rounds > 0 ? drafted / rounds : 0.0;
+}
 std::vector<double> ImageStats::acceptance_by_depth() const {
   std::vector<double> out(proposed.size(), 0.0);
   for (size_t i = 0; i < proposed.size(); ++i)

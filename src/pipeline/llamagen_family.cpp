@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "decode/decoder.h"
 #include "decode/guidance.h"
 #include "decode/teacher_forcing.h"
 #include "models/llamagen.h"
 #include "models/vq_decoder.h"
+#include "pipeline/cost_cache.h"
+#include "pipeline/forward_cost.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/method.h"
@@ -47,6 +50,7 @@ struct LlamaGenFamily::Data {
   // The draft model of the last speculative call (reloaded when --draft changes).
   std::string draft_dir;
   std::unique_ptr<LlamaGen> draft;
+  ModelConfig draft_config;
 
   const LlamaGen& draft_model(const std::string& dir);
 };
@@ -75,6 +79,7 @@ const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
     same("caption_dim", t.caption_dim, d.caption_dim);
   draft = std::make_unique<LlamaGen>(dc, *backend);
   draft_dir = dir;
+  draft_config = dc;
   return *draft;
 }
 
@@ -96,6 +101,23 @@ int LlamaGenFamily::image_size() const {
 }
 int64_t LlamaGenFamily::weight_bytes_per_step() const {
   return d_->gpt->streamed_weight_bytes();
+}
+
+std::vector<double> LlamaGenFamily::forward_seconds(int max_k, bool cfg, int repeats) {
+  ForwardCostSettings s;
+  s.max_k = max_k;
+  s.cfg = cfg;
+  s.repeats = repeats;
+  return measure_forward_seconds(*d_->gpt, s);
+}
+
+double LlamaGenFamily::forward_flops(int k, bool cfg) const {
+  const ArModelInfo& info = d_->gpt->info();
+  // The context measure_forward_seconds runs at: the prefix and half the image, then k rows.
+  const double context = info.prefix_len + info.n_tokens / 2 + (k - 1) / 2.0;
+  const double per_row = 2.0 * static_cast<double>(d_->gpt->streamed_weight_params()) +
+                         4.0 * info.n_layer * info.dim * context;
+  return per_row * k * (cfg ? 2 : 1);
 }
 
 std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,
@@ -148,6 +170,24 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   ls.drafter = drafter.get();
   ls.draft_len = method.draft_len;
   ls.max_rounds = opts.spec.max_rounds;
+  std::optional<speculative::DraftLengthPolicy> policy;
+  if (method.auto_len) {
+    const int depth = drafter->draft_depth(method.draft_len);
+    DraftCosts costs = opts.spec.auto_costs;
+    if (costs.verify.empty())
+      costs = calibrated_draft_costs({d_->gpt.get(), &d_->config},
+                                     {draft, draft ? &d_->draft_config : nullptr}, p.uses_cfg(),
+                                     depth + 1);
+    check_param(static_cast<int>(costs.verify.size()) > depth && costs.draft_step >= 0.0,
+                "auto_costs",
+                "--draft-len auto at depth " + std::to_string(depth) + " needs " +
+                    std::to_string(depth + 1) + " verification costs, got " +
+                    std::to_string(costs.verify.size()));
+    for (double v : costs.verify)
+      check_param(v > 0.0, "auto_costs", "verification costs must be positive seconds");
+    policy.emplace(speculative::RoundCosts{costs.verify, costs.draft_step}, depth);
+    ls.policy = &*policy;
+  }
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
   return generate_batches(decoder, conds, idx, opts.cancel, st);
 }

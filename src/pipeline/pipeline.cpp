@@ -98,6 +98,12 @@ int Pipeline::image_size() const {
   return impl_->mar ? impl_->mar->image_size() : impl_->llamagen->image_size();
 }
 
+std::vector<double> Pipeline::forward_seconds(int max_k, bool cfg, int repeats) {
+  return impl_->discrete("forward_seconds").forward_seconds(max_k, cfg, repeats);
+}
+double Pipeline::forward_flops(int k, bool cfg) const {
+  return impl_->discrete("forward_flops").forward_flops(k, cfg);
+}
 int64_t Pipeline::weight_bytes_per_step() const {
   return impl_->discrete("weight_bytes_per_step").weight_bytes_per_step();
 }

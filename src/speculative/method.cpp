@@ -72,12 +72,20 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
   // the N-1 tokens after the root; a Jacobi window (root included) spans at most the N tokens.
   const int n_tokens = target.n_image_tokens();
   const int min_len = has_draft ? 1 : 2, max_len = std::max(min_len, has_draft ? n_tokens - 1 : n_tokens);
-  check_param(o.draft_len == 0 || (o.draft_len >= min_len && o.draft_len <= max_len), "draft_len",
-              "must be in [" + std::to_string(min_len) + ", " + std::to_string(max_len) + "] (" +
-                  (has_draft ? "tokens drafted after the root; the image has "
-                             : "a Jacobi window, the root and at least one draft; the image has ") +
-                  std::to_string(n_tokens) + " tokens), got " + std::to_string(o.draft_len));
-  m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(has_draft ? 5 : 16, max_len);
+  const std::string range =
+      "must be in [" + std::to_string(min_len) + ", " + std::to_string(max_len) + "] (" +
+      (has_draft ? "tokens drafted after the root; the image has "
+                 : "a Jacobi window, the root and at least one draft; the image has ") +
+      std::to_string(n_tokens) + " tokens), got ";
+  m.auto_len = o.draft_len == kDraftLenAuto;
+  check_param(m.auto_len || o.draft_len == 0 || (o.draft_len >= min_len && o.draft_len <= max_len),
+              "draft_len", range + std::to_string(o.draft_len));
+  check_param(o.max_auto_len == 0 || (o.max_auto_len >= min_len && o.max_auto_len <= max_len),
+              "max_auto_len", range + std::to_string(o.max_auto_len));
+  if (m.auto_len)  // the longest length auto may choose (16 drafts; a 32-token Jacobi window)
+    m.draft_len = o.max_auto_len > 0 ? o.max_auto_len : std::min(has_draft ? 16 : 32, max_len);
+  else
+    m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(has_draft ? 5 : 16, max_len);
   check_param(o.resample.empty() || o.resample == "vanilla" || o.resample == "optimal", "resample",
               "must be vanilla or optimal, got '" + o.resample + "'");
   check_param(!e->exact || o.resample != "optimal", "resample",

@@ -19,7 +19,8 @@ struct Method {
   std::string name;
   std::unique_ptr<AcceptanceRule> rule;  // null for vanilla
   bool draft_model = false;              // false: Jacobi drafts
-  int draft_len = 0;                     // resolved draft_len
+  int draft_len = 0;                     // resolved draft_len (auto: the longest allowed)
+  bool auto_len = false;                 // --draft-len auto: the loop chooses per round
   bool optimal_resampling = false;
 };
 

@@ -52,6 +52,11 @@ void SpeculativeDecoder::remove(int id) {
 
 void SpeculativeDecoder::prefill(std::vector<ImageState*>& fresh) {
   Decoder::prefill(fresh);
+  if (loop_.policy)
+    for (ImageState* im : fresh) {
+      if (static_cast<int>(trackers_.size()) <= im->id) trackers_.resize(im->id + 1);
+      trackers_[im->id] = AcceptanceTracker(depth_cap_);
+    }
   const double t0 = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
   loop_.drafter->start(fresh);
@@ -64,10 +69,15 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   const int T = model_.info().prefix_len, N = model_.info().n_tokens;
   const int V = model_.info().vocab_size;
   max_depth_.clear();
+  round_len_.clear();
   for (ImageState* im : active) {
     const int left = N - static_cast<int>(im->tokens.size()) - 1;
     const bool drafting = loop_.max_rounds <= 0 || im->round < loop_.max_rounds;
-    max_depth_.push_back(drafting ? std::min(depth_cap_, left) : 0);
+    const int cap = drafting ? std::min(depth_cap_, left) : 0;
+    round_len_.push_back(cap);
+    // Auto: the choice reads only this image's past rounds, never this round's draws.
+    max_depth_.push_back(
+        loop_.policy && cap > 0 ? loop_.policy->choose(trackers_[im->id].estimate(), cap) : cap);
   }
 
   // Draft.
@@ -141,7 +151,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     if (b.output_hidden) target.hidden = outputs.hidden.rows(static_cast<int64_t>(j) * rows, rows);
     VerifySettings vs;
     vs.rule = loop_.rule;
-    vs.draft_len = std::max(1, max_depth_[j]);
+    vs.draft_len = std::max(1, round_len_[j]);
     vs.greedy = greedy;
     const double tr = now_s();
     const VerifyOutcome out = verify_draft(vs, tree, target.dist, im.rng, im.round, base, im.stats);
@@ -155,6 +165,10 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     session_.remove(im.slot, T + base - 1 + kept);
     if (cfg()) session_.remove(im.uncond_slot, T + base - 1 + kept);
     loop_.drafter->finish_round(im, tree, out, target);
+    if (loop_.policy) trackers_[im.id].observe(static_cast<int>(tree.size()), kept - 1);
+    if (im.stats.rounds_by_depth.size() <= tree.size())
+      im.stats.rounds_by_depth.resize(tree.size() + 1, 0);
+    im.stats.rounds_by_depth[tree.size()]++;
     im.stats.rounds++;
     im.stats.target_forwards++;
     im.stats.tokens = static_cast<int64_t>(im.tokens.size());

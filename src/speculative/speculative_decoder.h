@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "decode/decoder.h"
+#include "speculative/draft_length.h"
 #include "speculative/drafters/drafter.h"
 #include "speculative/rules/acceptance_rule.h"
 
@@ -19,7 +20,10 @@ namespace tessera::speculative {
 struct LoopSettings {
   const AcceptanceRule* rule = nullptr;
   Drafter* drafter = nullptr;
-  int draft_len = 5;   // --draft-len (the drafter turns it into a depth)
+  int draft_len = 5;   // --draft-len (the drafter turns it into a depth); auto: the maximum
+  // --draft-len auto: chooses each round's depth from the image's past acceptance (null: every
+  // round drafts draft_len's depth).
+  const DraftLengthPolicy* policy = nullptr;
   int max_rounds = 0;  // > 0: afterwards the target finishes the image alone
 };
 
@@ -39,6 +43,8 @@ class SpeculativeDecoder final : public Decoder {
   int depth_cap_ = 0;
   SamplingParams verify_params_;  // greedy verification sees the untempered distribution
   std::vector<int> max_depth_;
+  std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
+  std::vector<AcceptanceTracker> trackers_;  // by image id (--draft-len auto)
   std::vector<DraftTree> trees_;
   std::vector<float> dists_;
   std::vector<uint8_t> computed_;

@@ -58,7 +58,8 @@ constexpr const char* kSpeedLegend =
     "           target distributions, acceptance rules and resampling\n"
     "acc@1      fraction of depth-1 drafts accepted\n"
     "rules/fw   time in acceptance rules and resampling per target forward, as a share of that\n"
-    "           forward's time\n";
+    "           forward's time\n"
+    "depth      mean tokens drafted per round (with --draft-len auto: the lengths it chose)\n";
 
 }  // namespace
 
@@ -143,8 +144,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       if (!uses_draft_model(m)) o.spec.draft_model.clear();
       if (!b.quiet)
         std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s) ...\n", run.c_str(),
-                     pipe->threads(), c.batch,
-                     o.spec.draft_len > 0 ? std::to_string(o.spec.draft_len).c_str() : "default");
+                     pipe->threads(), c.batch, draft_len_text(o.spec.draft_len).c_str());
       // -r timed repetitions of the same generation (same seeds, so the same images); the stats
       // are the last repetition's, the time their mean and standard deviation.
       std::vector<double> secs;
@@ -186,7 +186,10 @@ void bench_methods(const MethodsBenchOptions& b) {
       r.erase("per_image");
       r["threads"] = pipe->threads();
       r["batch"] = c.batch;
-      r["draft_len"] = o.spec.draft_len > 0 ? nlohmann::json(o.spec.draft_len) : nlohmann::json();
+      r["draft_len"] = o.spec.draft_len > 0 ? nlohmann::json(o.spec.draft_len)
+                       : o.spec.draft_len == kDraftLenAuto && m != "vanilla"
+                           ? nlohmann::json("auto")
+                           : nlohmann::json();
       r["repeat"] = secs.size();
       r["seconds_per_image_mean"] = mean / b.n;
       r["seconds_per_image_stddev"] = sd / b.n;
@@ -227,38 +230,40 @@ void bench_methods(const MethodsBenchOptions& b) {
         s.top_p, b.repeat, b.repeat > 1 ? " (s/image: mean ± stddev)" : "");
     std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
     std::printf("| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
-                "| target%% | draft%% | verify%% | acc@1 | rules/fw |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                "| target%% | draft%% | verify%% | acc@1 | rules/fw | depth |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
     std::printf("method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
                 "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
-                "acceptance_depth1,rules_per_forward\n");
+                "acceptance_depth1,rules_per_forward,mean_draft_depth\n");
   }
   for (const auto& r : rows) {
     const double sec = r["seconds"].get<double>();
     const auto& tsplit = r["time_split_s"];
     const auto acc = r["acceptance_by_depth"].get<std::vector<double>>();
-    const std::string dl = r["draft_len"].is_null() ? (csv ? "" : "-")
-                                                    : std::to_string(r["draft_len"].get<int>());
+    const std::string dl = r["draft_len"].is_null()     ? (csv ? "" : "-")
+                           : r["draft_len"].is_string() ? r["draft_len"].get<std::string>()
+                                                        : std::to_string(r["draft_len"].get<int>());
+    const double depth = r["mean_draft_depth"].get<double>();
     const double mean = r["seconds_per_image_mean"].get<double>();
     const double sd = r["seconds_per_image_stddev"].get<double>();
     const double shares[3] = {tsplit["target"].get<double>() / sec,
                               tsplit["draft"].get<double>() / sec,
                               tsplit["verify"].get<double>() / sec};
     if (csv) {
-      std::printf("%s,%d,%d,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f\n",
+      std::printf("%s,%d,%d,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f,%.3f\n",
                   r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
                   r["batch"].get<int>(), dl.c_str(), r["repeat"].get<int>(), mean, sd,
                   r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
                   r["target_forwards_per_image"].get<double>(),
                   static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), shares[0],
                   shares[1], shares[2], acc.empty() ? "" : fmt(acc[0], 4).c_str(),
-                  r["rule_overhead_vs_target_forward"].get<double>());
+                  r["rule_overhead_vs_target_forward"].get<double>(), depth);
       continue;
     }
     const std::string t = b.repeat > 1 ? fmt(mean, 3) + " ± " + fmt(sd, 3) : fmt(mean, 3);
     std::printf("| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
-                "| %s | %.2f%% |\n",
+                "| %s | %.2f%% | %s |\n",
                 r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
                 r["batch"].get<int>(), dl.c_str(), t.c_str(),
                 r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
@@ -266,7 +271,8 @@ void bench_methods(const MethodsBenchOptions& b) {
                 static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()),
                 100 * shares[0], 100 * shares[1], 100 * shares[2],
                 acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
-                100 * r["rule_overhead_vs_target_forward"].get<double>());
+                100 * r["rule_overhead_vs_target_forward"].get<double>(),
+                depth > 0 ? fmt(depth, 2).c_str() : "-");
   }
   if (qm && !csv) {
     const double v_top1 = quality.front().top1.defined() ? quality.front().top1.value : 0.9;

@@ -1,9 +1,11 @@
 // tessera bench: vanilla decoding speed against memory bandwidth (bench_vanilla), speculative
-// methods against vanilla (bench_methods), or MAR's continuous methods (mar_bench).
+// methods against vanilla (bench_methods), MAR's continuous methods (mar_bench), or the cost of
+// a k-position forward against the roofline (bench_verify_cost).
 #include <memory>
 
 #include "bench_methods.h"
 #include "bench_vanilla.h"
+#include "bench_verify_cost.h"
 #include "commands.h"
 #include "default_model.h"
 #include "common.h"
@@ -28,6 +30,8 @@ struct BenchArgs {
   std::string format = "md", thread_counts;
   bool legend = false;
   int per_class = 2;
+  bool verify_cost = false;
+  std::string k_range = "1:32";
 };
 
 int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
@@ -88,6 +92,28 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
                     "images as one batch");
 }
 
+// --verify-cost: one forward of k positions per k; the generation flags do not apply.
+int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
+  for (const char* f : {"--methods", "--against", "--torch", "--tokens", "--json", "--batch",
+                        "--seed", "--thread-counts", "--draft-lens", "--batches", "--quality",
+                        "--legend", "--per-class", "--n"})
+    if (b.count(f) > 0) throw Error(std::string(f) + " does not apply to --verify-cost");
+  if (!given_method_flags(b).empty())
+    throw Error(given_method_flags(b).front() + " does not apply to --verify-cost");
+  if (is_mar(a.common.model))
+    throw Error("--verify-cost is for LlamaGen models; this is a MAR model");
+  VerifyCostOptions vo;
+  vo.model = a.common.model;
+  vo.threads = a.common.threads;
+  vo.check_weights = a.common.check_weights;
+  vo.cfg_scale = a.gen.sampling.cfg_scale;
+  parse_k_range(a.k_range, vo.k_from, vo.k_to);
+  vo.repeat = b.count("--repeat") > 0 ? a.repeat : 3;
+  vo.format = a.format;
+  bench_verify_cost(vo);
+  return 0;
+}
+
 int run_bench(BenchArgs& a, const CLI::App& b) {
   // Without -m: the embedded default model, and its shipped draft for the methods that draft with
   // a model (as generate does); the table's header names both.
@@ -97,6 +123,14 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
       a.gen.spec.draft_model = sibling_draft_dir(a.common.model);
   }
   apply_common(a.common);
+  if (b.count("--k-range") > 0 && !a.verify_cost) throw Error("--k-range applies to --verify-cost");
+  if (a.verify_cost) {
+    int from = 0, to = 0;
+    parse_k_range(a.k_range, from, to);  // a bad range fails before the model loads
+    if (!is_mar(a.common.model))
+      apply_model_sampling_defaults(load_model_config(a.common.model).sampling, b, a.gen.sampling);
+    return run_verify_cost_bench(a, b);
+  }
   check_bench_flags(a, b, is_mar(a.common.model));
   if (is_mar(a.common.model)) return run_mar_bench(a, b);
   // Before any note is printed or anything loaded: a bad --quality is one error line.
@@ -123,7 +157,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
       mo.thread_counts.push_back(parse_int(x, "--thread-counts"));
     for (const auto& x : split_list(a.batches)) mo.batches.push_back(parse_int(x, "--batches"));
     for (const auto& x : split_list(a.draft_lens))
-      mo.draft_lens.push_back(parse_int(x, "--draft-lens"));
+      mo.draft_lens.push_back(parse_draft_len(x, "--draft-lens"));
     mo.classifier = classifier;
     mo.legend = a.legend;
     mo.per_class = a.per_class;
@@ -177,7 +211,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
                 "--methods, timed runs per row after the warm-up (mean ± stddev)")
       ->check(int_at_least(1))
       ->capture_default_str();
-  b->add_option("-o,--output-format", a->format, "--methods: md (table), csv or json")
+  b->add_option("-o,--output-format", a->format,
+                "--methods and --verify-cost: md (table), csv or json")
       ->check(CLI::IsMember({"md", "csv", "json"}))
       ->capture_default_str();
   b->add_option("--thread-counts", a->thread_counts,
@@ -208,8 +243,14 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   add_method_flags(b, a->gen.spec);
   add_mar_options(b, a->mar);
   b->add_option("--draft-lens", a->draft_lens,
-                "--methods: draft lengths to sweep, e.g. 4,8,16,32");
+                "--methods: draft lengths to sweep, e.g. auto,4,8,16,32");
   b->add_option("--batches", a->batches, "--methods: batch sizes to sweep, e.g. 1,8,32");
+  b->add_flag("--verify-cost", a->verify_cost,
+              "Time one forward of k new positions (k = 1..32, 2k rows with CFG) after half an "
+              "image, as a ratio to k = 1, against the roofline max(bytes/bandwidth, "
+              "flops/peak) from the measured read bandwidth and FMA peak (-o md|csv|json)");
+  b->add_option("--k-range", a->k_range, "--verify-cost: FROM:TO positions per forward")
+      ->capture_default_str();
   return {b, [a, b] { return run_bench(*a, *b); }};
 }
 

@@ -176,7 +176,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
     rs.add("drafter", drafter);
     if (!gen.spec.draft_model.empty())
       rs.add("draft", std::filesystem::absolute(gen.spec.draft_model).lexically_normal().string());
-    rs.add("draft_len", gen.spec.draft_len > 0 ? std::to_string(gen.spec.draft_len) : "default");
+    rs.add("draft_len", draft_len_text(gen.spec.draft_len));
     if (!gen.spec.resample.empty()) rs.add("resample", gen.spec.resample);
     for (const auto& [name, value] : gen.spec.params) rs.add(name, param_text(value));
   }

@@ -173,6 +173,26 @@ std::string flag_of(const std::string& param) {
   return f;
 }
 
+int parse_draft_len(const std::string& v, const char* flag) {
+  if (v == "auto") return kDraftLenAuto;
+  size_t used = 0;
+  int x = 0;
+  try {
+    x = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || x < 1)
+    throw Error(std::string(flag) + ": '" + v + "' is neither auto nor a positive integer");
+  return x;
+}
+
+std::string draft_len_text(int draft_len) {
+  return draft_len == kDraftLenAuto ? "auto"
+         : draft_len > 0            ? std::to_string(draft_len)
+                                    : "default";
+}
+
 bool uses_draft_model(const std::string& method) {
   const MethodInfo* m = find_method(method);
   return m && (m->drafts == DraftSource::DraftModel || m->drafts == DraftSource::ModelOrJacobi);
@@ -187,10 +207,22 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o) {
   cmd->add_option("--draft", o.draft_model,
                   "Draft model directory (same VQ vocabulary); without it drafts come from "
                   "Jacobi iteration");
-  cmd->add_option("--draft-len", o.draft_len,
-                  "Draft tokens per round (default 5); with Jacobi drafts the window incl. the "
-                  "last token (default 16); MAR: steps per draft window (default 8)")
-      ->check(int_at_least(1));
+  o.draft_len = kDraftLenAuto;  // the CLI's default: cost-aware lengths
+  cmd->add_option_function<std::string>(
+         "--draft-len",
+         [&o](const std::string& v) {
+           try {
+             o.draft_len = parse_draft_len(v, "--draft-len");
+           } catch (const Error& e) {  // a parse error: reported like CLI11's own
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "auto (default): each round drafts the length with the most expected tokens per second, "
+         "from this machine's measured forward costs (cached in ~/.cache/tessera) and the "
+         "image's acceptance so far (up to 16 drafts; Jacobi: a 32-token window); or drafts per "
+         "round (with Jacobi drafts the window incl. the last token); MAR: steps per draft "
+         "window (auto: 8)")
+      ->type_name("auto|INT");
   cmd->add_option("--resample", o.resample,
                   "Resampling at a rejection: vanilla (the method's own) or optimal (G*, COOL-SD "
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");

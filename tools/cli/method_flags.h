@@ -19,6 +19,12 @@ std::string flag_of(const std::string& param);
 // method parameters given on the command line (typed as the registry declares them).
 void add_method_flags(CLI::App* cmd, SpeculativeOptions& o);
 
+// --draft-len's value: "auto" (kDraftLenAuto) or a positive integer; a one-line error naming
+// `flag` otherwise.
+int parse_draft_len(const std::string& v, const char* flag);
+// A draft length for messages: "auto", the number, or "default" (0).
+std::string draft_len_text(int draft_len);
+
 // Whether `method` drafts with a draft model when one is available (a default model's sibling).
 bool uses_draft_model(const std::string& method);
 

@@ -13,7 +13,8 @@ nlohmann::json image_stats_json(const ImageStats& s) {
           {"mean_accepted_length", s.mean_accepted_length()},
           {"proposed_by_depth", s.proposed},
           {"accepted_by_depth", s.accepted},
-          {"acceptance_by_depth", s.acceptance_by_depth()}};
+          {"acceptance_by_depth", s.acceptance_by_depth()},
+          {"rounds_by_draft_depth", s.rounds_by_depth}};
 }
 }  // namespace
 
@@ -32,6 +33,8 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
           {"batched_target_forwards", st.forward_passes},
           {"batched_draft_forwards", st.draft_forward_passes},
           {"acceptance_by_depth", st.acceptance_by_depth()},
+          {"rounds_by_draft_depth", st.rounds_by_depth()},
+          {"mean_draft_depth", st.mean_draft_depth()},
           {"time_split_s",
            {{"target", st.target_seconds},
             {"draft", st.draft_seconds},

@@ -1,0 +1,138 @@
+#include "pipeline/cost_cache.h"
+
+#include <omp.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "io/regular_file.h"
+#include "io/strict_json.h"
+#include "pipeline/forward_cost.h"
+#include "tessera/file_io.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int kFormat = 2;  // bump when the measurement changes meaning
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown cpu";
+}
+
+// A model as the costs see it: its configuration and its weights file's identity.
+std::string model_key(const ModelConfig& c) {
+  std::string key = std::to_string(fnv1a(read_small_file(c.dir + "/config.json", 1 << 20)));
+  struct stat st {};
+  const std::string weights = c.dir + "/" + c.gpt.file;
+  if (::stat(weights.c_str(), &st) == 0) {
+    // Appended piece by piece: GCC 12 misreports "literal" + std::string&& (-Wrestrict, bug
+    // 105329).
+    for (const auto v : {static_cast<int64_t>(st.st_size), static_cast<int64_t>(st.st_mtim.tv_sec),
+                         static_cast<int64_t>(st.st_mtim.tv_nsec)}) {
+      key += ':';
+      key += std::to_string(v);
+    }
+  }
+  return key;
+}
+
+std::vector<double> measure(const AutoregressiveModel& m, bool cfg, int max_k) {
+  ForwardCostSettings s;
+  s.max_k = max_k;
+  s.cfg = cfg;
+  s.repeats = 2;
+  return measure_forward_seconds(m, s);
+}
+
+DraftCosts cached_or_measured(const std::string& key, const CostModel& target,
+                              const CostModel& draft, bool cfg, int max_k);
+
+}  // namespace
+
+std::string user_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tessera";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tessera";
+  return "";
+}
+
+DraftCosts calibrated_draft_costs(const CostModel& target, const CostModel& draft, bool cfg,
+                                  int max_k) {
+  std::string key = "v";
+  for (const std::string& part :
+       {std::to_string(kFormat), std::string("|target "), model_key(*target.config),
+        std::string("|draft "), draft.model ? model_key(*draft.config) : std::string("-"),
+        std::string(cfg ? "|cfg 1" : "|cfg 0"), std::string("|k "), std::to_string(max_k),
+        std::string("|cpu "), cpu_model_name(), std::string("|threads "),
+        std::to_string(omp_get_max_threads())})
+    key += part;
+  // One measurement per process and key even without a cache directory: the images of one run
+  // must not depend on its calls.
+  static std::mutex mutex;
+  static std::map<std::string, DraftCosts> memo;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = memo.find(key); it != memo.end()) return it->second;
+  const DraftCosts c = cached_or_measured(key, target, draft, cfg, max_k);
+  memo[key] = c;
+  return c;
+}
+
+namespace {
+DraftCosts cached_or_measured(const std::string& key, const CostModel& target,
+                              const CostModel& draft, bool cfg, int max_k) {
+  const std::string dir = user_cache_dir();
+  char name[40];
+  std::snprintf(name, sizeof name, "/forward-costs-%016llx.json",
+                static_cast<unsigned long long>(fnv1a(key)));
+  const std::string path = dir.empty() ? "" : dir + name;
+  if (!path.empty() && std::filesystem::exists(path)) {
+    try {
+      const nlohmann::json j = parse_strict_json(read_small_file(path, 1 << 20), path);
+      DraftCosts c;
+      c.verify = j.at("verify").get<std::vector<double>>();
+      c.draft_step = j.at("draft_step").get<double>();
+      bool ok = j.at("key").get<std::string>() == key &&
+                static_cast<int>(c.verify.size()) == max_k && c.draft_step >= 0.0;
+      for (double v : c.verify) ok = ok && v > 0.0 && std::isfinite(v);
+      if (ok) return c;
+      log_info("note: " + path + " does not hold these models' costs; measuring them again");
+    } catch (const std::exception& e) {
+      log_info("note: ignoring the corrupt cost cache " + path + " (" + e.what() +
+               "); measuring again");
+    }
+  }
+  log_info("--draft-len auto: measuring this model's forward costs (once per model and CPU)");
+  DraftCosts c;
+  c.verify = measure(*target.model, cfg, max_k);
+  if (draft.model) c.draft_step = measure(*draft.model, cfg, 1)[0];
+  if (!path.empty()) {
+    try {
+      std::filesystem::create_directories(dir);
+      const nlohmann::json j = {{"key", key}, {"verify", c.verify}, {"draft_step", c.draft_step}};
+      write_file_atomic(path, j.dump(1) + "\n");
+    } catch (const std::exception& e) {
+      log_info(std::string("note: cannot cache the forward costs: ") + e.what());
+    }
+  }
+  return c;
+}
+}  // namespace
+
+}  // namespace tessera

@@ -1,0 +1,84 @@
+// `tessera bench --verify-cost`: the forward-cost curve against the roofline, in md, csv and json,
+// and bad k ranges refused with one error line before anything runs.
+#include "cli_harness.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace {
+
+class BenchVerifyCost : public CliTest {};
+
+TEST_F(BenchVerifyCost, CsvColumnsParse) {
+  const CliResult r = run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--k-range", "1:4",
+                           "-r", "1", "-o", "csv", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line,
+            "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline");
+  int k = 0;
+  while (std::getline(in, line)) {
+    ++k;
+    std::istringstream row(line);
+    std::vector<double> v;
+    for (std::string cell; std::getline(row, cell, ',');) v.push_back(std::stod(cell));
+    ASSERT_EQ(v.size(), 8u) << line;
+    EXPECT_EQ(v[0], k);
+    EXPECT_EQ(v[1], 2 * k);  // the fixture samples with CFG: two rows per position
+    EXPECT_GT(v[2], 0.0);
+    if (k == 1) EXPECT_DOUBLE_EQ(v[3], 1.0);
+    EXPECT_GT(v[4], 0.0);
+    EXPECT_GE(v[5], 1.0);  // the bound never falls with k
+    EXPECT_GT(v[7], 0.0);
+  }
+  EXPECT_EQ(k, 4);
+}
+
+TEST_F(BenchVerifyCost, JsonAndMarkdown) {
+  CliResult r = run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--k-range", "2:3",
+                     "--cfg", "1", "-r", "1", "-o", "json", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["read_bandwidth_gbs"].get<double>(), 0.0);
+  EXPECT_GT(j["f32_fma_gflops"].get<double>(), 0.0);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["k"], 2);
+  EXPECT_EQ(j["rows"][0]["rows"], 2);  // --cfg 1: one row per position
+  r = run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--k-range", "2", "-r", "1", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| k | rows | ms | ratio to k=1 |"), std::string::npos) << r.out;
+}
+
+TEST_F(BenchVerifyCost, BadRangesFailWithOneLine) {
+  for (const char* range : {"0:4", "5:2", "x", "1:", "1:100000"}) {
+    SCOPED_TRACE(range);
+    const CliResult r =
+        run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--k-range", range, "-q"});
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("--k-range"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  const CliResult r = run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--methods", "sd"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--methods does not apply to --verify-cost"), std::string::npos) << r.err;
+  const CliResult k = run({"bench", "-m", fixture("c2i_f32"), "--k-range", "1:2"});
+  EXPECT_NE(k.code, 0);
+  EXPECT_NE(k.err.find("--k-range applies to --verify-cost"), std::string::npos) << k.err;
+}
+
+// --draft-len auto (the default) in the method bench: the row says auto and reports the mean
+// depth it chose.
+TEST_F(BenchVerifyCost, MethodBenchReportsAutoLengths) {
+  const CliResult r =
+      run({"bench", "-m", fixture("c2i_f32"), "--methods", "sjd", "-n", "1", "-o", "json", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& sjd = j["methods"][1];
+  EXPECT_EQ(sjd["draft_len"], "auto");
+  EXPECT_GE(sjd["mean_draft_depth"].get<double>(), 1.0);
+  EXPECT_FALSE(sjd["rounds_by_draft_depth"].empty());
+}
+
+}  // namespace

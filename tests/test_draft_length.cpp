@@ -1,0 +1,102 @@
+// --draft-len auto's policy (speculative/draft_length.h) without timing anything: given costs
+// and acceptance rates it picks the depth with the most expected tokens per second, and its
+// acceptance estimate follows a change in acceptance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "speculative/draft_length.h"
+
+using namespace tessera::speculative;
+
+namespace {
+
+TEST(DraftLength, ExpectedTokensOfARound) {
+  const std::vector<double> a = {0.8, 0.5, 0.25};
+  EXPECT_DOUBLE_EQ(expected_round_tokens(a, 0), 1.0);
+  EXPECT_DOUBLE_EQ(expected_round_tokens(a, 1), 1.8);
+  EXPECT_DOUBLE_EQ(expected_round_tokens(a, 2), 1.8 + 0.4);
+  EXPECT_DOUBLE_EQ(expected_round_tokens(a, 3), 1.8 + 0.4 + 0.1);
+  // Constant acceptance a: the geometric series (1 - a^(L+1)) / (1 - a) (Leviathan et al. Eq. 1).
+  const std::vector<double> c(8, 0.6);
+  EXPECT_NEAR(expected_round_tokens(c, 8), (1 - std::pow(0.6, 9)) / 0.4, 1e-12);
+}
+
+// The choice is the argmax of E[tokens(L)] / (L draft_step + verify[L]) over L in [1, cap].
+TEST(DraftLength, PicksTheArgmaxOfTokensPerSecond) {
+  RoundCosts costs;
+  costs.verify = {1.0, 1.02, 1.05, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1};
+  costs.draft_step = 0.04;
+  const DraftLengthPolicy policy(costs, 8);
+  for (double a : {0.05, 0.3, 0.5, 0.7, 0.9, 0.99}) {
+    const std::vector<double> acc(8, a);
+    int best = 1;
+    for (int L = 2; L <= 8; ++L)
+      if (expected_round_tokens(acc, L) / (L * 0.04 + costs.verify[L]) >
+          expected_round_tokens(acc, best) / (best * 0.04 + costs.verify[best]))
+        best = L;
+    EXPECT_EQ(policy.choose(acc, 8), best) << "a " << a;
+  }
+  // Low acceptance: one draft; high: longer; free verification and drafting: the longest.
+  EXPECT_EQ(policy.choose(std::vector<double>(8, 0.05), 8), 1);
+  EXPECT_GE(policy.choose(std::vector<double>(8, 0.95), 8), 4);
+  RoundCosts flat;
+  flat.verify.assign(9, 1.0);
+  EXPECT_EQ(DraftLengthPolicy(flat, 8).choose(std::vector<double>(8, 0.5), 8), 8);
+  // The image's end caps the depth; nothing left: no draft.
+  EXPECT_EQ(DraftLengthPolicy(flat, 8).choose(std::vector<double>(8, 0.5), 3), 3);
+  EXPECT_EQ(DraftLengthPolicy(flat, 8).choose(std::vector<double>(8, 0.5), 0), 0);
+}
+
+// Per-depth rates matter, not only their mean: a draft good for two tokens and bad after.
+TEST(DraftLength, UsesPerDepthAcceptance) {
+  RoundCosts costs;
+  costs.verify = {1.0, 1.1, 1.2, 1.3, 1.4};
+  const DraftLengthPolicy policy(costs, 4);
+  EXPECT_EQ(policy.choose(std::vector<double>{0.95, 0.95, 0.05, 0.05}, 4), 2);
+}
+
+// A measured dip (noise: a longer forward timed cheaper than a shorter one) does not lure the
+// policy into long drafts: the costs count as their running maximum.
+TEST(DraftLength, MeasuredDipsAreNoise) {
+  RoundCosts costs;
+  costs.verify = {1.0, 1.1, 3.0, 3.0, 1.05};  // k = 5 "cheaper" than k = 2
+  const DraftLengthPolicy policy(costs, 4);
+  EXPECT_DOUBLE_EQ(policy.round_seconds(4), 3.0);
+  EXPECT_EQ(policy.choose(std::vector<double>(4, 0.5), 4), 1);
+}
+
+TEST(DraftLength, RefusesCostsShorterThanItsDepth) {
+  RoundCosts costs;
+  costs.verify = {1.0, 1.1};
+  EXPECT_THROW(DraftLengthPolicy(costs, 2), std::exception);
+  EXPECT_THROW(DraftLengthPolicy(costs, 0), std::exception);
+}
+
+TEST(DraftLength, TrackerEstimatesAndFollowsAChange) {
+  AcceptanceTracker t(4, 0.9);
+  // Nothing seen: the prior (0.5 at every depth).
+  for (double a : t.estimate()) EXPECT_DOUBLE_EQ(a, 0.5);
+  RoundCosts costs;
+  for (int k = 1; k <= 5; ++k) costs.verify.push_back(1.0 + 0.15 * (k - 1));
+  costs.draft_step = 0.05;
+  const DraftLengthPolicy policy(costs, 4);
+  // Every draft accepted for a while: the estimate approaches 1 and the depth grows to the cap.
+  for (int r = 0; r < 30; ++r) t.observe(4, 4);
+  for (double a : t.estimate()) EXPECT_GT(a, 0.9);
+  EXPECT_EQ(policy.choose(t.estimate(), 4), 4);
+  // Then every first draft rejected: depth 1's estimate falls and the policy drafts one token.
+  for (int r = 0; r < 30; ++r) t.observe(4, 0);
+  EXPECT_LT(t.estimate()[0], 0.1);
+  EXPECT_EQ(policy.choose(t.estimate(), 4), 1);
+  // A rejection at depth 1 verifies nothing deeper: depth 2's counts only decay.
+  AcceptanceTracker u(2, 1.0);
+  u.observe(2, 1);  // depth 1 accepted, depth 2 rejected
+  u.observe(2, 0);  // depth 1 rejected
+  EXPECT_DOUBLE_EQ(u.estimate()[0], (1 + 0.5) / (2 + 1));
+  EXPECT_DOUBLE_EQ(u.estimate()[1], (0 + 0.5) / (1 + 1));
+  u.reset();
+  EXPECT_DOUBLE_EQ(u.estimate()[0], 0.5);
+}
+
+}  // namespace

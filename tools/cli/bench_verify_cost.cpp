@@ -1,0 +1,102 @@
+#include "bench_verify_cost.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "tessera/bandwidth.h"
+#include "tessera/peak_flops.h"
+#include "tessera/tessera.h"
+
+namespace tessera::cli {
+
+void parse_k_range(const std::string& text, int& from, int& to) {
+  const size_t colon = text.find(':');
+  from = colon == std::string::npos ? 1 : parse_int(text.substr(0, colon), "--k-range");
+  to = parse_int(colon == std::string::npos ? text : text.substr(colon + 1), "--k-range");
+  if (from < 1 || to < from)
+    throw Error(
+        "--k-range: expected FROM:TO with 1 <= FROM <= TO (new positions per sequence), "
+        "got '" +
+        text + "'");
+}
+
+void bench_verify_cost(const VerifyCostOptions& o) {
+  LoadOptions lo;
+  lo.threads = o.threads;
+  lo.check_weights = o.check_weights;
+  lo.load_decoder = false;
+  auto pipe = Pipeline::load(o.model, lo);
+  const int n_tokens = pipe->config().gpt.n_image_tokens();
+  if (o.k_to > n_tokens)
+    throw Error("--k-range: k " + std::to_string(o.k_to) + " exceeds the image's " +
+                std::to_string(n_tokens) + " tokens");
+  const bool cfg = o.cfg_scale > 1.0f;
+  const double bandwidth = memory_read_bandwidth_gbs() * 1e9;
+  const PeakFlops peak = measure_peak_flops();
+  // bf16 weights can use bf16 dot products; f32 and f16 weights are multiplied in f32.
+  const bool bf16 = pipe->config().gpt.dtype == "bf16" && peak.bf16_dot_gflops > 0.0;
+  const double flops_s = (bf16 ? peak.bf16_dot_gflops : peak.f32_fma_gflops) * 1e9;
+  const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
+  const std::vector<double> sec = pipe->forward_seconds(o.k_to, cfg, o.repeat);
+  auto bound = [&](int k) {
+    return std::max(bytes / bandwidth, pipe->forward_flops(k, cfg) / flops_s);
+  };
+
+  nlohmann::json rows = nlohmann::json::array();
+  for (int k = o.k_from; k <= o.k_to; ++k) {
+    const double t = sec[k - 1], b = bound(k);
+    rows.push_back({{"k", k},
+                    {"rows", k * (cfg ? 2 : 1)},
+                    {"seconds", t},
+                    {"ratio", t / sec[0]},
+                    {"roofline_seconds", b},
+                    {"roofline_ratio", b / bound(1)},
+                    {"gflops", pipe->forward_flops(k, cfg) / t / 1e9},
+                    {"fraction_of_roofline", b / t}});
+  }
+  if (o.format == "json") {
+    nlohmann::json j = {{"model", o.model},
+                        {"dtype", pipe->config().gpt.dtype},
+                        {"threads", pipe->threads()},
+                        {"cfg", cfg},
+                        {"weight_bytes", bytes},
+                        {"read_bandwidth_gbs", bandwidth / 1e9},
+                        {"f32_fma_gflops", peak.f32_fma_gflops},
+                        {"bf16_dot_gflops", peak.bf16_dot_gflops},
+                        {"peak_used", bf16 ? "bf16_dot" : "f32_fma"},
+                        {"rows", rows}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  const bool csv = o.format == "csv";
+  if (csv) {
+    std::printf(
+        "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline\n");
+  } else {
+    std::printf(
+        "model %s (%s, %.1f MB streamed per forward), %d thread(s), %s; read bandwidth %.1f GB/s, "
+        "f32 FMA peak %.0f GFLOP/s, bf16 dot peak %.0f GFLOP/s (roofline uses %s); best of %d "
+        "forwards per k after half an image in the KV cache\n",
+        o.model.c_str(), pipe->config().gpt.dtype.c_str(), bytes / 1e6, pipe->threads(),
+        cfg ? "CFG: 2 rows per position" : "no CFG: 1 row per position", bandwidth / 1e9,
+        peak.f32_fma_gflops, peak.bf16_dot_gflops, bf16 ? "bf16 dot" : "f32 FMA", o.repeat);
+    std::printf(
+        "| k | rows | ms | ratio to k=1 | roofline ms | roofline ratio | GFLOP/s | of roofline "
+        "|\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+  }
+  for (const auto& r : rows) {
+    const double t = r["seconds"].get<double>(), b = r["roofline_seconds"].get<double>();
+    std::printf(csv ? "%d,%d,%.6f,%.4f,%.6f,%.4f,%.2f,%.4f\n"
+                    : "| %d | %d | %.3f | %.2f | %.3f | %.2f | %.1f | %.0f%% |\n",
+                r["k"].get<int>(), r["rows"].get<int>(), csv ? t : t * 1e3,
+                r["ratio"].get<double>(), csv ? b : b * 1e3, r["roofline_ratio"].get<double>(),
+                r["gflops"].get<double>(),
+                csv ? r["fraction_of_roofline"].get<double>()
+                    : 100 * r["fraction_of_roofline"].get<double>());
+  }
+}
+
+}  // namespace tessera::cli
