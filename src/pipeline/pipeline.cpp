@@ -7,6 +7,7 @@
 #include "models/weights.h"
 #include "pipeline/llamagen_family.h"
 #include "pipeline/mar_family.h"
+#include "speculative/model_defaults.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -98,6 +99,9 @@ int Pipeline::image_size() const {
   return impl_->mar ? impl_->mar->image_size() : impl_->llamagen->image_size();
 }
 
+SpeculativeOptions Pipeline::with_model_defaults(const SpeculativeOptions& o) const {
+  return speculative::with_model_defaults(o, impl_->config.quality);
+}
 int64_t Pipeline::weight_bytes_per_step() const {
   return impl_->discrete("weight_bytes_per_step").weight_bytes_per_step();
 }

@@ -32,6 +32,10 @@ std::string first_with(DraftSource source) {
 
 }  // namespace
 
+int default_draft_len(bool draft_model) {
+  return draft_model ? 5 : 16;
+}
+
 Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
                    const GptConfig& target) {
   check_param_names(o.params);
@@ -77,7 +81,7 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
                   (has_draft ? "tokens drafted after the root; the image has "
                              : "a Jacobi window, the root and at least one draft; the image has ") +
                   std::to_string(n_tokens) + " tokens), got " + std::to_string(o.draft_len));
-  m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(has_draft ? 5 : 16, max_len);
+  m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(default_draft_len(has_draft), max_len);
   check_param(o.resample.empty() || o.resample == "vanilla" || o.resample == "optimal", "resample",
               "must be vanilla or optimal, got '" + o.resample + "'");
   check_param(!e->exact || o.resample != "optimal", "resample",
