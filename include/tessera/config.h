@@ -89,9 +89,9 @@ struct SamplingDefaults {
   std::optional<int> top_k;
 };
 
-// The optional "quality" object of a config.json (docs/quality.md, issue 23): how much image quality
-// a lossy method may give up on this model, and per method the settings `tessera tune` measured
-// within that tolerance. The settings become the model's defaults for the method.
+// The optional "quality" object of a config.json (docs/quality.md, issue 23): how much image
+// quality a lossy method may give up on this model, and per method the settings `tessera tune`
+// measured within that tolerance. The settings become the model's defaults for the method.
 struct QualityTolerance {
   // Top-1 (classifier accuracy on the requested class) may fall at most this many percentage
   // points below vanilla's, measured on the same classes and seeds.
@@ -108,14 +108,14 @@ struct RecordedInterval {
 
 // What was measured for a validated setting.
 struct QualityMeasurement {
-  int images = 0;                    // per configuration (vanilla, vanilla*, the method)
-  double speedup = 0.0;              // vanilla's s/image over the method's, same run
+  int images = 0;        // per configuration (vanilla, vanilla*, the method)
+  double speedup = 0.0;  // vanilla's s/image over the method's, same run
   double mean_accepted_length = 0.0;
-  RecordedInterval top1;             // fraction in [0, 1]
-  RecordedInterval frechet;          // Frechet distance to vanilla
-  RecordedInterval vanilla_top1;     // vanilla's top-1 in the same run
-  RecordedInterval frechet_floor;    // vanilla* (other seeds) to vanilla: the noise floor
-  std::string date;                  // YYYY-MM-DD (UTC)
+  RecordedInterval top1;           // fraction in [0, 1]
+  RecordedInterval frechet;        // Frechet distance to vanilla
+  RecordedInterval vanilla_top1;   // vanilla's top-1 in the same run
+  RecordedInterval frechet_floor;  // vanilla* (other seeds) to vanilla: the noise floor
+  std::string date;                // YYYY-MM-DD (UTC)
   std::string tessera_version;
 };
 

@@ -7,8 +7,8 @@ std::vector<bool> pareto_front(std::span<const TunePoint> points) {
   for (size_t i = 0; i < points.size(); ++i)
     for (size_t j = 0; j < points.size() && front[i]; ++j) {
       const TunePoint &a = points[i], &b = points[j];
-      const bool dominates = b.speedup >= a.speedup && b.top1 >= a.top1 &&
-                             (b.speedup > a.speedup || b.top1 > a.top1);
+      const bool dominates =
+          b.speedup >= a.speedup && b.top1 >= a.top1 && (b.speedup > a.speedup || b.top1 > a.top1);
       if (dominates) front[i] = false;
     }
   return front;

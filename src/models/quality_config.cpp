@@ -63,8 +63,8 @@ std::string with_validated_setting(std::string_view json_text, const std::string
 void write_validated_setting(const std::string& dir, const std::string& method,
                              const ValidatedSetting& s) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
-  write_file_atomic(path, with_validated_setting(read_small_file(path, size_t{1} << 20), dir,
-                                                 method, s));
+  write_file_atomic(path,
+                    with_validated_setting(read_small_file(path, size_t{1} << 20), dir, method, s));
 }
 
 }  // namespace tessera

@@ -99,8 +99,7 @@ std::string validated_settings_note(const SpeculativeOptions& given, const Quali
   const auto it = q.methods.find(given.method);
   if (it == q.methods.end())
     return "note: " + given.method + " is lossy and has no validated setting for " + model +
-           " (tolerance: " + tol + "); `tessera tune --method " + given.method +
-           "` measures one";
+           " (tolerance: " + tol + "); `tessera tune --method " + given.method + "` measures one";
   const ValidatedSetting& s = it->second;
   std::vector<std::string> outside;
   const bool model_drafts = !given.draft_model.empty();
@@ -118,8 +117,8 @@ std::string validated_settings_note(const SpeculativeOptions& given, const Quali
   }
   if (given.draft_len > 0 && model_drafts == s.draft_model) {
     const auto v = s.params.find("draft_len");
-    const int64_t validated = v != s.params.end() ? std::get<int64_t>(v->second)
-                                                  : default_draft_len(s.draft_model);
+    const int64_t validated =
+        v != s.params.end() ? std::get<int64_t>(v->second) : default_draft_len(s.draft_model);
     if (given.draft_len != validated)
       outside.push_back("draft_len=" + std::to_string(given.draft_len) + " (validated " +
                         std::to_string(validated) + ")");

@@ -236,7 +236,8 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   // One configuration; false when Ctrl-C stopped it (its images are then incomplete).
   auto run = [&](const std::string& label, GenerateOptions o, MethodRun* out) {
     if (!a.common.quiet) {
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::string eta;
       if (done >= 2) eta = ", about " + fmt(el / done * (total - done) / 60.0, 1) + " min left";
       std::fprintf(stderr, "tune: %zu/%zu %s (%s elapsed%s)\n", done + 1, total, label.c_str(),
@@ -295,20 +296,19 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   const std::vector<bool> front = pareto_front(tp);
   const double v_top1 = vanilla_q.top1.value, fd_floor = floor_q.frechet.value;
   const int best = fastest_within_tolerance(tp, v_top1, fd_floor, tol);
-  const std::string tol_text = "top-1 >= " + fmt(100 * (v_top1 - tol.top1_drop_points / 100), 1) +
-                               "% (vanilla " + fmt(100 * v_top1, 1) + "% - " +
-                               fmt(tol.top1_drop_points, 1) + " points), FD <= " +
-                               fmt((1 + tol.frechet_over_floor) * fd_floor, 2) + " (noise floor " +
-                               fmt(fd_floor, 2) + " + " +
-                               fmt(100 * tol.frechet_over_floor, 0) + "%)";
+  const std::string tol_text =
+      "top-1 >= " + fmt(100 * (v_top1 - tol.top1_drop_points / 100), 1) + "% (vanilla " +
+      fmt(100 * v_top1, 1) + "% - " + fmt(tol.top1_drop_points, 1) +
+      " points), FD <= " + fmt((1 + tol.frechet_over_floor) * fd_floor, 2) + " (noise floor " +
+      fmt(fd_floor, 2) + " + " + fmt(100 * tol.frechet_over_floor, 0) + "%)";
 
   if (a.format == "json") {
     nlohmann::json pts = nlohmann::json::array();
     for (size_t i = 0; i < rows.size(); ++i) {
       nlohmann::json params;
       for (size_t k = 0; k < axes.size(); ++k)
-        params[axes[k].name] = std::visit([](const auto& x) { return nlohmann::json(x); },
-                                          rows[i].values[k]);
+        params[axes[k].name] =
+            std::visit([](const auto& x) { return nlohmann::json(x); }, rows[i].values[k]);
       pts.push_back({{"params", params},
                      {"seconds_per_image", rows[i].run.mean_seconds() / a.n},
                      {"speedup_vs_vanilla", rows[i].point.speedup},
@@ -327,8 +327,7 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
         {"tolerance",
          {{"top1_drop_points", tol.top1_drop_points},
           {"frechet_over_floor", tol.frechet_over_floor}}},
-        {"vanilla",
-         {{"seconds_per_image", vanilla_s / a.n}, {"quality", quality_json(vanilla_q)}}},
+        {"vanilla", {{"seconds_per_image", vanilla_s / a.n}, {"quality", quality_json(vanilla_q)}}},
         {"vanilla_other_seeds", {{"quality", quality_json(floor_q)}}},
         {"points", pts},
         {"fastest_within_tolerance", best >= 0 ? nlohmann::json(best) : nlohmann::json(nullptr)},
@@ -337,8 +336,9 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   } else if (a.format == "csv") {
     std::printf("point");
     for (const Axis& ax : axes) std::printf(",%s", ax.name.c_str());
-    std::printf(",s_per_image,speedup,mal,top1,top1_lo,top1_hi,frechet,frechet_lo,frechet_hi,"
-                "pareto,within_tolerance\n");
+    std::printf(
+        ",s_per_image,speedup,mal,top1,top1_lo,top1_hi,frechet,frechet_lo,frechet_hi,"
+        "pareto,within_tolerance\n");
     for (size_t i = 0; i < rows.size(); ++i) {
       std::printf("%zu", i + 1);
       for (const ParamValue& v : rows[i].values) std::printf(",%s", shown(v).c_str());
@@ -350,11 +350,12 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
                   static_cast<int>(within_tolerance(tp[i], v_top1, fd_floor, tol)));
     }
   } else {
-    std::printf("tune %s on %s, draft %s, %d image(s) per point (%d per class), seed %llu; "
-                "classifier %s, 95%% bootstrap intervals\n",
-                method.c_str(), a.common.model.c_str(),
-                draft_model ? a.gen.spec.draft_model.c_str() : "- (Jacobi)", a.n, a.per_class,
-                static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
+    std::printf(
+        "tune %s on %s, draft %s, %d image(s) per point (%d per class), seed %llu; "
+        "classifier %s, 95%% bootstrap intervals\n",
+        method.c_str(), a.common.model.c_str(),
+        draft_model ? a.gen.spec.draft_model.c_str() : "- (Jacobi)", a.n, a.per_class,
+        static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
     std::printf("tolerance: %s\n", tol_text.c_str());
     std::printf("vanilla: %s s/image, top-1 %s%%; vanilla* (other seeds): top-1 %s%%, FD %s\n\n",
                 fmt(vanilla_s / a.n, 3).c_str(), interval_text(vanilla_q.top1, 1, 100).c_str(),
@@ -375,8 +376,9 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
                   interval_text(rows[i].q.frechet, 2).c_str(), front[i] ? "*" : "",
                   within_tolerance(tp[i], v_top1, fd_floor, tol) ? "yes" : "no");
     }
-    std::printf("\nfront: * marks the speed-quality Pareto front (speed-up and top-1); within: "
-                "the tolerance above (point values). Timings share the machine: noisy.\n");
+    std::printf(
+        "\nfront: * marks the speed-quality Pareto front (speed-up and top-1); within: "
+        "the tolerance above (point values). Timings share the machine: noisy.\n");
     if (best >= 0)
       std::printf("fastest within tolerance: #%d (%s), %.2fx\n", best + 1,
                   point_text(axes, rows[best].values).c_str(), tp[best].speedup);
@@ -459,8 +461,7 @@ Command add_tune(CLI::App& app, const ModelDefaults& md) {
   t->add_flag("--write", a->write,
               "Record the fastest point within tolerance in MODEL/config.json's \"quality\" "
               "section (the model's defaults for the method)");
-  t->add_option("--quality", a->quality,
-                "Classifier directory; auto: MODEL/../classifier")
+  t->add_option("--quality", a->quality, "Classifier directory; auto: MODEL/../classifier")
       ->capture_default_str();
   t->add_option("-b,--batch", a->gen.batch, "Images generated together")
       ->check(int_at_least(1))

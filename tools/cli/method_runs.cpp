@@ -59,8 +59,8 @@ double MethodRun::stddev_seconds() const {
   return std::sqrt(var / (seconds.size() - 1));
 }
 
-MethodRun run_method(Pipeline& pipe, const std::vector<Condition>& conds,
-                     const GenerateOptions& o, int repeat) {
+MethodRun run_method(Pipeline& pipe, const std::vector<Condition>& conds, const GenerateOptions& o,
+                     int repeat) {
   MethodRun r;
   for (int rep = 0; rep < repeat; ++rep) {
     r.stats = GenerateStats{};

@@ -38,8 +38,8 @@ struct MethodRun {
   double mean_seconds() const;
   double stddev_seconds() const;
 };
-MethodRun run_method(Pipeline& pipe, const std::vector<Condition>& conds,
-                     const GenerateOptions& o, int repeat);
+MethodRun run_method(Pipeline& pipe, const std::vector<Condition>& conds, const GenerateOptions& o,
+                     int repeat);
 
 // The run's images decoded and classified (after timing: quality costs nothing in the speed).
 ScoredImages score_run(Pipeline& pipe, const QualityModel& qm, const MethodRun& run,

@@ -22,9 +22,9 @@ struct Rgb {
 
 // Where Debian's fonts-dejavu-core puts the font (and other common layouts).
 std::string find_font() {
-  for (const char* p : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-                        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-                        "/usr/share/fonts/TTF/DejaVuSans.ttf"})
+  for (const char* p :
+       {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf", "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf"})
     if (std::filesystem::is_regular_file(p)) return p;
   throw Error("--plot needs the DejaVu Sans font (Debian: fonts-dejavu-core); it was not found");
 }
@@ -52,7 +52,8 @@ class Canvas {
     a = std::min(a, 1.0);
     uint8_t* p = &px_[(static_cast<size_t>(y) * w_ + x) * 3];
     const uint8_t src[3] = {c.r, c.g, c.b};
-    for (int k = 0; k < 3; ++k) p[k] = static_cast<uint8_t>(std::lround(p[k] * (1 - a) + src[k] * a));
+    for (int k = 0; k < 3; ++k)
+      p[k] = static_cast<uint8_t>(std::lround(p[k] * (1 - a) + src[k] * a));
   }
   void fill(int x0, int y0, int x1, int y1, Rgb c, double a = 1.0) {
     for (int y = std::min(y0, y1); y <= std::max(y0, y1); ++y)
@@ -172,8 +173,7 @@ void write_tune_plot(const std::string& path, const TunePlot& p) {
     c.disk(px(q.speedup), py(q.top1), 5, col);
   }
   c.text(p.title, W / 2.0, 28, 18, ink, 0.5);
-  c.text("speed-up over vanilla (same classes and seeds)", (L + W - R) / 2.0, H - 20, 16, ink,
-         0.5);
+  c.text("speed-up over vanilla (same classes and seeds)", (L + W - R) / 2.0, H - 20, 16, ink, 0.5);
   c.text("top-1 accuracy (%)", 12, T - 14, 16, ink, 0.0);
   // Legend, top right.
   const double lx = W - R - 250, ly = T + 20;
