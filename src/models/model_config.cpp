@@ -302,9 +302,9 @@ ValidatedSetting read_validated_setting(const json& j, const std::string& where)
   const Keys p(params, where + " params");
   for (const auto& [name, value] : params.items()) {
     bool ok = !name.empty() && name.size() <= 64;
-    for (const char c : name)
-      ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
-                  std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '_');
+    for (const char c : name) ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
+                                          std::isdigit(static_cast<unsigned char>(c)) ||
+                                          c == '.' || c == '_');
     if (!ok) p.fail("\"" + printable(name) + "\" is not a parameter name (like lantern.k)");
     s.params[name] = name == "draft_len" ? ParamValue{int64_t{p.integer("draft_len", 1, 1 << 20)}}
                                          : read_param_value(value, p, name);

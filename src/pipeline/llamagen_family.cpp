@@ -81,8 +81,8 @@ const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
 
 LlamaGenFamily::LlamaGenFamily(const ModelConfig& config, Backend& backend, bool load_decoder)
     : d_(std::make_unique<Data>()) {
-  // The validated settings are checked against the registry here: the config parser knows no
-  // method.
+  // The validated settings are checked against the registry here (the config parser knows no
+  // method).
   speculative::check_validated_settings(
       config.quality, (std::filesystem::path(config.dir) / "config.json").string());
   d_->config = config;

@@ -60,7 +60,8 @@ void bench_methods(const MethodsBenchOptions& b) {
   auto pipe = Pipeline::load(b.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
   std::unique_ptr<QualityModel> qm;
-  if (!b.classifier.empty()) qm = load_quality_model(*pipe, b.classifier, b.model, b.check_weights);
+  if (!b.classifier.empty())
+    qm = load_quality_model(*pipe, b.classifier, b.model, b.check_weights);
   std::vector<std::string> methods = b.methods;
   methods.erase(std::remove(methods.begin(), methods.end(), "vanilla"), methods.end());
   methods.insert(methods.begin(), "vanilla");  // the baseline, measured in this run
@@ -170,26 +171,24 @@ void bench_methods(const MethodsBenchOptions& b) {
     std::printf(
         "model %s, draft %s, %d image(s), seed %llu, cfg %.2f, T %.2f, top-k %d, top-p %.2f, "
         "%d timed run(s) per row%s\n",
-        b.model.c_str(), b.gen.spec.draft_model.empty() ? "-" : b.gen.spec.draft_model.c_str(), b.n,
-        static_cast<unsigned long long>(b.gen.seed), s.cfg_scale, s.temperature, s.top_k, s.top_p,
-        b.repeat, b.repeat > 1 ? " (s/image: mean ± stddev)" : "");
+        b.model.c_str(), b.gen.spec.draft_model.empty() ? "-" : b.gen.spec.draft_model.c_str(),
+        b.n, static_cast<unsigned long long>(b.gen.seed), s.cfg_scale, s.temperature, s.top_k,
+        s.top_p, b.repeat, b.repeat > 1 ? " (s/image: mean ± stddev)" : "");
     std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
-    std::printf(
-        "| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
-        "| target%% | draft%% | verify%% | acc@1 | rules/fw |\n");
+    std::printf("| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
+                "| target%% | draft%% | verify%% | acc@1 | rules/fw |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
-    std::printf(
-        "method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
-        "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
-        "acceptance_depth1,rules_per_forward\n");
+    std::printf("method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
+                "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
+                "acceptance_depth1,rules_per_forward\n");
   }
   for (const auto& r : rows) {
     const double sec = r["seconds"].get<double>();
     const auto& tsplit = r["time_split_s"];
     const auto acc = r["acceptance_by_depth"].get<std::vector<double>>();
-    const std::string dl =
-        r["draft_len"].is_null() ? (csv ? "" : "-") : std::to_string(r["draft_len"].get<int>());
+    const std::string dl = r["draft_len"].is_null() ? (csv ? "" : "-")
+                                                    : std::to_string(r["draft_len"].get<int>());
     const double mean = r["seconds_per_image_mean"].get<double>();
     const double sd = r["seconds_per_image_stddev"].get<double>();
     const double shares[3] = {tsplit["target"].get<double>() / sec,
@@ -207,15 +206,16 @@ void bench_methods(const MethodsBenchOptions& b) {
       continue;
     }
     const std::string t = b.repeat > 1 ? fmt(mean, 3) + " ± " + fmt(sd, 3) : fmt(mean, 3);
-    std::printf(
-        "| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
-        "| %s | %.2f%% |\n",
-        r["method"].get<std::string>().c_str(), r["threads"].get<int>(), r["batch"].get<int>(),
-        dl.c_str(), t.c_str(), r["speedup_vs_vanilla"].get<double>(),
-        r["mean_accepted_length"].get<double>(), r["target_forwards_per_image"].get<double>(),
-        static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), 100 * shares[0],
-        100 * shares[1], 100 * shares[2], acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
-        100 * r["rule_overhead_vs_target_forward"].get<double>());
+    std::printf("| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
+                "| %s | %.2f%% |\n",
+                r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
+                r["batch"].get<int>(), dl.c_str(), t.c_str(),
+                r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
+                r["target_forwards_per_image"].get<double>(),
+                static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()),
+                100 * shares[0], 100 * shares[1], 100 * shares[2],
+                acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
+                100 * r["rule_overhead_vs_target_forward"].get<double>());
   }
   if (qm && !csv) {
     const double v_top1 = quality.front().top1.defined() ? quality.front().top1.value : 0.9;

@@ -76,9 +76,8 @@ void check_family_flags(const CLI::App& g, bool mar) {
   const std::vector<std::string> llamagen_only = {"--top-k", "--top-p", "--cfg-interval",
                                                   "--tokens-out", "--caption"};
   if (mar && g.count("--caption") > 0)
-    throw Error(
-        "--caption is for text-conditional LlamaGen models; MAR models are "
-        "class-conditional: use --class or --uncond");
+    throw Error("--caption is for text-conditional LlamaGen models; MAR models are "
+                "class-conditional: use --class or --uncond");
   for (const std::string& f : mar ? llamagen_only : mar_only)
     if (g.count(f) > 0)
       throw Error(f + " is for " + (mar ? "LlamaGen" : "MAR") + " models only; this is a " +
