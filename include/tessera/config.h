@@ -1,10 +1,13 @@
 // Model configurations, as stored in a model directory's config.json (docs/model_format.md).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tessera/methods.h"
 
 namespace tessera {
 
@@ -86,12 +89,56 @@ struct SamplingDefaults {
   std::optional<int> top_k;
 };
 
+// The optional "quality" object of a config.json (docs/quality.md, issue 23): how much image
+// quality a lossy method may give up on this model, and per method the settings `tessera tune`
+// measured within that tolerance. The settings become the model's defaults for the method.
+struct QualityTolerance {
+  // Top-1 (classifier accuracy on the requested class) may fall at most this many percentage
+  // points below vanilla's, measured on the same classes and seeds.
+  double top1_drop_points = 2.0;
+  // The Frechet distance of the method's images to vanilla's may exceed the noise floor (the
+  // distance of vanilla on other seeds to vanilla, same n) by at most this fraction.
+  double frechet_over_floor = 0.10;
+};
+
+// A statistic with its 95% bootstrap interval, as recorded.
+struct RecordedInterval {
+  double value = 0.0, lo = 0.0, hi = 0.0;
+};
+
+// What was measured for a validated setting.
+struct QualityMeasurement {
+  int images = 0;        // per configuration (vanilla, vanilla*, the method)
+  double speedup = 0.0;  // vanilla's s/image over the method's, same run
+  double mean_accepted_length = 0.0;
+  RecordedInterval top1;           // fraction in [0, 1]
+  RecordedInterval frechet;        // Frechet distance to vanilla
+  RecordedInterval vanilla_top1;   // vanilla's top-1 in the same run
+  RecordedInterval frechet_floor;  // vanilla* (other seeds) to vanilla: the noise floor
+  std::string date;                // YYYY-MM-DD (UTC)
+  std::string tessera_version;
+};
+
+struct ValidatedSetting {
+  // The method's parameters by name, and "draft_len" when it was part of the setting.
+  MethodParams params;
+  bool draft_model = true;  // measured with a draft model (false: Jacobi drafts)
+  QualityMeasurement measured;
+};
+
+struct QualitySection {
+  bool present = false;  // the config.json has a "quality" object
+  QualityTolerance tolerance;
+  std::map<std::string, ValidatedSetting> methods;  // by method name
+};
+
 struct ModelConfig {
   std::string dir;
   bool check_weights = true;  // set by the loader, not config.json: scan weights for NaN/Inf
   std::string architecture = "llamagen";  // llamagen | mar
   GptConfig gpt;                          // llamagen
   SamplingDefaults sampling;              // llamagen
+  QualitySection quality;                 // llamagen
   bool has_vq = false;
   VqConfig vq;
   MarConfig mar;  // mar
@@ -107,5 +154,14 @@ struct ModelConfig {
 ModelConfig load_model_config(const std::string& dir);
 // Validates the text of DIR/config.json as load_model_config does, without reading a file.
 ModelConfig parse_model_config(std::string_view json_text, const std::string& dir);
+
+// The text of a config.json with `setting` recorded for `method` in its "quality" section (created
+// with the default tolerance when missing); every other key is kept, in its order. The result is
+// checked with parse_model_config. dir: for messages.
+std::string with_validated_setting(std::string_view json_text, const std::string& dir,
+                                   const std::string& method, const ValidatedSetting& setting);
+// with_validated_setting on DIR/config.json, written atomically (tessera/file_io.h).
+void write_validated_setting(const std::string& dir, const std::string& method,
+                             const ValidatedSetting& setting);
 
 }  // namespace tessera

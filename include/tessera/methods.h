@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <variant>
@@ -29,6 +30,10 @@ struct ParamInfo {
   std::string range;                 // allowed values in words: ">= 1", "(0, 1]"; "" = any
   std::vector<std::string> choices;  // Choice: the allowed values
   std::string help;
+  // The values `tessera tune` sweeps by default (empty: the parameter is not a relaxation knob).
+  std::vector<double> tune_grid;
+  // Throws a ParameterError naming the parameter when v has the wrong type or is out of range.
+  std::function<void(const ParamValue&)> check;
 };
 
 // The tokens a method decodes: LlamaGen's discrete VQ tokens or MAR's continuous ones.
@@ -48,6 +53,9 @@ struct MethodInfo {
   TokenKind tokens = TokenKind::Discrete;
   DraftSource drafts = DraftSource::None;
   std::vector<ParamInfo> params;
+  // The images follow the target's distribution exactly (vanilla, sd, sjd); lossy methods trade
+  // image quality for speed and are measured against a model's tolerance (docs/quality.md).
+  bool lossless = false;
 };
 
 // Every method, in documentation order (LlamaGen's, then MAR's).

@@ -77,6 +77,11 @@ struct SpeculativeOptions {
   int max_rounds = 0;
 };
 
+// The draft lengths `tessera tune` sweeps by default: tokens drafted after the root with a draft
+// model, and Jacobi windows (the defaults, 5 and 16, in the middle).
+inline const std::vector<int> kDraftLenTuneGrid = {3, 5, 8};
+inline const std::vector<int> kJacobiWindowTuneGrid = {8, 16, 24};
+
 struct GenerateOptions {
   SamplingOptions sampling;
   SpeculativeOptions spec;
@@ -122,6 +127,9 @@ struct GenerateStats {
   double target_seconds = 0.0, draft_seconds = 0.0, verify_seconds = 0.0;
   double rule_seconds = 0.0;  // the part of verify_seconds spent in acceptance rules and resampling
   std::vector<ImageStats> per_image;  // in the order of the conditions
+  // One-line notes for the user about the run (a lossy method outside the model's validated
+  // settings, docs/quality.md); front-ends print them.
+  std::vector<std::string> notes;
 
   int64_t rounds() const;
   int64_t target_forwards() const;
@@ -182,6 +190,9 @@ class Pipeline {
   std::vector<float> decode_float(std::span<const int32_t> tokens, int n);
   // RGB pixels [n, H, W, 3].
   std::vector<uint8_t> decode(std::span<const int32_t> tokens, int n);
+  // o with the model's validated settings for o.method (config.json "quality", docs/quality.md)
+  // filled in where o leaves them unset: the options generate actually runs.
+  SpeculativeOptions with_model_defaults(const SpeculativeOptions& o) const;
   // Bytes of transformer weights read per decode step (every layer matrix and the head).
   int64_t weight_bytes_per_step() const;
   // Seconds of one target forward of k = 1..max_k new positions per sequence (both CFG halves

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -248,6 +249,114 @@ SamplingDefaults read_sampling_defaults(const json& s, const std::string& where)
   return d;
 }
 
+// Every key of object `j` is one of `known` ("unknown key ... (known: a, b)").
+void only_keys(const json& j, const std::string& where, std::initializer_list<const char*> known) {
+  if (!j.is_object()) throw Error(where + ": expected a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    bool ok = false;
+    std::string all;
+    for (const char* k : known) {
+      ok = ok || key == k;
+      all += (all.empty() ? "" : ", ") + std::string(k);
+    }
+    if (!ok) throw Error(where + ": unknown key \"" + printable(key) + "\" (known: " + all + ")");
+  }
+}
+
+// {"value": V, "lo": L, "hi": H} with lo <= value <= hi, all in [lo_bound, hi_bound].
+RecordedInterval read_interval(const json& j, const std::string& where, double lo_bound,
+                               double hi_bound) {
+  only_keys(j, where, {"value", "lo", "hi"});
+  const Keys k(j, where);
+  RecordedInterval r;
+  r.value = k.real("value", lo_bound, hi_bound, false);
+  r.lo = k.real("lo", lo_bound, hi_bound, false);
+  r.hi = k.real("hi", lo_bound, hi_bound, false);
+  if (!(r.lo <= r.value && r.value <= r.hi)) k.fail("needs lo <= value <= hi");
+  return r;
+}
+
+// A method parameter's value as its JSON type says (the method's own types and ranges are checked
+// against the registry when the pipeline loads the model).
+ParamValue read_param_value(const json& v, const Keys& k, const std::string& key) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{1} << 53)
+      k.fail("\"" + printable(key) + "\" is out of range: " + v.dump());
+    return v.get<int64_t>();
+  }
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) return v.get<std::string>();
+  k.fail("\"" + printable(key) + "\" must be a switch, a number or text, got " + v.dump());
+}
+
+ValidatedSetting read_validated_setting(const json& j, const std::string& where) {
+  only_keys(j, where, {"params", "drafts", "measured"});
+  const Keys k(j, where);
+  ValidatedSetting s;
+  const std::string drafts = k.string("drafts");
+  if (drafts != "model" && drafts != "jacobi")
+    k.fail("\"drafts\" must be model or jacobi, got \"" + printable(drafts) + "\"");
+  s.draft_model = drafts == "model";
+  const json& params = k.at("params");
+  const Keys p(params, where + " params");
+  for (const auto& [name, value] : params.items()) {
+    bool ok = !name.empty() && name.size() <= 64;
+    for (const char c : name) ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
+                                          std::isdigit(static_cast<unsigned char>(c)) ||
+                                          c == '.' || c == '_');
+    if (!ok) p.fail("\"" + printable(name) + "\" is not a parameter name (like lantern.k)");
+    s.params[name] = name == "draft_len" ? ParamValue{int64_t{p.integer("draft_len", 1, 1 << 20)}}
+                                         : read_param_value(value, p, name);
+  }
+  const json& m = k.at("measured");
+  const std::string mw = where + " measured";
+  only_keys(m, mw,
+            {"images", "speedup", "mean_accepted_length", "top1", "frechet", "vanilla_top1",
+             "frechet_floor", "date", "tessera_version"});
+  const Keys mk(m, mw);
+  QualityMeasurement& q = s.measured;
+  q.images = mk.integer("images", 1, 1 << 30);
+  q.speedup = mk.real("speedup", 0.0, 1e6, true);
+  q.mean_accepted_length = mk.real("mean_accepted_length", 0.0, 1e6, false);
+  q.top1 = read_interval(mk.at("top1"), mw + " top1", 0.0, 1.0);
+  q.vanilla_top1 = read_interval(mk.at("vanilla_top1"), mw + " vanilla_top1", 0.0, 1.0);
+  q.frechet = read_interval(mk.at("frechet"), mw + " frechet", -1e12, 1e12);
+  q.frechet_floor = read_interval(mk.at("frechet_floor"), mw + " frechet_floor", -1e12, 1e12);
+  q.date = mk.string("date");
+  bool date_ok = q.date.size() == 10 && q.date[4] == '-' && q.date[7] == '-';
+  for (size_t i = 0; i < q.date.size(); ++i)
+    date_ok = date_ok && (i == 4 || i == 7 || std::isdigit(static_cast<unsigned char>(q.date[i])));
+  if (!date_ok) mk.fail("\"date\" must be YYYY-MM-DD, got \"" + printable(q.date) + "\"");
+  q.tessera_version = mk.string("tessera_version");
+  if (q.tessera_version.empty() || q.tessera_version.size() > 64)
+    mk.fail("\"tessera_version\" must be 1 to 64 characters");
+  return s;
+}
+
+// config.json "quality": {"tolerance": {...}, "methods": {NAME: {...}}} (docs/quality.md).
+QualitySection read_quality_section(const json& q, const std::string& where) {
+  const std::string w = where + " quality";
+  only_keys(q, w, {"tolerance", "methods"});
+  QualitySection s;
+  s.present = true;
+  if (q.contains("tolerance")) {
+    const std::string tw = w + " tolerance";
+    only_keys(q["tolerance"], tw, {"top1_drop_points", "frechet_over_floor"});
+    const Keys t(q["tolerance"], tw);
+    s.tolerance.top1_drop_points = t.real("top1_drop_points", 0.0, 100.0, false, 2.0f);
+    s.tolerance.frechet_over_floor = t.real("frechet_over_floor", 0.0, 100.0, false, 0.1f);
+  }
+  if (q.contains("methods")) {
+    const Keys m(q["methods"], w + " methods");
+    for (const auto& [name, entry] : q["methods"].items()) {
+      if (name.empty() || name.size() > 64) m.fail("a method name must be 1 to 64 characters");
+      s.methods[name] = read_validated_setting(entry, w + " methods " + printable(name));
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(std::string_view json_text, const std::string& dir) {
@@ -311,6 +420,7 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& di
     g.product_fits({{"cls_token_num", c.cls_token_num}, {"caption_dim", c.caption_dim}});
   }
   if (root.contains("sampling")) mc.sampling = read_sampling_defaults(root["sampling"], where);
+  if (root.contains("quality")) mc.quality = read_quality_section(root["quality"], where);
 
   if (root.contains("vq") && !root["vq"].is_null()) {
     const Keys v(root["vq"], where + " vq");

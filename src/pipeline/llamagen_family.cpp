@@ -16,6 +16,7 @@
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/method.h"
+#include "speculative/model_defaults.h"
 #include "speculative/speculative_decoder.h"
 
 namespace tessera {
@@ -85,6 +86,10 @@ const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
 
 LlamaGenFamily::LlamaGenFamily(const ModelConfig& config, Backend& backend, bool load_decoder)
     : d_(std::make_unique<Data>()) {
+  // The validated settings are checked against the registry here (the config parser knows no
+  // method).
+  speculative::check_validated_settings(
+      config.quality, (std::filesystem::path(config.dir) / "config.json").string());
   d_->config = config;
   d_->backend = &backend;
   d_->gpt = std::make_unique<LlamaGen>(config, backend);
@@ -137,7 +142,11 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
   const LlamaGen* draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
-  speculative::Method method = speculative::make_method(opts.spec, d_->config.dir, d_->config.gpt);
+  // The model's validated settings are its defaults (config.json "quality"); flags given win.
+  const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
+  speculative::Method method = speculative::make_method(spec, d_->config.dir, d_->config.gpt);
+  const std::string note =
+      speculative::validated_settings_note(opts.spec, d_->config.quality, d_->config.dir);
   std::vector<const Condition*> conds;
   std::vector<uint64_t> idx;
   for (size_t i = 0; i < conditions.size(); ++i) {
@@ -155,7 +164,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
   if (!method.rule) {
     VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
-    return generate_batches(decoder, conds, idx, opts.cancel, st);
+    return generate_batches(decoder, conds, idx, opts.cancel, st);  // lossless: no note
   }
   check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
               "{tokens} (a partial grid) is only supported by {method} vanilla");
@@ -189,7 +198,9 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     ls.policy = &*policy;
   }
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
-  return generate_batches(decoder, conds, idx, opts.cancel, st);
+  auto grids = generate_batches(decoder, conds, idx, opts.cancel, st);
+  if (!note.empty()) st.notes.push_back(note);
+  return grids;
 }
 
 std::vector<float> LlamaGenFamily::forward_logits(const Condition& condition,

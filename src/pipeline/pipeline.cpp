@@ -7,6 +7,7 @@
 #include "models/weights.h"
 #include "pipeline/llamagen_family.h"
 #include "pipeline/mar_family.h"
+#include "speculative/model_defaults.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
@@ -103,6 +104,9 @@ std::vector<double> Pipeline::forward_seconds(int max_k, bool cfg, int repeats) 
 }
 double Pipeline::forward_flops(int k, bool cfg) const {
   return impl_->discrete("forward_flops").forward_flops(k, cfg);
+}
+SpeculativeOptions Pipeline::with_model_defaults(const SpeculativeOptions& o) const {
+  return speculative::with_model_defaults(o, impl_->config.quality);
 }
 int64_t Pipeline::weight_bytes_per_step() const {
   return impl_->discrete("weight_bytes_per_step").weight_bytes_per_step();

@@ -32,6 +32,10 @@ std::string first_with(DraftSource source) {
 
 }  // namespace
 
+int default_draft_len(bool draft_model) {
+  return draft_model ? 5 : 16;
+}
+
 Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
                    const GptConfig& target) {
   check_param_names(o.params);
@@ -85,7 +89,7 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
   if (m.auto_len)  // the longest length auto may choose (16 drafts; a 32-token Jacobi window)
     m.draft_len = o.max_auto_len > 0 ? o.max_auto_len : std::min(has_draft ? 16 : 32, max_len);
   else
-    m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(has_draft ? 5 : 16, max_len);
+    m.draft_len = o.draft_len > 0 ? o.draft_len : std::min(default_draft_len(has_draft), max_len);
   check_param(o.resample.empty() || o.resample == "vanilla" || o.resample == "optimal", "resample",
               "must be vanilla or optimal, got '" + o.resample + "'");
   check_param(!e->exact || o.resample != "optimal", "resample",

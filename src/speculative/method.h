@@ -24,6 +24,10 @@ struct Method {
   bool optimal_resampling = false;
 };
 
+// The draft length when none is given: tokens after the root with a draft model, else the Jacobi
+// window (make_method clamps it to the image).
+int default_draft_len(bool draft_model);
+
 // target_dir: the target model directory (LANTERN's codebook, GSD's embeddings).
 Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
                    const GptConfig& target);

@@ -81,6 +81,11 @@ struct ParamSpec {
     note = std::move(words);
     return *this;
   }
+  // The values `tessera tune` sweeps for this parameter by default (a relaxation knob).
+  ParamSpec& tune(std::vector<double> values) {
+    tune_grid = std::move(values);
+    return *this;
+  }
   // Shown instead of the default value, for a sentinel ("half way" for -1).
   ParamSpec& default_shown_as(std::string words) {
     default_text = std::move(words);
@@ -94,6 +99,7 @@ struct ParamSpec {
   std::vector<std::string> choices;
   std::string note;
   std::string default_text;
+  std::vector<double> tune_grid;
   std::function<void(P&, const ParamValue&, const ParamSpec&)> set;  // converts and checks
   std::function<std::string(const P&)> show;                         // the field as text
 };
@@ -104,8 +110,19 @@ std::vector<ParamInfo> describe(const std::vector<ParamSpec<P>>& specs, const P&
   for (const ParamSpec<P>& s : specs) {
     std::string range = s.range ? s.range->text() : "";
     if (!s.note.empty()) range += (range.empty() ? "" : ", ") + s.note;
-    out.push_back({s.name, s.type, s.default_text.empty() ? s.show(defaults) : s.default_text,
-                   range, s.choices, s.help});
+    ParamInfo info;
+    info.name = s.name;
+    info.type = s.type;
+    info.default_value = s.default_text.empty() ? s.show(defaults) : s.default_text;
+    info.range = range;
+    info.choices = s.choices;
+    info.help = s.help;
+    info.tune_grid = s.tune_grid;
+    info.check = [s, defaults](const ParamValue& v) {
+      P p = defaults;
+      s.set(p, v, s);
+    };
+    out.push_back(std::move(info));
   }
   return out;
 }

@@ -9,7 +9,10 @@ const std::vector<MethodEntry>& method_registry() {
     std::vector<MethodEntry> v;
     for (auto family : {vanilla_methods, exact_methods, lantern_methods, gsd_methods,
                         relaxed_ratio_methods, cspd_methods})
-      for (MethodEntry& e : family()) v.push_back(std::move(e));
+      for (MethodEntry& e : family()) {
+        e.info.lossless = e.exact || e.info.drafts == DraftSource::None;
+        v.push_back(std::move(e));
+      }
     return v;
   }();
   return all;

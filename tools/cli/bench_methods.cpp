@@ -12,6 +12,7 @@
 #include "tessera/quality.h"
 
 #include "method_flags.h"
+#include "method_runs.h"
 #include "stats_json.h"
 #include "text_format.h"
 
@@ -31,17 +32,6 @@ std::string resolve_classifier(const std::string& what, const std::string& model
 }
 
 namespace {
-
-nlohmann::json interval_json(const Interval& i) {
-  if (!i.defined()) return nullptr;
-  return {{"value", i.value}, {"lo", i.lo}, {"hi", i.hi}};
-}
-
-std::string interval_text(const Interval& i, int prec, double scale = 1.0) {
-  if (!i.defined()) return "-";
-  return fmt(scale * i.value, prec) + " [" + fmt(scale * i.lo, prec) + ", " +
-         fmt(scale * i.hi, prec) + "]";
-}
 
 // The speed table's columns (the quality columns' come from quality_legend()).
 constexpr const char* kSpeedLegend =
@@ -71,36 +61,15 @@ void bench_methods(const MethodsBenchOptions& b) {
   auto pipe = Pipeline::load(b.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
   std::unique_ptr<QualityModel> qm;
-  if (!b.classifier.empty()) {
-    check(pipe->has_decoder(), b.model +
-                                   " has no VQ decoder (vq.safetensors): image quality "
-                                   "needs pixels; use --quality off");
-    qm = QualityModel::load(b.classifier, b.check_weights);
-    check(qm->image_size() == pipe->image_size(),
-          b.classifier + ": the classifier takes " + std::to_string(qm->image_size()) +
-              "-pixel images but " + b.model + " makes " + std::to_string(pipe->image_size()));
-    check(!cfg.is_c2i() || qm->num_classes() == cfg.num_classes,
-          b.classifier + ": the classifier has " + std::to_string(qm->num_classes()) +
-              " classes but " + b.model + " has " + std::to_string(cfg.num_classes));
-  }
+  if (!b.classifier.empty())
+    qm = load_quality_model(*pipe, b.classifier, b.model, b.check_weights);
   std::vector<std::string> methods = b.methods;
   methods.erase(std::remove(methods.begin(), methods.end(), "vanilla"), methods.end());
   methods.insert(methods.begin(), "vanilla");  // the baseline, measured in this run
-  std::vector<Condition> conds;
-  for (int i = 0; i < b.n; ++i)
-    conds.push_back(cfg.is_c2i()
-                        ? Condition::label((b.class_id + i / b.per_class) % cfg.num_classes)
-                        : Condition::unconditional());
-  {  // warm-up: page in the weights (and the draft model's) before anything is timed
-    GenerateOptions w = b.gen;
-    w.spec.method = "vanilla";
-    w.spec.draft_model.clear();
-    w.max_tokens = 2;
-    pipe->generate({conds.front()}, w);
-  }
   std::vector<int> requested;
-  for (const Condition& c : conds)
-    requested.push_back(c.kind == Condition::Kind::Class ? c.class_id : -1);
+  const std::vector<Condition> conds =
+      comparison_conditions(cfg, b.n, b.class_id, b.per_class, &requested);
+  warm_up(*pipe, conds.front(), b.gen);
   // With quality on, vanilla runs a second time on other seeds ("vanilla*", not timed against):
   // its distance to vanilla is the metrics' noise floor at this n, which lossless methods must
   // stay within.
@@ -140,46 +109,26 @@ void bench_methods(const MethodsBenchOptions& b) {
       o.spec.method = m;
       o.batch = c.batch;
       o.spec.draft_len = m == "vanilla" ? 0 : c.draft_len;
-      if (floor) o.seed = b.gen.seed + 1000003;
+      if (floor) o.seed = b.gen.seed + kNoiseFloorSeedOffset;
       if (!uses_draft_model(m)) o.spec.draft_model.clear();
       if (!b.quiet)
         std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s) ...\n", run.c_str(),
                      pipe->threads(), c.batch, draft_len_text(o.spec.draft_len).c_str());
       // -r timed repetitions of the same generation (same seeds, so the same images); the stats
       // are the last repetition's, the time their mean and standard deviation.
-      std::vector<double> secs;
-      GenerateStats st;
-      std::vector<std::vector<int32_t>> grids;
-      for (int rep = 0; rep < (floor ? 1 : b.repeat); ++rep) {
-        st = GenerateStats{};
-        grids = pipe->generate(conds, o, &st);
-        secs.push_back(st.seconds);
-      }
-      double mean = 0.0, var = 0.0;
-      for (double x : secs) mean += x / secs.size();
-      for (double x : secs) var += (x - mean) * (x - mean);
-      const double sd = secs.size() > 1 ? std::sqrt(var / (secs.size() - 1)) : 0.0;
+      const MethodRun mr = run_method(*pipe, conds, o, floor ? 1 : b.repeat);
+      const GenerateStats& st = mr.stats;
+      const std::vector<double>& secs = mr.seconds;
+      const double mean = mr.mean_seconds(), sd = mr.stddev_seconds();
       if (run == "vanilla") vanilla_s = vanilla_time[key] = mean;
       nlohmann::json q;
       if (qm && ci == 0) {
-        // Decoded and classified after timing: quality costs nothing in the speed columns.
-        std::vector<int32_t> flat;
-        for (const auto& g : grids) flat.insert(flat.end(), g.begin(), g.end());
-        ScoredImages scored = qm->score(pipe->decode(flat, b.n), b.n, requested);
+        ScoredImages scored = score_run(*pipe, *qm, mr, requested);
         const bool baseline = run == "vanilla";
         if (baseline) vanilla_scored = scored;
         // Vanilla's Frechet distance to itself would be 0 by construction: no reference for it.
         quality.push_back(quality_report(scored, baseline ? nullptr : &vanilla_scored));
-        const QualityReport& r = quality.back();
-        q = {{"n", r.n},
-             {"classes", r.classes},
-             {"top1", interval_json(r.top1)},
-             {"frechet_vs_vanilla", interval_json(r.frechet)},
-             {"frechet_bootstrap_bias", r.frechet.defined()
-                                            ? nlohmann::json(r.frechet_bootstrap_bias)
-                                            : nlohmann::json(nullptr)},
-             {"diversity", interval_json(r.diversity)},
-             {"interval_level", r.bootstrap.level}};
+        q = quality_json(quality.back());
       }
       nlohmann::json r = stats_json(st, m);
       if (floor) r["method"] = run;

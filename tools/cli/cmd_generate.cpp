@@ -253,6 +253,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
            ", mean accepted length " + fmt(st.mean_accepted_length()) + ", " +
            fmt(static_cast<double>(st.target_forwards()) / std::max<int64_t>(st.images, 1), 1) +
            " target forwards per image)");
+  for (const std::string& note : st.notes) log_info(note);  // e.g. outside validated settings
   if (verbose())
     log_info("time split: target " + fmt(st.target_seconds) + " s, draft " + fmt(st.draft_seconds) +
              " s, verify " + fmt(st.verify_seconds) + " s (rules " + fmt(st.rule_seconds) + " s)");

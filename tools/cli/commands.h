@@ -30,5 +30,6 @@ Command add_forward(CLI::App& app);
 Command add_decode(CLI::App& app);
 Command add_classes(CLI::App& app);
 Command add_bench(CLI::App& app, const ModelDefaults& md);
+Command add_tune(CLI::App& app, const ModelDefaults& md);
 
 }  // namespace tessera::cli

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   const cli::ModelDefaults md = cli::model_defaults(argc, argv);
   const std::vector<cli::Command> commands = {cli::add_generate(app, md), cli::add_forward(app),
                                               cli::add_decode(app), cli::add_classes(app),
-                                              cli::add_bench(app, md)};
+                                              cli::add_bench(app, md), cli::add_tune(app, md)};
   std::vector<std::string> args(argv + 1, argv + argc);
   try {
     args = expand_from_png(app, args);

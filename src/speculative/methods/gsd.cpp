@@ -23,9 +23,12 @@ std::vector<ParamSpec<GsdOptions>> specs() {
   return {
       ParamSpec<O>("gsd.g", &O::g, "Cluster size G (sorted ranks around the drafted token's)")
           .in(Range::at_least(2))
+          .tune({3, 5, 10})
           .default_shown_as("10 (14 with --gsd-reference)"),
       ParamSpec<O>("gsd.d", &O::d, "Embedding-distance threshold d").in(Range::at_least(0)),
-      ParamSpec<O>("gsd.delta", &O::delta, "Probability-gap threshold δ").in(Range::closed(0, 1)),
+      ParamSpec<O>("gsd.delta", &O::delta, "Probability-gap threshold δ")
+          .in(Range::closed(0, 1))
+          .tune({0.05, 0.15, 0.3}),
       ParamSpec<O>("gsd.embedding", &O::embedding,
                    "Distance embedding: tokens (the target's input embeddings) or codebook")
           .one_of({"tokens", "codebook"}),

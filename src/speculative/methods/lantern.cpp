@@ -42,13 +42,15 @@ std::vector<ParamSpec<LanternOptions>> specs(bool plus) {
   std::vector<ParamSpec<O>> s;
   ParamSpec<O> k("lantern.k", &O::k, "Latent neighbours considered per drafted token");
   k.in(Range::at_least(1)).noting("< vocabulary size");
+  k.tune(plus ? std::vector<double>{5, 10, 20} : std::vector<double>{10, 30, 100});
   if (!plus) k.default_shown_as("1000 x vocabulary / 16384 (62 for 1024 codes)");
   s.push_back(k);
   if (plus) {
     s.push_back(ParamSpec<O>("lantern.lambda", &O::lambda,
                              "LANTERN++ λ: accept neighbours while their mass S < λ p(x~) (paper "
                              "rule) or S <= (λ - 1) p(x~) (code rule)")
-                    .in(Range::above(0)));
+                    .in(Range::above(0))
+                    .tune({1.5, 2, 3}));
     s.push_back(ParamSpec<O>("lantern.lambda_rule", &O::lambda_rule,
                              "λ convention: paper (COOL-SD §3.1) or code (jadohu/LANTERN)")
                     .one_of({"paper", "code"})
@@ -56,7 +58,8 @@ std::vector<ParamSpec<LanternOptions>> specs(bool plus) {
   } else
     s.push_back(ParamSpec<O>("lantern.delta", &O::delta,
                              "Total-variation budget δ moved onto the drafted token")
-                    .in(Range::open_closed(0, 1)));
+                    .in(Range::open_closed(0, 1))
+                    .tune({0.05, 0.1, 0.2}));
   s.push_back(ParamSpec<O>("lantern.metric", &O::metric, "Latent distance of the neighbour table")
                   .one_of({"l2", "cosine"}));
   s.push_back(ParamSpec<O>("lantern.reference", &O::reference,

@@ -43,15 +43,18 @@ std::vector<MethodEntry> relaxed_ratio_methods() {
       "uniform-rsd",
       "Relaxed SD with a uniform relaxation ω_i = δ (COOL-SD, Li et al., 2026, Eq. 7)",
       {ParamSpec<RsdOptions>("rsd.delta", &RsdOptions::delta, "UniformRSD relaxation ω = δ")
-           .in(Range::above(0))},
+           .in(Range::above(0))
+           .tune({1.05, 1.2, 1.5, 2})},
       [](const RsdOptions& o) { return make_uniform_rsd_rule(o.delta); });
   MethodEntry cool = entry<CoolOptions>(
       "cool-sd",
       "COOL-SD: relaxation ω_i = δ exp(-ν i - μ) decaying with draft depth (COOL-SD §3.2)",
       {ParamSpec<CoolOptions>("cool.delta", &CoolOptions::delta, "COOL-SD relaxation budget δ")
-           .in(Range::above(0)),
+           .in(Range::above(0))
+           .tune({1.05, 1.2, 1.5, 2}),
        ParamSpec<CoolOptions>("cool.nu", &CoolOptions::nu, "COOL-SD decay ν")
            .in(Range::at_least(0))
+           .tune({0.35, 0.7, 1.4})
            .default_shown_as("2.8 / (L - 1) (0.7 at L = 5)")},
       [](const CoolOptions& o) { return make_cool_sd_rule(o.delta, o.nu); });
   // Both are defined with G* (COOL-SD, Li et al., 2026, Alg. 1 line 12).
@@ -59,12 +62,14 @@ std::vector<MethodEntry> relaxed_ratio_methods() {
   MethodEntry amplify = entry<AmplifyOptions>(
       "amplify", "Naive lossy baseline f = min(1, k p/q) (GSD §5)",
       {ParamSpec<AmplifyOptions>("amplify.k", &AmplifyOptions::k, "Amplify factor k")
-           .in(Range::at_least(1))},
+           .in(Range::at_least(1))
+           .tune({1.25, 1.5, 2, 3})},
       [](const AmplifyOptions& o) { return make_amplify_rule(o.k); });
   MethodEntry addition = entry<AdditionOptions>(
       "addition", "Naive lossy baseline f = min(1, (p + ε)/q) (GSD §5)",
       {ParamSpec<AdditionOptions>("addition.eps", &AdditionOptions::eps, "Addition ε")
-           .in(Range::at_least(0))},
+           .in(Range::at_least(0))
+           .tune({0.01, 0.03, 0.1})},
       [](const AdditionOptions& o) { return make_addition_rule(o.eps); });
   return {rsd, cool, amplify, addition};
 }

@@ -1,0 +1,35 @@
+#include "tessera/tuning.h"
+
+namespace tessera {
+
+std::vector<bool> pareto_front(std::span<const TunePoint> points) {
+  std::vector<bool> front(points.size(), true);
+  for (size_t i = 0; i < points.size(); ++i)
+    for (size_t j = 0; j < points.size() && front[i]; ++j) {
+      const TunePoint &a = points[i], &b = points[j];
+      const bool dominates =
+          b.speedup >= a.speedup && b.top1 >= a.top1 && (b.speedup > a.speedup || b.top1 > a.top1);
+      if (dominates) front[i] = false;
+    }
+  return front;
+}
+
+bool within_tolerance(const TunePoint& p, double vanilla_top1, double frechet_floor,
+                      const QualityTolerance& t) {
+  // A relative slack of 1e-12 so that a point exactly at the bound counts as within it.
+  const double top1_min = vanilla_top1 - t.top1_drop_points / 100.0;
+  const double fd_max = (1.0 + t.frechet_over_floor) * frechet_floor;
+  return p.top1 >= top1_min - 1e-12 && p.frechet <= fd_max * (1.0 + 1e-12);
+}
+
+int fastest_within_tolerance(std::span<const TunePoint> points, double vanilla_top1,
+                             double frechet_floor, const QualityTolerance& t) {
+  int best = -1;
+  for (size_t i = 0; i < points.size(); ++i)
+    if (within_tolerance(points[i], vanilla_top1, frechet_floor, t) &&
+        (best < 0 || points[i].speedup > points[best].speedup))
+      best = static_cast<int>(i);
+  return best;
+}
+
+}  // namespace tessera

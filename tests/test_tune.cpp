@@ -1,0 +1,277 @@
+// `tessera tune` and the validated settings it records (docs/quality.md): the Pareto front and the
+// tolerance as pure functions, the config.json "quality" section (round trip, strict errors), the
+// model's validated settings as defaults and the note outside them, and one sweep end to end.
+#include "cli_harness.h"
+
+#include <nlohmann/json.hpp>
+
+#include "speculative/model_defaults.h"
+#include "tessera/config.h"
+#include "tessera/tuning.h"
+
+using namespace tessera;
+
+namespace {
+
+const std::string kEmoji = std::string(TESSERA_SOURCE_DIR) + "/models/emoji";
+
+TEST(TuneSelection, ParetoFront) {
+  // (speed-up, top-1): b dominates a; c and b trade speed for quality; d equals c (neither
+  // dominates the other); e is dominated by c.
+  const std::vector<TunePoint> p = {
+      {1.0, 0.80, 0}, {1.2, 0.85, 0}, {1.5, 0.70, 0}, {1.5, 0.70, 0}, {1.4, 0.60, 0}};
+  EXPECT_EQ(pareto_front(p), (std::vector<bool>{false, true, true, true, false}));
+  EXPECT_TRUE(pareto_front(std::vector<TunePoint>{}).empty());
+  const std::vector<TunePoint> one = {{0.5, 0.1, 0}};
+  EXPECT_EQ(pareto_front(one), std::vector<bool>{true});
+}
+
+TEST(TuneSelection, ToleranceAndFastestWithin) {
+  const QualityTolerance t;  // 2 points, 10% over the floor
+  // vanilla top-1 0.86, noise floor 40: within needs top-1 >= 0.84 and FD <= 44.
+  EXPECT_TRUE(within_tolerance({1.1, 0.84, 44.0}, 0.86, 40.0, t));  // both at the bound
+  EXPECT_FALSE(within_tolerance({1.1, 0.8399, 10.0}, 0.86, 40.0, t));
+  EXPECT_FALSE(within_tolerance({1.1, 0.90, 44.01}, 0.86, 40.0, t));
+  const std::vector<TunePoint> p = {
+      {1.3, 0.70, 30}, {1.2, 0.85, 41}, {1.1, 0.86, 39}, {1.25, 0.86, 50}};
+  EXPECT_EQ(fastest_within_tolerance(p, 0.86, 40.0, t), 1);
+  QualityTolerance strict;
+  strict.top1_drop_points = 0;
+  strict.frechet_over_floor = 0;
+  EXPECT_EQ(fastest_within_tolerance(p, 0.86, 40.0, strict), 2);
+  EXPECT_EQ(fastest_within_tolerance(p, 0.95, 40.0, t), -1);  // none: --write refuses
+}
+
+ValidatedSetting sample_setting() {
+  ValidatedSetting s;
+  s.params = {{"lantern.delta", 0.05}, {"lantern.k", int64_t{30}}, {"draft_len", int64_t{4}}};
+  s.draft_model = true;
+  QualityMeasurement& m = s.measured;
+  m.images = 64;
+  m.speedup = 1.12;
+  m.mean_accepted_length = 2.5;
+  m.top1 = {0.84, 0.75, 0.92};
+  m.frechet = {40.5, 35.0, 46.0};
+  m.vanilla_top1 = {0.86, 0.78, 0.94};
+  m.frechet_floor = {39.0, 34.0, 44.0};
+  m.date = "2026-11-25";
+  m.tessera_version = "0.1.0";
+  return s;
+}
+
+TEST(QualityConfig, RoundTripKeepsOtherKeys) {
+  const std::string original = slurp(kEmoji + "/target/config.json");
+  const std::string text =
+      with_validated_setting(original, kEmoji + "/target", "lantern", sample_setting());
+  const ModelConfig c = parse_model_config(text, "m");
+  ASSERT_TRUE(c.quality.present);
+  EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 2.0);  // the default, written out
+  ASSERT_EQ(c.quality.methods.count("lantern"), 1u);
+  const ValidatedSetting& s = c.quality.methods.at("lantern");
+  EXPECT_EQ(std::get<int64_t>(s.params.at("lantern.k")), 30);
+  EXPECT_DOUBLE_EQ(std::get<double>(s.params.at("lantern.delta")), 0.05);
+  EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), 4);
+  EXPECT_TRUE(s.draft_model);
+  EXPECT_EQ(s.measured.images, 64);
+  EXPECT_NEAR(s.measured.top1.lo, 0.75, 1e-6);
+  EXPECT_EQ(s.measured.date, "2026-11-25");
+  // Every other key is kept, in its order: the file is the original plus the section.
+  const auto a = nlohmann::ordered_json::parse(original), b = nlohmann::ordered_json::parse(text);
+  nlohmann::ordered_json stripped = b;
+  stripped.erase("quality");
+  EXPECT_EQ(stripped.dump(), a.dump());
+  // A second method is added beside the first; the tolerance already there is kept.
+  const std::string twice = with_validated_setting(text, "m", "cool-sd", sample_setting());
+  EXPECT_EQ(parse_model_config(twice, "m").quality.methods.size(), 2u);
+  // Without the section: no quality, today's defaults.
+  EXPECT_FALSE(parse_model_config(original, "m").quality.present);
+}
+
+TEST(QualityConfig, StrictErrors) {
+  auto base = nlohmann::json::parse(slurp(kEmoji + "/target/config.json"));
+  base["quality"] = nlohmann::json::parse(nlohmann::json::parse(with_validated_setting(
+      base.dump(), "m", "lantern", sample_setting()))["quality"]
+                                              .dump());
+  auto expect_bad = [&](const std::function<void(nlohmann::json&)>& edit,
+                        const std::string& words) {
+    nlohmann::json j = base;
+    edit(j);
+    try {
+      parse_model_config(j.dump(), "m");
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_bad([](auto& j) { j["quality"]["tolerance"]["top1_drop"] = 2; },
+             "unknown key \"top1_drop\"");
+  expect_bad([](auto& j) { j["quality"]["tolerance"]["top1_drop_points"] = -1; },
+             "\"top1_drop_points\" must be in [0, 100]");
+  expect_bad([](auto& j) { j["quality"]["tolerance"]["frechet_over_floor"] = "10%"; },
+             "wrong type");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["drafts"] = "both"; },
+             "\"drafts\" must be model or jacobi");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["params"]["draft_len"] = 0; },
+             "\"draft_len\" must be in [1,");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["params"]["Lantern K"] = 3; },
+             "is not a parameter name");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["measured"]["top1"]["lo"] = 0.9; },
+             "needs lo <= value <= hi");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["measured"]["top1"]["value"] = 1.5; },
+             "\"value\" must be in [0, 1]");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["measured"]["date"] = "25.11.2026"; },
+             "must be YYYY-MM-DD");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["measured"].erase("images"); },
+             "missing key \"images\"");
+  expect_bad([](auto& j) { j["quality"]["methods"]["lantern"]["extra"] = 1; },
+             "unknown key \"extra\"");
+  expect_bad([](auto& j) { j["quality"] = 3; }, "expected a JSON object");
+}
+
+TEST(QualityConfig, RegistryChecksTheSettings) {
+  QualitySection q;
+  q.methods["lantern"] = sample_setting();
+  EXPECT_NO_THROW(speculative::check_validated_settings(q, "cfg"));
+  auto expect_bad = [](const QualitySection& s, const std::string& words) {
+    try {
+      speculative::check_validated_settings(s, "cfg");
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  QualitySection bad = q;
+  bad.methods["lantern"].params["cool.delta"] = 1.1;
+  expect_bad(bad, "\"cool.delta\" is not a parameter of lantern");
+  bad = q;
+  bad.methods["lantern"].params["lantern.delta"] = 1.5;  // (0, 1]
+  expect_bad(bad, "lantern.delta");
+  bad = q;
+  bad.methods["lantern"].params["lantern.k"] = std::string("many");
+  expect_bad(bad, "must be an integer");
+  bad = q;
+  bad.methods["sd"] = sample_setting();
+  expect_bad(bad, "sd is lossless");
+  bad = QualitySection{};
+  bad.methods["no-such"] = sample_setting();
+  expect_bad(bad, "not a LlamaGen method");
+}
+
+TEST(QualityConfig, DefaultsAndNote) {
+  QualitySection q;
+  q.methods["lantern"] = sample_setting();
+  SpeculativeOptions o;
+  o.method = "lantern";
+  o.draft_model = "draft";
+  // The validated values fill what is not given; a given value wins.
+  o.params["lantern.delta"] = 0.2;
+  const SpeculativeOptions d = speculative::with_model_defaults(o, q);
+  EXPECT_DOUBLE_EQ(std::get<double>(d.params.at("lantern.delta")), 0.2);
+  EXPECT_EQ(std::get<int64_t>(d.params.at("lantern.k")), 30);
+  EXPECT_EQ(d.draft_len, 4);
+  EXPECT_FALSE(d.params.count("draft_len"));
+  // Jacobi drafts were not validated: the draft-model length does not apply to them.
+  SpeculativeOptions j = o;
+  j.draft_model.clear();
+  EXPECT_EQ(speculative::with_model_defaults(j, q).draft_len, 0);
+
+  const std::string note = speculative::validated_settings_note(o, q, "M");
+  EXPECT_NE(note.find("lantern.delta=0.2 (validated 0.05)"), std::string::npos) << note;
+  EXPECT_NE(note.find("top-1 within 2 points"), std::string::npos) << note;
+  EXPECT_EQ(note.find('\n'), std::string::npos);  // one line
+  SpeculativeOptions inside = o;
+  inside.params = {{"lantern.delta", 0.05}, {"cool.delta", 3.0}};  // another method's: ignored
+  inside.draft_len = 4;
+  EXPECT_EQ(speculative::validated_settings_note(inside, q, "M"), "");
+  EXPECT_NE(speculative::validated_settings_note(j, q, "M").find("Jacobi drafts"),
+            std::string::npos);
+  SpeculativeOptions cool;
+  cool.method = "cool-sd";
+  EXPECT_NE(speculative::validated_settings_note(cool, q, "M").find("no validated setting for M"),
+            std::string::npos);
+  SpeculativeOptions sd;
+  sd.method = "sd";
+  sd.params["lantern.delta"] = 0.9;
+  EXPECT_EQ(speculative::validated_settings_note(sd, q, "M"), "");  // lossless: never
+  EXPECT_EQ(speculative::validated_settings_note(SpeculativeOptions{}, q, "M"), "");
+}
+
+class TuneCli : public CliTest {};
+
+TEST_F(TuneCli, NoteOnGenerate) {
+  const CliResult lossy = run({"generate", "-m", kEmoji + "/target", "--class", "3", "-n", "1",
+                               "--method", "amplify", "-o", tmp("a.png")});
+  ASSERT_EQ(lossy.code, 0) << lossy.err;
+  EXPECT_NE(lossy.err.find("note: amplify is lossy and has no validated setting"),
+            std::string::npos)
+      << lossy.err;
+  const CliResult exact = run({"generate", "-m", kEmoji + "/target", "--class", "3", "-n", "1",
+                               "--method", "sjd", "-o", tmp("b.png")});
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  EXPECT_EQ(exact.err.find("validated"), std::string::npos) << exact.err;
+}
+
+TEST_F(TuneCli, BadInput) {
+  expect_error({"tune", "-m", kEmoji + "/target", "--method", "sd"}, {"sd is lossless"});
+  expect_error({"tune", "-m", kEmoji + "/target", "--method", "lantern", "--grid", "lantern.q=1"},
+               {"--grid", "no parameter 'lantern.q'"});
+  expect_error(
+      {"tune", "-m", kEmoji + "/target", "--method", "lantern", "--grid", "lantern.delta=2"},
+      {"--grid", "lantern.delta"});
+  expect_error({"tune", "-m", kEmoji + "/target", "--method", "lantern", "--grid",
+                "lantern.delta=0.1", "--lantern-delta", "0.2"},
+               {"--grid sweeps lantern.delta"});
+  expect_error({"tune", "-m", kEmoji + "/target", "--method", "lantern", "--cool-delta", "2"},
+               {"--cool-delta", "lantern does not use it"});
+}
+
+// A 2-point sweep of 2 images per point on a copy of the emoji target whose tolerance admits
+// everything, written back with --write; the written setting is then the model's default
+// (generate notes nothing) and a flag outside it gets the note. Not under ASan (.ci/run).
+TEST_F(TuneCli, EndToEndWrite) {
+  const fs::path model = tmp("target");
+  fs::create_directories(model);
+  for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
+    fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
+  fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
+  auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
+  cfg["quality"] = {{"tolerance", {{"top1_drop_points", 100}, {"frechet_over_floor", 100}}}};
+  spit(model / "config.json", cfg.dump(2));
+  const CliResult r = run({"tune", "-m", model.string(), "--draft", kEmoji + "/draft", "--method",
+                           "amplify", "--grid", "amplify.k=1.5,3;draft_len=3", "-n", "2", "-b", "2",
+                           "-o", "json", "--write", "--plot", tmp("front.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["points"].size(), 2u);
+  EXPECT_EQ(j["images_per_point"], 2);
+  for (const auto& p : j["points"]) {
+    EXPECT_GT(p["speedup_vs_vanilla"].get<double>(), 0.0);
+    EXPECT_TRUE(p["within_tolerance"].get<bool>());
+    EXPECT_FALSE(p["quality"]["frechet_vs_vanilla"].is_null());
+  }
+  const int best = j["fastest_within_tolerance"].get<int>();
+  EXPECT_TRUE(j["points"][best]["pareto"].get<bool>());
+  EXPECT_TRUE(fs::is_regular_file(tmp("front.png")));
+  const ModelConfig c = load_model_config(model.string());
+  ASSERT_EQ(c.quality.methods.count("amplify"), 1u);
+  const ValidatedSetting& s = c.quality.methods.at("amplify");
+  EXPECT_DOUBLE_EQ(std::get<double>(s.params.at("amplify.k")),
+                   j["points"][best]["params"]["amplify.k"].get<double>());
+  EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), 3);
+  EXPECT_EQ(s.measured.images, 2);
+  EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 100);  // kept
+  EXPECT_EQ(c.gpt.dim, 384);                                    // the rest kept
+
+  const CliResult inside =
+      run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft", "--class", "3", "-n",
+           "1", "--method", "amplify", "-o", tmp("c.png")});
+  ASSERT_EQ(inside.code, 0) << inside.err;
+  EXPECT_EQ(inside.err.find("note: amplify"), std::string::npos) << inside.err;
+  const CliResult outside =
+      run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft", "--class", "3", "-n",
+           "1", "--method", "amplify", "--draft-len", "2", "-o", tmp("d.png")});
+  ASSERT_EQ(outside.code, 0) << outside.err;
+  EXPECT_NE(outside.err.find("draft_len=2 (validated 3)"), std::string::npos) << outside.err;
+}
+
+}  // namespace
