@@ -77,8 +77,13 @@ TEST_F(BenchVerifyCost, MethodBenchReportsAutoLengths) {
   const auto j = nlohmann::json::parse(r.out);
   const auto& sjd = j["methods"][1];
   EXPECT_EQ(sjd["draft_len"], "auto");
-  EXPECT_GE(sjd["mean_draft_depth"].get<double>(), 1.0);
-  EXPECT_FALSE(sjd["rounds_by_draft_depth"].empty());
+  // The first round (the class token) and rounds at the image's end may draft nothing.
+  EXPECT_GT(sjd["mean_draft_depth"].get<double>(), 0.0);
+  const auto& by_depth = sjd["rounds_by_draft_depth"];
+  ASSERT_GE(by_depth.size(), 2u);
+  int drafted = 0;
+  for (size_t d = 1; d < by_depth.size(); ++d) drafted += by_depth[d].get<int>();
+  EXPECT_GT(drafted, 0);
 }
 
 }  // namespace
