@@ -276,3 +276,13 @@ void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, i
 }
 
 }  // namespace tessera::cpu
+
+#include "tensor/cpu/linear_isa.h"
+#include "tessera/error.h"
+
+namespace tessera::cpu {
+std::vector<std::string> linear_isas() { return {kIsa}; }
+void set_linear_isa(const std::string& isa) {
+  check(isa.empty() || isa == kIsa, "linear kernel path " + isa + " is not built");
+}
+}  // namespace tessera::cpu
