@@ -77,11 +77,6 @@ void linear_scalar(const float* x, int64_t M, int64_t K, const void* w, DType w_
   }
 }
 
-// Below this many multiply-adds a linear runs on the calling thread: waking the OpenMP team and
-// joining it costs a few microseconds, more than the op itself (the draft model's tiny layers).
-// Measured on the 2-core Zen 4 machine: docs/performance.md, "Per-op overhead".
-constexpr int64_t kSerialMacs = 96 * 1024;
-
 }  // namespace
 
 const char* linear_isa() {
@@ -100,7 +95,7 @@ void set_linear_isa(const std::string& isa) {
 
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y) {
-  const bool parallel = M * K * N >= kSerialMacs && omp_get_max_threads() > 1;
+  const bool parallel = M * K * N >= kParallelMinMacs && omp_get_max_threads() > 1;
   switch (current()) {
     case Isa::Avx512:
       return linear_avx512(x, M, K, w, w_type, N, bias, y, parallel);
