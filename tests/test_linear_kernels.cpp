@@ -42,7 +42,9 @@ struct Case {
 struct Weights {
   std::vector<float> wf;
   std::vector<uint16_t> w16;
-  const void* data() const { return w16.empty() ? static_cast<const void*>(wf.data()) : w16.data(); }
+  const void* data() const {
+    return w16.empty() ? static_cast<const void*>(wf.data()) : w16.data();
+  }
 };
 
 Weights make_weights(DType wt, int64_t N, int64_t K) {
@@ -84,8 +86,8 @@ void check_path(const std::string& isa, const Case& c) {
       std::vector<float> y(static_cast<size_t>(M * c.N));
       cpu::linear(x.data() + m0 * c.K, M, c.K, w.data(), c.wt, c.N, bias.data(), y.data());
       for (int64_t i = 0; i < M * c.N; ++i)
-        ASSERT_EQ(y[i], full[m0 * c.N + i]) << "threads " << threads << " M " << M << " row "
-                                            << m0 + i / c.N << " col " << i % c.N;
+        ASSERT_EQ(y[i], full[m0 * c.N + i])
+            << "threads " << threads << " M " << M << " row " << m0 + i / c.N << " col " << i % c.N;
     }
   }
 }
@@ -115,6 +117,5 @@ TEST(LinearKernelPaths, EveryPathMatchesReferenceAndIsInvariantAcrossRowsAndThre
 TEST(LinearKernelPaths, LargeShapesAreInvariantAcrossRowsAndThreads) {
   PathGuard guard;
   for (const std::string& isa : cpu::linear_isas())
-    for (DType wt : {DType::F16, DType::BF16})
-      check_path(isa, Case{wt, 443, 300, 18});
+    for (DType wt : {DType::F16, DType::BF16}) check_path(isa, Case{wt, 443, 300, 18});
 }

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace tessera {
 
@@ -19,11 +18,8 @@ struct LinearKernelTiming {
 LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std::string& dtype,
                                       int repeats);
 
-// The linear kernel's instruction-set path in use ("avx512", "avx2" or "scalar"), and all paths
-// this CPU can run.
+// The linear kernel's instruction-set path in use: "avx512", "avx2" or "scalar", the fastest this
+// CPU runs unless the environment variable TESSERA_LINEAR_ISA names another.
 std::string linear_kernel_isa();
-std::vector<std::string> linear_kernel_isas();
-// Forces a path for the following calls ("" = the default; TESSERA_LINEAR_ISA sets it at start).
-void set_linear_kernel_isa(const std::string& isa);
 
 }  // namespace tessera

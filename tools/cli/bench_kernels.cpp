@@ -14,9 +14,8 @@ namespace tessera::cli {
 namespace {
 
 // (K, N) of the emoji target's linears (qkv, wo, w1|w3 as one 2F, w2, head) and GPT-B's.
-const std::vector<std::pair<int, int>> kShapes = {{384, 1152}, {384, 384},  {384, 2048},
-                                                  {1024, 384}, {384, 1024}, {768, 2304},
-                                                  {768, 3072}};
+const std::vector<std::pair<int, int>> kShapes = {
+    {384, 1152}, {384, 384}, {384, 2048}, {1024, 384}, {384, 1024}, {768, 2304}, {768, 3072}};
 const std::vector<int> kRows = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64};
 
 }  // namespace
@@ -25,9 +24,10 @@ void bench_kernels(int repeat, bool json) {
   const double gbs = memory_read_bandwidth_gbs();
   nlohmann::json out = {{"isa", linear_kernel_isa()}, {"read_bandwidth_gbs", gbs}, {"runs", {}}};
   if (!json)
-    std::printf("linear kernel: path %s, machine read bandwidth %.1f GB/s; cells: us per call "
-                "(GFLOPS)\n",
-                linear_kernel_isa().c_str(), gbs);
+    std::printf(
+        "linear kernel: path %s, machine read bandwidth %.1f GB/s; cells: us per call "
+        "(GFLOPS)\n",
+        linear_kernel_isa().c_str(), gbs);
   for (const char* dtype : {"f16", "bf16", "f32"}) {
     if (!json) {
       std::printf("\n%s weights\n| M |", dtype);

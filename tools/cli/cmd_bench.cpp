@@ -6,8 +6,8 @@
 #include "bench_methods.h"
 #include "bench_vanilla.h"
 #include "commands.h"
-#include "default_model.h"
 #include "common.h"
+#include "default_model.h"
 #include "mar_commands.h"
 #include "method_flags.h"
 
@@ -73,8 +73,9 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
   if (methods.empty() && !mar)
     for (const char* f : {"--draft-lens", "--batches", "--thread-counts", "--output-format"})
       if (b.count(f) > 0)
-        throw Error(std::string(f) + " applies to --methods (sweeps and formats of the method "
-                                     "bench)");
+        throw Error(std::string(f) +
+                    " applies to --methods (sweeps and formats of the method "
+                    "bench)");
   if (mar && b.count("--thread-counts") + b.count("--output-format") > 0)
     throw Error("--thread-counts and --output-format are for LlamaGen --methods benches");
   if (methods.empty() || mar)
@@ -220,8 +221,7 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
   add_method_flags(b, a->gen.spec);
   add_mar_options(b, a->mar);
-  b->add_option("--draft-lens", a->draft_lens,
-                "--methods: draft lengths to sweep, e.g. 4,8,16,32");
+  b->add_option("--draft-lens", a->draft_lens, "--methods: draft lengths to sweep, e.g. 4,8,16,32");
   b->add_option("--batches", a->batches, "--methods: batch sizes to sweep, e.g. 1,8,32");
   return {b, [a, b] { return run_bench(*a, *b); }};
 }

@@ -11,7 +11,7 @@ namespace {
 struct Avx512 {
   using reg = __m512;
   static constexpr int W = 16;
-  static constexpr int kTile = 4;  // dot_tile: 4 rows x 4 accumulators = 16 zmm
+  static constexpr int kTile = 4;                 // dot_tile: 4 rows x 4 accumulators = 16 zmm
   static constexpr int kBlockM = 4, kBlockN = 6;  // dot_block: 24 accumulators + 4 x + 1 w of 32
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
@@ -42,8 +42,7 @@ struct Avx512 {
     // The two partials: lane 4c + j holds the sum of v[c + 4j].
     const reg s = _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                 _mm512_shuffle_ps(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i order =
-        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, s));
   }
 };

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/linear_isa.h"
 #include "tensor/dtype.h"
 #include "tessera/error.h"
 #include "tessera/kernel_bench.h"
@@ -22,8 +21,10 @@ LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std
   // 96 MB of weights in all: more than any desktop or server L3, so every call reads from memory.
   const size_t copies = std::max<size_t>(1, (size_t(96) << 20) / w_bytes);
   std::vector<float> wf(static_cast<size_t>(N * K)), x(static_cast<size_t>(M * K));
-  for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>((i * 7919) % 201) * 1e-3f - 0.1f;
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 104729) % 199) * 1e-2f - 1.0f;
+  for (size_t i = 0; i < wf.size(); ++i)
+    wf[i] = static_cast<float>((i * 7919) % 201) * 1e-3f - 0.1f;
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((i * 104729) % 199) * 1e-2f - 1.0f;
   std::vector<std::vector<uint8_t>> w(copies, std::vector<uint8_t>(w_bytes));
   for (auto& c : w) convert_from_f32(wf.data(), wt, c.data(), wf.size());
   std::vector<float> y(static_cast<size_t>(M * N));
@@ -42,8 +43,8 @@ LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std
   return t;
 }
 
-std::string linear_kernel_isa() { return cpu::linear_isa(); }
-std::vector<std::string> linear_kernel_isas() { return cpu::linear_isas(); }
-void set_linear_kernel_isa(const std::string& isa) { cpu::set_linear_isa(isa); }
+std::string linear_kernel_isa() {
+  return cpu::linear_isa();
+}
 
 }  // namespace tessera

@@ -52,8 +52,12 @@ inline float load_scalar(const storage_t<WD>* w, int64_t k) {
 
 constexpr int64_t kPrefetchBytes = 1536;
 
-constexpr int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-constexpr int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+constexpr int64_t imin(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+constexpr int64_t imax(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 // s + the K % W tail of a dot product, one scalar FMA chain. Out of line so that every tile size
 // runs the same instructions: inlined, the compiler vectorised the tail across the rows of a
@@ -156,9 +160,9 @@ inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64
   const int64_t k_tail = main_end + (K - main_end) / W * W;
   for (int m = 0; m < MT; ++m)
     for (int n = 0; n < NT; ++n)
-      out[m * NT + n] = k_tail < K ? dot_tail<WD>(x + m * ldx, w + n * ldw, k_tail, K,
-                                                  sums[m * NT + n])
-                                   : sums[m * NT + n];
+      out[m * NT + n] = k_tail < K
+                            ? dot_tail<WD>(x + m * ldx, w + n * ldw, k_tail, K, sums[m * NT + n])
+                            : sums[m * NT + n];
 }
 
 // Rows m0.. m0+MT-1 of the output for weight rows n0.. n0+NT-1 (one dot_block), plus bias.
