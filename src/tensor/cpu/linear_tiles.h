@@ -214,11 +214,15 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
     const int64_t bM = imin(block, M - b0);
     const float* xb = x + b0 * K;
     float* yb = y + b0 * N;
-    // One row streams the weights through dot_tile (the bandwidth-bound decode step). From two
-    // rows on, each panel of BN weight rows is loaded once and all rows of the block run over it
-    // in register tiles of BM rows, the last bM % BM rows in one narrower tile: every weight byte
-    // comes from memory once per row block, whatever bM is.
-    const int64_t panels = bM >= 2 ? N / BN : 0;
+    // Up to 4 * kTile rows, each weight row is streamed once through dot_tile over all the row
+    // tiles (the rows' activations stay in L1 while the weight row is reused from it): the
+    // bandwidth-bound decode step and small verifications. From there on dot_block's register
+    // tiles win: each panel of BN weight rows is loaded once and all rows run over it in tiles of
+    // BM rows, the last bM % BM rows in one narrower tile, so every weight byte still comes from
+    // memory once per row block. Measured on the 2-core Zen 4 machine, f16 384x1152: dot_block
+    // 213/261/507 us at M 4/8/16 against 143/213/338, and 497 against 819 at M 24; AVX2 path: the
+    // crossing lies between M 8 and 16 (docs/performance.md).
+    const int64_t panels = bM > 4 * V::kTile ? N / BN : 0;
     const int64_t full_m = bM / BM * BM;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t g = 0; g < panels; ++g) {
