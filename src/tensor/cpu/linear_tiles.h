@@ -214,15 +214,17 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
     const int64_t bM = imin(block, M - b0);
     const float* xb = x + b0 * K;
     float* yb = y + b0 * N;
-    // Up to 4 * kTile rows, each weight row is streamed once through dot_tile over all the row
-    // tiles (the rows' activations stay in L1 while the weight row is reused from it): the
-    // bandwidth-bound decode step and small verifications. From there on dot_block's register
+    // While the block's activations fit in L1 (24 KB of the 32) and there are at most 4 * kTile
+    // rows, each weight row is streamed once through dot_tile over all the row tiles, reused from
+    // L1: the bandwidth-bound decode step and small verifications. Past that dot_block's register
     // tiles win: each panel of BN weight rows is loaded once and all rows run over it in tiles of
     // BM rows, the last bM % BM rows in one narrower tile, so every weight byte still comes from
     // memory once per row block. Measured on the 2-core Zen 4 machine, f16 384x1152: dot_block
-    // 213/261/507 us at M 4/8/16 against 143/213/338, and 497 against 819 at M 24; AVX2 path: the
-    // crossing lies between M 8 and 16 (docs/performance.md).
-    const int64_t panels = bM > 4 * V::kTile ? N / BN : 0;
+    // 213/261/507 us at M 4/8/16 against 143/213/338, and 497 against 819 at M 24; at K 768, M 12
+    // and 16 dot_tile was slower (activations out of L1); AVX2: the crossing lies between M 8
+    // and 16 (docs/performance.md).
+    const bool stream = bM <= 4 * V::kTile && bM * K * 4 <= 24 * 1024;
+    const int64_t panels = stream ? 0 : N / BN;
     const int64_t full_m = bM / BM * BM;
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t g = 0; g < panels; ++g) {
