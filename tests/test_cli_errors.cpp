@@ -263,6 +263,9 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"BenchAgainstMissingModel",
                  {"bench", "-m", "@/c2i_f32", "--against", "@/nope", "--tokens", "2"},
                  {"nope"}},
+        FlagCase{"BenchKernelsWithModelFlags",
+                 {"bench", "--kernels", "-m", "@/c2i_f32", "--tokens", "2"},
+                 {"does not apply to --kernels"}},
         // MAR model directories
         FlagCase{"MarClassOutOfRange", with(kGenMar, {"--class", "10"}), {"class 10", "[0, 10)"}},
         FlagCase{

@@ -3,12 +3,13 @@
 // a k-position forward against the roofline (bench_verify_cost).
 #include <memory>
 
+#include "bench_kernels.h"
 #include "bench_methods.h"
 #include "bench_vanilla.h"
 #include "bench_verify_cost.h"
 #include "commands.h"
-#include "default_model.h"
 #include "common.h"
+#include "default_model.h"
 #include "mar_commands.h"
 #include "method_flags.h"
 
@@ -19,7 +20,7 @@ namespace {
 struct BenchArgs {
   CommonOpts common;
   int n = 1, tokens = 0, class_id = 0;
-  bool torch = false, json = false;
+  bool torch = false, json = false, kernels = false;
   std::string against;
   int repeat = 1;
   std::string methods;
@@ -76,8 +77,9 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
   if (methods.empty() && !mar)
     for (const char* f : {"--draft-lens", "--batches", "--thread-counts", "--output-format"})
       if (b.count(f) > 0)
-        throw Error(std::string(f) + " applies to --methods (sweeps and formats of the method "
-                                     "bench)");
+        throw Error(std::string(f) +
+                    " applies to --methods (sweeps and formats of the method "
+                    "bench)");
   if (mar && b.count("--thread-counts") + b.count("--output-format") > 0)
     throw Error("--thread-counts and --output-format are for LlamaGen --methods benches");
   if (methods.empty() || mar)
@@ -115,6 +117,15 @@ int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
 }
 
 int run_bench(BenchArgs& a, const CLI::App& b) {
+  if (a.kernels) {
+    for (const auto* o : b.get_options())
+      if (o->count() > 0 && o->get_name() != "--kernels" && o->get_name() != "--repeat" &&
+          o->get_name() != "--json")
+        throw Error(o->get_name() + " does not apply to --kernels (it takes -r and --json)");
+    apply_common(a.common);
+    bench_kernels(a.repeat, a.json);
+    return 0;
+  }
   // Without -m: the embedded default model, and its shipped draft for the methods that draft with
   // a model (as generate does); the table's header names both.
   if (a.common.model.empty()) {
@@ -203,6 +214,9 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_flag("--torch", a->torch,
               "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
   b->add_flag("--json", a->json, "Print one JSON object instead of a table");
+  b->add_flag("--kernels", a->kernels,
+              "Time the CPU linear kernel alone at the emoji and GPT-B shapes, 1-64 rows, f16, "
+              "bf16 and f32 weights (us per call and GFLOPS)");
   b->add_option("--against", a->against,
                 "Time a second model directory in the same rounds (e.g. the same weights in f32) "
                 "and report the tokens/s ratio");

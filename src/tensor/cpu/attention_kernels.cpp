@@ -84,9 +84,15 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
   const uint8_t* visible = b.key_visible ? b.key_visible->ptr<uint8_t>() : nullptr;
   float* dst = out.ptr<float>();
   const int64_t total = n_seq * b.n_new * n_head;
-#pragma omp parallel
+  int64_t macs = 0;  // q.k and p.v over every (row, head): small calls run on this thread
+  for (int64_t r = 0; r < n_seq; ++r)
+    macs += (static_cast<int64_t>(past[r]) + b.n_new) * b.n_new * n_head * head_dim * 2;
+#pragma omp parallel if (macs >= cpu::kParallelMinMacs)
   {
-    std::vector<float> scores(static_cast<size_t>(cap)), acc(static_cast<size_t>(head_dim));
+    // Per-thread scratch kept across calls: no allocation per layer and token.
+    thread_local std::vector<float> scores, acc;
+    scores.resize(static_cast<size_t>(cap));
+    acc.resize(static_cast<size_t>(head_dim));
 #pragma omp for schedule(static)
     for (int64_t idx = 0; idx < total; ++idx) {
       const int64_t h = idx % n_head;

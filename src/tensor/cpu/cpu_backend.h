@@ -77,6 +77,12 @@ int cpu_threads();
 
 // Kernels (one file per family), callable directly by tests.
 namespace cpu {
+// Below this many multiply-adds an op runs on the calling thread: waking the OpenMP team and
+// joining it costs more than the op (the draft model's layers, one token). Every linear of the
+// emoji target (the smallest, 384x384, is 147K) stays threaded; docs/performance.md, "Per-op
+// overhead".
+constexpr int64_t kParallelMinMacs = 128 * 1024;
+
 // y[M,N] = x[M,K] · w[N,K]^T (+ bias); w in f32/f16/bf16; deterministic per element.
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y);

@@ -1,0 +1,50 @@
+// The public linear-kernel benchmark and path selection (tessera/kernel_bench.h) over cpu::linear.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/dtype.h"
+#include "tessera/error.h"
+#include "tessera/kernel_bench.h"
+
+namespace tessera {
+
+LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std::string& dtype,
+                                      int repeats) {
+  const DType wt = parse_dtype(dtype);
+  check(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16,
+        "linear kernel benchmark: weights must be f32, f16 or bf16, not " + dtype);
+  check(M > 0 && K > 0 && N > 0 && repeats > 0, "linear kernel benchmark: sizes must be positive");
+  const size_t w_bytes = static_cast<size_t>(N * K) * dtype_size(wt);
+  // 96 MB of weights in all: more than any desktop or server L3, so every call reads from memory.
+  const size_t copies = std::max<size_t>(1, (size_t(96) << 20) / w_bytes);
+  std::vector<float> wf(static_cast<size_t>(N * K)), x(static_cast<size_t>(M * K));
+  for (size_t i = 0; i < wf.size(); ++i)
+    wf[i] = static_cast<float>((i * 7919) % 201) * 1e-3f - 0.1f;
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((i * 104729) % 199) * 1e-2f - 1.0f;
+  std::vector<std::vector<uint8_t>> w(copies, std::vector<uint8_t>(w_bytes));
+  for (auto& c : w) convert_from_f32(wf.data(), wt, c.data(), wf.size());
+  std::vector<float> y(static_cast<size_t>(M * N));
+  double best = 1e30;
+  for (int r = 0; r <= repeats; ++r) {  // round 0 warms up (page faults, thread pool)
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& c : w) cpu::linear(x.data(), M, K, c.data(), wt, N, nullptr, y.data());
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / copies;
+    if (r > 0) best = std::min(best, dt);
+  }
+  LinearKernelTiming t;
+  t.seconds = best;
+  t.gflops = 2.0 * M * K * N / best / 1e9;
+  t.weight_gbs = static_cast<double>(w_bytes) / best / 1e9;
+  return t;
+}
+
+std::string linear_kernel_isa() {
+  return cpu::linear_isa();
+}
+
+}  // namespace tessera

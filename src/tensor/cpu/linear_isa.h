@@ -1,0 +1,25 @@
+// The per-instruction-set builds of the linear kernel (linear_tiles.h) and the run-time choice
+// between them. `parallel` false runs on the calling thread (small ops: no OpenMP wake-up).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace tessera::cpu {
+
+void linear_avx512(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+                   const float* bias, float* y, bool parallel);
+void linear_avx2(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+                 const float* bias, float* y, bool parallel);
+
+// The kernel paths this CPU can run, fastest first ("avx512", "avx2", "scalar").
+std::vector<std::string> linear_isas();
+// Forces a path (tests, benchmarks); "" goes back to the default: the environment variable
+// TESSERA_LINEAR_ISA if set, else the fastest the CPU has. Throws tessera::Error for a path this
+// CPU cannot run.
+void set_linear_isa(const std::string& isa);
+
+}  // namespace tessera::cpu

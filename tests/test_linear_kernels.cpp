@@ -1,0 +1,121 @@
+// The CPU linear kernel on every instruction-set path this machine runs: against a plain
+// double-precision loop over odd shapes and tails, and bit-identical across M, row position and
+// thread count (the batch invariance reproducible sampling and verification rely on).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/linear_isa.h"
+#include "tessera/error.h"
+
+using namespace tessera;
+
+namespace {
+
+std::vector<float> normal(size_t n, uint32_t seed, float scale) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Restores the default path and thread count when a test ends, passed or not.
+struct PathGuard {
+  int threads = cpu_threads();
+  ~PathGuard() {
+    cpu::set_linear_isa("");
+    set_cpu_threads(threads);
+  }
+};
+
+struct Case {
+  DType wt;
+  int64_t K, N, max_m;
+};
+
+// Weights as stored (`w`, f32 or 16-bit) and the f32 values the kernel sees (`wf`).
+struct Weights {
+  std::vector<float> wf;
+  std::vector<uint16_t> w16;
+  const void* data() const {
+    return w16.empty() ? static_cast<const void*>(wf.data()) : w16.data();
+  }
+};
+
+Weights make_weights(DType wt, int64_t N, int64_t K) {
+  Weights w;
+  w.wf = normal(static_cast<size_t>(N * K), 2, 0.1f);
+  if (wt != DType::F32) {
+    w.w16.resize(w.wf.size());
+    convert_from_f32(w.wf.data(), wt, w.w16.data(), w.wf.size());
+    convert_to_f32(wt, w.w16.data(), w.wf.data(), w.wf.size());
+  }
+  return w;
+}
+
+void check_path(const std::string& isa, const Case& c) {
+  const int64_t max_m = c.max_m;
+  SCOPED_TRACE(isa + " " + dtype_name(c.wt) + " K " + std::to_string(c.K) + " N " +
+               std::to_string(c.N));
+  cpu::set_linear_isa(isa);
+  ASSERT_EQ(std::string(cpu::linear_isa()), isa);
+  const Weights w = make_weights(c.wt, c.N, c.K);
+  const auto x = normal(static_cast<size_t>(max_m * c.K), 1, 1.0f);
+  const auto bias = normal(static_cast<size_t>(c.N), 3, 1.0f);
+  set_cpu_threads(2);
+  std::vector<float> full(static_cast<size_t>(max_m * c.N));
+  cpu::linear(x.data(), max_m, c.K, w.data(), c.wt, c.N, bias.data(), full.data());
+  for (int64_t m = 0; m < max_m; ++m)
+    for (int64_t n = 0; n < c.N; ++n) {
+      double ref = bias[n];
+      for (int64_t k = 0; k < c.K; ++k)
+        ref += static_cast<double>(x[m * c.K + k]) * w.wf[n * c.K + k];
+      ASSERT_NEAR(full[m * c.N + n], ref, 1e-4 * (1 + std::fabs(ref))) << "m " << m << " n " << n;
+    }
+  // Every M from 1 to max_m, on 1 and 2 threads, from any starting row: the same bits per element
+  // (the rows of a call land in every register tile and tail path in turn).
+  for (int threads : {1, 2}) {
+    set_cpu_threads(threads);
+    for (int64_t M = 1; M <= max_m; ++M) {
+      const int64_t m0 = (M * 7) % (max_m - M + 1);  // a varying first row
+      std::vector<float> y(static_cast<size_t>(M * c.N));
+      cpu::linear(x.data() + m0 * c.K, M, c.K, w.data(), c.wt, c.N, bias.data(), y.data());
+      for (int64_t i = 0; i < M * c.N; ++i)
+        ASSERT_EQ(y[i], full[m0 * c.N + i])
+            << "threads " << threads << " M " << M << " row " << m0 + i / c.N << " col " << i % c.N;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(LinearKernelPaths, ListsTheDefaultFirstAndScalarLast) {
+  const auto isas = cpu::linear_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), "scalar");
+  EXPECT_THROW(cpu::set_linear_isa("sse9"), Error);
+}
+
+// K: below one vector (13), whole 4-chunk steps plus a scalar tail (79 at AVX-512), partial
+// chunks plus a tail (245); N below, at and past register panels with remainder columns; M 1-70
+// covers every row-tile remainder.
+TEST(LinearKernelPaths, EveryPathMatchesReferenceAndIsInvariantAcrossRowsAndThreads) {
+  PathGuard guard;
+  for (const std::string& isa : cpu::linear_isas())
+    for (DType wt : {DType::F32, DType::F16, DType::BF16})
+      for (const Case& c : {Case{wt, 13, 5, 70}, Case{wt, 245, 37, 40}, Case{wt, 79, 13, 70}})
+        check_path(isa, c);
+}
+
+// Past the single-thread threshold for one row too (M*K*N above it at M 1, so every M runs
+// threaded); K 443 = 6 steps of 64 + 3 chunks of 16 + 11.
+TEST(LinearKernelPaths, LargeShapesAreInvariantAcrossRowsAndThreads) {
+  PathGuard guard;
+  for (const std::string& isa : cpu::linear_isas())
+    for (DType wt : {DType::F16, DType::BF16}) check_path(isa, Case{wt, 443, 300, 18});
+}
