@@ -113,7 +113,7 @@ struct QualityMeasurement {
   double mean_accepted_length = 0.0;
   RecordedInterval top1;           // fraction in [0, 1]
   RecordedInterval frechet;        // Frechet distance to vanilla
-  RecordedInterval vanilla_top1;   // vanilla's top-1 in the same run
+  RecordedInterval vanilla_top1;   // vanilla's top-1 in the same run (both seed sets, 2n images)
   RecordedInterval frechet_floor;  // vanilla* (other seeds) to vanilla: the noise floor
   std::string date;                // YYYY-MM-DD (UTC)
   std::string tessera_version;

@@ -260,8 +260,20 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   }
   const ScoredImages vanilla_scored = score_run(*pipe, *qm, vanilla, requested);
   const QualityReport vanilla_q = quality_report(vanilla_scored, nullptr);
-  const QualityReport floor_q =
-      quality_report(score_run(*pipe, *qm, floor_run, requested), &vanilla_scored);
+  const ScoredImages floor_scored = score_run(*pipe, *qm, floor_run, requested);
+  const QualityReport floor_q = quality_report(floor_scored, &vanilla_scored);
+  // The tolerance's top-1 reference pools both vanilla sets (2n images): both sample the same
+  // distribution, and one set alone swung by 16 points between seed sets at n = 64.
+  ScoredImages pooled = vanilla_scored;
+  pooled.n += floor_scored.n;
+  pooled.requested.insert(pooled.requested.end(), floor_scored.requested.begin(),
+                          floor_scored.requested.end());
+  pooled.predicted.insert(pooled.predicted.end(), floor_scored.predicted.begin(),
+                          floor_scored.predicted.end());
+  pooled.features.insert(pooled.features.end(), floor_scored.features.begin(),
+                         floor_scored.features.end());
+  pooled.pixels.insert(pooled.pixels.end(), floor_scored.pixels.begin(), floor_scored.pixels.end());
+  const QualityReport pooled_q = quality_report(pooled, nullptr);
   const double vanilla_s = vanilla.mean_seconds();
 
   struct Row {
@@ -294,10 +306,10 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   std::vector<TunePoint> tp;
   for (const Row& r : rows) tp.push_back(r.point);
   const std::vector<bool> front = pareto_front(tp);
-  const double v_top1 = vanilla_q.top1.value, fd_floor = floor_q.frechet.value;
+  const double v_top1 = pooled_q.top1.value, fd_floor = floor_q.frechet.value;
   const int best = fastest_within_tolerance(tp, v_top1, fd_floor, tol);
   const std::string tol_text =
-      "top-1 >= " + fmt(100 * (v_top1 - tol.top1_drop_points / 100), 1) + "% (vanilla " +
+      "top-1 >= " + fmt(100 * (v_top1 - tol.top1_drop_points / 100), 1) + "% (vanilla, both seed sets, " +
       fmt(100 * v_top1, 1) + "% - " + fmt(tol.top1_drop_points, 1) +
       " points), FD <= " + fmt((1 + tol.frechet_over_floor) * fd_floor, 2) + " (noise floor " +
       fmt(fd_floor, 2) + " + " + fmt(100 * tol.frechet_over_floor, 0) + "%)";
@@ -328,6 +340,7 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
          {{"top1_drop_points", tol.top1_drop_points},
           {"frechet_over_floor", tol.frechet_over_floor}}},
         {"vanilla", {{"seconds_per_image", vanilla_s / a.n}, {"quality", quality_json(vanilla_q)}}},
+        {"vanilla_both_seed_sets", {{"quality", quality_json(pooled_q)}}},
         {"vanilla_other_seeds", {{"quality", quality_json(floor_q)}}},
         {"points", pts},
         {"fastest_within_tolerance", best >= 0 ? nlohmann::json(best) : nlohmann::json(nullptr)},
@@ -357,10 +370,12 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
         draft_model ? a.gen.spec.draft_model.c_str() : "- (Jacobi)", a.n, a.per_class,
         static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
     std::printf("tolerance: %s\n", tol_text.c_str());
-    std::printf("vanilla: %s s/image, top-1 %s%%; vanilla* (other seeds): top-1 %s%%, FD %s\n\n",
-                fmt(vanilla_s / a.n, 3).c_str(), interval_text(vanilla_q.top1, 1, 100).c_str(),
-                interval_text(floor_q.top1, 1, 100).c_str(),
-                interval_text(floor_q.frechet, 2).c_str());
+    std::printf(
+        "vanilla: %s s/image, top-1 %s%%; vanilla* (other seeds): top-1 %s%%, FD %s; both: top-1 "
+        "%s%%\n\n",
+        fmt(vanilla_s / a.n, 3).c_str(), interval_text(vanilla_q.top1, 1, 100).c_str(),
+        interval_text(floor_q.top1, 1, 100).c_str(), interval_text(floor_q.frechet, 2).c_str(),
+        interval_text(pooled_q.top1, 1, 100).c_str());
     std::printf("| # |");
     for (const Axis& ax : axes) std::printf(" %s |", ax.name.c_str());
     std::printf(" s/image | speed-up | MAL | top-1 %% | FD vs vanilla | front | within |\n|---|");
@@ -415,7 +430,7 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
     mm.mean_accepted_length = r.run.stats.mean_accepted_length();
     mm.top1 = recorded(r.q.top1);
     mm.frechet = recorded(r.q.frechet);
-    mm.vanilla_top1 = recorded(vanilla_q.top1);
+    mm.vanilla_top1 = recorded(pooled_q.top1);
     mm.frechet_floor = recorded(floor_q.frechet);
     mm.date = today_utc();
     mm.tessera_version = kVersion;
