@@ -30,6 +30,8 @@ TEST_F(BenchQuality, EveryMethodGetsQualityColumns) {
     EXPECT_GE(x["top1"]["hi"].get<double>(), x["top1"]["value"].get<double>());
     EXPECT_FALSE(x["diversity"].is_null());
     EXPECT_EQ(x["frechet_vs_vanilla"].is_null(), name == "vanilla");
+    ASSERT_FALSE(x["frechet_vs_train"].is_null());  // the classifier ships train statistics
+    EXPECT_GT(x["frechet_vs_train"]["value"].get<double>(), 0.0);
   }
   // Lossless sd stays near vanilla; addition with ε = 0.9 accepts nearly every draft and ruins
   // the images: lower top-1, and a Frechet distance well above the vanilla-vs-vanilla floor.
@@ -39,6 +41,8 @@ TEST_F(BenchQuality, EveryMethodGetsQualityColumns) {
             q["vanilla"]["top1"]["value"].get<double>());
   EXPECT_GT(q["addition"]["frechet_vs_vanilla"]["value"].get<double>(),
             1.5 * q["vanilla*"]["frechet_vs_vanilla"]["value"].get<double>());
+  EXPECT_GT(q["addition"]["frechet_vs_train"]["value"].get<double>(),
+            q["vanilla"]["frechet_vs_train"]["value"].get<double>());
 }
 
 TEST_F(BenchQuality, OffAndLegend) {

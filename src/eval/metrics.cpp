@@ -302,6 +302,8 @@ std::string quality_legend() {
          "           [95% bootstrap interval over both sets, recentred by the resampling bias]; "
          "biased upward at small n:\n"
          "           compare at equal n, against vanilla-vs-vanilla as the noise floor\n"
+         "FD vs train  the same distance to the training set's feature mean and covariance "
+         "(the classifier's train_features.safetensors)\n"
          "diversity  mean RMS pixel distance (0-1) between images of the same class, averaged over "
          "classes [interval over classes];\n"
          "           a drop against vanilla means the method narrows its samples (0: collapse)\n";

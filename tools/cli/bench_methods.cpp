@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -63,6 +64,11 @@ void bench_methods(const MethodsBenchOptions& b) {
   std::unique_ptr<QualityModel> qm;
   if (!b.classifier.empty())
     qm = load_quality_model(*pipe, b.classifier, b.model, b.check_weights);
+  // The training set's feature statistics, where the classifier ships them: a Frechet distance
+  // against the data the model learned, not only against vanilla (docs/quality.md).
+  std::optional<FeatureStatistics> train;
+  const std::string train_path = b.classifier + "/train_features.safetensors";
+  if (qm && fs::is_regular_file(train_path)) train = FeatureStatistics::load(train_path);
   std::vector<std::string> methods = b.methods;
   methods.erase(std::remove(methods.begin(), methods.end(), "vanilla"), methods.end());
   methods.insert(methods.begin(), "vanilla");  // the baseline, measured in this run
@@ -93,6 +99,7 @@ void bench_methods(const MethodsBenchOptions& b) {
 
   nlohmann::json rows = nlohmann::json::array();
   std::vector<QualityReport> quality;
+  std::vector<Interval> frechet_train;  // per run, with `quality` (undefined without statistics)
   ScoredImages vanilla_scored;
   std::map<std::pair<int, int>, double> vanilla_time;  // (threads, batch): vanilla ignores L
   for (size_t ci = 0; ci < configs.size(); ++ci) {
@@ -129,6 +136,8 @@ void bench_methods(const MethodsBenchOptions& b) {
         // Vanilla's Frechet distance to itself would be 0 by construction: no reference for it.
         quality.push_back(quality_report(scored, baseline ? nullptr : &vanilla_scored));
         q = quality_json(quality.back());
+        frechet_train.push_back(train ? frechet_to_statistics(scored, *train).frechet : Interval{});
+        if (train) q["frechet_vs_train"] = interval_json(frechet_train.back());
       }
       nlohmann::json r = stats_json(st, m);
       if (floor) r["method"] = run;
@@ -232,11 +241,13 @@ void bench_methods(const MethodsBenchOptions& b) {
         b.classifier.c_str(), b.n, b.per_class,
         sweep ? "; measured at the first configuration" : "",
         static_cast<long long>(images_to_separate_top1_drop(v_top1, 0.02)));
-    std::printf("| method | top-1 %% | FD vs vanilla | diversity |\n|---|---|---|---|\n");
+    std::printf("| method | top-1 %% | FD vs vanilla | FD vs train | diversity |\n"
+                "|---|---|---|---|---|\n");
     for (size_t i = 0; i < quality.size(); ++i)
-      std::printf("| %s | %s | %s | %s |\n", runs[i].c_str(),
+      std::printf("| %s | %s | %s | %s | %s |\n", runs[i].c_str(),
                   interval_text(quality[i].top1, 1, 100.0).c_str(),
                   interval_text(quality[i].frechet, 1).c_str(),
+                  interval_text(frechet_train[i], 1).c_str(),
                   interval_text(quality[i].diversity, 3).c_str());
   }
   if (b.legend && !csv) {
