@@ -60,7 +60,10 @@ ValidatedSetting sample_setting() {
 }
 
 TEST(QualityConfig, RoundTripKeepsOtherKeys) {
-  const std::string original = slurp(kEmoji + "/target/config.json");
+  // The shipped config without its own quality section (the test adds one).
+  nlohmann::ordered_json shipped = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
+  shipped.erase("quality");
+  const std::string original = shipped.dump(2);
   const std::string text =
       with_validated_setting(original, kEmoji + "/target", "lantern", sample_setting());
   const ModelConfig c = parse_model_config(text, "m");
@@ -83,6 +86,10 @@ TEST(QualityConfig, RoundTripKeepsOtherKeys) {
   // A second method is added beside the first; the tolerance already there is kept.
   const std::string twice = with_validated_setting(text, "m", "cool-sd", sample_setting());
   EXPECT_EQ(parse_model_config(twice, "m").quality.methods.size(), 2u);
+  // Writing a method again replaces its entry.
+  EXPECT_EQ(parse_model_config(with_validated_setting(twice, "m", "lantern", sample_setting()), "m")
+                .quality.methods.size(),
+            2u);
   // Without the section: no quality, today's defaults.
   EXPECT_FALSE(parse_model_config(original, "m").quality.present);
 }

@@ -1,6 +1,9 @@
 #include "speculative/method_params.h"
 
 #include <cmath>
+#include <cstdio>
+#include <type_traits>
+#include <variant>
 #include <sstream>
 
 namespace tessera::speculative {
@@ -96,3 +99,23 @@ std::string format_default(const std::string& v) {
 }
 
 }  // namespace tessera::speculative
+
+namespace tessera {
+
+std::string param_value_text(const ParamValue& v, bool exact) {
+  return std::visit(
+      [exact](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+        if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
+        if constexpr (std::is_same_v<T, double>) {
+          char buf[40];
+          std::snprintf(buf, sizeof buf, exact ? "%.17g" : "%g", x);
+          return buf;
+        }
+        if constexpr (std::is_same_v<T, std::string>) return x;
+      },
+      v);
+}
+
+}  // namespace tessera

@@ -29,19 +29,7 @@ bool same_value(const ParamValue& a, const ParamValue& b) {
 }
 
 std::string text(const ParamValue& v) {
-  return std::visit(
-      [](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        if constexpr (std::is_same_v<T, double>) {
-          char buf[32];
-          std::snprintf(buf, sizeof buf, "%g", x);
-          return buf;
-        }
-        if constexpr (std::is_same_v<T, std::string>) return x;
-      },
-      v);
+  return param_value_text(v);
 }
 
 std::string tolerance_text(const QualityTolerance& t) {

@@ -164,12 +164,7 @@ std::vector<std::vector<ParamValue>> grid_points(const std::vector<Axis>& axes, 
 
 // A grid value for people: 0.05, not param_text's exact 0.050000000000000003.
 std::string shown(const ParamValue& v) {
-  if (const double* d = std::get_if<double>(&v)) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", *d);
-    return buf;
-  }
-  return param_text(v);
+  return param_value_text(v);
 }
 
 std::string point_text(const std::vector<Axis>& axes, const std::vector<ParamValue>& values) {

@@ -95,19 +95,7 @@ std::string closest(const std::string& word, const std::vector<std::string>& nam
 }
 
 std::string param_text(const ParamValue& v) {
-  return std::visit(
-      [](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        if constexpr (std::is_same_v<T, double>) {
-          char buf[40];
-          std::snprintf(buf, sizeof buf, "%.17g", x);
-          return buf;
-        }
-        if constexpr (std::is_same_v<T, std::string>) return x;
-      },
-      v);
+  return param_value_text(v, true);
 }
 
 std::vector<std::string> given_method_flags(const CLI::App& cmd) {
@@ -175,16 +163,11 @@ std::string flag_of(const std::string& param) {
 
 int parse_draft_len(const std::string& v, const char* flag) {
   if (v == "auto") return kDraftLenAuto;
-  size_t used = 0;
-  int x = 0;
   try {
-    x = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || x < 1)
+    return parse_int(v, flag);
+  } catch (const Error&) {
     throw Error(std::string(flag) + ": '" + v + "' is neither auto nor a positive integer");
-  return x;
+  }
 }
 
 std::string draft_len_text(int draft_len) {
