@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/image_io.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -33,6 +34,16 @@ inline std::string fixture(const std::string& name) {
 inline std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A PNG text chunk's value ("" when absent), e.g. the "parameters" tessera stores.
+inline std::string png_text(const std::string& path, const std::string& key) {
+  int w = 0, h = 0;
+  std::vector<std::pair<std::string, std::string>> text;
+  tessera::read_png(path, w, h, &text);
+  for (const auto& [k, v] : text)
+    if (k == key) return v;
+  return "";
 }
 
 inline void spit(const fs::path& p, const std::string& bytes) {

@@ -28,7 +28,9 @@ TEST_F(BenchVerifyCost, CsvColumnsParse) {
     EXPECT_EQ(v[0], k);
     EXPECT_EQ(v[1], 2 * k);  // the fixture samples with CFG: two rows per position
     EXPECT_GT(v[2], 0.0);
-    if (k == 1) EXPECT_DOUBLE_EQ(v[3], 1.0);
+    if (k == 1) {
+      EXPECT_DOUBLE_EQ(v[3], 1.0);
+    }
     EXPECT_GT(v[4], 0.0);
     EXPECT_GE(v[5], 1.0);  // the bound never falls with k
     EXPECT_GT(v[7], 0.0);

@@ -22,15 +22,6 @@ namespace {
 
 const std::string kEmoji = std::string(TESSERA_SOURCE_DIR) + "/models/emoji/target";
 
-std::string png_text(const std::string& path, const std::string& key) {
-  int w = 0, h = 0;
-  std::vector<std::pair<std::string, std::string>> text;
-  read_png(path, w, h, &text);
-  for (const auto& [k, v] : text)
-    if (k == key) return v;
-  return "";
-}
-
 class CliFlags : public CliTest {
  protected:
   // A cheap generation on the small fixture model.

@@ -274,6 +274,12 @@ TEST_F(TuneCli, EndToEndWrite) {
            "1", "--method", "amplify", "-o", tmp("c.png")});
   ASSERT_EQ(inside.code, 0) << inside.err;
   EXPECT_EQ(inside.err.find("note: amplify"), std::string::npos) << inside.err;
+  // The image records the validated value it ran with, so --from-png does not depend on the
+  // model's config.json staying the same.
+  const std::string k_text = param_value_text(s.params.at("amplify.k"), /*exact=*/true);
+  EXPECT_NE(png_text(tmp("c.png"), "parameters").find("amplify.k=" + k_text + ";"),
+            std::string::npos)
+      << png_text(tmp("c.png"), "parameters");
   const CliResult outside =
       run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft", "--class", "3", "-n",
            "1", "--method", "amplify", "--draft-len", "2", "-o", tmp("d.png")});

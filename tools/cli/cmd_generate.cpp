@@ -207,6 +207,11 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
     log_info(load_report_text(pipe->load_report()) + ", " + std::to_string(pipe->threads()) +
              " threads");
   apply_model_sampling_defaults(pipe->config().sampling, g, gen.sampling);
+  // Parameters not given take the model's validated settings (config.json "quality"): store the
+  // values used, so that --from-png reproduces the image after the model's settings change.
+  if (method->drafts != DraftSource::None)
+    for (const auto& [name, value] : pipe->with_model_defaults(gen.spec).params)
+      if (!gen.spec.params.count(name)) rs.add(name, param_text(value));
   rs.add("cfg", exact(gen.sampling.cfg_scale));
   rs.add("cfg_interval", exact(gen.sampling.cfg_interval));
   rs.add("temperature", exact(gen.sampling.temperature));
