@@ -282,9 +282,14 @@ TEST_F(TuneCli, EndToEndWrite) {
       << png_text(tmp("c.png"), "parameters");
   const CliResult outside =
       run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft", "--class", "3", "-n",
-           "1", "--method", "amplify", "--draft-len", "2", "-o", tmp("d.png")});
+           "1", "--method", "amplify", "--draft-len", "2", "-o", tmp("d.png"), "--stats-out",
+           tmp("d.json")});
   ASSERT_EQ(outside.code, 0) << outside.err;
   EXPECT_NE(outside.err.find("draft_len=2 (validated 3)"), std::string::npos) << outside.err;
+  // The note is in --stats-out too.
+  const auto notes = nlohmann::json::parse(slurp(tmp("d.json")))["notes"];
+  ASSERT_EQ(notes.size(), 1u) << notes;
+  EXPECT_NE(notes[0].get<std::string>().find("draft_len=2 (validated 3)"), std::string::npos);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
             {"draft", st.draft_seconds},
             {"verify", st.verify_seconds},
             {"rules", st.rule_seconds}}},
+          {"notes", st.notes},  // e.g. a lossy method outside the model's validated setting
           {"per_image", per}};
 }
 
