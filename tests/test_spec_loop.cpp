@@ -245,8 +245,10 @@ TEST_F(SpecMicro, OptimalResamplingBelowOmegaOne) {
 
 // ---- greedy decoding and reproducibility on the tiny 256-token model --------------------------
 
+// draft_len kDraftLenAuto runs --draft-len auto with fixed costs (verification cost rising 8% per
+// position), so that the chosen depths do not depend on this machine's timings.
 std::vector<Seq> run_tiny(const std::string& method, int n, int batch, float temperature,
-                          int draft_len = 0) {
+                          int draft_len = 0, GenerateStats* st = nullptr) {
   LoadOptions lo;
   lo.load_decoder = false;
   auto pipe = Pipeline::load(kTiny, lo);
@@ -257,10 +259,14 @@ std::vector<Seq> run_tiny(const std::string& method, int n, int batch, float tem
   o.batch = batch;
   o.spec.method = method;
   o.spec.draft_len = draft_len;
+  if (draft_len == kDraftLenAuto) {
+    for (int k = 1; k <= 32; ++k) o.spec.auto_costs.verify.push_back(1.0 + 0.08 * (k - 1));
+    o.spec.auto_costs.draft_step = method == "sd" ? 0.03 : 0.0;
+  }
   if (method == "sd") o.spec.draft_model = kSpec + "tiny_draft";
   std::vector<Condition> conds;
   for (int i = 0; i < n; ++i) conds.push_back(Condition::label(i % 10));
-  return pipe->generate(conds, o);
+  return pipe->generate(conds, o, st);
 }
 
 TEST(SpecGreedy, SdAndSjdEqualVanillaTokenForToken) {
@@ -274,34 +280,14 @@ TEST(SpecGreedy, SdAndSjdEqualVanillaTokenForToken) {
 // --draft-len auto on the 16-token fixture with fixed costs (verification cost rising 8% per
 // position): greedy decoding still equals vanilla, results still do not depend on the batch, and
 // the chosen depths vary with the acceptance each image sees.
-std::vector<Seq> run_tiny_auto(const std::string& method, int n, int batch, float temperature,
-                               GenerateStats* st = nullptr) {
-  LoadOptions lo;
-  lo.load_decoder = false;
-  auto pipe = Pipeline::load(kTiny, lo);
-  GenerateOptions o;
-  o.sampling.temperature = temperature;
-  o.sampling.cfg_scale = 4.0f;
-  o.seed = 7;
-  o.batch = batch;
-  o.spec.method = method;
-  o.spec.draft_len = kDraftLenAuto;
-  for (int k = 1; k <= 32; ++k) o.spec.auto_costs.verify.push_back(1.0 + 0.08 * (k - 1));
-  o.spec.auto_costs.draft_step = method == "sd" ? 0.03 : 0.0;
-  if (method == "sd") o.spec.draft_model = kSpec + "tiny_draft";
-  std::vector<Condition> conds;
-  for (int i = 0; i < n; ++i) conds.push_back(Condition::label(i % 10));
-  return pipe->generate(conds, o, st);
-}
-
 TEST(SpecAuto, GreedyBatchInvariantAndAdaptive) {
   const auto ref = run_tiny("vanilla", 3, 3, 0.0f);
   for (const std::string method : {"sd", "sjd"}) {
     SCOPED_TRACE(method);
-    EXPECT_EQ(run_tiny_auto(method, 3, 2, 0.0f), ref);
+    EXPECT_EQ(run_tiny(method, 3, 2, 0.0f, kDraftLenAuto), ref);
     GenerateStats st;
-    const auto one = run_tiny_auto(method, 4, 1, 1.0f, &st);
-    EXPECT_EQ(run_tiny_auto(method, 4, 3, 1.0f), one);
+    const auto one = run_tiny(method, 4, 1, 1.0f, kDraftLenAuto, &st);
+    EXPECT_EQ(run_tiny(method, 4, 3, 1.0f, kDraftLenAuto), one);
     int depths = 0;
     for (int64_t r : st.rounds_by_depth()) depths += r > 0;
     EXPECT_GE(depths, 3) << "mean depth " << st.mean_draft_depth();
