@@ -11,7 +11,6 @@ namespace {
 struct Avx2 {
   using reg = __m256;
   static constexpr int W = 8;
-  static constexpr int kTile = 2;  // 16 ymm registers: 2 rows x 4 accumulators plus loads
   static constexpr int kBlockM = 3, kBlockN = 4;  // dot_block: 12 accumulators + 3 x + 1 w = 16
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }

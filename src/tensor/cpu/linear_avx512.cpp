@@ -11,7 +11,6 @@ namespace {
 struct Avx512 {
   using reg = __m512;
   static constexpr int W = 16;
-  static constexpr int kTile = 4;                 // dot_tile: 4 rows x 4 accumulators = 16 zmm
   static constexpr int kBlockM = 4, kBlockN = 6;  // dot_block: 24 accumulators + 4 x + 1 w of 32
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
