@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "tensor/dtype.h"
 
@@ -77,7 +78,7 @@ template <DType WD>
 // few lines in flight for one core to reach the memory bandwidth: measured on Zen 3, GPT-B shapes,
 // 1.5 KB ahead: -14% time for bf16 weights, -8% for f32; docs/performance.md); the row tiles after
 // it find the panel in L1 and skip the prefetches.
-template <class V, DType WD, int MT, int NT, bool Prefetch>
+template <class V, DType WD, int MT, int NT, bool Prefetch, bool RowByRow>
 inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64_t ldw, int64_t K,
                       float* out) {
   constexpr int W = V::W;
@@ -87,26 +88,40 @@ inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64
   typename V::reg acc[MT][NT];
   for (int m = 0; m < MT; ++m)
     for (int n = 0; n < NT; ++n) acc[m][n] = V::zero();
-  auto chunk = [&](int64_t k) {
+  const int64_t k_vec = K / W * W;
+  // Chunk k of weight rows [NB, NE) against every x row.
+  auto chunk = [&]<int NB, int NE>(int64_t k) {
     typename V::reg xv[MT];
     for (int m = 0; m < MT; ++m) xv[m] = V::load(x + m * ldx + k);
-    for (int n = 0; n < NT; ++n) {
+    for (int n = NB; n < NE; ++n) {
       const auto wv = load_w<V, WD>(w + n * ldw + k);
       for (int m = 0; m < MT; ++m) acc[m][n] = V::fma(xv[m], wv, acc[m][n]);
     }
   };
-  const int64_t k_vec = K / W * W;
-  int64_t k = 0;
-  if constexpr (Prefetch) {
-    const int64_t ahead =
-        NT == 1 ? kPrefetchBytes / static_cast<int64_t>(sizeof(storage_t<WD>)) : NT * ldw;
-    for (; k + kLine <= k_vec; k += kLine) {
-      for (int n = 0; n < NT; ++n)
-        _mm_prefetch(reinterpret_cast<const char*>(w + n * ldw + k + ahead), _MM_HINT_T0);
-      for (int c = 0; c < kChunksPerLine; ++c) chunk(k + c * W);
+  // All of K for weight rows [NB, NE) at once.
+  auto walk = [&]<int NB, int NE>() {
+    int64_t k = 0;
+    if constexpr (Prefetch) {
+      const int64_t ahead =
+          NE - NB == 1 ? kPrefetchBytes / static_cast<int64_t>(sizeof(storage_t<WD>)) : NT * ldw;
+      for (; k + kLine <= k_vec; k += kLine) {
+        for (int n = NB; n < NE; ++n)
+          _mm_prefetch(reinterpret_cast<const char*>(w + n * ldw + k + ahead), _MM_HINT_T0);
+        for (int c = 0; c < kChunksPerLine; ++c) chunk.template operator()<NB, NE>(k + c * W);
+      }
     }
+    for (; k < k_vec; k += W) chunk.template operator()<NB, NE>(k);
+  };
+  if constexpr (RowByRow) {
+    // One weight row after another, so the weights are read as one sequential stream; the
+    // outputs of the NT rows still share the epilogue below.
+    [&]<int... N>(std::integer_sequence<int, N...>) {
+      (walk.template operator()<N, N + 1>(), ...);
+    }
+    (std::make_integer_sequence<int, NT>{});
+  } else {
+    walk.template operator()<0, NT>();
   }
-  for (; k < k_vec; k += W) chunk(k);
   // The horizontal sums: one tree per output for a few outputs (the row-stream tiles), else W at
   // a time (V::sums: the same additions as V::sum per output, shared across W outputs; one at a
   // time they cost as much as the FMAs at K 384), straight from the accumulators: an epilogue
@@ -141,45 +156,45 @@ inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64
 }
 
 // Rows m0.. m0+MT-1 of the output for weight rows n0.. n0+NT-1 (one dot_block), plus bias.
-template <class V, DType WD, int MT, int NT, bool Prefetch>
+template <class V, DType WD, int MT, int NT, bool Prefetch, bool RowByRow>
 inline void block_out(const float* x, int64_t K, const storage_t<WD>* w, int64_t N, int64_t n0,
                       const float* bias, float* y) {
   float out[MT * NT];
-  dot_block<V, WD, MT, NT, Prefetch>(x, K, w + n0 * K, K, K, out);
+  dot_block<V, WD, MT, NT, Prefetch, RowByRow>(x, K, w + n0 * K, K, K, out);
   for (int m = 0; m < MT; ++m)
     for (int n = 0; n < NT; ++n) y[m * N + n0 + n] = out[m * NT + n] + (bias ? bias[n0 + n] : 0.0f);
 }
 
 // One tile of exactly `rows` (< kBlockM) rows over the NT weight rows from n0.
-template <class V, DType WD, int NT, bool Prefetch, int MT = V::kBlockM - 1>
+template <class V, DType WD, int NT, bool Prefetch, bool RowByRow, int MT = V::kBlockM - 1>
 inline void tile_of(int rows, const float* x, int64_t K, const storage_t<WD>* w, int64_t N,
                     int64_t n0, const float* bias, float* y) {
   if constexpr (MT >= 1) {
-    if (rows == MT) return block_out<V, WD, MT, NT, Prefetch>(x, K, w, N, n0, bias, y);
-    tile_of<V, WD, NT, Prefetch, MT - 1>(rows, x, K, w, N, n0, bias, y);
+    if (rows == MT) return block_out<V, WD, MT, NT, Prefetch, RowByRow>(x, K, w, N, n0, bias, y);
+    tile_of<V, WD, NT, Prefetch, RowByRow, MT - 1>(rows, x, K, w, N, n0, bias, y);
   }
 }
 
 // Rows [0, M) of the output for the NT weight rows from n0: tiles of kBlockM rows over the same
 // panel (the first reads it from memory, the others from L1), then the M % kBlockM rows left over
 // in one narrower tile, so every weight byte comes from memory once per row block.
-template <class V, DType WD, int NT>
+template <class V, DType WD, int NT, bool RowByRow>
 inline void panel_rows(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, int64_t N,
                        int64_t n0, const float* bias, float* y) {
   constexpr int BM = V::kBlockM;
   int64_t m0 = 0;
   for (; m0 + BM <= M; m0 += BM) {
     if (m0 == 0)
-      block_out<V, WD, BM, NT, true>(x, K, w, N, n0, bias, y);
+      block_out<V, WD, BM, NT, true, RowByRow>(x, K, w, N, n0, bias, y);
     else
-      block_out<V, WD, BM, NT, false>(x + m0 * K, K, w, N, n0, bias, y + m0 * N);
+      block_out<V, WD, BM, NT, false, RowByRow>(x + m0 * K, K, w, N, n0, bias, y + m0 * N);
   }
   const int rest = static_cast<int>(M - m0);
   if (rest == 0) return;
   if (m0 == 0)
-    tile_of<V, WD, NT, true>(rest, x, K, w, N, n0, bias, y);
+    tile_of<V, WD, NT, true, RowByRow>(rest, x, K, w, N, n0, bias, y);
   else
-    tile_of<V, WD, NT, false>(rest, x + m0 * K, K, w, N, n0, bias, y + m0 * N);
+    tile_of<V, WD, NT, false, RowByRow>(rest, x + m0 * K, K, w, N, n0, bias, y + m0 * N);
 }
 
 template <class V, DType WD>
@@ -203,15 +218,25 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
     // the one-row step (f16 384x1152, M 1: 45-60 us against 30 for one row at a time), while at
     // M 16 the panels ran at 105 GFLOPS against 80 for the row stream.
     const bool stream = bM <= 4 * BM && bM * K * 4 <= 24 * 1024;
-    const int64_t panels = stream ? 0 : N / BN;
-    // One parallel region per row block: the panels, then the columns left (all of them when
-    // streaming), one at a time. Each thread takes a contiguous range of the weights.
+    // The weight rows in groups: BN at once in panels, or SN one after another when streaming
+    // (their outputs share one epilogue), then the rest one at a time. Each thread takes a
+    // contiguous range of the weights; one parallel region per row block.
+    constexpr int SN = V::kStreamN;
+    const int64_t groups = stream ? N / SN : N / BN;
+    const int64_t done = stream ? groups * SN : groups * BN;
 #pragma omp parallel if (parallel)
     {
+      if (stream) {
 #pragma omp for schedule(static) nowait
-      for (int64_t g = 0; g < panels; ++g) panel_rows<V, WD, BN>(xb, bM, K, w, N, g * BN, bias, yb);
+        for (int64_t g = 0; g < groups; ++g)
+          panel_rows<V, WD, SN, true>(xb, bM, K, w, N, g * SN, bias, yb);
+      } else {
+#pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; ++g)
+          panel_rows<V, WD, BN, false>(xb, bM, K, w, N, g * BN, bias, yb);
+      }
 #pragma omp for schedule(static)
-      for (int64_t n = panels * BN; n < N; ++n) panel_rows<V, WD, 1>(xb, bM, K, w, N, n, bias, yb);
+      for (int64_t n = done; n < N; ++n) panel_rows<V, WD, 1, true>(xb, bM, K, w, N, n, bias, yb);
     }
   }
 }
