@@ -87,7 +87,7 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
   int64_t macs = 0;  // q.k and p.v over every (row, head): small calls run on this thread
   for (int64_t r = 0; r < n_seq; ++r)
     macs += (static_cast<int64_t>(past[r]) + b.n_new) * b.n_new * n_head * head_dim * 2;
-#pragma omp parallel if (macs >= cpu::kParallelMinMacs)
+#pragma omp parallel if (total > 1 && macs >= cpu::kParallelMinMacs / 2)
   {
     // Per-thread scratch kept across calls: no allocation per layer and token.
     thread_local std::vector<float> scores, acc;
