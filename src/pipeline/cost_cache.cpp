@@ -17,12 +17,16 @@
 #include "io/strict_json.h"
 #include "pipeline/forward_cost.h"
 #include "tessera/file_io.h"
+#include "tessera/kernel_bench.h"
 
 namespace tessera {
 
 namespace {
 
-constexpr int kFormat = 2;  // bump when the measurement changes meaning
+// Bump when the measurement changes meaning or the kernels' costs change shape (a calibration
+// of older kernels would choose draft lengths for costs this build no longer has): 3 = the
+// one-accumulator linear kernel of issue 25.
+constexpr int kFormat = 3;
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -80,8 +84,8 @@ DraftCosts calibrated_draft_costs(const CostModel& target, const CostModel& draf
        {std::to_string(kFormat), std::string("|target "), model_key(*target.config),
         std::string("|draft "), draft.model ? model_key(*draft.config) : std::string("-"),
         std::string(cfg ? "|cfg 1" : "|cfg 0"), std::string("|k "), std::to_string(max_k),
-        std::string("|cpu "), cpu_model_name(), std::string("|threads "),
-        std::to_string(omp_get_max_threads())})
+        std::string("|cpu "), cpu_model_name(), std::string("|kernels "), linear_kernel_isa(),
+        std::string("|threads "), std::to_string(omp_get_max_threads())})
     key += part;
   // One measurement per process and key even without a cache directory: the images of one run
   // must not depend on its calls.
