@@ -209,15 +209,16 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
     const int64_t bM = imin(block, M - b0);
     const float* xb = x + b0 * K;
     float* yb = y + b0 * N;
-    // Few rows (verification, the decode step) are bound by the weight stream: while the block's
-    // activations fit in L1 (24 KB of the 32) and there are at most 4 row tiles, each thread
-    // streams its weight rows once, in order, one row at a time (NT 1), every row tile reading
-    // the row from L1. Past that, panels of BN weight rows (register tiles of BM x BN) reuse
-    // each loaded x chunk BN times: bound by the FMA units. Measured on the 2-core Zen 4 machine
-    // (bench --kernels, weights from memory): reading 2 or 6 rows at once halved the bandwidth of
-    // the one-row step (f16 384x1152, M 1: 45-60 us against 30 for one row at a time), while at
-    // M 16 the panels ran at 105 GFLOPS against 80 for the row stream.
-    const bool stream = bM <= 4 * BM && bM * K * 4 <= 24 * 1024;
+    // Few rows (the decode step, short verifications) are bound by the weight stream: while the
+    // block's activations fit in L1 (24 KB of the 32) and there are at most 2 row tiles, each
+    // thread reads its weight rows once, in order, one row at a time (kStreamN rows' outputs
+    // share an epilogue), every row tile reading the row from L1. Past that, panels of BN weight
+    // rows (register tiles of BM x BN) reuse each loaded x chunk BN times: bound by the FMA
+    // units. Measured on the 2-core Zen 4 machine, weights from memory (docs/performance.md):
+    // reading 2 or 6 rows at once halved the bandwidth of the one-row step (f16 384x1152, M 1:
+    // 45-60 us against 30 one row at a time); rows 5-8 cost the same either way, and at M 12 the
+    // panels took 93-99 us against 112 for the row stream.
+    const bool stream = bM <= 2 * BM && bM * K * 4 <= 24 * 1024;
     // The weight rows in groups: BN at once in panels, or SN one after another when streaming
     // (their outputs share one epilogue), then the rest one at a time. Each thread takes a
     // contiguous range of the weights; one parallel region per row block.
