@@ -73,11 +73,13 @@ template <DType WD>
 // out[m * NT + n] = dot(x row m, w row n) for an MT x NT register tile: each loaded x chunk is
 // used NT times and each weight chunk MT times, so a tile is bound by the FMA units, not the
 // loads. Every output has its own accumulator, walked over the chunks in order, so its result is
-// the same in any tile shape. `Prefetch`: the tile that first reads a weight panel from memory
-// fetches a fixed distance ahead in each of its NT rows (the hardware prefetcher alone keeps too
-// few lines in flight for one core to reach the memory bandwidth: measured on Zen 3, GPT-B shapes,
-// 1.5 KB ahead: -14% time for bf16 weights, -8% for f32; docs/performance.md); the row tiles after
-// it find the panel in L1 and skip the prefetches.
+// the same in any tile shape. `RowByRow`: walk the NT weight rows one after another instead of
+// together (the row stream of few-row calls). `Prefetch`: the tile that first reads the weights
+// from memory prefetches (the hardware prefetcher alone keeps too few lines in flight for one
+// core to reach the memory bandwidth: measured on Zen 3, GPT-B shapes, 1.5 KB ahead: -14% time
+// for bf16 weights, -8% for f32; docs/performance.md): 1.5 KB ahead in a row it walks alone, the
+// next panel's rows when it walks NT rows together. The row tiles after it find the weights in L1
+// and skip the prefetches.
 template <class V, DType WD, int MT, int NT, bool Prefetch, bool RowByRow>
 inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64_t ldw, int64_t K,
                       float* out) {
