@@ -19,22 +19,7 @@ sys.path.insert(0, HERE)
 
 import torch  # noqa: E402
 
-from tessera_ref.llamagen import GPT_CONFIGS, ModelArgs, Transformer, _cfg, random_gpt, sample  # noqa: E402
-from tessera_ref.safetensors_io import read_safetensors  # noqa: E402
-
-
-def load_dir(path):
-    cfg = json.load(open(os.path.join(path, "config.json")))["gpt"]
-    args = ModelArgs(dim=cfg["dim"], n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_kv_head=cfg.get("n_kv_head"),
-                     ffn_dim=cfg["ffn_dim"], rope_base=cfg.get("rope_base", 10000.0),
-                     norm_eps=cfg.get("norm_eps", 1e-5), num_classes=cfg.get("num_classes", 1000),
-                     caption_dim=cfg.get("caption_dim", 2048), model_type=cfg["model_type"],
-                     vocab_size=cfg["vocab_size"], cls_token_num=cfg["cls_token_num"],
-                     block_size=cfg["grid"] ** 2)
-    m = Transformer(args)
-    sd = read_safetensors(os.path.join(path, cfg.get("file", "gpt.safetensors")))
-    m.load_state_dict({k: v.float() for k, v in sd.items()})
-    return m
+from tessera_ref.llamagen import GPT_CONFIGS, _cfg, load_tessera_gpt, random_gpt, sample  # noqa: E402
 
 
 def main():
@@ -55,7 +40,7 @@ def main():
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    m = load_dir(a.model) if a.model else random_gpt(a.gpt_model, a.image_size, a.downsample, a.model_type)
+    m = load_tessera_gpt(a.model) if a.model else random_gpt(a.gpt_model, a.image_size, a.downsample, a.model_type)
     m = m.eval()
     if a.dtype == "bf16":
         m = m.to(torch.bfloat16)

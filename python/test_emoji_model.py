@@ -34,7 +34,8 @@ NEIGHBOUR_CACHE_GLOB = "lantern_neighbours_*.npy"
 
 def check_files():
     need = ["target/config.json", "target/gpt.safetensors", "target/vq.safetensors", "target/classes.json",
-            "draft/config.json", "draft/gpt.safetensors", "classifier/classifier.safetensors",
+            "draft/config.json", "draft/gpt.safetensors", "draft-data/config.json", "draft-data/gpt.safetensors",
+            "classifier/classifier.safetensors",
             "classifier/classifier.json", "MODEL_CARD.md", "DATA.md"]
     missing = [n for n in need if not os.path.exists(os.path.join(MODELS, n))]
     assert not missing, f"missing from models/emoji: {missing}"

@@ -3,8 +3,9 @@
 still runs end to end, on a synthetic dataset small enough for seconds of CPU:
 
   dataset (build_dataset.py's format) -> train_vq.py -> encode_dataset.py -> train_classifier.py
-  -> train_gpt.py (draft in bf16; target in f32, stopped and resumed) -> export.py -> tessera
-  generate on the exported target, and speculative generation with the exported draft.
+  -> train_gpt.py (draft in bf16; target in f32, stopped and resumed) -> export.py ->
+  distill_draft.py (the draft distilled from the target) -> tessera generate on the exported
+  target, and speculative generation with the exported and the distilled drafts.
 
 It checks what a broken script would get wrong: every step exits 0 and writes its file, a resumed
 run continues from the saved step instead of restarting, the exported models load in the engine
@@ -12,6 +13,7 @@ and the engine writes a PNG of the right size. The model quality is the business
 test_emoji_model.py. Usage: /usr/bin/python3 python/test_emoji_training.py path/to/tessera"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,8 @@ from PIL import Image
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 EMOJI = os.path.join(ROOT, "emoji")
+sys.path.insert(0, EMOJI)
+from export import convert_gpt  # noqa: E402
 PY = sys.executable
 NAMES = ["red square", "blue circle", "green cross", "yellow bar"]
 STYLES = ["twitter", "google", "openmoji"]
@@ -102,8 +106,30 @@ def main():
         assert "nll_held_out\t" in nll, nll
 
         run("export.py", "--data", data, "--runs", runs, "--out", models)
+
+        # distill_draft.py: the draft learns the target's distributions on the target's own
+        # samples. A working loop must lower KL(p || q) on held-out target samples; a broken
+        # loss, teacher or optimiser step would leave it where it started.
+        # The target above has trained for 4 steps and is still near uniform, as is the draft, so a
+        # teacher that has learnt something (40 steps) stands in for it here.
+        train_gpt(data, runs, "teacher", "--total-steps", "40", "--lr", "1e-2", "--precision", "f32")
+        teacher = os.path.join(models, "teacher")
+        convert_gpt(os.path.join(runs, "teacher.pt"), teacher, len(NAMES) * len(STYLES), "f32")
+        shutil.copyfile(os.path.join(models, "target", "classes.json"), os.path.join(teacher, "classes.json"))
+        distill = os.path.join(runs, "distill")
+        run("distill_draft.py", "--target", teacher, "--init", os.path.join(models, "draft-data"),
+            "--out", distill, "--samples-per-class", "4", "--eval-samples", "8", "--batch", "8", "--steps", "30",
+            "--warmup", "2", "--lr", "1e-2", "--eval-every", "10", "--precision", "f32", "--tv-weights", "0,1")
+        summary = json.load(open(os.path.join(distill, "summary.json")))
+        assert summary["steps"] == 30 and summary["sequences"] == 4 * 11, summary
+        for name, st in summary["students"].items():
+            assert st["kl"] < 0.9 * summary["init_kl"], (name, st, summary["init_kl"])
+            assert st["acceptance"] > summary["init_acceptance"], (name, st, summary["init_acceptance"])
+            assert os.path.exists(os.path.join(distill, name, "gpt.safetensors")), name
+
         png = os.path.join(tmp, "square.png")
-        for extra in ([], ["--draft", os.path.join(models, "draft"), "--method", "sd"]):
+        for extra in ([], ["--draft", os.path.join(models, "draft-data"), "--method", "sd"],
+                      ["--draft", os.path.join(distill, "draft_tv1"), "--method", "sd"]):
             r = subprocess.run([tessera, "generate", "-m", os.path.join(models, "target"), "red square",
                                 "-o", png, "--seed", "1", *extra], capture_output=True, text=True)
             assert r.returncode == 0, f"tessera generate {extra} failed:\n{r.stdout}\n{r.stderr}"

@@ -180,7 +180,7 @@ def main():
     fx = os.path.join(ROOT, "tests", "fixtures", "llamagen")
     if os.path.isdir(os.path.join(fx, "golden")):
         import numpy as np
-        from bench_torch import load_dir
+        from tessera_ref.llamagen import load_tessera_gpt
         gd = lambda n: torch.from_numpy(np.load(os.path.join(fx, "golden", n)))  # noqa: E731
         toks = gd("tokens.npy").long()
         cap = gd("caption.npy")
@@ -188,7 +188,7 @@ def main():
                                ("c2i_bf16", 3, "c2i_class3_bf16w.npy"), ("c2i_f16", 3, "c2i_class3_f16w.npy"),
                                ("t2i_f32", cap, "t2i_caption_f32.npy"), ("t2i_f32", None, "t2i_uncond_f32.npy"),
                                ("t2i_bf16", cap, "t2i_caption_bf16w.npy")):
-            m = load_dir(os.path.join(fx, d)).eval()
+            m = load_tessera_gpt(os.path.join(fx, d)).eval()
             a = forward_logits(m, cond, toks)
             err = (a - gd(gname)).abs().max().item()
             check(err <= 1e-5 * max(1.0, a.abs().max().item()), f"fixture {d} reproduces {gname} (max diff {err:.2e})")

@@ -61,7 +61,8 @@ ValidatedSetting sample_setting() {
 
 TEST(QualityConfig, RoundTripKeepsOtherKeys) {
   // The shipped config without its own quality section (the test adds one).
-  nlohmann::ordered_json shipped = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
+  nlohmann::ordered_json shipped =
+      nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
   shipped.erase("quality");
   const std::string original = shipped.dump(2);
   const std::string text =
@@ -192,6 +193,16 @@ TEST(QualityConfig, DefaultsAndNote) {
   EXPECT_EQ(speculative::validated_settings_note(inside, q, "M"), "");
   EXPECT_NE(speculative::validated_settings_note(j, q, "M").find("Jacobi drafts"),
             std::string::npos);
+  // A setting recorded without a draft length was measured at --draft-len auto: a fixed length
+  // is outside it, auto is not.
+  QualitySection qa = q;
+  qa.methods["lantern"].params.erase("draft_len");
+  SpeculativeOptions fixed = inside;
+  EXPECT_NE(
+      speculative::validated_settings_note(fixed, qa, "M").find("draft_len=4 (validated auto)"),
+      std::string::npos);
+  fixed.draft_len = kDraftLenAuto;
+  EXPECT_EQ(speculative::validated_settings_note(fixed, qa, "M"), "");
   SpeculativeOptions cool;
   cool.method = "cool-sd";
   EXPECT_NE(speculative::validated_settings_note(cool, q, "M").find("no validated setting for M"),
@@ -206,14 +217,19 @@ TEST(QualityConfig, DefaultsAndNote) {
 class TuneCli : public CliTest {};
 
 TEST_F(TuneCli, NoteOnGenerate) {
-  // The shipped emoji target has no validated cool-sd setting (no swept point was within the
-  // tolerance, docs/methods.md) and a validated amplify setting measured with its draft model.
-  const CliResult lossy = run({"generate", "-m", kEmoji + "/target", "--class", "3", "-n", "1",
-                               "--method", "cool-sd", "-o", tmp("a.png")});
-  ASSERT_EQ(lossy.code, 0) << lossy.err;
-  EXPECT_NE(lossy.err.find("note: cool-sd is lossy and has no validated setting"),
-            std::string::npos)
-      << lossy.err;
+  // The shipped emoji target has a validated cool-sd setting (δ 1.3, measured with its
+  // distilled draft model, docs/methods.md): a δ outside it gets the note, the default does not.
+  const CliResult outside =
+      run({"generate", "-m", kEmoji + "/target", "--draft", kEmoji + "/draft", "--class", "3", "-n",
+           "1", "--method", "cool-sd", "--cool-delta", "2", "-o", tmp("a.png")});
+  ASSERT_EQ(outside.code, 0) << outside.err;
+  EXPECT_NE(outside.err.find("note: cool-sd runs outside"), std::string::npos) << outside.err;
+  EXPECT_NE(outside.err.find("cool.delta"), std::string::npos) << outside.err;
+  const CliResult inside =
+      run({"generate", "-m", kEmoji + "/target", "--draft", kEmoji + "/draft", "--class", "3", "-n",
+           "1", "--method", "cool-sd", "-o", tmp("a.png")});
+  ASSERT_EQ(inside.code, 0) << inside.err;
+  EXPECT_EQ(inside.err.find("validated"), std::string::npos) << inside.err;
   const CliResult jacobi = run({"generate", "-m", kEmoji + "/target", "--class", "3", "-n", "1",
                                 "--method", "amplify", "-o", tmp("c.png")});
   ASSERT_EQ(jacobi.code, 0) << jacobi.err;
@@ -287,10 +303,9 @@ TEST_F(TuneCli, EndToEndWrite) {
   EXPECT_NE(png_text(tmp("c.png"), "parameters").find("amplify.k=" + k_text + ";"),
             std::string::npos)
       << png_text(tmp("c.png"), "parameters");
-  const CliResult outside =
-      run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft", "--class", "3", "-n",
-           "1", "--method", "amplify", "--draft-len", "2", "-o", tmp("d.png"), "--stats-out",
-           tmp("d.json")});
+  const CliResult outside = run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft",
+                                 "--class", "3", "-n", "1", "--method", "amplify", "--draft-len",
+                                 "2", "-o", tmp("d.png"), "--stats-out", tmp("d.json")});
   ASSERT_EQ(outside.code, 0) << outside.err;
   EXPECT_NE(outside.err.find("draft_len=2 (validated 3)"), std::string::npos) << outside.err;
   // The note is in --stats-out too.

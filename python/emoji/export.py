@@ -3,7 +3,8 @@
 (tools/convert_llamagen.py, the same path official LlamaGen checkpoints take), f16 weights:
 
   OUT/target/  config.json, gpt.safetensors, vq.safetensors, classes.json
-  OUT/draft/   config.json, gpt.safetensors, classes.json
+  OUT/draft-data/  config.json, gpt.safetensors, classes.json (the draft trained on the data;
+                   the shipped OUT/draft/ is distilled from the target by distill_draft.py)
 """
 import argparse
 import json
@@ -35,16 +36,22 @@ def classes_json(data):
 TARGET_SAMPLING = {"cfg": 1.0}
 
 
-def export_gpt(ckpt, vq, out, data, dtype, sampling=None):
+def convert_gpt(ckpt, out, num_classes, dtype, vq=None):
+    """A training checkpoint (official-layout state dict under "model", the run's "args") to a
+    tessera model directory, through the project's converter."""
     a = torch.load(ckpt)["args"]
     argv = ["--gpt", ckpt, "--out", out, "--gpt-model", "custom", "--dim", str(a["dim"]),
             "--n-layer", str(a["n_layer"]), "--n-head", str(a["n_head"]), "--image-size", "64",
-            "--downsample", "4", "--num-classes", str(data.num_classes), "--vocab-size", str(a["vocab_size"]),
+            "--downsample", "4", "--num-classes", str(num_classes), "--vocab-size", str(a["vocab_size"]),
             "--dtype", dtype]
     if vq:
         argv += ["--vq", vq, "--vq-model", "custom", "--vq-dtype", dtype]
     if convert_llamagen.main(argv) != 0:
         sys.exit(f"error: converting {ckpt} failed")
+
+
+def export_gpt(ckpt, vq, out, data, dtype, sampling=None):
+    convert_gpt(ckpt, out, data.num_classes, dtype, vq)
     if sampling:
         path = os.path.join(out, "config.json")
         config = json.load(open(path))
@@ -68,7 +75,7 @@ def main():
     export_gpt(os.path.join(a.runs, "target.pt"), os.path.join(a.runs, "vq.pt"), os.path.join(a.out, "target"), data, a.dtype,
                TARGET_SAMPLING)
     if os.path.exists(os.path.join(a.runs, "draft.pt")):
-        export_gpt(os.path.join(a.runs, "draft.pt"), None, os.path.join(a.out, "draft"), data, a.dtype)
+        export_gpt(os.path.join(a.runs, "draft.pt"), None, os.path.join(a.out, "draft-data"), data, a.dtype)
 
 
 if __name__ == "__main__":

@@ -56,16 +56,14 @@ def build(a, data):
     return gpt, classes
 
 
-def train_forward(gpt, classes, labels, tokens):
-    """Teacher-forced logits [B, 256, V]: position i predicts token i from the class and tokens < i
-    (the tokens given may be corrupted copies of the targets; see --input-noise)."""
-    cond = classes.table()[labels][:, None, :]
+def train_forward(gpt, cond, tokens):
+    """Teacher-forced logits [B, 256, V]: position i predicts token i from the class embedding
+    cond [B, 1, dim] and tokens < i (the tokens given may be corrupted copies of the targets; see
+    --input-noise)."""
     h = torch.cat([cond, gpt.tok_embeddings(tokens[:, :-1])], 1)
-    S = h.shape[1]
-    mask = torch.tril(torch.ones(S, S, dtype=torch.bool, device=h.device))[None, None]
-    fc = gpt.freqs_cis[:S].to(h.device)
+    fc = gpt.freqs_cis[:h.shape[1]].to(h.device)
     for layer in gpt.layers:
-        h = layer(h, fc, None, mask)
+        h = layer(h, fc, None, "causal")
     return gpt.output(gpt.norm(h))
 
 
@@ -86,7 +84,7 @@ def nll(gpt, classes, labels, tokens, precision, batch=64):
     with torch.no_grad(), precision_context(dev, precision):
         for i in range(0, len(labels), batch):
             lab, tok = labels[i:i + batch].to(dev), tokens[i:i + batch].to(dev)
-            lo = train_forward(gpt, classes, lab, tok).float()
+            lo = train_forward(gpt, classes.table()[lab][:, None, :], tok).float()
             tot += float(F.cross_entropy(lo.reshape(-1, lo.shape[-1]), tok.reshape(-1), reduction="sum"))
             n += tok.numel()
     gpt.train()
@@ -191,7 +189,7 @@ def main():
             inp = torch.where(hit, torch.randint(0, a.vocab_size, tok.shape, generator=gen), tok)
         tok, inp, lab = tok.to(dev), inp.to(dev), lab.to(dev)
         with precision_context(dev, a.precision):
-            lo = train_forward(gpt, classes, lab, inp)
+            lo = train_forward(gpt, classes.table()[lab][:, None, :], inp)
         loss = F.cross_entropy(lo.float().reshape(-1, a.vocab_size), tok.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -135,10 +135,10 @@ class FeedForward(nn.Module):
 class KVCache:
     """Static cache [B, H, S, hd]; not a registered module (keeps state_dict clean)."""
 
-    def __init__(self, max_batch_size, max_seq_length, n_head, head_dim, dtype):
+    def __init__(self, max_batch_size, max_seq_length, n_head, head_dim, dtype, device=None):
         shape = (max_batch_size, n_head, max_seq_length, head_dim)
-        self.k_cache = torch.zeros(shape, dtype=dtype)
-        self.v_cache = torch.zeros(shape, dtype=dtype)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
 
     def update(self, input_pos, k, v):
         self.k_cache[:, :, input_pos] = k
@@ -158,7 +158,12 @@ def apply_rotary_emb(x, freqs_cis):
 
 def sdpa_math(q, k, v, mask):
     """Math scaled-dot-product attention with a boolean mask (True = attend), scale 1/sqrt(hd).
-    (torch 1.13 has no F.scaled_dot_product_attention.)"""
+    (torch 1.13 has no F.scaled_dot_product_attention.) mask "causal": a square causal block
+    (training's teacher forcing), through PyTorch's fused attention where it has one."""
+    if isinstance(mask, str):
+        if hasattr(F, "scaled_dot_product_attention"):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        mask = torch.tril(torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device))
     scale = 1.0 / (q.size(-1) ** 0.5)
     att = (q * scale) @ k.transpose(-2, -1)
     att = att.masked_fill(~mask, float('-inf'))
@@ -255,16 +260,18 @@ class Transformer(nn.Module):
         self.causal_mask = None
 
     def setup_caches(self, max_batch_size, max_seq_length, dtype):
+        """Caches, mask and rotary table on the device of the weights (a GPU for distillation)."""
         head_dim = self.config.dim // self.config.n_head
         max_seq_length = find_multiple(max_seq_length, 8)
         self.max_seq_length = max_seq_length
         self.max_batch_size = max_batch_size
+        dev = self.tok_embeddings.weight.device
         for b in self.layers:
-            b.attention.kv_cache = KVCache(max_batch_size, max_seq_length, self.config.n_head, head_dim, dtype)
-        causal = torch.tril(torch.ones(max_seq_length, max_seq_length, dtype=torch.bool))
+            b.attention.kv_cache = KVCache(max_batch_size, max_seq_length, self.config.n_head, head_dim, dtype, dev)
+        causal = torch.tril(torch.ones(max_seq_length, max_seq_length, dtype=torch.bool, device=dev))
         self.causal_mask = causal.unsqueeze(0).repeat(max_batch_size, 1, 1)
         self.freqs_cis = precompute_freqs_cis_2d(self.grid_size, head_dim, self.config.rope_base,
-                                                 self.cls_token_num)
+                                                 self.cls_token_num).to(dev)
 
     def apply_prefix_mask(self, emb_masks):
         """emb_masks: bool/0-1 [rows, T]; one row per cache batch row. Prefix columns of the
@@ -695,4 +702,23 @@ def random_gpt(name, image_size=256, downsample=16, model_type="c2i"):
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
+    return m
+
+
+def load_tessera_gpt(path):
+    """The GPT of a tessera model directory (config.json + gpt.safetensors, official key names) as
+    an f32 reference Transformer."""
+    import json
+    import os
+    from .safetensors_io import read_safetensors
+    cfg = json.load(open(os.path.join(path, "config.json")))["gpt"]
+    args = ModelArgs(dim=cfg["dim"], n_layer=cfg["n_layer"], n_head=cfg["n_head"], n_kv_head=cfg.get("n_kv_head"),
+                     ffn_dim=cfg["ffn_dim"], rope_base=cfg.get("rope_base", 10000.0),
+                     norm_eps=cfg.get("norm_eps", 1e-5), num_classes=cfg.get("num_classes", 1000),
+                     caption_dim=cfg.get("caption_dim", 2048), model_type=cfg["model_type"],
+                     vocab_size=cfg["vocab_size"], cls_token_num=cfg["cls_token_num"],
+                     block_size=cfg["grid"] ** 2)
+    m = Transformer(args)
+    sd = read_safetensors(os.path.join(path, cfg.get("file", "gpt.safetensors")))
+    m.load_state_dict({k: v.float() for k, v in sd.items()})
     return m

@@ -104,12 +104,13 @@ std::string validated_settings_note(const SpeculativeOptions& given, const Quali
       outside.push_back(name + "=" + text(value) + " (validated " + text(v->second) + ")");
   }
   if (given.draft_len > 0 && model_drafts == s.draft_model) {
+    // A setting without a draft length was measured at the default, --draft-len auto.
     const auto v = s.params.find("draft_len");
-    const int64_t validated =
-        v != s.params.end() ? std::get<int64_t>(v->second) : default_draft_len(s.draft_model);
-    if (given.draft_len != validated)
+    if (v == s.params.end())
+      outside.push_back("draft_len=" + std::to_string(given.draft_len) + " (validated auto)");
+    else if (given.draft_len != std::get<int64_t>(v->second))
       outside.push_back("draft_len=" + std::to_string(given.draft_len) + " (validated " +
-                        std::to_string(validated) + ")");
+                        std::to_string(std::get<int64_t>(v->second)) + ")");
   }
   if (outside.empty()) return "";
   std::string list;
