@@ -78,10 +78,12 @@ int cpu_threads();
 // Kernels (one file per family), callable directly by tests.
 namespace cpu {
 // Below this many multiply-adds an op runs on the calling thread: waking the OpenMP team and
-// joining it costs more than the op (the draft model's layers, one token). Every linear of the
-// emoji target (the smallest, 384x384, is 147K) stays threaded; docs/performance.md, "Per-op
-// overhead".
-constexpr int64_t kParallelMinMacs = 128 * 1024;
+// joining it costs more than the op. 64K threads the draft model's linears of one token
+// (110K and 98K at dim 192; its 192x192 output projection, 37K, stays serial): at 128K they ran
+// serial and the only threaded op of a step was the output layer, so the idle thread often fell asleep
+// between regions and the draft step measured 0.25 or 0.55 ms by turns, against 0.19-0.20 ms now
+// (docs/performance.md, "Per-op overhead" and session 16).
+constexpr int64_t kParallelMinMacs = 64 * 1024;
 
 // y[M,N] = x[M,K] · w[N,K]^T (+ bias); w in f32/f16/bf16; deterministic per element.
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
