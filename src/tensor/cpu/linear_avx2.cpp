@@ -12,7 +12,9 @@ struct Avx2 {
   using reg = __m256;
   static constexpr int W = 8;
   static constexpr int kBlockM = 3, kBlockN = 4;  // dot_block: 12 accumulators + 3 x + 1 w = 16
-  static constexpr int kStreamN = 4;  // weight rows one after another: 12 accumulators
+  static constexpr int kStreamN = 4;              // weight rows one after another: 12 accumulators
+  // No wider streamed tile: 16 registers hold no more rows than kBlockM's.
+  static constexpr int kStreamM = kBlockM, kStreamWideN = 1;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
   static reg load_f16(const uint16_t* p) {

@@ -12,7 +12,10 @@ struct Avx512 {
   using reg = __m512;
   static constexpr int W = 16;
   static constexpr int kBlockM = 4, kBlockN = 6;  // dot_block: 24 accumulators + 4 x + 1 w of 32
-  static constexpr int kStreamN = 4;  // weight rows one after another: 16 accumulators
+  static constexpr int kStreamN = 4;              // weight rows one after another: 16 accumulators
+  // Up to 8 rows in one streamed tile, 2 weight rows' outputs per epilogue: 16 accumulators +
+  // 8 x + 1 w.
+  static constexpr int kStreamM = 8, kStreamWideN = 2;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static reg load_f16(const uint16_t* p) {

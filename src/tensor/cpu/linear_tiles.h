@@ -178,6 +178,18 @@ inline void tile_of(int rows, const float* x, int64_t K, const storage_t<WD>* w,
   }
 }
 
+// Rows [0, M) of the output for the NT weight rows from n0 in one register tile of all M rows,
+// kBlockM < M <= kStreamM, walking the weight rows one after another (the row stream of
+// panel_rows below, without a second pass for the M % kBlockM rows).
+template <class V, DType WD, int NT, int MT = V::kStreamM>
+inline void stream_tile(int rows, const float* x, int64_t K, const storage_t<WD>* w, int64_t N,
+                        int64_t n0, const float* bias, float* y) {
+  if constexpr (MT > V::kBlockM) {
+    if (rows == MT) return block_out<V, WD, MT, NT, true, true>(x, K, w, N, n0, bias, y);
+    stream_tile<V, WD, NT, MT - 1>(rows, x, K, w, N, n0, bias, y);
+  }
+}
+
 // Rows [0, M) of the output for the NT weight rows from n0: tiles of kBlockM rows over the same
 // panel (the first reads it from memory, the others from L1), then the M % kBlockM rows left over
 // in one narrower tile, so every weight byte comes from memory once per row block.
@@ -226,11 +238,22 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
     // (their outputs share one epilogue), then the rest one at a time. Each thread takes a
     // contiguous range of the weights; one parallel region per row block.
     constexpr int SN = V::kStreamN;
-    const int64_t groups = stream ? N / SN : N / BN;
-    const int64_t done = stream ? groups * SN : groups * BN;
+    // kBlockM < rows <= kStreamM: one tile of all the rows, kStreamWideN weight rows' outputs
+    // per epilogue. In tiles of kBlockM, each row tile walks a weight row as a chain of K / W
+    // dependent FMAs per row: with 4 rows, 4 chains, too few to cover the FMA latency on a core
+    // with two FMA units, and 5 rows cost as much as 8 (a tile of 4 and a tile of 1, each
+    // latency-bound).
+    constexpr int WN = V::kStreamWideN;
+    const bool wide = stream && bM > BM && bM <= V::kStreamM;
+    const int64_t groups = wide ? N / WN : stream ? N / SN : N / BN;
+    const int64_t done = wide ? groups * WN : stream ? groups * SN : groups * BN;
 #pragma omp parallel if (parallel)
     {
-      if (stream) {
+      if (wide) {
+#pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; ++g)
+          stream_tile<V, WD, WN>(static_cast<int>(bM), xb, K, w, N, g * WN, bias, yb);
+      } else if (stream) {
 #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; ++g)
           panel_rows<V, WD, SN, true>(xb, bM, K, w, N, g * SN, bias, yb);
