@@ -15,6 +15,8 @@ struct Avx2 {
   static constexpr int kStreamN = 4;              // weight rows one after another: 12 accumulators
   // No wider streamed tile: 16 registers hold no more rows than kBlockM's.
   static constexpr int kStreamM = kBlockM, kStreamWideN = 1;
+  // 16 registers: streamed tiles walk one weight row at a time.
+  static constexpr int kStreamWalk = 1;
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
   static reg load_f16(const uint16_t* p) {

@@ -16,6 +16,8 @@ struct Avx512 {
   // Up to 8 rows in one streamed tile, 2 weight rows' outputs per epilogue: 16 accumulators +
   // 8 x + 1 w.
   static constexpr int kStreamM = 8, kStreamWideN = 2;
+  // Streamed tiles of 3 or more rows walk 2 weight rows together (2 x MT FMA chains).
+  static constexpr int kStreamWalk = 2;
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static reg load_f16(const uint16_t* p) {

@@ -73,14 +73,16 @@ template <DType WD>
 // out[m * NT + n] = dot(x row m, w row n) for an MT x NT register tile: each loaded x chunk is
 // used NT times and each weight chunk MT times, so a tile is bound by the FMA units, not the
 // loads. Every output has its own accumulator, walked over the chunks in order, so its result is
-// the same in any tile shape. `RowByRow`: walk the NT weight rows one after another instead of
-// together (the row stream of few-row calls). `Prefetch`: the tile that first reads the weights
-// from memory prefetches (the hardware prefetcher alone keeps too few lines in flight for one
-// core to reach the memory bandwidth: measured on Zen 3, GPT-B shapes, 1.5 KB ahead: -14% time
-// for bf16 weights, -8% for f32; docs/performance.md): 1.5 KB ahead in a row it walks alone, the
-// next panel's rows when it walks NT rows together. The row tiles after it find the weights in L1
-// and skip the prefetches.
-template <class V, DType WD, int MT, int NT, bool Prefetch, bool RowByRow>
+// the same in any tile shape. `Walk`: how many of the NT weight rows are walked together: NT,
+// the FMA-bound panels; fewer, groups of Walk rows one after another (the row stream of few-row
+// calls, read as one sequential stream). Each walked row is a chain of K / W dependent FMAs per
+// x row, so Walk x MT chains are in flight: 2 rows at a time keep a core with two FMA units busy
+// from 3 x rows on. `Prefetch`: the tile that first reads the weights from memory prefetches
+// (the hardware prefetcher alone keeps too few lines in flight for one core to reach the memory
+// bandwidth: measured on Zen 3, GPT-B shapes, 1.5 KB ahead: -14% time for bf16 weights, -8% for
+// f32; docs/performance.md): 1.5 KB ahead in a row it walks alone, else the rows of the next
+// group (Walk rows on). The row tiles after it find the weights in L1 and skip the prefetches.
+template <class V, DType WD, int MT, int NT, bool Prefetch, int Walk>
 inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64_t ldw, int64_t K,
                       float* out) {
   constexpr int W = V::W;
@@ -105,7 +107,7 @@ inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64
     int64_t k = 0;
     if constexpr (Prefetch) {
       const int64_t ahead =
-          NE - NB == 1 ? kPrefetchBytes / static_cast<int64_t>(sizeof(storage_t<WD>)) : NT * ldw;
+          Walk == 1 ? kPrefetchBytes / static_cast<int64_t>(sizeof(storage_t<WD>)) : Walk * ldw;
       for (; k + kLine <= k_vec; k += kLine) {
         for (int n = NB; n < NE; ++n)
           _mm_prefetch(reinterpret_cast<const char*>(w + n * ldw + k + ahead), _MM_HINT_T0);
@@ -114,16 +116,13 @@ inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64
     }
     for (; k < k_vec; k += W) chunk.template operator()<NB, NE>(k);
   };
-  if constexpr (RowByRow) {
-    // One weight row after another, so the weights are read as one sequential stream; the
-    // outputs of the NT rows still share the epilogue below.
-    [&]<int... N>(std::integer_sequence<int, N...>) {
-      (walk.template operator()<N, N + 1>(), ...);
-    }
-    (std::make_integer_sequence<int, NT>{});
-  } else {
-    walk.template operator()<0, NT>();
+  static_assert(Walk >= 1 && NT % Walk == 0, "the walked groups must tile the panel");
+  // Groups of Walk weight rows one after another (all NT at once when Walk == NT); the outputs
+  // of the NT rows share the epilogue below either way.
+  [&]<int... G>(std::integer_sequence<int, G...>) {
+    (walk.template operator()<G * Walk, G * Walk + Walk>(), ...);
   }
+  (std::make_integer_sequence<int, NT / Walk>{});
   // The horizontal sums: one tree per output for a few outputs (the row-stream tiles), else W at
   // a time (V::sums: the same additions as V::sum per output, shared across W outputs; one at a
   // time they cost as much as the FMAs at K 384), straight from the accumulators (through a
@@ -159,22 +158,22 @@ inline void dot_block(const float* x, int64_t ldx, const storage_t<WD>* w, int64
 }
 
 // Rows m0.. m0+MT-1 of the output for weight rows n0.. n0+NT-1 (one dot_block), plus bias.
-template <class V, DType WD, int MT, int NT, bool Prefetch, bool RowByRow>
+template <class V, DType WD, int MT, int NT, bool Prefetch, int Walk>
 inline void block_out(const float* x, int64_t K, const storage_t<WD>* w, int64_t N, int64_t n0,
                       const float* bias, float* y) {
   float out[MT * NT];
-  dot_block<V, WD, MT, NT, Prefetch, RowByRow>(x, K, w + n0 * K, K, K, out);
+  dot_block<V, WD, MT, NT, Prefetch, Walk>(x, K, w + n0 * K, K, K, out);
   for (int m = 0; m < MT; ++m)
     for (int n = 0; n < NT; ++n) y[m * N + n0 + n] = out[m * NT + n] + (bias ? bias[n0 + n] : 0.0f);
 }
 
 // One tile of exactly `rows` (< kBlockM) rows over the NT weight rows from n0.
-template <class V, DType WD, int NT, bool Prefetch, bool RowByRow, int MT = V::kBlockM - 1>
+template <class V, DType WD, int NT, bool Prefetch, int Walk, int MT = V::kBlockM - 1>
 inline void tile_of(int rows, const float* x, int64_t K, const storage_t<WD>* w, int64_t N,
                     int64_t n0, const float* bias, float* y) {
   if constexpr (MT >= 1) {
-    if (rows == MT) return block_out<V, WD, MT, NT, Prefetch, RowByRow>(x, K, w, N, n0, bias, y);
-    tile_of<V, WD, NT, Prefetch, RowByRow, MT - 1>(rows, x, K, w, N, n0, bias, y);
+    if (rows == MT) return block_out<V, WD, MT, NT, Prefetch, Walk>(x, K, w, N, n0, bias, y);
+    tile_of<V, WD, NT, Prefetch, Walk, MT - 1>(rows, x, K, w, N, n0, bias, y);
   }
 }
 
@@ -185,7 +184,7 @@ template <class V, DType WD, int NT, int MT = V::kStreamM>
 inline void stream_tile(int rows, const float* x, int64_t K, const storage_t<WD>* w, int64_t N,
                         int64_t n0, const float* bias, float* y) {
   if constexpr (MT > V::kBlockM) {
-    if (rows == MT) return block_out<V, WD, MT, NT, true, true>(x, K, w, N, n0, bias, y);
+    if (rows == MT) return block_out<V, WD, MT, NT, true, V::kStreamWalk>(x, K, w, N, n0, bias, y);
     stream_tile<V, WD, NT, MT - 1>(rows, x, K, w, N, n0, bias, y);
   }
 }
@@ -193,23 +192,23 @@ inline void stream_tile(int rows, const float* x, int64_t K, const storage_t<WD>
 // Rows [0, M) of the output for the NT weight rows from n0: tiles of kBlockM rows over the same
 // panel (the first reads it from memory, the others from L1), then the M % kBlockM rows left over
 // in one narrower tile, so every weight byte comes from memory once per row block.
-template <class V, DType WD, int NT, bool RowByRow>
+template <class V, DType WD, int NT, int Walk>
 inline void panel_rows(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, int64_t N,
                        int64_t n0, const float* bias, float* y) {
   constexpr int BM = V::kBlockM;
   int64_t m0 = 0;
   for (; m0 + BM <= M; m0 += BM) {
     if (m0 == 0)
-      block_out<V, WD, BM, NT, true, RowByRow>(x, K, w, N, n0, bias, y);
+      block_out<V, WD, BM, NT, true, Walk>(x, K, w, N, n0, bias, y);
     else
-      block_out<V, WD, BM, NT, false, RowByRow>(x + m0 * K, K, w, N, n0, bias, y + m0 * N);
+      block_out<V, WD, BM, NT, false, Walk>(x + m0 * K, K, w, N, n0, bias, y + m0 * N);
   }
   const int rest = static_cast<int>(M - m0);
   if (rest == 0) return;
   if (m0 == 0)
-    tile_of<V, WD, NT, true, RowByRow>(rest, x, K, w, N, n0, bias, y);
+    tile_of<V, WD, NT, true, Walk>(rest, x, K, w, N, n0, bias, y);
   else
-    tile_of<V, WD, NT, false, RowByRow>(rest, x + m0 * K, K, w, N, n0, bias, y + m0 * N);
+    tile_of<V, WD, NT, false, Walk>(rest, x + m0 * K, K, w, N, n0, bias, y + m0 * N);
 }
 
 template <class V, DType WD>
@@ -244,6 +243,9 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
     // with two FMA units, and 5 rows cost as much as 8 (a tile of 4 and a tile of 1, each
     // latency-bound).
     constexpr int WN = V::kStreamWideN;
+    // From this many rows the stream walks V::kStreamWalk weight rows together (1 or 2 rows:
+    // one row at a time, as the one-row step streams best).
+    constexpr int64_t kStreamWalkFromM = 3;
     const bool wide = stream && bM > BM && bM <= V::kStreamM;
     const int64_t groups = wide ? N / WN : stream ? N / SN : N / BN;
     const int64_t done = wide ? groups * WN : stream ? groups * SN : groups * BN;
@@ -253,17 +255,21 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* w, 
 #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; ++g)
           stream_tile<V, WD, WN>(static_cast<int>(bM), xb, K, w, N, g * WN, bias, yb);
+      } else if (stream && bM >= kStreamWalkFromM) {
+#pragma omp for schedule(static) nowait
+        for (int64_t g = 0; g < groups; ++g)
+          panel_rows<V, WD, SN, V::kStreamWalk>(xb, bM, K, w, N, g * SN, bias, yb);
       } else if (stream) {
 #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; ++g)
-          panel_rows<V, WD, SN, true>(xb, bM, K, w, N, g * SN, bias, yb);
+          panel_rows<V, WD, SN, 1>(xb, bM, K, w, N, g * SN, bias, yb);
       } else {
 #pragma omp for schedule(static) nowait
         for (int64_t g = 0; g < groups; ++g)
-          panel_rows<V, WD, BN, false>(xb, bM, K, w, N, g * BN, bias, yb);
+          panel_rows<V, WD, BN, BN>(xb, bM, K, w, N, g * BN, bias, yb);
       }
 #pragma omp for schedule(static)
-      for (int64_t n = done; n < N; ++n) panel_rows<V, WD, 1, true>(xb, bM, K, w, N, n, bias, yb);
+      for (int64_t n = done; n < N; ++n) panel_rows<V, WD, 1, 1>(xb, bM, K, w, N, n, bias, yb);
     }
   }
 }
