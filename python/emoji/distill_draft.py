@@ -23,7 +23,6 @@ One command on a GPU (the model card records the run):
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 
 from common import Log, seed_all
 from export import convert_gpt
-from train_gpt import precision_context, train_forward
+from train_gpt import adamw, official_state, precision_context, scheduled_lr, train_forward
 from tessera_ref.atomic_io import atomic_write
 from tessera_ref.llamagen import generate, load_tessera_gpt
 
@@ -139,11 +138,7 @@ def main():
     for _ in weights:
         s = load_tessera_gpt(a.init).to(dev).train()
         students.append(s)
-        params = list(s.parameters())
-        decay = [p for p in params if p.dim() > 1]
-        no_decay = [p for p in params if p.dim() <= 1]
-        opts.append(torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95)))
+        opts.append(adamw(s.parameters(), a.lr, a.weight_decay))
     log = Log(os.path.join(a.out, "distill_log.tsv"))
     acc0, kl0 = acceptance(target, init, eval_labels, eval_tokens)
     log(0, init_acceptance=acc0, init_kl=kl0)
@@ -166,7 +161,7 @@ def main():
         if progress >= 1:
             break
         step += 1
-        lr = a.lr * min(1.0, step / a.warmup) * 0.5 * (1 + math.cos(math.pi * progress))
+        lr = scheduled_lr(a.lr, step, a.warmup, progress)
         pick = torch.randint(0, len(tokens), (a.batch,), device=dev, generator=gen)
         tok, lab = tokens[pick], labels[pick].clone()
         lab[torch.rand(a.batch, device=dev, generator=gen) < a.null_prob] = null
@@ -193,10 +188,9 @@ def main():
     for w, s in zip(weights, students):
         name = f"draft_tv{w:g}"
         ckpt = os.path.join(a.out, f"{name}.pt")
-        sd = {k: v.detach().cpu().clone() for k, v in s.state_dict().items() if k != "freqs_cis"}
         c = s.config
         with atomic_write(ckpt) as f:
-            torch.save({"model": sd, "args": {"dim": c.dim, "n_layer": c.n_layer, "n_head": c.n_head,
+            torch.save({"model": official_state(s), "args": {"dim": c.dim, "n_layer": c.n_layer, "n_head": c.n_head,
                                               "vocab_size": c.vocab_size}}, f)
         out_dir = os.path.join(a.out, name)
         convert_gpt(ckpt, out_dir, target.num_classes, a.dtype)

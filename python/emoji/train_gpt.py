@@ -91,8 +91,26 @@ def nll(gpt, classes, labels, tokens, precision, batch=64):
     return tot / n
 
 
+def official_state(gpt):
+    """The GPT's weights in the official layout, on the CPU (the rotary table is not a weight)."""
+    return {k: v.detach().cpu().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
+
+
+def adamw(params, lr, weight_decay):
+    """AdamW (betas 0.9/0.95) with weight decay on matrices only."""
+    params = list(params)
+    return torch.optim.AdamW([{"params": [p for p in params if p.dim() > 1], "weight_decay": weight_decay},
+                              {"params": [p for p in params if p.dim() <= 1], "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95))
+
+
+def scheduled_lr(peak, step, warmup, progress):
+    """Linear warm-up over `warmup` steps, then a cosine to 0 as `progress` goes from 0 to 1."""
+    return peak * min(1.0, step / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
 def export_state(gpt, classes):
-    sd = {k: v.detach().cpu().clone() for k, v in gpt.state_dict().items() if k != "freqs_cis"}
+    sd = official_state(gpt)
     sd["cls_embedding.embedding_table.weight"] = classes.table().detach().cpu().clone()
     return sd
 
@@ -136,10 +154,7 @@ def main():
     gpt.to(dev)
     classes.to(dev)
     params = list(gpt.parameters()) + list(classes.parameters())
-    decay = [p for p in params if p.dim() > 1]
-    no_decay = [p for p in params if p.dim() <= 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95))
+    opt = adamw(params, a.lr, a.weight_decay)
     ckpt_path = os.path.join(a.out, f"{a.name}.pt")
     step, gen, seconds_before = 0, torch.Generator().manual_seed(a.seed), 0.0
     if os.path.exists(ckpt_path):
@@ -175,7 +190,7 @@ def main():
     last = min(a.total_steps, a.stop_at) if a.stop_at > 0 else a.total_steps
     while step < last and time.time() - t_start < a.minutes * 60:
         step += 1
-        lr = a.lr * min(1.0, step / a.warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / a.total_steps)))
+        lr = scheduled_lr(a.lr, step, a.warmup, step / a.total_steps)
         for g in opt.param_groups:
             g["lr"] = lr
         pick = torch.from_numpy(train[torch.randint(0, len(train), (a.batch,), generator=gen).numpy()])
