@@ -1,6 +1,8 @@
-// The CPU linear kernel on every instruction-set path this machine runs: against a plain
-// double-precision loop over odd shapes and tails, and bit-identical across M, row position and
-// thread count (the batch invariance reproducible sampling and verification rely on).
+// The CPU linear kernel on every instruction-set path this machine runs: bit-identical to a plain
+// loop of one FMA chain per output (the order linear_tiles.h promises), close to a double-precision
+// loop, over odd shapes and tails, and bit-identical across M, row position and thread count (the
+// batch invariance reproducible sampling and verification rely on); the panel layout; and the
+// backend's packed weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/linear_isa.h"
+#include "tensor/cpu/linear_panels.h"
 #include "tessera/error.h"
 
 using namespace tessera;
@@ -73,8 +76,12 @@ void check_path(const std::string& isa, const Case& c) {
   for (int64_t m = 0; m < max_m; ++m)
     for (int64_t n = 0; n < c.N; ++n) {
       double ref = bias[n];
-      for (int64_t k = 0; k < c.K; ++k)
+      float chain = 0.0f;
+      for (int64_t k = 0; k < c.K; ++k) {
         ref += static_cast<double>(x[m * c.K + k]) * w.wf[n * c.K + k];
+        chain = std::fma(x[m * c.K + k], w.wf[n * c.K + k], chain);
+      }
+      ASSERT_EQ(full[m * c.N + n], chain + bias[n]) << "m " << m << " n " << n;
       ASSERT_NEAR(full[m * c.N + n], ref, 1e-4 * (1 + std::fabs(ref))) << "m " << m << " n " << n;
     }
   // Every M from 1 to max_m, on 1 and 2 threads, from any starting row: the same bits per element
@@ -101,9 +108,8 @@ TEST(LinearKernelPaths, ListsTheDefaultFirstAndScalarLast) {
   EXPECT_THROW(cpu::set_linear_isa("sse9"), Error);
 }
 
-// K: below one vector (13), whole 4-chunk steps plus a scalar tail (79 at AVX-512), partial
-// chunks plus a tail (245); N below, at and past register panels with remainder columns; M 1-70
-// covers every row-tile remainder.
+// K: below one vector (13), odd (79, 245); N below one panel (5, 13) and past one with remainder
+// columns (37); M 1-70 covers every row-tile remainder of both paths (tiles of 12 and 6 rows).
 TEST(LinearKernelPaths, EveryPathMatchesReferenceAndIsInvariantAcrossRowsAndThreads) {
   PathGuard guard;
   for (const std::string& isa : cpu::linear_isas())
@@ -113,9 +119,46 @@ TEST(LinearKernelPaths, EveryPathMatchesReferenceAndIsInvariantAcrossRowsAndThre
 }
 
 // Past the single-thread threshold for one row too (M*K*N above it at M 1, so every M runs
-// threaded); K 443 = 6 steps of 64 + 3 chunks of 16 + 11.
+// threaded); N 300 = 9 panels and 12 columns; K 443 odd.
 TEST(LinearKernelPaths, LargeShapesAreInvariantAcrossRowsAndThreads) {
   PathGuard guard;
   for (const std::string& isa : cpu::linear_isas())
     for (DType wt : {DType::F16, DType::BF16}) check_path(isa, Case{wt, 443, 300, 18});
+}
+
+// Element (n, k) of panel n / 32 at k * 32 + n % 32, rows past N zero.
+TEST(LinearPanels, PackPlacesEveryElementAndZeroFillsThePadding) {
+  const int64_t N = 37, K = 5;
+  std::vector<uint16_t> w(static_cast<size_t>(N * K));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint16_t>(i + 1);
+  ASSERT_EQ(cpu::panel_bytes(DType::BF16, N, K), size_t(64 * K * 2));
+  std::vector<uint16_t> p(64 * K, 0xffff);
+  cpu::pack_panels(w.data(), DType::BF16, N, K, p.data());
+  for (int64_t n = 0; n < 64; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      EXPECT_EQ(p[(n / 32) * K * 32 + k * 32 + n % 32], n < N ? w[n * K + k] : 0)
+          << "n " << n << " k " << k;
+}
+
+// A model's packed weight computes the same bits as the row-major one; ops other than linear
+// refuse it instead of reading the panels as rows.
+TEST(LinearPanels, BackendPackedWeightsGiveTheSameBitsAndOnlyLinearReadsThem) {
+  CpuBackend be;
+  const int64_t M = 9, K = 70, N = 45;
+  const Weights w = make_weights(DType::F16, N, K);
+  const auto x = normal(static_cast<size_t>(M * K), 1, 1.0f);
+  const Tensor xt = be.upload(x.data(), DType::F32, {M, K});
+  const Tensor rm = be.upload(w.w16.data(), DType::F16, {N, K});
+  const Tensor packed = be.pack_linear_weight(rm);
+  EXPECT_EQ(packed.layout, Layout::Packed);
+  EXPECT_EQ(packed.shape, rm.shape);
+  Tensor y1 = be.empty(DType::F32, {M, N}), y2 = be.empty(DType::F32, {M, N});
+  be.linear(xt, rm, nullptr, y1);
+  be.linear(xt, packed, nullptr, y2);
+  for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(y1.ptr<float>()[i], y2.ptr<float>()[i]) << i;
+  std::vector<uint16_t> host(static_cast<size_t>(N * K));
+  EXPECT_THROW(be.download(packed, host.data()), Error);
+  EXPECT_THROW(be.to_f32(packed), Error);
+  EXPECT_THROW(packed.rows(0, 1), Error);
+  EXPECT_THROW(be.pack_linear_weight(packed), Error);
 }

@@ -19,13 +19,16 @@ DiffusionHead::DiffusionHead(const MarConfig& c, WeightLoader& w, Backend& backe
   const int64_t W = width_, d = token_dim_;
   const std::string p = "diffloss.net.";
   auto lin = [&](const std::string& name, int64_t out, int64_t in) {
-    return Linear{w.matrix(p + name + ".weight", {out, in}), w.f32(p + name + ".bias", {out})};
+    return Linear{w.linear(p + name + ".weight", {out, in}), w.f32(p + name + ".bias", {out})};
   };
-  // adaLN_modulation.1 maps W -> k*W; its chunks are the row blocks of the weight.
+  // adaLN_modulation.1 maps W -> k*W; its chunks are the row blocks of the weight, each packed
+  // as a linear weight of its own.
   auto chunks = [&](const std::string& name, int k) {
-    const Linear all = lin(name, k * W, W);
+    const Tensor all_w = w.matrix(p + name + ".weight", {k * W, W});
+    const Tensor all_b = w.f32(p + name + ".bias", {k * W});
     std::vector<Linear> out;
-    for (int i = 0; i < k; ++i) out.push_back({all.w.rows(i * W, W), all.b.rows(i * W, W)});
+    for (int i = 0; i < k; ++i)
+      out.push_back({backend.pack_linear_weight(all_w.rows(i * W, W)), all_b.rows(i * W, W)});
     return out;
   };
   time0_ = lin("time_embed.mlp.0", W, kFrequencyDim);

@@ -75,7 +75,7 @@ EmojiClassifier::EmojiClassifier(const std::string& dir, Backend& backend, bool 
       in = out;
     }
   }
-  head_w_ = w.f32("head.weight", {cfg_.num_classes, in});
+  head_w_ = backend_.pack_linear_weight(w.f32("head.weight", {cfg_.num_classes, in}));
   head_b_ = w.f32("head.bias", {cfg_.num_classes});
   w.finish();
 }

@@ -60,8 +60,8 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
   if (c.is_c2i()) {
     class_table = w.matrix("cls_embedding.embedding_table.weight", {c.num_classes + 1, D});
   } else {
-    cap_fc1 = w.matrix("cls_embedding.cap_proj.fc1.weight", {D, c.caption_dim});
-    cap_fc2 = w.matrix("cls_embedding.cap_proj.fc2.weight", {D, D});
+    cap_fc1 = w.linear("cls_embedding.cap_proj.fc1.weight", {D, c.caption_dim});
+    cap_fc2 = w.linear("cls_embedding.cap_proj.fc2.weight", {D, D});
     const Tensor unc = w.f32("cls_embedding.uncond_embedding", {c.cls_token_num, c.caption_dim});
     uncond_caption_.resize(static_cast<size_t>(unc.numel()));
     backend.download(unc, uncond_caption_.data());
@@ -70,16 +70,16 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
     const std::string p = "layers." + std::to_string(l) + ".";
     Layer L;
     L.attention_norm = w.f32(p + "attention_norm.weight", {D});
-    L.wqkv = w.matrix(p + "attention.wqkv.weight", {qkv, D});
-    L.wo = w.matrix(p + "attention.wo.weight", {D, D});
+    L.wqkv = w.linear(p + "attention.wqkv.weight", {qkv, D});
+    L.wo = w.linear(p + "attention.wo.weight", {D, D});
     L.ffn_norm = w.f32(p + "ffn_norm.weight", {D});
-    L.w1 = w.matrix(p + "feed_forward.w1.weight", {F, D});
-    L.w3 = w.matrix(p + "feed_forward.w3.weight", {F, D});
-    L.w2 = w.matrix(p + "feed_forward.w2.weight", {D, F});
+    L.w1 = w.linear(p + "feed_forward.w1.weight", {F, D});
+    L.w3 = w.linear(p + "feed_forward.w3.weight", {F, D});
+    L.w2 = w.linear(p + "feed_forward.w2.weight", {D, F});
     layers_.push_back(std::move(L));
   }
   norm = w.f32("norm.weight", {D});
-  output = w.matrix("output.weight", {V, D});
+  output = w.linear("output.weight", {V, D});
   w.finish();
   const std::vector<float> rope =
       llamagen_rope_table(c.grid, static_cast<int>(hd), c.rope_base, c.cls_token_num);

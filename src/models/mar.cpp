@@ -25,7 +25,7 @@ Mar::Mar(const ModelConfig& mc, Backend& backend) : cfg_(mc.mar), backend_(backe
   backend.copy(classes, head_rows);
   backend.copy(fake, tail_row);
 
-  z_proj_w_ = w.matrix("z_proj.weight", {D, d});
+  z_proj_w_ = w.linear("z_proj.weight", {D, d});
   z_proj_b_ = w.f32("z_proj.bias", {D});
   z_proj_ln_w_ = w.f32("z_proj_ln.weight", {D});
   z_proj_ln_b_ = w.f32("z_proj_ln.bias", {D});
@@ -34,15 +34,15 @@ Mar::Mar(const ModelConfig& mc, Backend& backend) : cfg_(mc.mar), backend_(backe
     Block b;
     b.norm1_w = w.f32(p + ".norm1.weight", {D});
     b.norm1_b = w.f32(p + ".norm1.bias", {D});
-    b.qkv_w = w.matrix(p + ".attn.qkv.weight", {3 * D, D});
+    b.qkv_w = w.linear(p + ".attn.qkv.weight", {3 * D, D});
     b.qkv_b = w.f32(p + ".attn.qkv.bias", {3 * D});
-    b.proj_w = w.matrix(p + ".attn.proj.weight", {D, D});
+    b.proj_w = w.linear(p + ".attn.proj.weight", {D, D});
     b.proj_b = w.f32(p + ".attn.proj.bias", {D});
     b.norm2_w = w.f32(p + ".norm2.weight", {D});
     b.norm2_b = w.f32(p + ".norm2.bias", {D});
-    b.fc1_w = w.matrix(p + ".mlp.fc1.weight", {F, D});
+    b.fc1_w = w.linear(p + ".mlp.fc1.weight", {F, D});
     b.fc1_b = w.f32(p + ".mlp.fc1.bias", {F});
-    b.fc2_w = w.matrix(p + ".mlp.fc2.weight", {D, F});
+    b.fc2_w = w.linear(p + ".mlp.fc2.weight", {D, F});
     b.fc2_b = w.f32(p + ".mlp.fc2.bias", {D});
     return b;
   };
@@ -50,7 +50,7 @@ Mar::Mar(const ModelConfig& mc, Backend& backend) : cfg_(mc.mar), backend_(backe
     encoder_.push_back(block("encoder_blocks." + std::to_string(i)));
   enc_norm_w_ = w.f32("encoder_norm.weight", {D});
   enc_norm_b_ = w.f32("encoder_norm.bias", {D});
-  dec_embed_w_ = w.matrix("decoder_embed.weight", {D, D});
+  dec_embed_w_ = w.linear("decoder_embed.weight", {D, D});
   dec_embed_b_ = w.f32("decoder_embed.bias", {D});
   mask_token_ = w.f32("mask_token", {1, 1, D}).view({1, D});
   dec_pos_ = w.f32("decoder_pos_embed_learned", {1, S, D}).view({S, D});

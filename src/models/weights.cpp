@@ -53,6 +53,10 @@ Tensor WeightLoader::matrix(const std::string& name, const Shape& shape) {
   return adopt(info);
 }
 
+Tensor WeightLoader::linear(const std::string& name, const Shape& shape) {
+  return backend_.pack_linear_weight(matrix(name, shape));
+}
+
 Tensor WeightLoader::adopt(const SafeTensorInfo& info) {
   // safetensors does not promise alignment; a misaligned tensor is copied instead of mapped.
   if (reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) != 0)

@@ -27,6 +27,9 @@ class WeightLoader {
 
   // A matrix used as stored (memory-mapped on the CPU): must have `shape` and the file's dtype.
   Tensor matrix(const std::string& name, const Shape& shape);
+  // The weight of a linear layer: a matrix() in the layout the backend's linear reads fastest
+  // (Backend::pack_linear_weight; on the CPU a copy in panels, not the file mapping).
+  Tensor linear(const std::string& name, const Shape& shape);
   // A tensor converted to f32 (norm weights, biases, small tables): any float dtype.
   Tensor f32(const std::string& name, const Shape& shape);
   // After loading: throws when the file holds tensors the model does not use.

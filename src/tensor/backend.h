@@ -65,7 +65,11 @@ class Backend {
   // ---- transformer ops (activations f32; weights f32, f16 or bf16) ----------------------------
   // y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]). Each output element is one dot product whose
   // summation order does not depend on M or on the thread count (reproducible sampling).
+  // w row-major or packed by pack_linear_weight.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // w [N, K] in the layout this backend's linear reads fastest (Layout::Packed, same dtype and
+  // shape), or w itself if it has none. Models call it once per weight at load.
+  virtual Tensor pack_linear_weight(const Tensor& w) { return w; }
   // out[i,:] = table[ids[i],:] converted to f32; ids is an I32 tensor.
   virtual void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
   // y = x * rsqrt(mean(x^2) + eps) * w, per row.

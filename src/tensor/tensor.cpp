@@ -25,6 +25,7 @@ int64_t shape_numel(const Shape& s) {
 }
 
 Tensor Tensor::view(Shape new_shape) const {
+  check(layout == Layout::RowMajor, "internal: a packed weight has no views");
   check(shape_numel(new_shape) == numel(),
         "internal: cannot view " + shape_str(shape) + " as " + shape_str(new_shape));
   Tensor t = *this;
@@ -33,6 +34,7 @@ Tensor Tensor::view(Shape new_shape) const {
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  check(layout == Layout::RowMajor, "internal: a packed weight has no row views");
   check(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],
         "internal: rows out of range of " + shape_str(shape));
   Tensor t = *this;

@@ -19,8 +19,13 @@ using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[2, 3]"
 int64_t shape_numel(const Shape& s);
 
+// How a tensor's elements lie in memory. Packed: a linear weight [N, K] in the backend's own
+// layout for Backend::linear (Backend::pack_linear_weight); only linear reads it.
+enum class Layout : uint8_t { RowMajor, Packed };
+
 struct Tensor {
   DType dtype = DType::F32;
+  Layout layout = Layout::RowMajor;
   Shape shape;
   void* data = nullptr;         // backend memory (a device address for device backends)
   std::shared_ptr<void> owner;  // keeps the allocation or file mapping alive

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "tensor/cpu/host_memory.h"
+#include "tensor/cpu/linear_panels.h"
 #include "tessera/error.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -21,6 +22,10 @@ namespace {
 void require_f32(const Tensor& t, const char* what) {
   check(t.dtype == DType::F32,
         std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype));
+}
+// Only linear reads packed weights (Backend::pack_linear_weight).
+void require_row_major(const Tensor& t, const char* what) {
+  check(t.layout == Layout::RowMajor, std::string("internal: ") + what + " of a packed weight");
 }
 void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
   check(a.numel() == b.numel(),
@@ -86,6 +91,7 @@ Tensor CpuBackend::upload(const void* host, DType dtype, Shape shape) {
 }
 
 void CpuBackend::download(const Tensor& t, void* host) {
+  require_row_major(t, "download");
   if (t.nbytes()) std::memcpy(host, t.data, t.nbytes());
 }
 
@@ -105,12 +111,14 @@ Tensor CpuBackend::adopt_host(const void* host, DType dtype, Shape shape,
 }
 
 Tensor CpuBackend::to_f32(const Tensor& t) {
+  require_row_major(t, "to_f32");
   Tensor out = empty(DType::F32, t.shape);
   convert_to_f32(t.dtype, t.data, out.ptr<float>(), static_cast<size_t>(t.numel()));
   return out;
 }
 
 void CpuBackend::copy(const Tensor& src, Tensor& dst) {
+  require_row_major(src, "copy");
   check(src.dtype == dst.dtype && src.numel() == dst.numel(), "internal: copy mismatch");
   if (src.nbytes()) std::memmove(dst.data, src.data, src.nbytes());
 }
@@ -123,11 +131,27 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
         "internal: linear shapes x" + shape_str(x.shape) + " w" + shape_str(w.shape) + " y" +
             shape_str(y.shape));
   check(!bias || bias->dtype == DType::F32, "internal: linear bias must be f32");
-  cpu::linear(x.ptr<float>(), x.numel() / K, K, w.data, w.dtype, N,
-              bias ? bias->ptr<float>() : nullptr, y.ptr<float>());
+  const auto run = w.layout == Layout::Packed ? cpu::linear_panels : cpu::linear;
+  run(x.ptr<float>(), x.numel() / K, K, w.data, w.dtype, N, bias ? bias->ptr<float>() : nullptr,
+      y.ptr<float>());
+}
+
+Tensor CpuBackend::pack_linear_weight(const Tensor& w) {
+  check(w.ndim() == 2 && w.layout == Layout::RowMajor &&
+            (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16),
+        "internal: pack_linear_weight takes a row-major f32/f16/bf16 matrix, got " +
+            std::string(dtype_name(w.dtype)) + " " + shape_str(w.shape));
+  const int64_t N = w.dim(0), K = w.dim(1);
+  // Sized as an [N rounded up to whole panels, K] tensor, so the allocation checks apply.
+  Tensor p = empty(w.dtype, {cpu::panel_count(N) * cpu::kPanelRows, K});
+  cpu::pack_panels(w.data, w.dtype, N, K, p.data);
+  p.shape = w.shape;
+  p.layout = Layout::Packed;
+  return p;
 }
 
 void CpuBackend::get_rows(const Tensor& table, const Tensor& id_tensor, Tensor& out) {
+  require_row_major(table, "get_rows");
   require_f32(out, "get_rows output");
   check(id_tensor.dtype == DType::I32, "internal: get_rows ids must be i32");
   const int32_t* ids = id_tensor.ptr<int32_t>();

@@ -29,6 +29,8 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& src, Tensor& dst) override;
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
+  // Panels of 32 output rows, k-major (linear_panels.h).
+  Tensor pack_linear_weight(const Tensor& w) override;
   void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
@@ -80,12 +82,17 @@ namespace cpu {
 // Below this many multiply-adds an op runs on the calling thread: waking the OpenMP team and
 // joining it costs more than the op. 64K threads the draft model's linears of one token
 // (110K and 98K at dim 192; its 192x192 output projection, 37K, stays serial): at 128K they ran
-// serial and the only threaded op of a step was the output layer, so the idle thread often fell asleep
-// between regions and the draft step measured 0.25 or 0.55 ms by turns, against 0.19-0.20 ms now
-// (docs/performance.md, "Per-op overhead" and session 16).
+// serial and the only threaded op of a step was the output layer, so the idle thread often fell
+// asleep between regions and the draft step measured 0.25 or 0.55 ms by turns, against 0.19-0.20 ms
+// now (docs/performance.md, "Per-op overhead" and session 16).
 constexpr int64_t kParallelMinMacs = 64 * 1024;
 
-// y[M,N] = x[M,K] · w[N,K]^T (+ bias); w in f32/f16/bf16; deterministic per element.
+// y[M,N] = x[M,K] · w[N,K]^T (+ bias); w in f32/f16/bf16, in panels (linear_panels.h); each
+// element is one FMA chain over k, the same bits for any M, thread count and kernel path.
+void linear_panels(const float* x, int64_t M, int64_t K, const void* panels, DType w_type,
+                   int64_t N, const float* bias, float* y);
+// The same for a row-major w[N, K]: packs it first (tests and one-off calls; models pack their
+// weights once at load, CpuBackend::pack_linear_weight).
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y);
 const char* linear_isa();  // "avx512", "avx2" or "scalar"

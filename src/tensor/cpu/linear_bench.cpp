@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/linear_panels.h"
 #include "tensor/dtype.h"
 #include "tessera/error.h"
 #include "tessera/kernel_bench.h"
@@ -19,7 +20,7 @@ LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std
   check(wt == DType::F32 || wt == DType::F16 || wt == DType::BF16,
         "linear kernel benchmark: weights must be f32, f16 or bf16, not " + dtype);
   check(M > 0 && K > 0 && N > 0 && repeats > 0, "linear kernel benchmark: sizes must be positive");
-  const size_t w_bytes = static_cast<size_t>(N * K) * dtype_size(wt);
+  const size_t w_bytes = cpu::panel_bytes(wt, N, K);
   // 96 MB of weights in all: more than any desktop or server L3, so every call reads from memory.
   const size_t copies = std::max<size_t>(1, (size_t(96) << 20) / w_bytes);
   std::vector<float> wf(static_cast<size_t>(N * K));
@@ -34,13 +35,16 @@ LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std
     wf[i] = static_cast<float>((i * 7919) % 201) * 1e-3f - 0.1f;
   for (size_t i = 0; i < static_cast<size_t>(M * K); ++i)
     x[i] = static_cast<float>((i * 104729) % 199) * 1e-2f - 1.0f;
+  // Stored and packed as a model's weights are at load (CpuBackend::pack_linear_weight).
+  std::vector<uint8_t> stored(static_cast<size_t>(N * K) * dtype_size(wt));
+  convert_from_f32(wf.data(), wt, stored.data(), wf.size());
   std::vector<std::vector<uint8_t>> w(copies, std::vector<uint8_t>(w_bytes));
-  for (auto& c : w) convert_from_f32(wf.data(), wt, c.data(), wf.size());
+  for (auto& c : w) cpu::pack_panels(stored.data(), wt, N, K, c.data());
   std::vector<float> y(static_cast<size_t>(M * N));
   double best = 1e30;
   for (int r = 0; r <= repeats; ++r) {  // round 0 warms up (page faults, thread pool)
     const auto t0 = std::chrono::steady_clock::now();
-    for (const auto& c : w) cpu::linear(x, M, K, c.data(), wt, N, nullptr, y.data());
+    for (const auto& c : w) cpu::linear_panels(x, M, K, c.data(), wt, N, nullptr, y.data());
     const double dt =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / copies;
     if (r > 0) best = std::min(best, dt);

@@ -10,9 +10,10 @@
 
 namespace tessera::cpu {
 
-void linear_avx512(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
-                   const float* bias, float* y, bool parallel);
-void linear_avx2(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+// w in panels (linear_panels.h).
+void linear_avx512(const float* x, int64_t M, int64_t K, const void* panels, DType w_type,
+                   int64_t N, const float* bias, float* y, bool parallel);
+void linear_avx2(const float* x, int64_t M, int64_t K, const void* panels, DType w_type, int64_t N,
                  const float* bias, float* y, bool parallel);
 
 // The kernel paths this CPU can run, fastest first ("avx512", "avx2", "scalar").

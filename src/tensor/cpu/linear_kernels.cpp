@@ -8,12 +8,15 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/linear_isa.h"
+#include "tensor/cpu/linear_panels.h"
 #include "tessera/error.h"
 
 namespace tessera::cpu {
@@ -60,21 +63,30 @@ Isa current() {
   return static_cast<Isa>(i);
 }
 
-// Reference path for CPUs without AVX2: plain loops, one dot product per element.
-void linear_scalar(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
-                   const float* bias, float* y, bool parallel) {
+// Reference path for CPUs without AVX2: plain loops over the panels, the same FMA chain per
+// output as the SIMD paths (linear_tiles.h), so every path gives the same bits.
+template <class T>
+void scalar_typed(const float* x, int64_t M, int64_t K, const T* panels, DType w_type, int64_t N,
+                  const float* bias, float* y, bool parallel) {
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t n = 0; n < N; ++n) {
-    std::vector<float> wrow(static_cast<size_t>(K));
-    const size_t es = dtype_size(w_type);
-    convert_to_f32(w_type, static_cast<const char*>(w) + n * K * es, wrow.data(),
-                   static_cast<size_t>(K));
+    const T* col = panels + (n / kPanelRows) * K * kPanelRows + n % kPanelRows;
+    std::vector<float> wk(static_cast<size_t>(K));
+    for (int64_t k = 0; k < K; ++k) convert_to_f32(w_type, col + k * kPanelRows, &wk[k], 1);
     for (int64_t m = 0; m < M; ++m) {
-      float s = 0.0f;
-      for (int64_t k = 0; k < K; ++k) s += x[m * K + k] * wrow[k];
-      y[m * N + n] = s + (bias ? bias[n] : 0.0f);
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wk[k], acc);
+      y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
     }
   }
+}
+
+void linear_scalar(const float* x, int64_t M, int64_t K, const void* panels, DType w_type,
+                   int64_t N, const float* bias, float* y, bool parallel) {
+  if (w_type == DType::F32)
+    scalar_typed(x, M, K, static_cast<const float*>(panels), w_type, N, bias, y, parallel);
+  else
+    scalar_typed(x, M, K, static_cast<const uint16_t*>(panels), w_type, N, bias, y, parallel);
 }
 
 }  // namespace
@@ -93,8 +105,8 @@ void set_linear_isa(const std::string& isa) {
   g_isa.store(static_cast<int>(isa.empty() ? default_isa() : parse_isa(isa)));
 }
 
-void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
-            const float* bias, float* y) {
+void linear_panels(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+                   const float* bias, float* y) {
   const bool parallel = M * K * N >= kParallelMinMacs && omp_get_max_threads() > 1;
   switch (current()) {
     case Isa::Avx512:
@@ -104,6 +116,13 @@ void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, i
     default:
       return linear_scalar(x, M, K, w, w_type, N, bias, y, parallel);
   }
+}
+
+void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
+            const float* bias, float* y) {
+  std::vector<uint8_t> panels(panel_bytes(w_type, N, K));
+  pack_panels(w, w_type, N, K, panels.data());
+  linear_panels(x, M, K, panels.data(), w_type, N, bias, y);
 }
 
 }  // namespace tessera::cpu
