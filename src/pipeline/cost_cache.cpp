@@ -26,8 +26,9 @@ namespace {
 // Bump when the measurement changes meaning or the kernels' costs change shape (a calibration
 // of older kernels would choose draft lengths for costs this build no longer has): 3 = the
 // one-accumulator linear kernel of issue 25; 4 = the draft model's linears threaded (a cheaper
-// draft step).
-constexpr int kFormat = 4;
+// draft step); 5 = weights in panels with broadcast register tiles, and blocked attention scores
+// (cheaper multi-position forwards).
+constexpr int kFormat = 5;
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;

@@ -47,7 +47,7 @@ inline typename V::reg load_w(const storage_t<WD>* w) {
 
 // How far ahead along a panel the tile prefetches: the hardware prefetcher alone keeps too few
 // lines in flight for one core to reach the memory bandwidth (docs/performance.md).
-constexpr int64_t kPrefetchBytes = 2048;
+constexpr int64_t kPrefetchBytes = 8192;
 
 constexpr int64_t imin(int64_t a, int64_t b) {
   return a < b ? a : b;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/vector_math.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -48,24 +49,15 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* 
   }
 }
 
-#if TESSERA_HAVE_LIBMVEC
-// glibc's libmvec (>= 2.35) has SIMD variants of erff under the vector function ABI; declaring
-// them makes the compiler call them in `omp simd` loops. Scalar glibc erff costs ~20 ns, and
-// MAR-B evaluates 75M of them per guided MAE pass: half the pass time before this.
-extern "C" {
-#pragma omp declare simd notinbranch
-float erff(float);
-}
-#endif
-
 namespace {
-// GELU with the exact erf, as torch.nn.GELU(): 0.5 x (1 + erf(x / sqrt 2)). Every element goes
+// GELU with the exact erf, as torch.nn.GELU(): 0.5 x (1 + erf(x / sqrt 2)); SIMD erff from
+// libmvec (vector_math.h): MAR-B evaluates 75M of them per guided MAE pass. Every element goes
 // through the same SIMD code (the tail is padded to a whole block): the SIMD and scalar erff may
 // differ in the last ulp, and a value's result must not depend on its position in the tensor
 // (batch invariance).
 constexpr int64_t kGeluBlock = 16;
 
-inline void gelu_block(float* v) {
+[[gnu::noinline]] void gelu_block(float* v) {  // one copy: the tail runs the same code
 #pragma omp simd
   for (int64_t i = 0; i < kGeluBlock; ++i)
     v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118f));
