@@ -15,6 +15,12 @@ class Error : public std::runtime_error {
 
 // Throws tessera::Error(msg) when cond is false.
 void check(bool cond, const std::string& msg);
+// The same for a literal: no std::string is built unless it throws (kernels check their inputs on
+// every call).
+inline void check(bool cond, const char* msg) {
+  if (!cond) [[unlikely]]
+    throw Error(msg);
+}
 
 // A bad value of a named parameter: a generation option ("temperature", "top_k", "batch",
 // "tokens", "draft", "draft_len", "steps", ...) or a method parameter ("lantern.k",

@@ -20,16 +20,18 @@ namespace tessera {
 
 namespace {
 void require_f32(const Tensor& t, const char* what) {
-  check(t.dtype == DType::F32,
-        std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype));
+  if (!(t.dtype == DType::F32))
+    throw Error(std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype));
 }
 // Only linear reads packed weights (Backend::pack_linear_weight).
 void require_row_major(const Tensor& t, const char* what) {
-  check(t.layout == Layout::RowMajor, std::string("internal: ") + what + " of a packed weight");
+  if (!(t.layout == Layout::RowMajor))
+    throw Error(std::string("internal: ") + what + " of a packed weight");
 }
 void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  check(a.numel() == b.numel(),
-        std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " + shape_str(b.shape));
+  if (!(a.numel() == b.numel()))
+    throw Error(std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " +
+                shape_str(b.shape));
 }
 }  // namespace
 
@@ -127,9 +129,9 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   require_f32(x, "linear input");
   require_f32(y, "linear output");
   const int64_t K = w.dim(-1), N = w.dim(0);
-  check(x.dim(-1) == K && y.dim(-1) == N && x.numel() / K == y.numel() / N,
-        "internal: linear shapes x" + shape_str(x.shape) + " w" + shape_str(w.shape) + " y" +
-            shape_str(y.shape));
+  if (!(x.dim(-1) == K && y.dim(-1) == N && x.numel() / K == y.numel() / N))
+    throw Error("internal: linear shapes x" + shape_str(x.shape) + " w" + shape_str(w.shape) +
+                " y" + shape_str(y.shape));
   check(!bias || bias->dtype == DType::F32, "internal: linear bias must be f32");
   const auto run = w.layout == Layout::Packed ? cpu::linear_panels : cpu::linear;
   run(x.ptr<float>(), x.numel() / K, K, w.data, w.dtype, N, bias ? bias->ptr<float>() : nullptr,
@@ -160,8 +162,9 @@ void CpuBackend::get_rows(const Tensor& table, const Tensor& id_tensor, Tensor& 
   check(out.numel() == n * width, "internal: get_rows shape");
   const size_t es = dtype_size(table.dtype);
   for (int64_t i = 0; i < n; ++i) {
-    check(ids[i] >= 0 && ids[i] < n_rows, "internal: row id " + std::to_string(ids[i]) +
-                                              " out of range [0, " + std::to_string(n_rows) + ")");
+    if (!(ids[i] >= 0 && ids[i] < n_rows))
+      throw Error("internal: row id " + std::to_string(ids[i]) + " out of range [0, " +
+                  std::to_string(n_rows) + ")");
     convert_to_f32(table.dtype, static_cast<const char*>(table.data) + ids[i] * width * es,
                    out.ptr<float>() + i * width, static_cast<size_t>(width));
   }

@@ -12,8 +12,9 @@ namespace tessera {
 
 namespace {
 void same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  check(a.numel() == b.numel(),
-        std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " + shape_str(b.shape));
+  if (!(a.numel() == b.numel()))
+    throw Error(std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " +
+                shape_str(b.shape));
 }
 }  // namespace
 
