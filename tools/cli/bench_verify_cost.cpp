@@ -35,8 +35,10 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   const bool cfg = o.cfg_scale > 1.0f;
   const double bandwidth = memory_read_bandwidth_gbs() * 1e9;
   const PeakFlops peak = measure_peak_flops();
-  // bf16 weights can use bf16 dot products; f32 and f16 weights are multiplied in f32.
-  const bool bf16 = pipe->config().gpt.dtype == "bf16" && peak.bf16_dot_gflops > 0.0;
+  // bf16 weights can use bf16 dot products or f32 FMAs (the kernel converts them to f32): the
+  // bound takes the faster on this CPU. f32 and f16 weights are multiplied in f32.
+  const bool bf16 =
+      pipe->config().gpt.dtype == "bf16" && peak.bf16_dot_gflops > peak.f32_fma_gflops;
   const double flops_s = (bf16 ? peak.bf16_dot_gflops : peak.f32_fma_gflops) * 1e9;
   const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
   const std::vector<double> sec = pipe->forward_seconds(o.k_to, cfg, o.repeat);
