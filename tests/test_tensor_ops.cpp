@@ -113,6 +113,28 @@ TEST(GeluErf, MatchesDoubleReferenceAndIsPositionIndependent) {
   }
 }
 
+TEST(Swiglu, MatchesDoubleReferenceAndIsPositionIndependent) {
+  const int64_t n = 16 * 300 + 7;  // parallel (>= 4096 elements), with a padded tail
+  auto g = randn(n, 6, 3.0f), u = randn(n, 7, 1.0f);
+  Backend& be = cpu_backend();
+  Tensor y = be.empty(DType::F32, {n});
+  be.swiglu(be.upload(g.data(), DType::F32, {n}), be.upload(u.data(), DType::F32, {n}), y);
+  for (int64_t i = 0; i < n; ++i) {
+    const double ref = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+    ASSERT_NEAR(y.ptr<float>()[i], ref, 2e-6 * (1.0 + std::fabs(ref))) << "g = " << g[i];
+  }
+  for (int64_t shift : {1, 5, 9, 15}) {  // every value lands elsewhere in its block, or in the tail
+    std::vector<float> gs(n + shift, 0.25f), us(n + shift, 0.5f);
+    std::copy(g.begin(), g.end(), gs.begin() + shift);
+    std::copy(u.begin(), u.end(), us.begin() + shift);
+    Tensor ys = be.empty(DType::F32, {n + shift});
+    be.swiglu(be.upload(gs.data(), DType::F32, {n + shift}),
+              be.upload(us.data(), DType::F32, {n + shift}), ys);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(ys.ptr<float>()[i + shift], y.ptr<float>()[i]) << "shift " << shift;
+  }
+}
+
 TEST(Attention, MultiSequenceCacheMatchesDirectSoftmax) {
   Backend& be = cpu_backend();
   const int H = 2, hd = 4, cap = 8, kv = H * hd;

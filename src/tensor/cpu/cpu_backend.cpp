@@ -12,6 +12,7 @@
 
 #include "tensor/cpu/host_memory.h"
 #include "tensor/cpu/linear_panels.h"
+#include "tensor/cpu/vector_math.h"
 #include "tessera/error.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -199,15 +200,34 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
   for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
 }
 
+namespace {
+// silu(g) * u for one block of kSimdBlock elements through libmvec's SIMD expf (vector_math.h):
+// one copy of the code, so the tail, padded to a whole block, runs the same instructions
+// (batch invariance). The scalar expf took ~0.4 ms of a 16-position emoji verification.
+constexpr int64_t kSimdBlock = 16;
+[[gnu::noinline]] void swiglu_block(const float* g, const float* u, float* y) {
+#pragma omp simd
+  for (int64_t i = 0; i < kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+}  // namespace
+
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
   require_same_numel(gate, up, "swiglu");
   const float* g = gate.ptr<float>();
   const float* u = up.ptr<float>();
   float* yp = y.ptr<float>();
-  const int64_t n = gate.numel();
+  const int64_t n = gate.numel(), blocks = n / kSimdBlock;
   // Parallel from a decode step's size up (2 rows x ffn_dim): the exp makes it worth a fork.
 #pragma omp parallel for schedule(static) if (n >= 4096)
-  for (int64_t i = 0; i < n; ++i) yp[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  for (int64_t b = 0; b < blocks; ++b)
+    swiglu_block(g + b * kSimdBlock, u + b * kSimdBlock, yp + b * kSimdBlock);
+  if (const int64_t rest = n - blocks * kSimdBlock; rest > 0) {
+    float gt[kSimdBlock] = {}, ut[kSimdBlock] = {}, yt[kSimdBlock];
+    std::copy(g + blocks * kSimdBlock, g + n, gt);
+    std::copy(u + blocks * kSimdBlock, u + n, ut);
+    swiglu_block(gt, ut, yt);
+    std::copy(yt, yt + rest, yp + blocks * kSimdBlock);
+  }
 }
 
 void CpuBackend::gelu_tanh(Tensor& x) {
