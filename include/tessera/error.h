@@ -5,6 +5,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace tessera {
 
@@ -20,6 +21,13 @@ void check(bool cond, const std::string& msg);
 inline void check(bool cond, const char* msg) {
   if (!cond) [[unlikely]]
     throw Error(msg);
+}
+// The same with a computed message, built by make_msg() only when it throws.
+template <class MakeMessage>
+requires std::is_invocable_r_v<std::string, MakeMessage&>
+inline void check(bool cond, MakeMessage&& make_msg) {
+  if (!cond) [[unlikely]]
+    throw Error(make_msg());
 }
 
 // A bad value of a named parameter: a generation option ("temperature", "top_k", "batch",

@@ -41,6 +41,11 @@ inline void sum16(const __m512* v, float* out) {
   _mm512_storeu_ps(out, _mm512_maskz_permutexvar_ps(0xffff, order, s));
 }
 #undef shuffle_f32x4
+
+// Heads the AVX-512 paths below take: whole 16-float registers, at most 16 of them.
+constexpr bool avx512_head(int head_dim) {
+  return head_dim % 16 == 0 && head_dim <= 256;
+}
 #endif
 
 // s[i] = q . k_i for keys k_0..k_{n-1} (rows of head_dim floats), written for whole blocks of
@@ -49,7 +54,7 @@ inline void sum16(const __m512* v, float* out) {
 // bound on its reduction (attention took ~19% of a 16-position verification forward).
 void dot_keys(const float* q, const float* k, int64_t n, int head_dim, float* s) {
 #if defined(__AVX512F__)
-  if (head_dim % 16 == 0 && head_dim <= 256) {
+  if (avx512_head(head_dim)) {
     const int C = head_dim / 16;
     __m512 qv[16];
     for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
@@ -82,7 +87,7 @@ void dot_keys(const float* q, const float* k, int64_t n, int head_dim, float* s)
 // key waited on a store-to-load round trip).
 void weighted_values(const float* p, float inv, const float* v, int64_t n, int head_dim, float* o) {
 #if defined(__AVX512F__)
-  if (head_dim % 16 == 0 && head_dim <= 256) {
+  if (avx512_head(head_dim)) {
     // Two accumulator sets, even and odd keys, added at the end: twice the FMA chains in flight
     // (one set was bound by the FMA latency, 4 cycles per key).
     const int C = head_dim / 16;
@@ -163,11 +168,12 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
   const int32_t* seqs = b.seq.ptr<int32_t>();
   const int32_t* past = b.past.ptr<int32_t>();
   for (int r = 0; r < b.n_seq; ++r) {
-    if (!(seqs[r] >= 0 && seqs[r] < k_cache.dim(0)))
-      throw Error("internal: KV sequence " + std::to_string(seqs[r]) + " out of range");
-    if (!(past[r] + b.n_new <= cap))
-      throw Error("KV cache full: sequence " + std::to_string(seqs[r]) + " needs " +
-                  std::to_string(past[r] + b.n_new) + " slots, capacity " + std::to_string(cap));
+    check(seqs[r] >= 0 && seqs[r] < k_cache.dim(0),
+          [&] { return "internal: KV sequence " + std::to_string(seqs[r]) + " out of range"; });
+    check(past[r] + b.n_new <= cap, [&] {
+      return "KV cache full: sequence " + std::to_string(seqs[r]) + " needs " +
+             std::to_string(past[r] + b.n_new) + " slots, capacity " + std::to_string(cap);
+    });
     for (int j = 0; j < b.n_new; ++j) {
       const float* row = src + (static_cast<int64_t>(r) * b.n_new + j) * width;
       const int64_t seq = seqs[r], slot = past[r] + j;

@@ -21,20 +21,23 @@ namespace tessera {
 
 namespace {
 void require_f32(const Tensor& t, const char* what) {
-  if (!(t.dtype == DType::F32))
-    throw Error(std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype));
+  check(t.dtype == DType::F32, [&] {
+    return std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype);
+  });
 }
 // Only linear reads packed weights (Backend::pack_linear_weight).
 void require_row_major(const Tensor& t, const char* what) {
-  if (!(t.layout == Layout::RowMajor))
-    throw Error(std::string("internal: ") + what + " of a packed weight");
-}
-void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  if (!(a.numel() == b.numel()))
-    throw Error(std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " +
-                shape_str(b.shape));
+  check(t.layout == Layout::RowMajor,
+        [&] { return std::string("internal: ") + what + " of a packed weight"; });
 }
 }  // namespace
+
+void cpu::require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
+  check(a.numel() == b.numel(), [&] {
+    return std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " +
+           shape_str(b.shape);
+  });
+}
 
 CpuBackend::CpuBackend() {
   set_threads(omp_get_max_threads());
@@ -130,9 +133,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   require_f32(x, "linear input");
   require_f32(y, "linear output");
   const int64_t K = w.dim(-1), N = w.dim(0);
-  if (!(x.dim(-1) == K && y.dim(-1) == N && x.numel() / K == y.numel() / N))
-    throw Error("internal: linear shapes x" + shape_str(x.shape) + " w" + shape_str(w.shape) +
-                " y" + shape_str(y.shape));
+  check(x.dim(-1) == K && y.dim(-1) == N && x.numel() / K == y.numel() / N, [&] {
+    return "internal: linear shapes x" + shape_str(x.shape) + " w" + shape_str(w.shape) + " y" +
+           shape_str(y.shape);
+  });
   check(!bias || bias->dtype == DType::F32, "internal: linear bias must be f32");
   const auto run = w.layout == Layout::Packed ? cpu::linear_panels : cpu::linear;
   run(x.ptr<float>(), x.numel() / K, K, w.data, w.dtype, N, bias ? bias->ptr<float>() : nullptr,
@@ -163,9 +167,10 @@ void CpuBackend::get_rows(const Tensor& table, const Tensor& id_tensor, Tensor& 
   check(out.numel() == n * width, "internal: get_rows shape");
   const size_t es = dtype_size(table.dtype);
   for (int64_t i = 0; i < n; ++i) {
-    if (!(ids[i] >= 0 && ids[i] < n_rows))
-      throw Error("internal: row id " + std::to_string(ids[i]) + " out of range [0, " +
-                  std::to_string(n_rows) + ")");
+    check(ids[i] >= 0 && ids[i] < n_rows, [&] {
+      return "internal: row id " + std::to_string(ids[i]) + " out of range [0, " +
+             std::to_string(n_rows) + ")";
+    });
     convert_to_f32(table.dtype, static_cast<const char*>(table.data) + ids[i] * width * es,
                    out.ptr<float>() + i * width, static_cast<size_t>(width));
   }
@@ -190,8 +195,8 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y
 }
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
-  require_same_numel(a, b, "add");
-  require_same_numel(a, y, "add");
+  cpu::require_same_numel(a, b, "add");
+  cpu::require_same_numel(a, y, "add");
   const float* ap = a.ptr<float>();
   const float* bp = b.ptr<float>();
   float* yp = y.ptr<float>();
@@ -201,33 +206,19 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 namespace {
-// silu(g) * u for one block of kSimdBlock elements through libmvec's SIMD expf (vector_math.h):
-// one copy of the code, so the tail, padded to a whole block, runs the same instructions
-// (batch invariance). glibc's scalar expf had 1-2.5% of a verification run's samples in `perf`.
-constexpr int64_t kSimdBlock = 16;
+// silu(g) * u for one block through libmvec's SIMD expf (vector_math.h); glibc's scalar expf had
+// 1-2.5% of a verification run's samples in `perf`.
 [[gnu::noinline]] void swiglu_block(const float* g, const float* u, float* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+  for (int64_t i = 0; i < cpu::kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 }  // namespace
 
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
-  require_same_numel(gate, up, "swiglu");
-  const float* g = gate.ptr<float>();
-  const float* u = up.ptr<float>();
-  float* yp = y.ptr<float>();
-  const int64_t n = gate.numel(), blocks = n / kSimdBlock;
+  cpu::require_same_numel(gate, up, "swiglu");
   // Parallel from a decode step's size up (2 rows x ffn_dim): the exp makes it worth a fork.
-#pragma omp parallel for schedule(static) if (n >= 4096)
-  for (int64_t b = 0; b < blocks; ++b)
-    swiglu_block(g + b * kSimdBlock, u + b * kSimdBlock, yp + b * kSimdBlock);
-  if (const int64_t rest = n - blocks * kSimdBlock; rest > 0) {
-    float gt[kSimdBlock] = {}, ut[kSimdBlock] = {}, yt[kSimdBlock];
-    std::copy(g + blocks * kSimdBlock, g + n, gt);
-    std::copy(u + blocks * kSimdBlock, u + n, ut);
-    swiglu_block(gt, ut, yt);
-    std::copy(yt, yt + rest, yp + blocks * kSimdBlock);
-  }
+  cpu::simd_blocks(swiglu_block, gate.ptr<float>(), up.ptr<float>(), y.ptr<float>(), gate.numel(),
+                   gate.numel() >= 4096);
 }
 
 void CpuBackend::gelu_tanh(Tensor& x) {

@@ -96,6 +96,9 @@ void linear_panels(const float* x, int64_t M, int64_t K, const void* panels, DTy
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y);
 const char* linear_isa();  // "avx512", "avx2" or "scalar"
+
+// Throws an internal Error naming `what` and both shapes when a and b differ in element count.
+void require_same_numel(const Tensor& a, const Tensor& b, const char* what);
 }  // namespace cpu
 
 }  // namespace tessera

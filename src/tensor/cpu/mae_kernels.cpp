@@ -10,17 +10,9 @@
 
 namespace tessera {
 
-namespace {
-void same_numel(const Tensor& a, const Tensor& b, const char* what) {
-  if (!(a.numel() == b.numel()))
-    throw Error(std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " +
-                shape_str(b.shape));
-}
-}  // namespace
-
 void CpuBackend::layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
                             Tensor& y) {
-  same_numel(x, y, "layer_norm");
+  cpu::require_same_numel(x, y, "layer_norm");
   const int64_t D = x.dim(-1), rows = x.numel() / D;
   check(!gamma || gamma->numel() == D, "internal: layer_norm gamma width");
   check(!beta || beta->numel() == D, "internal: layer_norm beta width");
@@ -52,30 +44,17 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* 
 
 namespace {
 // GELU with the exact erf, as torch.nn.GELU(): 0.5 x (1 + erf(x / sqrt 2)); SIMD erff from
-// libmvec (vector_math.h): MAR-B evaluates 75M of them per guided MAE pass. Every element goes
-// through the same SIMD code (the tail is padded to a whole block): the SIMD and scalar erff may
-// differ in the last ulp, and a value's result must not depend on its position in the tensor
-// (batch invariance).
-constexpr int64_t kGeluBlock = 16;
-
-[[gnu::noinline]] void gelu_block(float* v) {  // one copy: the tail runs the same code
+// libmvec (vector_math.h): MAR-B evaluates 75M of them per guided MAE pass.
+[[gnu::noinline]] void gelu_block(const float* x, const float*, float* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < kGeluBlock; ++i)
-    v[i] = 0.5f * v[i] * (1.0f + erff(v[i] * 0.70710678118f));
+  for (int64_t i = 0; i < cpu::kSimdBlock; ++i)
+    y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118f));
 }
 }  // namespace
 
 void CpuBackend::gelu_erf(Tensor& x) {
   float* p = x.ptr<float>();
-  const int64_t n = x.numel(), blocks = n / kGeluBlock;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t b = 0; b < blocks; ++b) gelu_block(p + b * kGeluBlock);
-  if (const int64_t rest = n - blocks * kGeluBlock; rest > 0) {
-    float tail[kGeluBlock] = {};
-    std::copy(p + blocks * kGeluBlock, p + n, tail);
-    gelu_block(tail);
-    std::copy(tail, tail + rest, p + blocks * kGeluBlock);
-  }
+  cpu::simd_blocks(gelu_block, p, nullptr, p, x.numel(), x.numel() > 65536);
 }
 
 void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
@@ -122,9 +101,9 @@ void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int he
 }
 
 void CpuBackend::modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) {
-  same_numel(x, shift, "modulate shift");
-  same_numel(x, scale, "modulate scale");
-  same_numel(x, y, "modulate output");
+  cpu::require_same_numel(x, shift, "modulate shift");
+  cpu::require_same_numel(x, scale, "modulate scale");
+  cpu::require_same_numel(x, y, "modulate output");
   const float* xp = x.ptr<float>();
   const float* sh = shift.ptr<float>();
   const float* sc = scale.ptr<float>();
@@ -135,8 +114,8 @@ void CpuBackend::modulate(const Tensor& x, const Tensor& shift, const Tensor& sc
 }
 
 void CpuBackend::add_gated(Tensor& h, const Tensor& gate, const Tensor& u) {
-  same_numel(h, gate, "add_gated gate");
-  same_numel(h, u, "add_gated input");
+  cpu::require_same_numel(h, gate, "add_gated gate");
+  cpu::require_same_numel(h, u, "add_gated input");
   float* hp = h.ptr<float>();
   const float* g = gate.ptr<float>();
   const float* up = u.ptr<float>();
