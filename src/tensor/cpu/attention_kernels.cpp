@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/cpu_backend.h"
@@ -48,6 +49,35 @@ constexpr bool avx512_head(int head_dim) {
 }
 #endif
 
+#if defined(__AVX512F__)
+// Calls `f` with the head's number of 16-float chunks as a compile-time constant, so that the
+// kernels below keep their per-chunk registers in registers (a run-time count put weighted_values'
+// accumulators on the stack: a store-to-load round trip per key and chunk).
+template <class F>
+void with_chunks(int head_dim, F&& f) {
+  switch (head_dim / 16) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 5:
+      return f(std::integral_constant<int, 5>{});
+    case 6:
+      return f(std::integral_constant<int, 6>{});
+    case 7:
+      return f(std::integral_constant<int, 7>{});
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    default:
+      return f(std::integral_constant<int, 16>{}, head_dim / 16);
+  }
+}
+#endif
+
 // s[i] = q . k_i for keys k_0..k_{n-1} (rows of head_dim floats), written for whole blocks of
 // kKeyBlock keys (keys past n count as zero). Per key: one FMA chain over the 16-float chunks,
 // then a horizontal sum shared by the block's keys; a one-key-at-a-time dot product was latency
@@ -55,21 +85,24 @@ constexpr bool avx512_head(int head_dim) {
 void dot_keys(const float* q, const float* k, int64_t n, int head_dim, float* s) {
 #if defined(__AVX512F__)
   if (avx512_head(head_dim)) {
-    const int C = head_dim / 16;
-    __m512 qv[16];
-    for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
-    for (int64_t s0 = 0; s0 < n; s0 += kKeyBlock) {
-      __m512 acc[kKeyBlock];
-      const int64_t g = std::min(kKeyBlock, n - s0);
-      for (int64_t i = 0; i < kKeyBlock; ++i) {
-        acc[i] = _mm512_setzero_ps();
-        if (i >= g) continue;
-        const float* kk = k + (s0 + i) * head_dim;
-        for (int c = 0; c < C; ++c)
-          acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kk + 16 * c), acc[i]);
+    with_chunks(head_dim, [&](auto max_chunks, int chunks = decltype(max_chunks)::value) {
+      constexpr int CM = decltype(max_chunks)::value;
+      const int C = chunks;
+      __m512 qv[CM];
+      for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + 16 * c);
+      for (int64_t s0 = 0; s0 < n; s0 += kKeyBlock) {
+        __m512 acc[kKeyBlock];
+        const int64_t g = std::min(kKeyBlock, n - s0);
+        for (int64_t i = 0; i < kKeyBlock; ++i) {
+          acc[i] = _mm512_setzero_ps();
+          if (i >= g) continue;
+          const float* kk = k + (s0 + i) * head_dim;
+          for (int c = 0; c < C; ++c)
+            acc[i] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kk + 16 * c), acc[i]);
+        }
+        sum16(acc, s + s0);
       }
-      sum16(acc, s + s0);
-    }
+    });
     return;
   }
 #endif
@@ -83,24 +116,31 @@ void dot_keys(const float* q, const float* k, int64_t n, int head_dim, float* s)
 }
 
 // o = sum_i (p[i] * inv) v_i over values v_0..v_{n-1} (rows of head_dim floats) in a fixed order
-// per key index, skipping zero weights; the accumulators stay in registers (through memory, each
-// key waited on a store-to-load round trip).
+// per key index, skipping zero weights.
 void weighted_values(const float* p, float inv, const float* v, int64_t n, int head_dim, float* o) {
 #if defined(__AVX512F__)
   if (avx512_head(head_dim)) {
     // Two accumulator sets, even and odd keys, added at the end: twice the FMA chains in flight
     // (one set was bound by the FMA latency, 4 cycles per key).
-    const int C = head_dim / 16;
-    __m512 acc[2][16];
-    for (int c = 0; c < C; ++c) acc[0][c] = acc[1][c] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; ++i) {
-      if (p[i] == 0.0f) continue;
-      const __m512 w = _mm512_set1_ps(p[i] * inv);
-      const float* vv = v + i * head_dim;
-      __m512* a = acc[i & 1];
-      for (int c = 0; c < C; ++c) a[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vv + 16 * c), a[c]);
-    }
-    for (int c = 0; c < C; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_add_ps(acc[0][c], acc[1][c]));
+    with_chunks(head_dim, [&](auto max_chunks, int chunks = decltype(max_chunks)::value) {
+      constexpr int CM = decltype(max_chunks)::value;
+      const int C = chunks;
+      __m512 even[CM], odd[CM];
+      for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm512_setzero_ps();
+      auto add_key = [&](int64_t i, __m512* a) {
+        if (p[i] == 0.0f) return;
+        const __m512 w = _mm512_set1_ps(p[i] * inv);
+        const float* vv = v + i * head_dim;
+        for (int c = 0; c < C; ++c) a[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vv + 16 * c), a[c]);
+      };
+      int64_t i = 0;
+      for (; i + 1 < n; i += 2) {
+        add_key(i, even);
+        add_key(i + 1, odd);
+      }
+      if (i < n) add_key(i, even);
+      for (int c = 0; c < C; ++c) _mm512_storeu_ps(o + 16 * c, _mm512_add_ps(even[c], odd[c]));
+    });
     return;
   }
 #endif
@@ -114,16 +154,37 @@ void weighted_values(const float* p, float inv, const float* v, int64_t n, int h
   }
 }
 
-// p[i] = exp(p[i] - mx) for whole blocks of kKeyBlock (-inf gives 0), returning their sum.
+// The largest of p over whole blocks of kKeyBlock: a running maximum per lane position, then a
+// tree over the lanes (a scalar running maximum was one max-latency chain per key, ~20% of a
+// row's attention). The maximum is exact, so the order does not change the result.
+float block_max(const float* p, int64_t blocks) {
+  alignas(64) float lane[kKeyBlock];
+  std::fill(lane, lane + kKeyBlock, -INFINITY);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* v = p + b * kKeyBlock;
+#pragma omp simd
+    for (int64_t i = 0; i < kKeyBlock; ++i) lane[i] = lane[i] > v[i] ? lane[i] : v[i];
+  }
+  for (int64_t w = kKeyBlock / 2; w >= 1; w /= 2)
+    for (int64_t i = 0; i < w; ++i) lane[i] = lane[i] > lane[i + w] ? lane[i] : lane[i + w];
+  return lane[0];
+}
+
+// p[i] = exp(p[i] - mx) for whole blocks of kKeyBlock (-inf gives 0), returning their sum: one
+// partial sum per lane position across the blocks, then a fixed pairwise tree over the lanes (a
+// single running sum was one add-latency chain per key, about a quarter of a row's attention).
 float exp_block_sum(float* p, int64_t blocks, float mx) {
-  float denom = 0.0f;
+  alignas(64) float lane[kKeyBlock] = {};
   for (int64_t b = 0; b < blocks; ++b) {
     float* v = p + b * kKeyBlock;
 #pragma omp simd
     for (int64_t i = 0; i < kKeyBlock; ++i) v[i] = expf(v[i] - mx);
-    for (int64_t i = 0; i < kKeyBlock; ++i) denom += v[i];
+#pragma omp simd
+    for (int64_t i = 0; i < kKeyBlock; ++i) lane[i] += v[i];
   }
-  return denom;
+  for (int64_t w = kKeyBlock / 2; w >= 1; w /= 2)
+    for (int64_t i = 0; i < w; ++i) lane[i] += lane[i + w];
+  return lane[0];
 }
 
 }  // namespace
@@ -214,10 +275,14 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
     // Per-thread scratch kept across calls: no allocation per layer and token.
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>((cap + kKeyBlock - 1) / kKeyBlock * kKeyBlock));
+    // Items run sequence-major, then head, then new row: a thread's contiguous share covers
+    // whole heads, so the rows of a draft window that share a head's keys and values read them
+    // from its L2 after the first row (row-major order made both threads stream every head's
+    // cache from L3: the k-row forward's attention cost 2-3x the one-row's per row).
 #pragma omp for schedule(static)
     for (int64_t idx = 0; idx < total; ++idx) {
-      const int64_t h = idx % n_head;
-      const int64_t j = (idx / n_head) % b.n_new;
+      const int64_t j = idx % b.n_new;
+      const int64_t h = (idx / b.n_new) % n_head;
       const int64_t r = idx / (n_head * b.n_new);
       const int64_t row = r * b.n_new + j;
       const int64_t seq = seqs[r];
@@ -231,7 +296,6 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
       const float* kh = kc + (seq * n_kv_head + kvh) * cap * head_dim;
       const int64_t blocks = (n_keys + kKeyBlock - 1) / kKeyBlock;
       dot_keys(q, kh, n_keys, head_dim, scores.data());
-      float mx = -INFINITY;
       float* sc = scores.data();
       if (mrow || visible) {
         for (int64_t s = 0; s < n_keys; ++s) {
@@ -244,8 +308,7 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
         for (int64_t s = 0; s < n_keys; ++s) sc[s] *= scale;
       }
       for (int64_t s = n_keys; s < blocks * kKeyBlock; ++s) sc[s] = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t s = 0; s < n_keys; ++s) mx = std::max(mx, sc[s]);
+      const float mx = block_max(sc, blocks);
       float* o = dst + row * q_dim + h * head_dim;
       for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
       if (mx == -INFINITY) continue;  // no visible key (cannot happen with the diagonal kept)
