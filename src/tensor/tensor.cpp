@@ -16,7 +16,7 @@ std::string shape_str(const Shape& s) {
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
-    check(d >= 0, "negative dimension in shape " + shape_str(s));
+    check(d >= 0, [&] { return "negative dimension in shape " + shape_str(s); });
     // Shapes come from files: refuse sizes whose bytes could not be addressed.
     if (__builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 56))
       throw Error("shape " + shape_str(s) + " is too large");
@@ -26,8 +26,9 @@ int64_t shape_numel(const Shape& s) {
 
 Tensor Tensor::view(Shape new_shape) const {
   check(layout == Layout::RowMajor, "internal: a packed weight has no views");
-  check(shape_numel(new_shape) == numel(),
-        "internal: cannot view " + shape_str(shape) + " as " + shape_str(new_shape));
+  check(shape_numel(new_shape) == numel(), [&] {
+    return "internal: cannot view " + shape_str(shape) + " as " + shape_str(new_shape);
+  });
   Tensor t = *this;
   t.shape = std::move(new_shape);
   return t;
@@ -36,7 +37,7 @@ Tensor Tensor::view(Shape new_shape) const {
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
   check(layout == Layout::RowMajor, "internal: a packed weight has no row views");
   check(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],
-        "internal: rows out of range of " + shape_str(shape));
+        [&] { return "internal: rows out of range of " + shape_str(shape); });
   Tensor t = *this;
   t.shape[0] = count;
   const int64_t row_elems = shape[0] ? numel() / shape[0] : 0;
