@@ -55,7 +55,8 @@ int CpuBackend::set_threads(int n) {
   // thread), and absurd counts make libgomp fail to create its pool: clamp to the CPUs we have.
   threads_ = std::clamp(n, 1, available_cpus());
   omp_set_num_threads(threads_);
-  openblas_set_num_threads(threads_);
+  // OpenBLAS runs inside our OpenMP threads (conv_kernels.cpp), never with its own pool.
+  openblas_set_num_threads(1);
   return threads_;
 }
 
