@@ -851,6 +851,11 @@ const std::vector<AttnCase> kCausalCases = {
     {"prefill+decode", {3, 3, 5, 1, 19}, false, {{{0}, {0}, 7}, {{0}, {7}, 1}, {{0}, {8}, 3}}},
     {"hd16 two seqs", {2, 2, 16, 2, 12}, false, {{{0, 1}, {0, 0}, 5}, {{1, 0}, {5, 5}, 2}}},
     {"hd1", {1, 1, 1, 1, 9}, false, {{{0}, {0}, 4}, {{0}, {4}, 1}}},
+    // The AVX-512 path's register counts per head width (4, 3 and 9 chunks of 16 floats; the
+    // last one past the compile-time cases) over several 16-key blocks.
+    {"hd64 long", {4, 2, 64, 2, 70}, false, {{{0, 1}, {0, 0}, 37}, {{1, 0}, {37, 37}, 6}}},
+    {"hd48", {3, 3, 48, 1, 40}, false, {{{0}, {0}, 20}, {{0}, {20}, 5}}},
+    {"hd144", {2, 1, 144, 1, 36}, false, {{{0}, {0}, 17}, {{0}, {17}, 4}}},
 };
 // GQA/MQA, several sequences out of cache order with different pasts (seq 1 of 3 left alone).
 const std::vector<AttnCase> kGqaCases = {
@@ -904,6 +909,43 @@ TEST(BackendOps, AttentionTreeMask) {
 TEST(BackendOps, AttentionKeyVisible) {
   uint32_t seed = 500;
   for (const AttnCase& c : kKeyVisibleCases) run_attention_case(c, seed++, true);
+}
+
+// Batch invariance of attention: a query row gives the same bits whether it is one of a window
+// of new rows (verification) or the only new row (a decode step), whatever its position in the
+// window, for head widths on each path (scalar at 5, AVX-512 at 16, 64 and 144).
+TEST(BackendOps, AttentionRowDoesNotDependOnItsWindow) {
+  for (const int hd : {5, 16, 64, 144}) {
+    SCOPED_TRACE("hd " + std::to_string(hd));
+    Rng rng(600 + hd);
+    const int H = 4, Hkv = 2, cap = 60, past = 33, n_new = 7;
+    const Shape cache_shape = {2, Hkv, cap, hd};
+    const int64_t cache_n = shape_numel(cache_shape);
+    Tensor kc = up(rng.normal(cache_n), cache_shape), vc = up(rng.normal(cache_n), cache_shape);
+    const int64_t width = static_cast<int64_t>(H + 2 * Hkv) * hd, q_dim = int64_t{H} * hd;
+    const Vec qkv = rng.normal(n_new * width);
+    HostBatch window;
+    window.n_new = n_new;
+    window.seq = {1};
+    window.past = {past};
+    Tensor qt = up(qkv, {n_new, width});
+    run_kv_store(be(), qt, H, Hkv, hd, window, kc, vc);
+    Tensor out = be().empty(DType::F32, {n_new, q_dim});
+    run_attention(be(), qt, H, Hkv, hd, window, kc, vc, out);
+    const Vec all = down(out);
+    for (int j = 0; j < n_new; ++j) {
+      HostBatch one;
+      one.n_new = 1;
+      one.seq = {1};
+      one.past = {past + j};
+      Tensor q1 = up(Vec(qkv.begin() + j * width, qkv.begin() + (j + 1) * width), {1, width});
+      Tensor o1 = be().empty(DType::F32, {1, q_dim});
+      run_attention(be(), q1, H, Hkv, hd, one, kc, vc, o1);
+      const Vec got = down(o1);
+      for (int64_t e = 0; e < q_dim; ++e)
+        ASSERT_EQ(got[e], all[j * q_dim + e]) << "row " << j << " element " << e;
+    }
+  }
 }
 
 // ================================================================================ MAE ops
