@@ -135,6 +135,26 @@ TEST(Swiglu, MatchesDoubleReferenceAndIsPositionIndependent) {
   }
 }
 
+TEST(Silu, MatchesDoubleReferenceAndIsPositionIndependent) {
+  const int64_t n = 16 * 300 + 9;  // parallel (>= 4096 elements), with a padded tail
+  auto x = randn(n, 8, 4.0f);
+  Backend& be = cpu_backend();
+  Tensor y = be.upload(x.data(), DType::F32, {n});
+  be.silu(y);
+  for (int64_t i = 0; i < n; ++i) {
+    const double ref = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+    ASSERT_NEAR(y.ptr<float>()[i], ref, 2e-6 * (1.0 + std::fabs(ref))) << "x = " << x[i];
+  }
+  for (int64_t shift : {1, 5, 9, 15}) {  // every value lands elsewhere in its block, or in the tail
+    std::vector<float> xs(n + shift, 0.25f);
+    std::copy(x.begin(), x.end(), xs.begin() + shift);
+    Tensor ys = be.upload(xs.data(), DType::F32, {n + shift});
+    be.silu(ys);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(ys.ptr<float>()[i + shift], y.ptr<float>()[i]) << "shift " << shift;
+  }
+}
+
 TEST(Attention, MultiSequenceCacheMatchesDirectSoftmax) {
   Backend& be = cpu_backend();
   const int H = 2, hd = 4, cap = 8, kv = H * hd;

@@ -213,6 +213,11 @@ namespace {
 #pragma omp simd
   for (int64_t i = 0; i < cpu::kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+[[gnu::noinline]] void silu_block(const float* x, const float*, float* y) {
+#pragma omp simd
+  for (int64_t i = 0; i < cpu::kSimdBlock; ++i) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
 }  // namespace
 
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
@@ -234,10 +239,9 @@ void CpuBackend::gelu_tanh(Tensor& x) {
 }
 
 void CpuBackend::silu(Tensor& x) {
-  float* p = x.ptr<float>();
-  const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] / (1.0f + std::exp(-p[i]));
+  // In place, in SIMD blocks as SwiGLU (the diffusion head's adaLN inputs).
+  cpu::simd_blocks(silu_block, x.ptr<float>(), nullptr, x.ptr<float>(), x.numel(),
+                   x.numel() >= 4096);
 }
 
 }  // namespace tessera
