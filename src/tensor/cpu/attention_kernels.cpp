@@ -50,30 +50,17 @@ constexpr bool avx512_head(int head_dim) {
 #endif
 
 #if defined(__AVX512F__)
-// Calls `f` with the head's number of 16-float chunks as a compile-time constant, so that the
-// kernels below keep their per-chunk registers in registers (a run-time count put weighted_values'
-// accumulators on the stack: a store-to-load round trip per key and chunk).
-template <class F>
+// Calls `f` with the head's number of 16-float chunks as a compile-time constant C (1..8; wider
+// heads: C = 16 and the count as a second argument), so that the kernels below keep their
+// per-chunk registers in registers (a run-time count put weighted_values' accumulators on the
+// stack: a store-to-load round trip per key and chunk).
+template <int C = 1, class F>
 void with_chunks(int head_dim, F&& f) {
-  switch (head_dim / 16) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 5:
-      return f(std::integral_constant<int, 5>{});
-    case 6:
-      return f(std::integral_constant<int, 6>{});
-    case 7:
-      return f(std::integral_constant<int, 7>{});
-    case 8:
-      return f(std::integral_constant<int, 8>{});
-    default:
-      return f(std::integral_constant<int, 16>{}, head_dim / 16);
+  if constexpr (C <= 8) {
+    if (head_dim / 16 == C) return f(std::integral_constant<int, C>{});
+    return with_chunks<C + 1>(head_dim, f);
+  } else {
+    return f(std::integral_constant<int, 16>{}, head_dim / 16);
   }
 }
 #endif
