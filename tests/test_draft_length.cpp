@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "speculative/draft_length.h"
 
@@ -100,3 +101,70 @@ TEST(DraftLength, TrackerEstimatesAndFollowsAChange) {
 }
 
 }  // namespace
+
+// The Jacobi window model against a direct simulation of the chain it describes: a round starts
+// with c carried drafts, accepts draft i with probability carried[i - 1] (i <= c) or fresh
+// (i > c), and carries D - a drafts on after rejecting draft a + 1 (none after accepting all).
+TEST(DraftLength, JacobiRoundTokensMatchesASimulation) {
+  const std::vector<double> carried = {0.55, 0.75, 0.7, 0.8, 0.6, 0.9};
+  const double fresh = 0.02;
+  for (int D : {1, 2, 4, 6}) {
+    std::mt19937_64 g(D);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    int c = 0;
+    double tokens = 0.0;
+    const int rounds = 400000;
+    for (int r = 0; r < rounds; ++r) {
+      int a = 0;
+      while (a < D && u(g) < (a < c ? carried[std::min<size_t>(a, carried.size() - 1)] : fresh))
+        ++a;
+      tokens += a + 1;
+      c = a < D ? D - a : 0;
+    }
+    EXPECT_NEAR(jacobi_round_tokens(carried, fresh, D), tokens / rounds, 0.01) << "D " << D;
+  }
+  // Closed forms: nothing accepted (1 token a round); every draft accepted once carried, fresh
+  // never: the window alternates between all-carried (D + 1 tokens) and all-fresh (1 token).
+  EXPECT_NEAR(jacobi_round_tokens(std::vector<double>(4, 0.0), 0.0, 4), 1.0, 1e-12);
+  EXPECT_NEAR(jacobi_round_tokens(std::vector<double>(4, 1.0), 0.0, 4), (1.0 + 5.0) / 2, 1e-12);
+}
+
+// Carried and fresh drafts are counted apart; an image whose carried drafts are accepted and
+// fresh ones not gets a window longer than the per-depth model would give it.
+TEST(DraftLength, JacobiAcceptanceAndWindowChoice) {
+  JacobiAcceptance t(6, 0.9);
+  for (double a : t.carried()) EXPECT_DOUBLE_EQ(a, 0.5);
+  EXPECT_DOUBLE_EQ(t.fresh(), 0.0);
+  // 4 drafts, 2 carried, 3 accepted: depths 1-2 carried and accepted, 3 fresh and accepted, 4
+  // fresh and rejected.
+  t.observe(4, 2, 3);
+  const auto c = t.carried();
+  EXPECT_DOUBLE_EQ(c[0], (1.0 + 0.5) / 2.0);
+  EXPECT_DOUBLE_EQ(t.fresh(), 1.0 / 3.0);
+  // A window of carried drafts accepted 80% of the time, fresh ones never, verification 8% more
+  // per position: the window's model picks a longer window than the per-depth model.
+  JacobiAcceptance w(12, 0.9);
+  AcceptanceTracker per_depth(12, 0.9);
+  std::mt19937_64 g(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  RoundCosts costs;
+  for (int k = 1; k <= 13; ++k) costs.verify.push_back(1.0 + 0.08 * (k - 1));
+  const DraftLengthPolicy policy(costs, 12);
+  int D = 3, carried = 0;
+  for (int r = 0; r < 300; ++r) {
+    D = policy.choose_jacobi(w, 12, D);
+    int a = 0;
+    while (a < D && u(g) < (a < std::min(carried, D) ? 0.8 : 0.0)) ++a;
+    w.observe(D, std::min(carried, D), a);
+    per_depth.observe(D, a);
+    carried = a < D ? D - a : 0;
+  }
+  const int jacobi_choice = policy.choose_jacobi(w, 12, D);
+  EXPECT_GE(jacobi_choice, 4);
+  EXPECT_GT(jacobi_choice, policy.choose(per_depth.estimate(), 12));
+  // The model's choice is its argmax within 2 of the hint.
+  for (int L = std::max(1, D - 2); L <= std::min(12, D + 2); ++L)
+    EXPECT_GE(jacobi_round_tokens(w.carried(), w.fresh(), jacobi_choice) /
+                  policy.round_seconds(jacobi_choice),
+              jacobi_round_tokens(w.carried(), w.fresh(), L) / policy.round_seconds(L) - 1e-12);
+}

@@ -1,6 +1,7 @@
 #include "speculative/draft_length.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "tessera/error.h"
@@ -73,6 +74,113 @@ int DraftLengthPolicy::choose(std::span<const double> acceptance, int cap) const
     }
   }
   return best;
+}
+
+int DraftLengthPolicy::choose_jacobi(const JacobiAcceptance& acceptance, int cap, int near) const {
+  const int top = std::min(max_depth_, cap);
+  if (top < 1) return 0;
+  const std::vector<double> carried = acceptance.carried();
+  const double fresh = acceptance.fresh();
+  const int from = std::clamp(near - 2, 1, top), to = std::clamp(near + 2, 1, top);
+  int best = from;
+  double best_rate = -1.0;
+  for (int D = from; D <= to; ++D) {
+    const double rate = jacobi_round_tokens(carried, fresh, D) / round_seconds(D);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = D;
+    }
+  }
+  return best;
+}
+
+JacobiAcceptance::JacobiAcceptance(int max_depth, double decay)
+    : decay_(decay), verified_(max_depth, 0.0), accepted_(max_depth, 0.0) {}
+
+void JacobiAcceptance::observe(int drafted, int carried, int accepted) {
+  const int n = static_cast<int>(verified_.size());
+  for (int d = 0; d < n; ++d) {
+    verified_[d] *= decay_;
+    accepted_[d] *= decay_;
+  }
+  fresh_verified_ *= decay_;
+  fresh_accepted_ *= decay_;
+  // Depths 1..min(accepted + 1, drafted) were verified, the first `accepted` accepted.
+  const int verified = std::min(accepted + 1, drafted);
+  for (int d = 1; d <= verified; ++d) {
+    const bool ok = d <= accepted;
+    if (d <= carried) {
+      if (d > n) continue;
+      verified_[d - 1] += 1.0;
+      accepted_[d - 1] += ok ? 1.0 : 0.0;
+    } else {
+      fresh_verified_ += 1.0;
+      fresh_accepted_ += ok ? 1.0 : 0.0;
+    }
+  }
+}
+
+std::vector<double> JacobiAcceptance::carried() const {
+  constexpr double kStrength = 1.0;
+  std::vector<double> a(verified_.size());
+  double prior = 0.5;
+  for (size_t d = 0; d < a.size(); ++d) {
+    a[d] = (accepted_[d] + kStrength * prior) / (verified_[d] + kStrength);
+    prior = a[d];
+  }
+  return a;
+}
+
+double JacobiAcceptance::fresh() const {
+  return fresh_accepted_ / (fresh_verified_ + 1.0);
+}
+
+double jacobi_round_tokens(std::span<const double> carried, double fresh, int depth) {
+  const int D = depth;
+  if (D <= 0) return 1.0;
+  // States c = 0..D carried drafts; P[c][c'] and E[a + 1 | c].
+  const int S = D + 1, n = static_cast<int>(carried.size());
+  std::vector<double> P(static_cast<size_t>(S) * S, 0.0), tokens(S, 0.0);
+  for (int c = 0; c < S; ++c) {
+    double reach = 1.0;  // P(drafts 1..a accepted)
+    for (int a = 0; a < D; ++a) {
+      const double acc = a >= c ? fresh : n == 0 ? 0.5 : carried[std::min(a, n - 1)];
+      const double stop = reach * (1.0 - acc);  // draft a + 1 rejected: D - a carried on
+      P[c * S + (D - a)] += stop;
+      tokens[c] += stop * (a + 1);
+      reach *= acc;
+    }
+    P[c * S + 0] += reach;  // all D accepted: the next window starts fresh
+    tokens[c] += reach * (D + 1);
+  }
+  // The stationary distribution: pi (P - I) = 0 and sum(pi) = 1 (replacing the last equation),
+  // solved by Gauss-Jordan elimination with partial pivoting on the transposed system.
+  const int W = S + 1;
+  std::vector<double> A(static_cast<size_t>(S) * W, 0.0);
+  for (int i = 0; i < S; ++i)
+    for (int j = 0; j < S; ++j) A[i * W + j] = P[j * S + i] - (i == j ? 1.0 : 0.0);
+  for (int j = 0; j < W; ++j) A[(S - 1) * W + j] = 1.0;
+  for (int col = 0; col < S; ++col) {
+    int piv = col;
+    for (int r = col + 1; r < S; ++r)
+      if (std::fabs(A[r * W + col]) > std::fabs(A[piv * W + col])) piv = r;
+    if (piv != col)
+      for (int j = 0; j < W; ++j) std::swap(A[col * W + j], A[piv * W + j]);
+    const double d = A[col * W + col];
+    if (std::fabs(d) < 1e-300) continue;
+    for (int r = 0; r < S; ++r) {
+      if (r == col) continue;
+      const double f = A[r * W + col] / d;
+      if (f != 0.0)
+        for (int j = col; j < W; ++j) A[r * W + j] -= f * A[col * W + j];
+    }
+  }
+  double expected = 0.0;
+  for (int i = 0; i < S; ++i) {
+    const double d = A[i * W + i];
+    if (std::fabs(d) >= 1e-300) expected += A[i * W + S] / d * tokens[i];
+  }
+  return expected;
 }
 
 }  // namespace tessera::speculative

@@ -42,6 +42,8 @@ class AcceptanceTracker {
   std::vector<double> verified_, accepted_;
 };
 
+class JacobiAcceptance;
+
 class DraftLengthPolicy {
  public:
   // max_depth: the deepest draft allowed (at most costs.verify.size() - 1). The verification
@@ -53,10 +55,52 @@ class DraftLengthPolicy {
   // The depth in [1, min(max_depth, cap)] with the most expected tokens per second (ties: the
   // shorter).
   int choose(std::span<const double> acceptance, int cap) const;
+  // For drafters that carry drafts over (JacobiAcceptance below): the depth in [1, min(max_depth,
+  // cap)] with the most tokens per second in a window held at that depth, searched within 2 of
+  // `near` (the image's last choice; the rate is unimodal in the depth in practice, and a local
+  // search keeps the cost per round to a few small linear solves).
+  int choose_jacobi(const JacobiAcceptance& acceptance, int cap, int near) const;
 
  private:
   RoundCosts costs_;
   int max_depth_;
 };
+
+// --draft-len auto for drafters that carry drafts over (Jacobi iteration: SJD, and GSD on it). A
+// Jacobi window starts each round with the drafts the last round left unverified, re-drafted from
+// the target's distributions there ("carried"), followed by fresh positions (uniform random
+// tokens, accepted with probability p(x) ~ 1/V). A longer window carries more drafts into the next
+// round, so its length changes the acceptance at every depth; the per-depth model above sees
+// depths only and chose windows of 3-4 positions on the emoji model where 5 were fastest. This
+// tracker keeps the acceptance of carried drafts per depth and of fresh drafts, and
+// jacobi_round_tokens predicts a window's tokens per round from them.
+class JacobiAcceptance {
+ public:
+  // decay: the weight of the last round's counts per round (the loop uses 0.98: carried drafts
+  // at deep depths are verified rarely, and 0.9 left their estimates to a handful of rounds).
+  explicit JacobiAcceptance(int max_depth = 0, double decay = 0.98);
+  // A round that drafted `drafted` tokens, the first `carried` of them carried over, and whose
+  // first `accepted` drafts were accepted.
+  void observe(int drafted, int carried, int accepted);
+  // A carried draft's acceptance at depths 1..max_depth given the drafts before it were
+  // accepted: (accepted + s m) / (verified + s) with the prior m the depth above's estimate (0.5
+  // at depth 1) and s = 1, as AcceptanceTracker.
+  std::vector<double> carried() const;
+  // A fresh draft's acceptance over all depths (prior 0, strength 1).
+  double fresh() const;
+
+ private:
+  double decay_;
+  std::vector<double> verified_, accepted_;
+  double fresh_verified_ = 0.0, fresh_accepted_ = 0.0;
+};
+
+// Expected tokens per round (accepted drafts + the target's token) of a Jacobi window of depth D
+// held at D, with carried[d - 1] a carried draft's acceptance at depth d and `fresh` a fresh
+// draft's. A round that starts with c carried drafts (depths 1..c) and accepts a < D drafts
+// carries D - a into the next round (the target's distributions after the rejected draft); one
+// that accepts all D starts the next with none. The tokens are E[a + 1 | c] under the stationary
+// distribution of this chain over c in [0, D].
+double jacobi_round_tokens(std::span<const double> carried, double fresh, int depth);
 
 }  // namespace tessera::speculative

@@ -75,7 +75,8 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
   // A round never needs more positions than the image has tokens: a draft model drafts at most
   // the N-1 tokens after the root; a Jacobi window (root included) spans at most the N tokens.
   const int n_tokens = target.n_image_tokens();
-  const int min_len = has_draft ? 1 : 2, max_len = std::max(min_len, has_draft ? n_tokens - 1 : n_tokens);
+  const int min_len = has_draft ? 1 : 2,
+            max_len = std::max(min_len, has_draft ? n_tokens - 1 : n_tokens);
   const std::string range =
       "must be in [" + std::to_string(min_len) + ", " + std::to_string(max_len) + "] (" +
       (has_draft ? "tokens drafted after the root; the image has "

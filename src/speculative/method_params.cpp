@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <type_traits>
 #include <variant>
-#include <sstream>
 
 namespace tessera::speculative {
 

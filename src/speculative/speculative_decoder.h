@@ -20,7 +20,7 @@ namespace tessera::speculative {
 struct LoopSettings {
   const AcceptanceRule* rule = nullptr;
   Drafter* drafter = nullptr;
-  int draft_len = 5;   // --draft-len (the drafter turns it into a depth); auto: the maximum
+  int draft_len = 5;  // --draft-len (the drafter turns it into a depth); auto: the maximum
   // --draft-len auto: chooses each round's depth from the image's past acceptance (null: every
   // round drafts draft_len's depth).
   const DraftLengthPolicy* policy = nullptr;
@@ -45,6 +45,10 @@ class SpeculativeDecoder final : public Decoder {
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
   std::vector<AcceptanceTracker> trackers_;  // by image id (--draft-len auto)
+  // By image id, for drafters that carry drafts over (auto): the window model and last depth.
+  std::vector<JacobiAcceptance> windows_;
+  std::vector<int> window_depth_;
+  std::vector<int> carried_;  // per active image this round: drafts carried into its window
   std::vector<DraftTree> trees_;
   std::vector<float> dists_;
   std::vector<uint8_t> computed_;

@@ -30,6 +30,12 @@ class Drafter {
   virtual int draft_depth(int draft_len) const = 0;
   // Whether the target's forwards should return hidden states for finish_round.
   virtual bool wants_hidden_states() const { return false; }
+  // Whether the drafts a round leaves unverified are re-drafted by the target and carried into
+  // the next window (Jacobi iteration): --draft-len auto then models the window
+  // (JacobiAcceptance) instead of the depths alone.
+  virtual bool carries_drafts() const { return false; }
+  // How many drafts the next window of `image` starts with that were carried over.
+  virtual int carried_drafts(const ImageState&) const { return 0; }
   // Images whose prefill just drew their first token (images join between steps).
   virtual void start(std::span<ImageState* const> images) = 0;
   // Writes a tree of depth <= max_depth[j] for each image active[j] (max_depth 0: empty tree).

@@ -19,6 +19,11 @@ class JacobiDrafter : public Drafter {
   std::string name() const override { return "jacobi"; }
   // The window holds the root and L - 1 drafts: at most L tokens per target forward.
   int draft_depth(int draft_len) const override { return draft_len - 1; }
+  bool carries_drafts() const override { return true; }
+  int carried_drafts(const ImageState& image) const override {
+    const auto it = carried_.find(image.id);
+    return it == carried_.end() ? 0 : static_cast<int>(it->second.size());
+  }
   void start(std::span<ImageState* const>) override {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<DraftTree>& trees) override;
