@@ -88,9 +88,7 @@ double frechet_prepared(std::span<const float> a, int n, int dim, const Prepared
     // Fewer: S_a has rank n - 1 < d. The singular values of G, taken directly (not as square
     // roots of eigenvalues of G G^T), keep the exact zeros that centring leaves, as
     // frechet_distance's set-to-set route does.
-    Eigen::BDCSVD<Eigen::MatrixXd> svd(G);
-    check(svd.info() == Eigen::Success, "frechet_distance: SVD did not converge");
-    tr_sqrt = svd.singularValues().sum();
+    tr_sqrt = singular_value_sum(G);
   }
   return (mu - ref.mean).squaredNorm() + A.squaredNorm() / na + ref.trace - 2 * tr_sqrt;
 }

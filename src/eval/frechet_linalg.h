@@ -15,4 +15,9 @@ double trace_sqrt_psd(const Eigen::MatrixXd& m);
 // rounding-level pivots clipped): then tr((S T)^1/2) = tr((L^T T L)^1/2) for any PSD T.
 Eigen::MatrixXd psd_factor(const Eigen::MatrixXd& s);
 
+// The sum of a matrix's singular values (one-sided Jacobi SVD: Eigen 3.4's divide-and-conquer
+// BDCSVD wrote past its stack on bootstrap resamples with repeated rows and crashed `bench
+// --methods -n 64`'s quality in an OpenMP thread).
+double singular_value_sum(const Eigen::MatrixXd& g);
+
 }  // namespace tessera

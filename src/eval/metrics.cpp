@@ -96,6 +96,12 @@ double trace_sqrt_psd(const Eigen::MatrixXd& m) {
   return s;
 }
 
+double singular_value_sum(const Eigen::MatrixXd& g) {
+  const Eigen::JacobiSVD<Eigen::MatrixXd> svd(g);
+  check(svd.info() == Eigen::Success, "frechet_distance: SVD did not converge");
+  return svd.singularValues().sum();
+}
+
 Eigen::MatrixXd psd_factor(const Eigen::MatrixXd& s) {
   const Eigen::LDLT<Eigen::MatrixXd> ldlt(s);
   check(ldlt.info() == Eigen::Success, "frechet_distance: LDL^T factorisation failed");
@@ -150,9 +156,7 @@ double frechet_distance(std::span<const float> a, int n, std::span<const float> 
     // Taken directly (not as eigenvalues of G G^T) they keep the exact zeros that centring leaves
     // exact, where the d x d route adds the square roots of rounding-level eigenvalues.
     const Eigen::MatrixXd G = A * B.transpose() / std::sqrt(na * nb);
-    Eigen::BDCSVD<Eigen::MatrixXd> svd(G);
-    check(svd.info() == Eigen::Success, "frechet_distance: SVD did not converge");
-    tr_sqrt = svd.singularValues().sum();
+    tr_sqrt = singular_value_sum(G);
   }
   return (mu_a - mu_b).squaredNorm() + tr_a + tr_b - 2 * tr_sqrt;
 }
