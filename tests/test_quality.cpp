@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "eval/metrics.h"
@@ -260,7 +261,45 @@ TEST(QualityFrechet, KnownAnswers) {
   EXPECT_THROW(frechet_distance(one, 1, one, 1, 8), Error);
 }
 
+// Bootstrap resamples repeat images: sets of a few distinct rows, each repeated, give
+// rank-deficient covariances (the LDL^T of the d x d route meets zero pivots) and repeated
+// singular values (the SVD of the n x d route), on both routes and on the worker threads the
+// bootstrap runs them on. Eigen's divide-and-conquer SVD wrote past its stack on such a set in
+// `bench -n 64` and a failed LDL^T ended `bench -n 256` from inside an OpenMP region.
+TEST(QualityFrechet, RepeatedRowsOnEveryRoute) {
+  for (const auto& [n, d, distinct] :
+       {std::tuple{300, 24, 3}, std::tuple{176, 25, 14}, std::tuple{70, 48, 14},
+        std::tuple{42, 32, 14}, std::tuple{109, 38, 12}, std::tuple{64, 96, 5},
+        std::tuple{40, 40, 40}, std::tuple{12, 6, 1}}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " d=" + std::to_string(d));
+    const auto base = gaussian(distinct, d, 0.0f, 7);
+    std::vector<float> a(static_cast<size_t>(n) * d);
+    for (int i = 0; i < n; ++i)
+      std::copy_n(base.begin() + static_cast<size_t>(i % distinct) * d, d,
+                  a.begin() + static_cast<size_t>(i) * d);
+    std::vector<double> fd(8);
+#pragma omp parallel for
+    for (int t = 0; t < 8; ++t) fd[t] = frechet_distance(a, n, a, n, d);
+    for (double v : fd) EXPECT_NEAR(v, 0.0, 1e-6 * d);
+    const auto b = gaussian(n, d, 0.5f, 8);
+    const double ab = frechet_distance(a, n, b, n, d);
+    EXPECT_TRUE(std::isfinite(ab));
+    EXPECT_NEAR(ab, frechet_distance(b, n, a, n, d), 1e-6 * ab);
+  }
+}
+
 // ---- bootstrap and the report -----------------------------------------------------------------
+
+// A statistic that throws on a worker thread reaches the caller as the exception (an exception
+// leaving an OpenMP region would terminate the process).
+TEST(QualityReport, BootstrapRethrowsAStatisticsError) {
+  BootstrapOptions o;
+  o.resamples = 64;
+  EXPECT_THROW(percentile_bootstrap(
+                   1.0, [](int b) -> double { return b == 37 ? throw Error("bad resample") : 1.0; },
+                   o, false, nullptr),
+               Error);
+}
 
 namespace {
 

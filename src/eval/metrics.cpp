@@ -2,8 +2,10 @@
 #include "eval/frechet_linalg.h"
 
 #include <Eigen/Dense>
+
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <numbers>
 #include <string>
@@ -39,8 +41,19 @@ Interval percentile_bootstrap(double value, const std::function<double(int)>& st
   r.value = value;
   if (std::isnan(value)) return r;
   std::vector<double> v(static_cast<size_t>(opts.resamples));
+  // An exception must not leave an OpenMP region (it would terminate the process): the first
+  // one is kept and rethrown after the loop.
+  std::exception_ptr failure;
 #pragma omp parallel for schedule(dynamic)
-  for (int b = 0; b < opts.resamples; ++b) v[b] = stat(b);
+  for (int b = 0; b < opts.resamples; ++b) {
+    try {
+      v[b] = stat(b);
+    } catch (...) {
+#pragma omp critical(bootstrap_failure)
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
   std::erase_if(v, [](double x) { return std::isnan(x); });
   std::sort(v.begin(), v.end());
   r.lo = percentile_sorted(v, (1 - opts.level) / 2);
@@ -104,7 +117,14 @@ double singular_value_sum(const Eigen::MatrixXd& g) {
 
 Eigen::MatrixXd psd_factor(const Eigen::MatrixXd& s) {
   const Eigen::LDLT<Eigen::MatrixXd> ldlt(s);
-  check(ldlt.info() == Eigen::Success, "frechet_distance: LDL^T factorisation failed");
+  if (ldlt.info() != Eigen::Success) {
+    // A zero pivot over a column that rounding left non-zero (a rank-deficient covariance, e.g.
+    // a bootstrap resample of few distinct images): L = V diag(sqrt(max(lambda, 0))) from the
+    // eigen-decomposition instead, three times the cost but exact for any symmetric PSD s.
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es((s + s.transpose()) / 2);
+    check(es.info() == Eigen::Success, "frechet_distance: eigen-decomposition did not converge");
+    return es.eigenvectors() * es.eigenvalues().cwiseMax(0.0).cwiseSqrt().asDiagonal();
+  }
   Eigen::MatrixXd L = ldlt.matrixL();
   L = ldlt.transpositionsP().transpose() * L;
   L *= ldlt.vectorD().cwiseMax(0.0).cwiseSqrt().asDiagonal();
