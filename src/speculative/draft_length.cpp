@@ -36,15 +36,24 @@ void AcceptanceTracker::observe(int drafted, int accepted) {
   for (int d = 0; d < std::min(accepted, n); ++d) accepted_[d] += 1.0;
 }
 
-std::vector<double> AcceptanceTracker::estimate() const {
+namespace {
+// Per depth (accepted + s m) / (verified + s): the prior m is the depth above's estimate (0.5 at
+// depth 1) and s = 1, so an unexplored depth is assumed as good as the deepest explored one.
+std::vector<double> chained_estimate(const std::vector<double>& verified,
+                                     const std::vector<double>& accepted) {
   constexpr double kStrength = 1.0;
-  std::vector<double> a(verified_.size());
+  std::vector<double> a(verified.size());
   double prior = 0.5;
   for (size_t d = 0; d < a.size(); ++d) {
-    a[d] = (accepted_[d] + kStrength * prior) / (verified_[d] + kStrength);
+    a[d] = (accepted[d] + kStrength * prior) / (verified[d] + kStrength);
     prior = a[d];
   }
   return a;
+}
+}  // namespace
+
+std::vector<double> AcceptanceTracker::estimate() const {
+  return chained_estimate(verified_, accepted_);
 }
 
 DraftLengthPolicy::DraftLengthPolicy(RoundCosts costs, int max_depth)
@@ -121,14 +130,7 @@ void JacobiAcceptance::observe(int drafted, int carried, int accepted) {
 }
 
 std::vector<double> JacobiAcceptance::carried() const {
-  constexpr double kStrength = 1.0;
-  std::vector<double> a(verified_.size());
-  double prior = 0.5;
-  for (size_t d = 0; d < a.size(); ++d) {
-    a[d] = (accepted_[d] + kStrength * prior) / (verified_[d] + kStrength);
-    prior = a[d];
-  }
-  return a;
+  return chained_estimate(verified_, accepted_);
 }
 
 double JacobiAcceptance::fresh() const {
