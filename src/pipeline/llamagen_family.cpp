@@ -194,7 +194,8 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
                     std::to_string(costs.verify.size()));
     for (double v : costs.verify)
       check_param(v > 0.0, "auto_costs", "verification costs must be positive seconds");
-    policy.emplace(speculative::RoundCosts{costs.verify, costs.draft_step}, depth);
+    policy.emplace(speculative::RoundCosts{costs.verify, costs.draft_step}, depth,
+                   drafter->carries_drafts());
     ls.policy = &*policy;
   }
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);

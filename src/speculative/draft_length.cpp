@@ -56,8 +56,8 @@ std::vector<double> AcceptanceTracker::estimate() const {
   return chained_estimate(verified_, accepted_);
 }
 
-DraftLengthPolicy::DraftLengthPolicy(RoundCosts costs, int max_depth)
-    : costs_(std::move(costs)), max_depth_(max_depth) {
+DraftLengthPolicy::DraftLengthPolicy(RoundCosts costs, int max_depth, bool carries_drafts)
+    : costs_(std::move(costs)), max_depth_(max_depth), carries_drafts_(carries_drafts) {
   check(max_depth >= 1 && max_depth < static_cast<int>(costs_.verify.size()),
         "internal: --draft-len auto needs the cost of verifying " + std::to_string(max_depth + 1) +
             " positions; " + std::to_string(costs_.verify.size()) + " were calibrated");
@@ -101,6 +101,27 @@ int DraftLengthPolicy::choose_jacobi(const JacobiAcceptance& acceptance, int cap
     }
   }
   return best;
+}
+
+ImageAcceptance DraftLengthPolicy::start() const {
+  ImageAcceptance a{AcceptanceTracker(max_depth_), JacobiAcceptance(max_depth_), 0};
+  a.depth = choose(a.depths.estimate(), max_depth_);
+  return a;
+}
+
+int DraftLengthPolicy::choose(ImageAcceptance& image, int cap) const {
+  if (cap <= 0) return 0;
+  image.depth = carries_drafts_ ? choose_jacobi(image.window, cap, image.depth)
+                                : choose(image.depths.estimate(), cap);
+  return image.depth;
+}
+
+void DraftLengthPolicy::observe(ImageAcceptance& image, int drafted, int carried,
+                                int accepted) const {
+  if (carries_drafts_)
+    image.window.observe(drafted, carried, accepted);
+  else
+    image.depths.observe(drafted, accepted);
 }
 
 JacobiAcceptance::JacobiAcceptance(int max_depth, double decay)

@@ -42,30 +42,6 @@ class AcceptanceTracker {
   std::vector<double> verified_, accepted_;
 };
 
-class JacobiAcceptance;
-
-class DraftLengthPolicy {
- public:
-  // max_depth: the deepest draft allowed (at most costs.verify.size() - 1). The verification
-  // costs are taken as their running maximum over k (a dip in a measurement is noise).
-  DraftLengthPolicy(RoundCosts costs, int max_depth);
-  int max_depth() const { return max_depth_; }
-  // Seconds of a round of depth L (drafting L tokens, verifying L + 1 positions).
-  double round_seconds(int depth) const;
-  // The depth in [1, min(max_depth, cap)] with the most expected tokens per second (ties: the
-  // shorter).
-  int choose(std::span<const double> acceptance, int cap) const;
-  // For drafters that carry drafts over (JacobiAcceptance below): the depth in [1, min(max_depth,
-  // cap)] with the most tokens per second in a window held at that depth, searched within 2 of
-  // `near` (the image's last choice; the rate is unimodal in the depth in practice, and a local
-  // search keeps the cost per round to a few small linear solves).
-  int choose_jacobi(const JacobiAcceptance& acceptance, int cap, int near) const;
-
- private:
-  RoundCosts costs_;
-  int max_depth_;
-};
-
 // --draft-len auto for drafters that carry drafts over (Jacobi iteration: SJD, and GSD on it). A
 // Jacobi window starts each round with the drafts the last round left unverified, re-drafted from
 // the target's distributions there ("carried"), followed by fresh positions (uniform random
@@ -93,6 +69,47 @@ class JacobiAcceptance {
   double decay_;
   std::vector<double> verified_, accepted_;
   double fresh_verified_ = 0.0, fresh_accepted_ = 0.0;
+};
+
+// One image's statistics for --draft-len auto: the model its policy reads (per depth, or the
+// window for drafters that carry drafts over) and the depth it chose last.
+struct ImageAcceptance {
+  AcceptanceTracker depths;
+  JacobiAcceptance window;
+  int depth = 0;
+};
+
+class DraftLengthPolicy {
+ public:
+  // max_depth: the deepest draft allowed (at most costs.verify.size() - 1). The verification
+  // costs are taken as their running maximum over k (a dip in a measurement is noise).
+  // carries_drafts: the drafter carries its unverified drafts into the next window
+  // (Drafter::carries_drafts): the choice then reads the window model.
+  DraftLengthPolicy(RoundCosts costs, int max_depth, bool carries_drafts = false);
+  int max_depth() const { return max_depth_; }
+  // Seconds of a round of depth L (drafting L tokens, verifying L + 1 positions).
+  double round_seconds(int depth) const;
+  // The depth in [1, min(max_depth, cap)] with the most expected tokens per second (ties: the
+  // shorter).
+  int choose(std::span<const double> acceptance, int cap) const;
+  // For drafters that carry drafts over (JacobiAcceptance below): the depth in [1, min(max_depth,
+  // cap)] with the most tokens per second in a window held at that depth, searched within 2 of
+  // `near` (the image's last choice; the rate is unimodal in the depth in practice, and a local
+  // search keeps the cost per round to a few small linear solves).
+  int choose_jacobi(const JacobiAcceptance& acceptance, int cap, int near) const;
+
+  // A new image's statistics; its first window is the per-depth choice from the prior.
+  ImageAcceptance start() const;
+  // The depth of the image's next round (at most cap), from its past rounds only.
+  int choose(ImageAcceptance& image, int cap) const;
+  // A round of the image that drafted `drafted` tokens, the first `carried` of them carried over,
+  // and accepted the first `accepted`.
+  void observe(ImageAcceptance& image, int drafted, int carried, int accepted) const;
+
+ private:
+  RoundCosts costs_;
+  int max_depth_;
+  bool carries_drafts_;
 };
 
 // Expected tokens per round (accepted drafts + the target's token) of a Jacobi window of depth D

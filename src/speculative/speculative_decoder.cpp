@@ -54,17 +54,8 @@ void SpeculativeDecoder::prefill(std::vector<ImageState*>& fresh) {
   Decoder::prefill(fresh);
   if (loop_.policy)
     for (ImageState* im : fresh) {
-      if (static_cast<int>(trackers_.size()) <= im->id) trackers_.resize(im->id + 1);
-      trackers_[im->id] = AcceptanceTracker(depth_cap_);
-      if (loop_.drafter->carries_drafts()) {
-        if (static_cast<int>(windows_.size()) <= im->id) {
-          windows_.resize(im->id + 1);
-          window_depth_.resize(im->id + 1);
-        }
-        windows_[im->id] = JacobiAcceptance(depth_cap_);
-        // The first window: the per-depth model's choice from the prior acceptance.
-        window_depth_[im->id] = loop_.policy->choose(trackers_[im->id].estimate(), depth_cap_);
-      }
+      if (static_cast<int>(acceptance_.size()) <= im->id) acceptance_.resize(im->id + 1);
+      acceptance_[im->id] = loop_.policy->start();
     }
   const double t0 = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
@@ -86,15 +77,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     const int cap = drafting ? std::min(depth_cap_, left) : 0;
     round_len_.push_back(cap);
     // Auto: the choice reads only this image's past rounds, never this round's draws.
-    int depth = cap;
-    if (loop_.policy && cap > 0) {
-      if (loop_.drafter->carries_drafts()) {
-        depth = loop_.policy->choose_jacobi(windows_[im->id], cap, window_depth_[im->id]);
-        window_depth_[im->id] = depth;
-      } else {
-        depth = loop_.policy->choose(trackers_[im->id].estimate(), cap);
-      }
-    }
+    const int depth = loop_.policy ? loop_.policy->choose(acceptance_[im->id], cap) : cap;
     max_depth_.push_back(depth);
     carried_.push_back(std::min(loop_.drafter->carried_drafts(*im), depth));
   }
@@ -184,11 +167,9 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     session_.remove(im.slot, T + base - 1 + kept);
     if (cfg()) session_.remove(im.uncond_slot, T + base - 1 + kept);
     loop_.drafter->finish_round(im, tree, out, target);
-    if (loop_.policy) {
-      trackers_[im.id].observe(static_cast<int>(tree.size()), kept - 1);
-      if (loop_.drafter->carries_drafts())
-        windows_[im.id].observe(static_cast<int>(tree.size()), carried_[j], kept - 1);
-    }
+    if (loop_.policy)
+      loop_.policy->observe(acceptance_[im.id], static_cast<int>(tree.size()), carried_[j],
+                            kept - 1);
     if (im.stats.rounds_by_depth.size() <= tree.size())
       im.stats.rounds_by_depth.resize(tree.size() + 1, 0);
     im.stats.rounds_by_depth[tree.size()]++;

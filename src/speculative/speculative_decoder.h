@@ -44,10 +44,7 @@ class SpeculativeDecoder final : public Decoder {
   SamplingParams verify_params_;  // greedy verification sees the untempered distribution
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
-  std::vector<AcceptanceTracker> trackers_;  // by image id (--draft-len auto)
-  // By image id, for drafters that carry drafts over (auto): the window model and last depth.
-  std::vector<JacobiAcceptance> windows_;
-  std::vector<int> window_depth_;
+  std::vector<ImageAcceptance> acceptance_;  // by image id (--draft-len auto)
   std::vector<int> carried_;  // per active image this round: drafts carried into its window
   std::vector<DraftTree> trees_;
   std::vector<float> dists_;

@@ -31,8 +31,8 @@ class Drafter {
   // Whether the target's forwards should return hidden states for finish_round.
   virtual bool wants_hidden_states() const { return false; }
   // Whether the drafts a round leaves unverified are re-drafted by the target and carried into
-  // the next window (Jacobi iteration): --draft-len auto then models the window
-  // (JacobiAcceptance) instead of the depths alone.
+  // the next window (Jacobi iteration): --draft-len auto's policy then models the window
+  // (DraftLengthPolicy, JacobiAcceptance) instead of the depths alone.
   virtual bool carries_drafts() const { return false; }
   // How many drafts the next window of `image` starts with that were carried over.
   virtual int carried_drafts(const ImageState&) const { return 0; }

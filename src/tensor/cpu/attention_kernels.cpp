@@ -141,6 +141,18 @@ void weighted_values(const float* p, float inv, const float* v, int64_t n, int h
   }
 }
 
+// lane[0] = op over the kKeyBlock lanes, in a fixed pairwise tree.
+template <class Op>
+float lane_tree(float* lane, Op op) {
+  for (int64_t w = kKeyBlock / 2; w >= 1; w /= 2)
+    for (int64_t i = 0; i < w; ++i) lane[i] = op(lane[i], lane[i + w]);
+  return lane[0];
+}
+
+float larger(float a, float b) {
+  return a > b ? a : b;
+}
+
 // The largest of p over whole blocks of kKeyBlock: a running maximum per lane position, then a
 // tree over the lanes (a scalar running maximum was one max-latency chain per key, ~20% of a
 // row's attention). The maximum is exact, so the order does not change the result.
@@ -150,11 +162,9 @@ float block_max(const float* p, int64_t blocks) {
   for (int64_t b = 0; b < blocks; ++b) {
     const float* v = p + b * kKeyBlock;
 #pragma omp simd
-    for (int64_t i = 0; i < kKeyBlock; ++i) lane[i] = lane[i] > v[i] ? lane[i] : v[i];
+    for (int64_t i = 0; i < kKeyBlock; ++i) lane[i] = larger(lane[i], v[i]);
   }
-  for (int64_t w = kKeyBlock / 2; w >= 1; w /= 2)
-    for (int64_t i = 0; i < w; ++i) lane[i] = lane[i] > lane[i + w] ? lane[i] : lane[i + w];
-  return lane[0];
+  return lane_tree(lane, larger);
 }
 
 // p[i] = exp(p[i] - mx) for whole blocks of kKeyBlock (-inf gives 0), returning their sum: one
@@ -169,9 +179,7 @@ float exp_block_sum(float* p, int64_t blocks, float mx) {
 #pragma omp simd
     for (int64_t i = 0; i < kKeyBlock; ++i) lane[i] += v[i];
   }
-  for (int64_t w = kKeyBlock / 2; w >= 1; w /= 2)
-    for (int64_t i = 0; i < w; ++i) lane[i] += lane[i + w];
-  return lane[0];
+  return lane_tree(lane, [](float a, float b) { return a + b; });
 }
 
 }  // namespace

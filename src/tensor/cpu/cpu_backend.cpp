@@ -40,6 +40,8 @@ void cpu::require_same_numel(const Tensor& a, const Tensor& b, const char* what)
 }
 
 CpuBackend::CpuBackend() {
+  // OpenBLAS runs inside our OpenMP threads (conv_kernels.cpp), never with its own pool.
+  openblas_set_num_threads(1);
   set_threads(omp_get_max_threads());
 }
 
@@ -55,8 +57,6 @@ int CpuBackend::set_threads(int n) {
   // thread), and absurd counts make libgomp fail to create its pool: clamp to the CPUs we have.
   threads_ = std::clamp(n, 1, available_cpus());
   omp_set_num_threads(threads_);
-  // OpenBLAS runs inside our OpenMP threads (conv_kernels.cpp), never with its own pool.
-  openblas_set_num_threads(1);
   return threads_;
 }
 
