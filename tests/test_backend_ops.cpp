@@ -913,39 +913,42 @@ TEST(BackendOps, AttentionKeyVisible) {
 
 // Batch invariance of attention: a query row gives the same bits whether it is one of a window
 // of new rows (verification) or the only new row (a decode step), whatever its position in the
-// window, for head widths on each path (scalar at 5, AVX-512 at 16, 64 and 144).
+// window, for head widths on each path: scalar at 5; AVX-512 row groups of 4 at 16-48, 3 values
+// rows at 64, 2 at 96, scores only at 112, one row at a time at 128 and 144. With one head the
+// window's rows are split between the threads.
 TEST(BackendOps, AttentionRowDoesNotDependOnItsWindow) {
-  for (const int hd : {5, 16, 64, 144}) {
-    SCOPED_TRACE("hd " + std::to_string(hd));
-    Rng rng(600 + hd);
-    const int H = 4, Hkv = 2, cap = 60, past = 33, n_new = 7;
-    const Shape cache_shape = {2, Hkv, cap, hd};
-    const int64_t cache_n = shape_numel(cache_shape);
-    Tensor kc = up(rng.normal(cache_n), cache_shape), vc = up(rng.normal(cache_n), cache_shape);
-    const int64_t width = static_cast<int64_t>(H + 2 * Hkv) * hd, q_dim = int64_t{H} * hd;
-    const Vec qkv = rng.normal(n_new * width);
-    HostBatch window;
-    window.n_new = n_new;
-    window.seq = {1};
-    window.past = {past};
-    Tensor qt = up(qkv, {n_new, width});
-    run_kv_store(be(), qt, H, Hkv, hd, window, kc, vc);
-    Tensor out = be().empty(DType::F32, {n_new, q_dim});
-    run_attention(be(), qt, H, Hkv, hd, window, kc, vc, out);
-    const Vec all = down(out);
-    for (int j = 0; j < n_new; ++j) {
-      HostBatch one;
-      one.n_new = 1;
-      one.seq = {1};
-      one.past = {past + j};
-      Tensor q1 = up(Vec(qkv.begin() + j * width, qkv.begin() + (j + 1) * width), {1, width});
-      Tensor o1 = be().empty(DType::F32, {1, q_dim});
-      run_attention(be(), q1, H, Hkv, hd, one, kc, vc, o1);
-      const Vec got = down(o1);
-      for (int64_t e = 0; e < q_dim; ++e)
-        ASSERT_EQ(got[e], all[j * q_dim + e]) << "row " << j << " element " << e;
+  for (const int hd : {5, 16, 32, 48, 64, 96, 112, 128, 144})
+    for (const int H : {4, 1}) {
+      SCOPED_TRACE("hd " + std::to_string(hd) + ", heads " + std::to_string(H));
+      Rng rng(600 + hd + H);
+      const int Hkv = H == 1 ? 1 : 2, cap = 60, past = 33, n_new = 7;
+      const Shape cache_shape = {2, Hkv, cap, hd};
+      const int64_t cache_n = shape_numel(cache_shape);
+      Tensor kc = up(rng.normal(cache_n), cache_shape), vc = up(rng.normal(cache_n), cache_shape);
+      const int64_t width = static_cast<int64_t>(H + 2 * Hkv) * hd, q_dim = int64_t{H} * hd;
+      const Vec qkv = rng.normal(n_new * width);
+      HostBatch window;
+      window.n_new = n_new;
+      window.seq = {1};
+      window.past = {past};
+      Tensor qt = up(qkv, {n_new, width});
+      run_kv_store(be(), qt, H, Hkv, hd, window, kc, vc);
+      Tensor out = be().empty(DType::F32, {n_new, q_dim});
+      run_attention(be(), qt, H, Hkv, hd, window, kc, vc, out);
+      const Vec all = down(out);
+      for (int j = 0; j < n_new; ++j) {
+        HostBatch one;
+        one.n_new = 1;
+        one.seq = {1};
+        one.past = {past + j};
+        Tensor q1 = up(Vec(qkv.begin() + j * width, qkv.begin() + (j + 1) * width), {1, width});
+        Tensor o1 = be().empty(DType::F32, {1, q_dim});
+        run_attention(be(), q1, H, Hkv, hd, one, kc, vc, o1);
+        const Vec got = down(o1);
+        for (int64_t e = 0; e < q_dim; ++e)
+          ASSERT_EQ(got[e], all[j * q_dim + e]) << "row " << j << " element " << e;
+      }
     }
-  }
 }
 
 // ================================================================================ MAE ops

@@ -10,8 +10,9 @@ namespace tessera {
 
 void filter_top_k_top_p(std::span<float> logits, int top_k, float top_p) {
   const int V = static_cast<int>(logits.size());
-  if (top_k > 0) {
-    const int k = std::min(std::max(top_k, 1), V);
+  // top-k keeps everything when k >= V (the k-th largest is the smallest: nothing is below it).
+  if (top_k > 0 && top_k < V) {
+    const int k = std::max(top_k, 1);
     std::vector<float> tmp(logits.begin(), logits.end());
     std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), std::greater<float>());
     const float threshold = tmp[k - 1];

@@ -1,5 +1,6 @@
 // Rotary embedding, KV-cache writes and attention over a multi-sequence cache, on the CPU.
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -141,6 +142,146 @@ void weighted_values(const float* p, float inv, const float* v, int64_t n, int h
   }
 }
 
+#if defined(__AVX512F__)
+// The rows of a draft window share their head's keys and values. Taken one row at a time, every
+// row re-read the head's whole key and value block from L2 (about 66 KB at 130 keys and head
+// width 64), and a 5-row forward's attention cost twice the one-row's. The group kernels below
+// load each key's and value's chunks once for GR rows; per row they run exactly the operations of
+// dot_keys and weighted_values, so a row's bits do not depend on the rows beside it.
+
+// Most rows a group kernel takes.
+constexpr int kMaxGroup = 4;
+
+// Rows per group for the scores: GR rows x C query chunks stay in registers.
+constexpr int score_group(int chunks) {
+  return chunks >= 8 ? 1 : std::min(kMaxGroup, 16 / chunks);
+}
+// Rows per group for the weighted values: 2 x GR x C accumulators (even and odd keys).
+constexpr int value_group(int chunks) {
+  return chunks >= 7 ? 1 : std::min(kMaxGroup, 12 / chunks);
+}
+
+// s[r * ld + i] = q[r] . k_i for GR rows, as dot_keys computes each (the same FMA chain over the
+// chunks from zero per key, the same sum16 tree per block of kKeyBlock keys).
+template <int CM, int GR>
+void dot_keys_group(const float* const* q, const float* k, int64_t n, int head_dim, float* s,
+                    int64_t ld) {
+  constexpr int C = CM;
+  __m512 qv[GR][CM];
+  for (int r = 0; r < GR; ++r)
+    for (int c = 0; c < C; ++c) qv[r][c] = _mm512_loadu_ps(q[r] + 16 * c);
+  alignas(64) __m512 acc[GR][kKeyBlock];
+  for (int64_t s0 = 0; s0 < n; s0 += kKeyBlock) {
+    const int64_t g = std::min(kKeyBlock, n - s0);
+    for (int64_t i = 0; i < kKeyBlock; ++i) {
+      __m512 a[GR];
+      for (int r = 0; r < GR; ++r) a[r] = _mm512_setzero_ps();
+      if (i < g) {
+        const float* kk = k + (s0 + i) * head_dim;
+        for (int c = 0; c < C; ++c) {
+          const __m512 kv = _mm512_loadu_ps(kk + 16 * c);
+          for (int r = 0; r < GR; ++r) a[r] = _mm512_fmadd_ps(qv[r][c], kv, a[r]);
+        }
+      }
+      for (int r = 0; r < GR; ++r) acc[r][i] = a[r];
+    }
+    for (int r = 0; r < GR; ++r) sum16(acc[r], s + r * ld + s0);
+  }
+}
+
+// o[r] = sum_i (p[r][i] * inv[r]) v_i for GR rows over keys 0..n-1, as weighted_values computes
+// each: even and odd keys in their own accumulators, added at the end, and a zero weight leaves
+// a row's accumulators untouched (a masked FMA where weighted_values skips the key).
+template <int CM, int GR>
+void weighted_values_group(const float* const* p, const float* inv, const float* v, int64_t n,
+                           int head_dim, float* const* o) {
+  constexpr int C = CM;
+  __m512 even[GR][CM], odd[GR][CM];
+  for (int r = 0; r < GR; ++r)
+    for (int c = 0; c < C; ++c) even[r][c] = odd[r][c] = _mm512_setzero_ps();
+  auto add_key = [&](int64_t i, __m512(*a)[CM]) {
+    __m512 w[GR];
+    __mmask16 m[GR];
+    for (int r = 0; r < GR; ++r) {
+      m[r] = p[r][i] != 0.0f ? 0xffff : 0;
+      w[r] = _mm512_set1_ps(p[r][i] * inv[r]);
+    }
+    const float* vv = v + i * head_dim;
+    for (int c = 0; c < C; ++c) {
+      const __m512 x = _mm512_loadu_ps(vv + 16 * c);
+      for (int r = 0; r < GR; ++r) a[r][c] = _mm512_mask3_fmadd_ps(w[r], x, a[r][c], m[r]);
+    }
+  };
+  int64_t i = 0;
+  for (; i + 1 < n; i += 2) {
+    add_key(i, even);
+    add_key(i + 1, odd);
+  }
+  if (i < n) add_key(i, even);
+  for (int r = 0; r < GR; ++r)
+    for (int c = 0; c < C; ++c)
+      _mm512_storeu_ps(o[r] + 16 * c, _mm512_add_ps(even[r][c], odd[r][c]));
+}
+
+// Calls f(std::integral_constant<int, G>) for the group size `rows` (1..kMaxGroup).
+template <class F>
+void with_group(int rows, F&& f) {
+  switch (rows) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, 4>{});
+  }
+}
+#endif
+
+// Scores of `rows` query rows against keys 0..n-1: row r's into s + r * ld, each as dot_keys
+// gives it alone.
+void dot_keys_rows(const float* const* q, int rows, const float* k, int64_t n, int head_dim,
+                   float* s, int64_t ld) {
+#if defined(__AVX512F__)
+  if (avx512_head(head_dim) && head_dim / 16 < 8 && rows > 1) {
+    // Head widths of 16..112 (1..7 chunks): the chunk count is a compile-time constant.
+    with_chunks(head_dim, [&](auto max_chunks, int = 0) {
+      constexpr int CM = std::min(decltype(max_chunks)::value, 7);
+      constexpr int G = score_group(CM);
+      for (int r0 = 0; r0 < rows; r0 += G)
+        with_group(std::min(G, rows - r0), [&](auto group) {
+          constexpr int GR = std::min<int>(decltype(group)::value, G);
+          dot_keys_group<CM, GR>(q + r0, k, n, head_dim, s + r0 * ld, ld);
+        });
+    });
+    return;
+  }
+#endif
+  for (int r = 0; r < rows; ++r) dot_keys(q[r], k, n, head_dim, s + r * ld);
+}
+
+// Weighted values of `rows` rows over keys 0..n-1 (a row's weights past its own keys are zero),
+// each as weighted_values gives it alone.
+void weighted_values_rows(const float* const* p, const float* inv, int rows, const float* v,
+                          int64_t n, int head_dim, float* const* o) {
+#if defined(__AVX512F__)
+  if (avx512_head(head_dim) && head_dim / 16 < 7 && rows > 1) {
+    with_chunks(head_dim, [&](auto max_chunks, int = 0) {
+      constexpr int CM = std::min(decltype(max_chunks)::value, 6);
+      constexpr int G = value_group(CM);
+      for (int r0 = 0; r0 < rows; r0 += G)
+        with_group(std::min(G, rows - r0), [&](auto group) {
+          constexpr int GR = std::min<int>(decltype(group)::value, G);
+          weighted_values_group<CM, GR>(p + r0, inv + r0, v, n, head_dim, o + r0);
+        });
+    });
+    return;
+  }
+#endif
+  for (int r = 0; r < rows; ++r) weighted_values(p[r], inv[r], v, n, head_dim, o[r]);
+}
+
 // lane[0] = op over the kKeyBlock lanes, in a fixed pairwise tree.
 template <class Op>
 float lane_tree(float* lane, Op op) {
@@ -261,56 +402,83 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
   const float* vc = v_cache.ptr<float>();
   const uint8_t* visible = b.key_visible ? b.key_visible->ptr<uint8_t>() : nullptr;
   float* dst = out.ptr<float>();
-  const int64_t total = n_seq * b.n_new * n_head;
+  const int n_new = b.n_new;
   int64_t macs = 0;  // q.k and p.v over every (row, head): small calls run on this thread
   for (int64_t r = 0; r < n_seq; ++r)
-    macs += (static_cast<int64_t>(past[r]) + b.n_new) * b.n_new * n_head * head_dim * 2;
+    macs += (static_cast<int64_t>(past[r]) + n_new) * n_new * n_head * head_dim * 2;
+  // Work items are (sequence, head, group of rows): a head's rows go together so that its keys
+  // and values are read once for all of them; the rows are split further only when there are
+  // fewer heads than threads. A row's result does not depend on its group.
+  const int64_t heads = n_seq * n_head;
+  const int threads = omp_get_max_threads();
+  const int splits = static_cast<int>(std::clamp<int64_t>((threads + heads - 1) / heads, 1, n_new));
+  const int per_split = (n_new + splits - 1) / splits;
+  const int64_t total = heads * splits;
+  const int64_t ld = (cap + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
 #pragma omp parallel if (total > 1 && macs >= cpu::kParallelMinMacs / 2)
   {
     // Per-thread scratch kept across calls: no allocation per layer and token.
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>((cap + kKeyBlock - 1) / kKeyBlock * kKeyBlock));
-    // Items run sequence-major, then head, then new row: a thread's contiguous share covers
-    // whole heads, so the rows of a draft window that share a head's keys and values read them
-    // from its L2 after the first row (row-major order made both threads stream every head's
-    // cache from L3: the k-row forward's attention cost 2-3x the one-row's per row).
+    thread_local std::vector<const float*> qs, ps;
+    thread_local std::vector<float*> os;
+    thread_local std::vector<float> invs;
+    scores.resize(static_cast<size_t>(ld * per_split));
 #pragma omp for schedule(static)
     for (int64_t idx = 0; idx < total; ++idx) {
-      const int64_t j = idx % b.n_new;
-      const int64_t h = (idx / b.n_new) % n_head;
-      const int64_t r = idx / (n_head * b.n_new);
-      const int64_t row = r * b.n_new + j;
+      const int64_t part = idx % splits;
+      const int64_t h = (idx / splits) % n_head;
+      const int64_t r = idx / (splits * n_head);
+      const int j0 = static_cast<int>(part) * per_split;
+      const int rows = std::min(per_split, n_new - j0);
+      if (rows <= 0) continue;
       const int64_t seq = seqs[r];
-      const int64_t own = past[r] + j;  // this query's own cache slot
-      const int64_t n_keys = own + 1;
-      const float* q = src + row * width + h * head_dim;
       const int64_t kvh = h / group;
-      const uint8_t* mrow = mask ? mask + (r * b.n_new + j) * b.mask_stride : nullptr;
+      const float* kh = kc + (seq * n_kv_head + kvh) * cap * head_dim;
+      const float* vh = vc + (seq * n_kv_head + kvh) * cap * head_dim;
+      // Keys up to the group's last row's own slot; each row then masks those after its own.
+      const int64_t n_all = past[r] + j0 + rows;
+      qs.clear();
+      for (int j = j0; j < j0 + rows; ++j)
+        qs.push_back(src + (r * n_new + j) * width + h * head_dim);
       // scores[s] = q . k_s over this head's contiguous key block (the same instructions for
       // every key, so a score does not depend on the batch, the position or the threads).
-      const float* kh = kc + (seq * n_kv_head + kvh) * cap * head_dim;
-      const int64_t blocks = (n_keys + kKeyBlock - 1) / kKeyBlock;
-      dot_keys(q, kh, n_keys, head_dim, scores.data());
-      float* sc = scores.data();
-      if (mrow || visible) {
-        for (int64_t s = 0; s < n_keys; ++s) {
-          bool ok = mrow ? mrow[s] != 0 : true;
-          if (ok && visible && s != own) ok = visible[seq * cap + s] != 0;
-          sc[s] = ok ? sc[s] * scale : -INFINITY;
-        }
-      } else {  // causal, every key visible: one vector loop
+      dot_keys_rows(qs.data(), rows, kh, n_all, head_dim, scores.data(), ld);
+      ps.clear();
+      os.clear();
+      invs.clear();
+      for (int j = j0; j < j0 + rows; ++j) {
+        const int64_t row = r * n_new + j;
+        const int64_t own = past[r] + j;  // this query's own cache slot
+        const int64_t n_keys = own + 1;
+        const uint8_t* mrow = mask ? mask + row * b.mask_stride : nullptr;
+        float* sc = scores.data() + (j - j0) * ld;
+        if (mrow || visible) {
+          for (int64_t s = 0; s < n_keys; ++s) {
+            bool ok = mrow ? mrow[s] != 0 : true;
+            if (ok && visible && s != own) ok = visible[seq * cap + s] != 0;
+            sc[s] = ok ? sc[s] * scale : -INFINITY;
+          }
+        } else {  // causal, every key visible: one vector loop
 #pragma omp simd
-        for (int64_t s = 0; s < n_keys; ++s) sc[s] *= scale;
+          for (int64_t s = 0; s < n_keys; ++s) sc[s] *= scale;
+        }
+        const int64_t blocks = (n_keys + kKeyBlock - 1) / kKeyBlock;
+        for (int64_t s = n_keys; s < blocks * kKeyBlock; ++s) sc[s] = -INFINITY;
+        const float mx = block_max(sc, blocks);
+        float* o = dst + row * q_dim + h * head_dim;
+        for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
+        if (mx == -INFINITY) continue;  // no visible key (cannot happen with the diagonal kept)
+        const float denom = exp_block_sum(sc, blocks, mx);
+        // Keys after this row's blocks get weight zero: the group's weighted values run over
+        // the last row's keys, and a zero weight is skipped.
+        for (int64_t s = blocks * kKeyBlock; s < n_all; ++s) sc[s] = 0.0f;
+        ps.push_back(sc);
+        os.push_back(o);
+        invs.push_back(1.0f / denom);
       }
-      for (int64_t s = n_keys; s < blocks * kKeyBlock; ++s) sc[s] = -INFINITY;
-      const float mx = block_max(sc, blocks);
-      float* o = dst + row * q_dim + h * head_dim;
-      for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
-      if (mx == -INFINITY) continue;  // no visible key (cannot happen with the diagonal kept)
-      const float denom = exp_block_sum(scores.data(), blocks, mx);
       // o = sum_s p_s v_s over this head's contiguous value block, in key order.
-      const float* vh = vc + (seq * n_kv_head + kvh) * cap * head_dim;
-      weighted_values(scores.data(), 1.0f / denom, vh, n_keys, head_dim, o);
+      weighted_values_rows(ps.data(), invs.data(), static_cast<int>(ps.size()), vh, n_all, head_dim,
+                           os.data());
     }
   }
 }
