@@ -28,8 +28,10 @@ namespace {
 // one-accumulator linear kernel of issue 25; 4 = the draft model's linears threaded (a cheaper
 // draft step); 5 = weights in panels with broadcast register tiles, and blocked attention scores
 // (cheaper multi-position forwards); 6 = attention over a window's rows from L2 with its
-// reductions in vectors (an 8-position forward fell from 1.84x to 1.63x a one-position one).
-constexpr int kFormat = 6;
+// reductions in vectors (an 8-position forward fell from 1.84x to 1.63x a one-position one); 7 =
+// a window's rows attend in groups that share key and value loads, and weights are prefetched
+// twice (to L2, then to L1).
+constexpr int kFormat = 7;
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;

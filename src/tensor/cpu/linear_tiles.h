@@ -46,8 +46,13 @@ inline typename V::reg load_w(const storage_t<WD>* w) {
 }
 
 // How far ahead along a panel the tile prefetches: the hardware prefetcher alone keeps too few
-// lines in flight for one core to reach the memory bandwidth. 8 KB: of 1, 2, 4, 8 and 16 KB the
-// fastest or tied for 1-4 rows in `bench --kernels` on the AVX-512 Xeon (docs/performance.md).
+// lines in flight for one core to reach the memory bandwidth (without software prefetches a
+// GPT-B bf16 forward took 1.5x longer). Each line is prefetched twice: 2 x kPrefetchBytes ahead
+// into L2, then kPrefetchBytes ahead into L1. A single prefetch into L2 (8 KB: of 1, 2, 4, 8 and
+// 16 KB the fastest or tied for 1-4 rows in `bench --kernels`) left GPT-B's DRAM-resident
+// weights streaming at about the rate of a forward's compute added to its memory time; the
+// second request re-issues lines the first one lost and cut GPT-B bf16's 3-8 position forwards
+// by 3-7%, with the emoji model (weights in L3) the same or faster (docs/performance.md).
 constexpr int64_t kPrefetchBytes = 8192;
 
 constexpr int64_t imin(int64_t a, int64_t b) {
@@ -57,11 +62,10 @@ constexpr int64_t imax(int64_t a, int64_t b) {
   return a > b ? a : b;
 }
 
-// Where a tile prefetches (to L2: on the AVX-512 Xeon, one thread streamed 1-8 rows 1.2-1.4x
-// faster than with prefetches to L1, two threads the same; docs/performance.md): the first tile
-// of a panel reads it from memory and prefetches kPrefetchBytes ahead along it (into the next
-// panel at its end); the tiles after it read the panel from cache, and prefetch the same distance
-// into the next panel, so that memory keeps streaming while they compute.
+// Where a tile prefetches: the first tile of a panel reads it from memory and prefetches ahead
+// along it (into the next panel at its end); the tiles after it read the panel from cache, and
+// prefetch the same distances into the next panel, so that memory keeps streaming while they
+// compute.
 enum class Ahead { ThisPanel, NextPanel };
 
 // acc[m][c] over all of K for MR rows of x and the NC vectors of panel columns from c0, stored to
@@ -79,8 +83,11 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
     for (int c = 0; c < NC; ++c) acc[m][c] = V::zero();
   for (int64_t k = 0; k < K; ++k) {
     const T* wk = panel + k * kPanelRows;
-    for (int64_t b = 0; b < kRowBytes; b += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + k * kPanelRows) + b, _MM_HINT_T1);
+    for (int64_t b = 0; b < kRowBytes; b += 64) {
+      const char* line = reinterpret_cast<const char*>(ahead + k * kPanelRows) + b;
+      _mm_prefetch(line, _MM_HINT_T0);
+      _mm_prefetch(line + kPrefetchBytes, _MM_HINT_T1);
+    }
     typename V::reg wv[NC];
     for (int c = 0; c < NC; ++c) wv[c] = load_w<V, WD>(wk + c0 + c * W);
     for (int m = 0; m < MR; ++m) {
