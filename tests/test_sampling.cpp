@@ -28,6 +28,14 @@ TEST(SamplerTopK, KeepsTiesAtTheThreshold) {
   std::vector<float> n = {1, 3, 2};
   filter_top_k_top_p(n, 10, 1.0f);  // k > V keeps everything
   EXPECT_EQ(kept(n), (std::vector<int>{0, 1, 2}));
+  // k = V keeps everything too, values untouched (-inf entries stay -inf).
+  const std::vector<float> o = {1, -INFINITY, 2, 2, -5};
+  std::vector<float> p = o;
+  filter_top_k_top_p(p, 5, 1.0f);
+  EXPECT_EQ(p, o);
+  std::vector<float> q = {1, 3, 2, 2, -5};
+  filter_top_k_top_p(q, 4, 1.0f);  // k = V - 1 drops the smallest
+  EXPECT_EQ(kept(q), (std::vector<int>{0, 1, 2, 3}));
 }
 
 TEST(SamplerTopP, KeepsTheFirstTokenCrossingTheThreshold) {
