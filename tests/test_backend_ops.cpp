@@ -605,6 +605,27 @@ TEST(BackendOps, Swiglu) {
   }
 }
 
+// The stacked form (one [rows, 2F] linear output of w1 and w3): every element bit-identical to
+// swiglu on the two halves, for rows of whole SIMD blocks (serial and parallel) and with tails.
+TEST(BackendOps, SwigluStackedEqualsSwigluOfTheHalves) {
+  Rng rng(18);
+  for (const int64_t F : {16, 37, 1024})
+    for (const int64_t rows : {1, 5, 64}) {
+      SCOPED_TRACE("F " + std::to_string(F) + ", rows " + std::to_string(rows));
+      const Vec gu = activation_data(rng, rows * 2 * F);
+      Vec g, u;
+      for (int64_t r = 0; r < rows; ++r) {
+        g.insert(g.end(), gu.begin() + r * 2 * F, gu.begin() + r * 2 * F + F);
+        u.insert(u.end(), gu.begin() + r * 2 * F + F, gu.begin() + (r + 1) * 2 * F);
+      }
+      Tensor want = be().empty(DType::F32, {rows, F}), got = be().empty(DType::F32, {rows, F});
+      be().swiglu(up(g, {rows, F}), up(u, {rows, F}), want);
+      be().swiglu_stacked(up(gu, {rows, 2 * F}), got);
+      const Vec a = down(want), b = down(got);
+      for (int64_t i = 0; i < rows * F; ++i) ASSERT_EQ(a[i], b[i]) << "element " << i;
+    }
+}
+
 TEST(BackendOps, Silu) {
   constexpr Tol kTol{1e-6, 1e-30};  // as swiglu
   Rng rng(16);

@@ -143,6 +143,7 @@ class CountingBackend final : public Backend {
   }
   void add(const Tensor& a, const Tensor& b, Tensor& y) override { be.add(a, b, y); }
   void swiglu(const Tensor& g, const Tensor& u, Tensor& y) override { be.swiglu(g, u, y); }
+  void swiglu_stacked(const Tensor& gu, Tensor& y) override { be.swiglu_stacked(gu, y); }
   void gelu_tanh(Tensor& x) override { be.gelu_tanh(x); }
   void silu(Tensor& x) override { be.silu(x); }
   void rope(Tensor& x, int n, int hd, const Tensor& cs, const Tensor& pos) override {

@@ -35,8 +35,8 @@ namespace {
 // LlamaGen's activations, reserved at the largest batch; a forward uses views of their first rows.
 struct LlamaGenWorkspace final : ForwardWorkspace {
   int rows = 0, outputs = 0;
-  Tensor x, h, qkv, att, gate, up;  // [rows, ...]
-  Tensor picked, normed, logits;    // [outputs, ...]
+  Tensor x, h, qkv, att, gate_up, gate;  // [rows, ...]
+  Tensor picked, normed, logits;         // [outputs, ...]
   int max_rows() const override { return rows; }
   int max_outputs() const override { return outputs; }
 };
@@ -73,8 +73,9 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
     L.wqkv = w.linear(p + "attention.wqkv.weight", {qkv, D});
     L.wo = w.linear(p + "attention.wo.weight", {D, D});
     L.ffn_norm = w.f32(p + "ffn_norm.weight", {D});
-    L.w1 = w.linear(p + "feed_forward.w1.weight", {F, D});
-    L.w3 = w.linear(p + "feed_forward.w3.weight", {F, D});
+    // w1 and w3 read the same input: one stacked weight, one kernel call (one parallel region
+    // less per layer, and the threads share 2F outputs instead of F twice).
+    L.w13 = w.linear_stacked({p + "feed_forward.w1.weight", p + "feed_forward.w3.weight"}, {F, D});
     L.w2 = w.linear(p + "feed_forward.w2.weight", {D, F});
     layers_.push_back(std::move(L));
   }
@@ -89,7 +90,7 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
 int64_t LlamaGen::streamed_weight_bytes() const {
   int64_t bytes = static_cast<int64_t>(output.nbytes());
   for (const Layer& L : layers_)
-    for (const Tensor* t : {&L.wqkv, &L.wo, &L.w1, &L.w2, &L.w3, &L.attention_norm, &L.ffn_norm})
+    for (const Tensor* t : {&L.wqkv, &L.wo, &L.w13, &L.w2, &L.attention_norm, &L.ffn_norm})
       bytes += static_cast<int64_t>(t->nbytes());
   return bytes;
 }
@@ -97,7 +98,7 @@ int64_t LlamaGen::streamed_weight_bytes() const {
 int64_t LlamaGen::streamed_weight_params() const {
   int64_t n = output.numel();
   for (const Layer& L : layers_)
-    for (const Tensor* t : {&L.wqkv, &L.wo, &L.w1, &L.w2, &L.w3}) n += t->numel();
+    for (const Tensor* t : {&L.wqkv, &L.wo, &L.w13, &L.w2}) n += t->numel();
   return n;
 }
 
@@ -181,12 +182,13 @@ Tensor LlamaGen::embed_conditions(std::span<const Condition* const> conds, bool 
 }
 
 namespace {
-// The workspace's f32 tensors, in LlamaGenWorkspace's order: x, h, qkv, att, gate, up ([rows, .])
-// and picked, normed, logits ([outputs, .]). One list serves allocation and the memory estimate.
+// The workspace's f32 tensors, in LlamaGenWorkspace's order: x, h, qkv, att, gate_up, gate ([rows,
+// .]) and picked, normed, logits ([outputs, .]). One list serves allocation and the memory
+// estimate.
 std::vector<Shape> workspace_shapes(const GptConfig& c, int max_rows, int max_outputs) {
   const int64_t R = std::max(max_rows, 1), O = std::max(max_outputs, 1);
   const int64_t qkv = static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim();
-  return {{R, c.dim},    {R, c.dim},    {R, qkv}, {R, c.dim},       {R, c.ffn_dim},
+  return {{R, c.dim},     {R, c.dim}, {R, qkv},   {R, c.dim},       {R, 2 * int64_t{c.ffn_dim}},
           {R, c.ffn_dim}, {O, c.dim}, {O, c.dim}, {O, c.vocab_size}};
 }
 }  // namespace
@@ -196,8 +198,8 @@ std::unique_ptr<ForwardWorkspace> LlamaGen::make_workspace(int max_rows, int max
   auto ws = std::make_unique<LlamaGenWorkspace>();
   ws->rows = static_cast<int>(shapes[0][0]);
   ws->outputs = static_cast<int>(shapes[6][0]);
-  Tensor* slots[] = {&ws->x,    &ws->h,      &ws->qkv,    &ws->att,   &ws->gate,
-                     &ws->up,   &ws->picked, &ws->normed, &ws->logits};
+  Tensor* slots[] = {&ws->x,    &ws->h,      &ws->qkv,    &ws->att,   &ws->gate_up,
+                     &ws->gate, &ws->picked, &ws->normed, &ws->logits};
   for (size_t i = 0; i < shapes.size(); ++i) *slots[i] = backend_.empty(DType::F32, shapes[i]);
   return ws;
 }
@@ -220,7 +222,8 @@ ForwardOutputs LlamaGen::forward(const ForwardInputs& in, KVCache& cache,
   check(in.positions.numel() == rows, "internal: forward positions size");
 
   Tensor x = ws.x.rows(0, rows), h = ws.h.rows(0, rows), qkv = ws.qkv.rows(0, rows);
-  Tensor att = ws.att.rows(0, rows), gate = ws.gate.rows(0, rows), up = ws.up.rows(0, rows);
+  Tensor att = ws.att.rows(0, rows), gate_up = ws.gate_up.rows(0, rows);
+  Tensor gate = ws.gate.rows(0, rows);
   if (in.embeddings) {
     check(in.embeddings->dim(0) == rows && in.embeddings->dim(1) == c.dim,
           "internal: forward embeddings shape");
@@ -241,9 +244,8 @@ ForwardOutputs LlamaGen::forward(const ForwardInputs& in, KVCache& cache,
     be.add(x, h, x);
     // out = h + SwiGLU(RMSNorm(h)) = h + w2(silu(w1 n) * w3 n)
     be.rms_norm(x, L.ffn_norm, c.norm_eps, h);
-    be.linear(h, L.w1, nullptr, gate);
-    be.linear(h, L.w3, nullptr, up);
-    be.swiglu(gate, up, gate);
+    be.linear(h, L.w13, nullptr, gate_up);  // [w1 n | w3 n]
+    be.swiglu_stacked(gate_up, gate);
     be.linear(gate, L.w2, nullptr, h);
     be.add(x, h, x);
   }

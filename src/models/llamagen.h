@@ -44,7 +44,7 @@ class LlamaGen final : public AutoregressiveModel {
 
  private:
   struct Layer {
-    Tensor attention_norm, wqkv, wo, ffn_norm, w1, w2, w3;
+    Tensor attention_norm, wqkv, wo, ffn_norm, w13, w2;  // w13: w1 and w3 stacked [2F, D]
   };
   GptConfig cfg_;
   ArModelInfo info_;

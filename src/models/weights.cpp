@@ -57,6 +57,17 @@ Tensor WeightLoader::linear(const std::string& name, const Shape& shape) {
   return backend_.pack_linear_weight(matrix(name, shape));
 }
 
+Tensor WeightLoader::linear_stacked(const std::vector<std::string>& names, const Shape& each) {
+  check(!names.empty() && each.size() == 2, "internal: linear_stacked needs names and a matrix");
+  Tensor stacked =
+      backend_.empty(expected_, {each[0] * static_cast<int64_t>(names.size()), each[1]});
+  for (size_t i = 0; i < names.size(); ++i) {
+    Tensor rows = stacked.rows(static_cast<int64_t>(i) * each[0], each[0]);
+    backend_.copy(matrix(names[i], each), rows);
+  }
+  return backend_.pack_linear_weight(stacked);
+}
+
 Tensor WeightLoader::adopt(const SafeTensorInfo& info) {
   // safetensors does not promise alignment; a misaligned tensor is copied instead of mapped.
   if (reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) != 0)

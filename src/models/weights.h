@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "tensor/backend.h"
@@ -30,6 +31,9 @@ class WeightLoader {
   // The weight of a linear layer: a matrix() in the layout the backend's linear reads fastest
   // (Backend::pack_linear_weight; on the CPU a copy in panels, not the file mapping).
   Tensor linear(const std::string& name, const Shape& shape);
+  // Linear layers that read the same input, each of shape `each` ([N, K]), stacked by output rows
+  // into one [names.size() * N, K] weight: one kernel call computes all of them, in order.
+  Tensor linear_stacked(const std::vector<std::string>& names, const Shape& each);
   // A tensor converted to f32 (norm weights, biases, small tables): any float dtype.
   Tensor f32(const std::string& name, const Shape& shape);
   // After loading: throws when the file holds tensors the model does not use.

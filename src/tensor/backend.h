@@ -76,6 +76,9 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) = 0;
   virtual void add(const Tensor& a, const Tensor& b, Tensor& y) = 0;         // y may alias a
   virtual void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) = 0;  // silu(gate)*up
+  // The same from one [rows, 2F] tensor (a stacked w1/w3 linear's output): y [rows, F] =
+  // silu(gate_up[:, :F]) * gate_up[:, F:], each element's bits as swiglu gives them.
+  virtual void swiglu_stacked(const Tensor& gate_up, Tensor& y) = 0;
   virtual void gelu_tanh(Tensor& x) = 0;
   virtual void silu(Tensor& x) = 0;
   // Interleaved-pair rotary embedding on the first n_rot_heads heads of each row of

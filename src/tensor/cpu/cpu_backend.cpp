@@ -227,6 +227,27 @@ void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
                    gate.numel() >= 4096);
 }
 
+void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
+  const int64_t F = y.dim(-1), rows = F ? y.numel() / F : 0;
+  check(gate_up.dim(-1) == 2 * F && gate_up.numel() == 2 * y.numel(),
+        "internal: swiglu_stacked needs [rows, 2F] into [rows, F]");
+  const float* g = gate_up.ptr<float>();
+  float* out = y.ptr<float>();
+  const int64_t blocks = F / cpu::kSimdBlock;
+  if (blocks * cpu::kSimdBlock == F) {
+    // Whole blocks in every row: one loop over (row, block), parallel from a decode step's size up
+    // (as swiglu).
+#pragma omp parallel for schedule(static) if (rows * F >= 4096)
+    for (int64_t i = 0; i < rows * blocks; ++i) {
+      const int64_t r = i / blocks, b = (i % blocks) * cpu::kSimdBlock;
+      swiglu_block(g + r * 2 * F + b, g + r * 2 * F + F + b, out + r * F + b);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r)  // a tail per row: simd_blocks pads it
+    cpu::simd_blocks(swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
+}
+
 void CpuBackend::gelu_tanh(Tensor& x) {
   float* p = x.ptr<float>();
   const int64_t n = x.numel();

@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
+  void swiglu_stacked(const Tensor& gate_up, Tensor& y) override;
   void gelu_tanh(Tensor& x) override;
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
