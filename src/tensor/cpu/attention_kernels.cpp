@@ -7,8 +7,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/vector_math.h"
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/vector_math.h"
 #include "tessera/error.h"
 
 namespace tessera {

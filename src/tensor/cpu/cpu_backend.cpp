@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/vector_math.h"
 #include "tensor/cpu/host_memory.h"
 #include "tensor/cpu/linear_panels.h"
-#include "tensor/cpu/vector_math.h"
 #include "tessera/error.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -211,20 +211,20 @@ namespace {
 // 1-2.5% of a verification run's samples in `perf`.
 [[gnu::noinline]] void swiglu_block(const float* g, const float* u, float* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < cpu::kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+  for (int64_t i = 0; i < kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 [[gnu::noinline]] void silu_block(const float* x, const float*, float* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < cpu::kSimdBlock; ++i) y[i] = x[i] / (1.0f + expf(-x[i]));
+  for (int64_t i = 0; i < kSimdBlock; ++i) y[i] = x[i] / (1.0f + expf(-x[i]));
 }
 }  // namespace
 
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
   cpu::require_same_numel(gate, up, "swiglu");
   // Parallel from a decode step's size up (2 rows x ffn_dim): the exp makes it worth a fork.
-  cpu::simd_blocks(swiglu_block, gate.ptr<float>(), up.ptr<float>(), y.ptr<float>(), gate.numel(),
-                   gate.numel() >= 4096);
+  simd_blocks(swiglu_block, gate.ptr<float>(), up.ptr<float>(), y.ptr<float>(), gate.numel(),
+              gate.numel() >= 4096);
 }
 
 void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
@@ -233,19 +233,19 @@ void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
         "internal: swiglu_stacked needs [rows, 2F] into [rows, F]");
   const float* g = gate_up.ptr<float>();
   float* out = y.ptr<float>();
-  const int64_t blocks = F / cpu::kSimdBlock;
-  if (blocks * cpu::kSimdBlock == F) {
+  const int64_t blocks = F / kSimdBlock;
+  if (blocks * kSimdBlock == F) {
     // Whole blocks in every row: one loop over (row, block), parallel from a decode step's size up
     // (as swiglu).
 #pragma omp parallel for schedule(static) if (rows * F >= 4096)
     for (int64_t i = 0; i < rows * blocks; ++i) {
-      const int64_t r = i / blocks, b = (i % blocks) * cpu::kSimdBlock;
+      const int64_t r = i / blocks, b = (i % blocks) * kSimdBlock;
       swiglu_block(g + r * 2 * F + b, g + r * 2 * F + F + b, out + r * F + b);
     }
     return;
   }
   for (int64_t r = 0; r < rows; ++r)  // a tail per row: simd_blocks pads it
-    cpu::simd_blocks(swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
+    simd_blocks(swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
 }
 
 void CpuBackend::gelu_tanh(Tensor& x) {
@@ -261,8 +261,7 @@ void CpuBackend::gelu_tanh(Tensor& x) {
 
 void CpuBackend::silu(Tensor& x) {
   // In place, in SIMD blocks as SwiGLU (the diffusion head's adaLN inputs).
-  cpu::simd_blocks(silu_block, x.ptr<float>(), nullptr, x.ptr<float>(), x.numel(),
-                   x.numel() >= 4096);
+  simd_blocks(silu_block, x.ptr<float>(), nullptr, x.ptr<float>(), x.numel(), x.numel() >= 4096);
 }
 
 }  // namespace tessera

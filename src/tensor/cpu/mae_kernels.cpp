@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "common/vector_math.h"
 #include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/vector_math.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -47,14 +47,14 @@ namespace {
 // libmvec (vector_math.h): MAR-B evaluates 75M of them per guided MAE pass.
 [[gnu::noinline]] void gelu_block(const float* x, const float*, float* y) {
 #pragma omp simd
-  for (int64_t i = 0; i < cpu::kSimdBlock; ++i)
+  for (int64_t i = 0; i < kSimdBlock; ++i)
     y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118f));
 }
 }  // namespace
 
 void CpuBackend::gelu_erf(Tensor& x) {
   float* p = x.ptr<float>();
-  cpu::simd_blocks(gelu_block, p, nullptr, p, x.numel(), x.numel() > 65536);
+  simd_blocks(gelu_block, p, nullptr, p, x.numel(), x.numel() > 65536);
 }
 
 void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,

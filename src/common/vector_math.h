@@ -19,7 +19,7 @@ float erff(float);
 }
 #endif
 
-namespace tessera::cpu {
+namespace tessera {
 
 constexpr int64_t kSimdBlock = 16;
 
@@ -43,4 +43,4 @@ inline void simd_blocks(SimdBlockFn block, const float* a, const float* b, float
   std::copy(ot, ot + (n - done), out + done);
 }
 
-}  // namespace tessera::cpu
+}  // namespace tessera
