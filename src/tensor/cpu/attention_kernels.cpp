@@ -166,10 +166,9 @@ constexpr int value_group(int chunks) {
 template <int CM, int GR>
 void dot_keys_group(const float* const* q, const float* k, int64_t n, int head_dim, float* s,
                     int64_t ld) {
-  constexpr int C = CM;
   __m512 qv[GR][CM];
   for (int r = 0; r < GR; ++r)
-    for (int c = 0; c < C; ++c) qv[r][c] = _mm512_loadu_ps(q[r] + 16 * c);
+    for (int c = 0; c < CM; ++c) qv[r][c] = _mm512_loadu_ps(q[r] + 16 * c);
   alignas(64) __m512 acc[GR][kKeyBlock];
   for (int64_t s0 = 0; s0 < n; s0 += kKeyBlock) {
     const int64_t g = std::min(kKeyBlock, n - s0);
@@ -178,7 +177,7 @@ void dot_keys_group(const float* const* q, const float* k, int64_t n, int head_d
       for (int r = 0; r < GR; ++r) a[r] = _mm512_setzero_ps();
       if (i < g) {
         const float* kk = k + (s0 + i) * head_dim;
-        for (int c = 0; c < C; ++c) {
+        for (int c = 0; c < CM; ++c) {
           const __m512 kv = _mm512_loadu_ps(kk + 16 * c);
           for (int r = 0; r < GR; ++r) a[r] = _mm512_fmadd_ps(qv[r][c], kv, a[r]);
         }
@@ -195,10 +194,9 @@ void dot_keys_group(const float* const* q, const float* k, int64_t n, int head_d
 template <int CM, int GR>
 void weighted_values_group(const float* const* p, const float* inv, const float* v, int64_t n,
                            int head_dim, float* const* o) {
-  constexpr int C = CM;
   __m512 even[GR][CM], odd[GR][CM];
   for (int r = 0; r < GR; ++r)
-    for (int c = 0; c < C; ++c) even[r][c] = odd[r][c] = _mm512_setzero_ps();
+    for (int c = 0; c < CM; ++c) even[r][c] = odd[r][c] = _mm512_setzero_ps();
   auto add_key = [&](int64_t i, __m512(*a)[CM]) {
     __m512 w[GR];
     __mmask16 m[GR];
@@ -207,7 +205,7 @@ void weighted_values_group(const float* const* p, const float* inv, const float*
       w[r] = _mm512_set1_ps(p[r][i] * inv[r]);
     }
     const float* vv = v + i * head_dim;
-    for (int c = 0; c < C; ++c) {
+    for (int c = 0; c < CM; ++c) {
       const __m512 x = _mm512_loadu_ps(vv + 16 * c);
       for (int r = 0; r < GR; ++r) a[r][c] = _mm512_mask3_fmadd_ps(w[r], x, a[r][c], m[r]);
     }
@@ -219,7 +217,7 @@ void weighted_values_group(const float* const* p, const float* inv, const float*
   }
   if (i < n) add_key(i, even);
   for (int r = 0; r < GR; ++r)
-    for (int c = 0; c < C; ++c)
+    for (int c = 0; c < CM; ++c)
       _mm512_storeu_ps(o[r] + 16 * c, _mm512_add_ps(even[r][c], odd[r][c]));
 }
 
@@ -469,9 +467,9 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
         for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
         if (mx == -INFINITY) continue;  // no visible key (cannot happen with the diagonal kept)
         const float denom = exp_block_sum(sc, blocks, mx);
-        // Keys after this row's blocks get weight zero: the group's weighted values run over
-        // the last row's keys, and a zero weight is skipped.
-        for (int64_t s = blocks * kKeyBlock; s < n_all; ++s) sc[s] = 0.0f;
+        // Keys after this row's own get weight zero: the group's weighted values run over the
+        // last row's keys, and a zero weight is skipped.
+        for (int64_t s = n_keys; s < n_all; ++s) sc[s] = 0.0f;
         ps.push_back(sc);
         os.push_back(o);
         invs.push_back(1.0f / denom);
