@@ -221,18 +221,21 @@ void weighted_values_group(const float* const* p, const float* inv, const float*
       _mm512_storeu_ps(o[r] + 16 * c, _mm512_add_ps(even[r][c], odd[r][c]));
 }
 
-// Calls f(std::integral_constant<int, G>) for the group size `rows` (1..kMaxGroup).
-template <class F>
-void with_group(int rows, F&& f) {
-  switch (rows) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 3:
-      return f(std::integral_constant<int, 3>{});
-    default:
-      return f(std::integral_constant<int, 4>{});
+// Splits `rows` into groups of at most G (<= kMaxGroup) and calls f(r0, GR) for each, GR the
+// group's size as a std::integral_constant.
+template <int G, class F>
+void for_each_group(int rows, F&& f) {
+  static_assert(G >= 1 && G <= kMaxGroup);
+  for (int r0 = 0; r0 < rows; r0 += G) {
+    const int n = std::min(G, rows - r0);
+    if (n >= 4 && G >= 4)
+      f(r0, std::integral_constant<int, std::min(4, G)>{});
+    else if (n == 3 && G >= 3)
+      f(r0, std::integral_constant<int, std::min(3, G)>{});
+    else if (n == 2 && G >= 2)
+      f(r0, std::integral_constant<int, std::min(2, G)>{});
+    else
+      f(r0, std::integral_constant<int, 1>{});
   }
 }
 #endif
@@ -246,12 +249,9 @@ void dot_keys_rows(const float* const* q, int rows, const float* k, int64_t n, i
     // Head widths of 16..112 (1..7 chunks): the chunk count is a compile-time constant.
     with_chunks(head_dim, [&](auto max_chunks, int = 0) {
       constexpr int CM = std::min(decltype(max_chunks)::value, 7);
-      constexpr int G = score_group(CM);
-      for (int r0 = 0; r0 < rows; r0 += G)
-        with_group(std::min(G, rows - r0), [&](auto group) {
-          constexpr int GR = std::min<int>(decltype(group)::value, G);
-          dot_keys_group<CM, GR>(q + r0, k, n, head_dim, s + r0 * ld, ld);
-        });
+      for_each_group<score_group(CM)>(rows, [&](int r0, auto group) {
+        dot_keys_group<CM, group()>(q + r0, k, n, head_dim, s + r0 * ld, ld);
+      });
     });
     return;
   }
@@ -267,12 +267,9 @@ void weighted_values_rows(const float* const* p, const float* inv, int rows, con
   if (avx512_head(head_dim) && head_dim / 16 < 7 && rows > 1) {
     with_chunks(head_dim, [&](auto max_chunks, int = 0) {
       constexpr int CM = std::min(decltype(max_chunks)::value, 6);
-      constexpr int G = value_group(CM);
-      for (int r0 = 0; r0 < rows; r0 += G)
-        with_group(std::min(G, rows - r0), [&](auto group) {
-          constexpr int GR = std::min<int>(decltype(group)::value, G);
-          weighted_values_group<CM, GR>(p + r0, inv + r0, v, n, head_dim, o + r0);
-        });
+      for_each_group<value_group(CM)>(rows, [&](int r0, auto group) {
+        weighted_values_group<CM, group()>(p + r0, inv + r0, v, n, head_dim, o + r0);
+      });
     });
     return;
   }
