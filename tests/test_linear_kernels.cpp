@@ -126,18 +126,34 @@ TEST(LinearKernelPaths, LargeShapesAreInvariantAcrossRowsAndThreads) {
     for (DType wt : {DType::F16, DType::BF16}) check_path(isa, Case{wt, 443, 300, 18});
 }
 
-// Element (n, k) of panel n / 32 at k * 32 + n % 32, rows past N zero.
+// f16 (and f32): element (n, k) of panel n / 32 at k * 32 + n % 32. bf16: pairs of k interleaved,
+// (k & ~1) * 32 + 2 * (n % 32) + (k & 1), K padded to 32. Rows past N and the K padding zero.
 TEST(LinearPanels, PackPlacesEveryElementAndZeroFillsThePadding) {
   const int64_t N = 37, K = 5;
   std::vector<uint16_t> w(static_cast<size_t>(N * K));
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint16_t>(i + 1);
-  ASSERT_EQ(cpu::panel_bytes(DType::BF16, N, K), size_t(64 * K * 2));
-  std::vector<uint16_t> p(64 * K, 0xffff);
-  cpu::pack_panels(w.data(), DType::BF16, N, K, p.data());
-  for (int64_t n = 0; n < 64; ++n)
-    for (int64_t k = 0; k < K; ++k)
-      EXPECT_EQ(p[(n / 32) * K * 32 + k * 32 + n % 32], n < N ? w[n * K + k] : 0)
-          << "n " << n << " k " << k;
+  for (DType dt : {DType::F16, DType::BF16}) {
+    const int64_t Kp = dt == DType::BF16 ? 32 : K;
+    ASSERT_EQ(cpu::panel_depth(dt, K), Kp);
+    ASSERT_EQ(cpu::panel_bytes(dt, N, K), size_t(64 * Kp * 2));
+    std::vector<uint16_t> p(static_cast<size_t>(64 * Kp), 0xffff);
+    cpu::pack_panels(w.data(), dt, N, K, p.data());
+    std::vector<bool> seen(p.size());
+    for (int64_t n = 0; n < 64; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t at = dt == DType::BF16
+                               ? (n / 32) * Kp * 32 + (k & ~1) * 32 + 2 * (n % 32) + (k & 1)
+                               : (n / 32) * K * 32 + k * 32 + n % 32;
+        ASSERT_EQ(cpu::panel_index(dt, K, n, k), at);
+        EXPECT_EQ(p[at], n < N ? w[n * K + k] : 0) << dtype_name(dt) << " n " << n << " k " << k;
+        seen[at] = true;
+      }
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (!seen[i]) {
+        ASSERT_EQ(p[i], 0) << dtype_name(dt) << " padding element " << i;
+      }
+    }
+  }
 }
 
 // A model's packed weight computes the same bits as the row-major one; ops other than linear

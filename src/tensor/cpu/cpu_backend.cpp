@@ -151,7 +151,7 @@ Tensor CpuBackend::pack_linear_weight(const Tensor& w) {
             std::string(dtype_name(w.dtype)) + " " + shape_str(w.shape));
   const int64_t N = w.dim(0), K = w.dim(1);
   // Sized as an [N rounded up to whole panels, K] tensor, so the allocation checks apply.
-  Tensor p = empty(w.dtype, {cpu::panel_count(N) * cpu::kPanelRows, K});
+  Tensor p = empty(w.dtype, {cpu::panel_count(N) * cpu::kPanelRows, cpu::panel_depth(w.dtype, K)});
   cpu::pack_panels(w.data, w.dtype, N, K, p.data);
   p.shape = w.shape;
   p.layout = Layout::Packed;

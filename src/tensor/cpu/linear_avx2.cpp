@@ -20,9 +20,15 @@ struct Avx2 {
   static reg load_f16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  static reg load_bf16(const uint16_t* p) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  // W (k, k + 1) pairs of bf16: the even halves shifted up, the odd halves masked in place.
+  static reg bf16_even(const uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 16));
+  }
+  static reg bf16_odd(const uint16_t* p) {
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+                         _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static reg broadcast(const float* p) { return _mm256_broadcast_ss(p); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }

@@ -19,9 +19,13 @@ struct Avx512 {
   static reg load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  static reg load_bf16(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  // W (k, k + 1) pairs of bf16: the even halves shifted up, the odd halves masked in place.
+  static reg bf16_even(const uint16_t* p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));
+  }
+  static reg bf16_odd(const uint16_t* p) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_loadu_si512(p), _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
   }
   static reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }

@@ -70,9 +70,9 @@ void scalar_typed(const float* x, int64_t M, int64_t K, const T* panels, DType w
                   const float* bias, float* y, bool parallel) {
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t n = 0; n < N; ++n) {
-    const T* col = panels + (n / kPanelRows) * K * kPanelRows + n % kPanelRows;
     std::vector<float> wk(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k) convert_to_f32(w_type, col + k * kPanelRows, &wk[k], 1);
+    for (int64_t k = 0; k < K; ++k)
+      convert_to_f32(w_type, panels + panel_index(w_type, K, n, k), &wk[k], 1);
     for (int64_t m = 0; m < M; ++m) {
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wk[k], acc);

@@ -13,7 +13,8 @@
 //
 // V provides: reg, W, kRows (the most rows of a tile), kCols (vectors of columns per pass in a
 // tile of more than kWideRows rows; smaller tiles take the whole panel per pass), zero, load,
-// load_f16, load_bf16, broadcast, fma, store.
+// load_f16, bf16_even and bf16_odd (the k-even and k-odd halves of W pairs, widened), broadcast,
+// fma, store.
 //
 // Everything here has internal linkage: each including file gets its own copy compiled for its
 // own instruction set, and the linker can never swap one for the other.
@@ -37,12 +38,11 @@ using storage_t = std::conditional_t<WD == DType::F32, float, uint16_t>;
 
 template <class V, DType WD>
 inline typename V::reg load_w(const storage_t<WD>* w) {
+  static_assert(WD != DType::BF16, "bf16 panels are read in pairs (bf16_even, bf16_odd)");
   if constexpr (WD == DType::F32)
     return V::load(w);
-  else if constexpr (WD == DType::F16)
-    return V::load_f16(w);
   else
-    return V::load_bf16(w);
+    return V::load_f16(w);
 }
 
 // How far ahead along a panel the tile prefetches: the hardware prefetcher alone keeps too few
@@ -68,6 +68,15 @@ constexpr int64_t imax(int64_t a, int64_t b) {
 // compute.
 enum class Ahead { ThisPanel, NextPanel };
 
+// Prefetches the panel rows [k, k + n) at the tile's distances ahead (see kPrefetchBytes).
+template <int64_t kRowBytes>
+inline void prefetch_rows(const char* ahead, int64_t n) {
+  for (int64_t b = 0; b < n * kRowBytes; b += 64) {
+    _mm_prefetch(ahead + b, _MM_HINT_T0);
+    _mm_prefetch(ahead + b + kPrefetchBytes, _MM_HINT_T1);
+  }
+}
+
 // acc[m][c] over all of K for MR rows of x and the NC vectors of panel columns from c0, stored to
 // out[m * kPanelRows + c0 + c * W].
 template <class V, DType WD, int MR, int NC, Ahead A>
@@ -77,22 +86,39 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
   constexpr int W = V::W;
   constexpr int64_t kRowBytes = kPanelRows * static_cast<int64_t>(sizeof(T));
   const T* ahead = panel + kPrefetchBytes / static_cast<int64_t>(sizeof(T)) +
-                   (A == Ahead::NextPanel ? K * kPanelRows : 0);
+                   (A == Ahead::NextPanel ? panel_depth(WD, K) * kPanelRows : 0);
   typename V::reg acc[MR][NC];
   for (int m = 0; m < MR; ++m)
     for (int c = 0; c < NC; ++c) acc[m][c] = V::zero();
-  for (int64_t k = 0; k < K; ++k) {
-    const T* wk = panel + k * kPanelRows;
-    for (int64_t b = 0; b < kRowBytes; b += 64) {
-      const char* line = reinterpret_cast<const char*>(ahead + k * kPanelRows) + b;
-      _mm_prefetch(line, _MM_HINT_T0);
-      _mm_prefetch(line + kPrefetchBytes, _MM_HINT_T1);
-    }
-    typename V::reg wv[NC];
-    for (int c = 0; c < NC; ++c) wv[c] = load_w<V, WD>(wk + c0 + c * W);
+  // acc[m][c] += x[m][k] * wv[c] for every row.
+  auto add_k = [&](const typename V::reg* wv, int64_t k) {
     for (int m = 0; m < MR; ++m) {
       const auto xb = V::broadcast(x + m * ldx + k);
       for (int c = 0; c < NC; ++c) acc[m][c] = V::fma(xb, wv[c], acc[m][c]);
+    }
+  };
+  typename V::reg wv[NC];
+  if constexpr (WD == DType::BF16) {
+    // Pair rows (linear_panels.h): k even, then k + 1, so each output keeps the one chain over k.
+    int64_t k = 0;
+    for (; k + 1 < K; k += 2) {
+      const T* wk = panel + k * kPanelRows + 2 * c0;
+      prefetch_rows<kRowBytes>(reinterpret_cast<const char*>(ahead + k * kPanelRows), 2);
+      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(wk + 2 * c * W);
+      add_k(wv, k);
+      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_odd(wk + 2 * c * W);
+      add_k(wv, k + 1);
+    }
+    if (k < K) {  // odd K: the last pair's odd half is padding
+      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + k * kPanelRows + 2 * (c0 + c * W));
+      add_k(wv, k);
+    }
+  } else {
+    for (int64_t k = 0; k < K; ++k) {
+      const T* wk = panel + k * kPanelRows;
+      prefetch_rows<kRowBytes>(reinterpret_cast<const char*>(ahead + k * kPanelRows), 1);
+      for (int c = 0; c < NC; ++c) wv[c] = load_w<V, WD>(wk + c0 + c * W);
+      add_k(wv, k);
     }
   }
   for (int m = 0; m < MR; ++m)
@@ -157,8 +183,8 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* pan
     // Each thread takes a contiguous range of panels: one sequential stream of weights.
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t p = 0; p < P; ++p)
-      panel_rows<V, WD>(x + b0 * K, bM, K, panels + p * K * kPanelRows, N, p * kPanelRows, bias,
-                        y + b0 * N);
+      panel_rows<V, WD>(x + b0 * K, bM, K, panels + p * panel_depth(WD, K) * kPanelRows, N,
+                        p * kPanelRows, bias, y + b0 * N);
   }
 }
 
