@@ -102,6 +102,15 @@ def rounded_copy(model, dtype):
     return m.eval()
 
 
+def rounding_linear_inputs(model, dtype):
+    """model with every nn.Linear input rounded to dtype first: the numerics of a backend that
+    multiplies bf16 weights by bf16 activations with f32 accumulation (tessera's AMX path)."""
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Linear):
+            mod.register_forward_pre_hook(lambda _m, inp: (inp[0].to(dtype).float(),) + tuple(inp[1:]))
+    return model
+
+
 def margins(trace):
     out = []
     for lg in trace:
@@ -176,6 +185,12 @@ def build(seed, min_margin):
         put("c2i_class3_bf16w.npy", forward_logits(rounded_copy(c2i, torch.bfloat16), 3, tl).numpy(),
             {"model": "c2i_bf16", "cond": "class 3", "compute": "f32 with bf16-rounded weights",
              "what": "forward_logits"})
+        put("c2i_class3_bf16wa.npy",
+            forward_logits(rounding_linear_inputs(rounded_copy(c2i, torch.bfloat16), torch.bfloat16), 3,
+                           tl).numpy(),
+            {"model": "c2i_bf16", "cond": "class 3",
+             "compute": "f32 with bf16-rounded weights and every linear's input rounded to bf16",
+             "what": "forward_logits"})
         put("c2i_class3_f16w.npy", forward_logits(rounded_copy(c2i, torch.float16), 3, tl).numpy(),
             {"model": "c2i_f16", "cond": "class 3", "compute": "f32 with f16-rounded weights",
              "what": "forward_logits"})
@@ -190,6 +205,13 @@ def build(seed, min_margin):
         put("t2i_caption_bf16w.npy", forward_logits(rounded_copy(t2i, torch.bfloat16), caption, tl).numpy(),
             {"model": "t2i_bf16", "cond": "caption.npy", "compute": "f32 with bf16-rounded weights "
              "(caption input itself stays f32)", "what": "forward_logits"})
+
+        put("t2i_caption_bf16wa.npy",
+            forward_logits(rounding_linear_inputs(rounded_copy(t2i, torch.bfloat16), torch.bfloat16), caption,
+                           tl).numpy(),
+            {"model": "t2i_bf16", "cond": "caption.npy",
+             "compute": "f32 with bf16-rounded weights and every linear's input rounded to bf16",
+             "what": "forward_logits"})
 
         # ---- greedy generation
         all_margins = {}

@@ -407,15 +407,18 @@ TEST(BackendOps, Copy) {
 
 namespace {
 // y[m,n] = sum_k x[m,k] w[n,k] + bias[n], in double on the stored weight values.
+// bf16_x: x rounded to bf16 first, as a backend whose linear_rounds_bf16_activations() does with
+// bf16 weights.
 void ref_linear(const Vec& x, const DVec& w, const Vec* bias, int64_t M, int64_t K, int64_t N,
-                DVec& y, DVec& scale) {
+                DVec& y, DVec& scale, bool bf16_x = false) {
   y.assign(M * N, 0.0);
   scale.assign(M * N, 0.0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double s = bias ? (*bias)[n] : 0.0, a = bias ? std::fabs((*bias)[n]) : 0.0;
       for (int64_t k = 0; k < K; ++k) {
-        const double t = static_cast<double>(x[m * K + k]) * w[n * K + k];
+        const float xk = bf16_x ? bf16_to_f32(f32_to_bf16(x[m * K + k])) : x[m * K + k];
+        const double t = static_cast<double>(xk) * w[n * K + k];
         s += t;
         a += std::fabs(t);
       }
@@ -456,7 +459,8 @@ TEST(BackendOps, Linear) {
         Tensor y = be().empty(DType::F32, {M, N});
         be().linear(up(x, {M, K}), wt, with_bias ? &bt : nullptr, y);
         DVec want, scale;
-        ref_linear(x, w.values, with_bias ? &bias : nullptr, M, K, N, want, scale);
+        ref_linear(x, w.values, with_bias ? &bias : nullptr, M, K, N, want, scale,
+                   dt == DType::BF16 && be().linear_rounds_bf16_activations());
         EXPECT_TRUE(near("linear", down(y), want, kTol, scale));
       }
     }
@@ -466,7 +470,7 @@ TEST(BackendOps, Linear) {
   Tensor y = be().empty(DType::F32, {2, 3, 5});
   be().linear(up(x, {2, 3, 9}), be().upload(w.bytes.data(), DType::BF16, {5, 9}), nullptr, y);
   DVec want, scale;
-  ref_linear(x, w.values, nullptr, 6, 9, 5, want, scale);
+  ref_linear(x, w.values, nullptr, 6, 9, 5, want, scale, be().linear_rounds_bf16_activations());
   EXPECT_TRUE(near("linear", down(y), want, kTol, scale));
 }
 

@@ -5,6 +5,7 @@
 // backend's packed weights.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -73,16 +74,33 @@ void check_path(const std::string& isa, const Case& c) {
   set_cpu_threads(2);
   std::vector<float> full(static_cast<size_t>(max_m * c.N));
   cpu::linear(x.data(), max_m, c.K, w.data(), c.wt, c.N, bias.data(), full.data());
+  // The AMX path multiplies bf16 weights by activations rounded to bf16, each product exact in
+  // f32, summed in the hardware's own order (linear_amx.cpp): its reference is the double sum of
+  // those exact products, to within f32 accumulation error over K terms. Every other path is the
+  // FMA chain, bit for bit.
+  const bool bf16_products = isa == "amx" && c.wt == DType::BF16;
   for (int64_t m = 0; m < max_m; ++m)
     for (int64_t n = 0; n < c.N; ++n) {
-      double ref = bias[n];
+      double ref = bias[n], ref_bf16 = bias[n], magnitude = std::fabs(bias[n]);
       float chain = 0.0f;
       for (int64_t k = 0; k < c.K; ++k) {
-        ref += static_cast<double>(x[m * c.K + k]) * w.wf[n * c.K + k];
-        chain = std::fma(x[m * c.K + k], w.wf[n * c.K + k], chain);
+        const float xk = x[m * c.K + k], wk = w.wf[n * c.K + k];
+        ref += static_cast<double>(xk) * wk;
+        const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(xk))) * wk;
+        ref_bf16 += p;
+        magnitude += std::fabs(p);
+        chain = std::fma(xk, wk, chain);
       }
-      ASSERT_EQ(full[m * c.N + n], chain + bias[n]) << "m " << m << " n " << n;
-      ASSERT_NEAR(full[m * c.N + n], ref, 1e-4 * (1 + std::fabs(ref))) << "m " << m << " n " << n;
+      const float got = full[m * c.N + n];
+      if (bf16_products) {
+        ASSERT_NEAR(got, ref_bf16, 4e-7 * static_cast<double>(c.K) * magnitude + 1e-6)
+            << "m " << m << " n " << n;
+        // Rounding the activations moves an output by at most 2^-9 of its terms' magnitude.
+        ASSERT_NEAR(got, ref, magnitude / 256) << "m " << m << " n " << n;
+      } else {
+        ASSERT_EQ(got, chain + bias[n]) << "m " << m << " n " << n;
+        ASSERT_NEAR(got, ref, 1e-4 * (1 + std::fabs(ref))) << "m " << m << " n " << n;
+      }
     }
   // Every M from 1 to max_m, on 1 and 2 threads, from any starting row: the same bits per element
   // (the rows of a call land in every register tile and tail path in turn).
@@ -106,10 +124,18 @@ TEST(LinearKernelPaths, ListsTheDefaultFirstAndScalarLast) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.back(), "scalar");
   EXPECT_THROW(cpu::set_linear_isa("sse9"), Error);
+  // AMX is offered exactly where the CPU and the OS allow it, and only beside AVX-512.
+  const bool amx = std::find(isas.begin(), isas.end(), "amx") != isas.end();
+  EXPECT_EQ(amx, cpu::amx_bf16_available() &&
+                     std::find(isas.begin(), isas.end(), "avx512") != isas.end());
+  if (amx) {
+    EXPECT_EQ(isas.front(), "amx");
+  }
 }
 
 // K: below one vector (13), odd (79, 245); N below one panel (5, 13) and past one with remainder
-// columns (37); M 1-70 covers every row-tile remainder of both paths (tiles of 12 and 6 rows).
+// columns (37); M 1-70 covers every row-tile remainder of the FMA paths (tiles of 12 and 6 rows)
+// and of AMX (16-row tiles, 32-row passes, 0-15 padding rows).
 TEST(LinearKernelPaths, EveryPathMatchesReferenceAndIsInvariantAcrossRowsAndThreads) {
   PathGuard guard;
   for (const std::string& isa : cpu::linear_isas())
@@ -126,14 +152,14 @@ TEST(LinearKernelPaths, LargeShapesAreInvariantAcrossRowsAndThreads) {
     for (DType wt : {DType::F16, DType::BF16}) check_path(isa, Case{wt, 443, 300, 18});
 }
 
-// f16 (and f32): element (n, k) of panel n / 32 at k * 32 + n % 32. bf16: pairs of k interleaved,
-// (k & ~1) * 32 + 2 * (n % 32) + (k & 1), K padded to 32. Rows past N and the K padding zero.
+// f16 (and f32): element (n, k) of panel n / 32 at k * 32 + n % 32. bf16: AMX weight tiles of 16
+// k pairs x 16 columns, two per block of 32 k, K padded to 32. Rows past N and the K padding zero.
 TEST(LinearPanels, PackPlacesEveryElementAndZeroFillsThePadding) {
-  const int64_t N = 37, K = 5;
+  const int64_t N = 37, K = 45;  // bf16: two blocks of 32 k, the second padded
   std::vector<uint16_t> w(static_cast<size_t>(N * K));
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint16_t>(i + 1);
   for (DType dt : {DType::F16, DType::BF16}) {
-    const int64_t Kp = dt == DType::BF16 ? 32 : K;
+    const int64_t Kp = dt == DType::BF16 ? 64 : K;
     ASSERT_EQ(cpu::panel_depth(dt, K), Kp);
     ASSERT_EQ(cpu::panel_bytes(dt, N, K), size_t(64 * Kp * 2));
     std::vector<uint16_t> p(static_cast<size_t>(64 * Kp), 0xffff);
@@ -142,7 +168,8 @@ TEST(LinearPanels, PackPlacesEveryElementAndZeroFillsThePadding) {
     for (int64_t n = 0; n < 64; ++n)
       for (int64_t k = 0; k < K; ++k) {
         const int64_t at = dt == DType::BF16
-                               ? (n / 32) * Kp * 32 + (k & ~1) * 32 + 2 * (n % 32) + (k & 1)
+                               ? (n / 32) * Kp * 32 + (k / 32) * 1024 + ((n % 32) / 16) * 512 +
+                                     ((k % 32) / 2) * 32 + 2 * (n % 16) + k % 2
                                : (n / 32) * K * 32 + k * 32 + n % 32;
         ASSERT_EQ(cpu::panel_index(dt, K, n, k), at);
         EXPECT_EQ(p[at], n < N ? w[n * K + k] : 0) << dtype_name(dt) << " n " << n << " k " << k;

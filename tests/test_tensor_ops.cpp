@@ -56,10 +56,15 @@ void check_linear(DType wt, int64_t M, int64_t K, int64_t N) {
   }
   std::vector<float> y(M * N);
   cpu::linear(x.data(), M, K, w, wt, N, bias.data(), y.data());
+  // The AMX path multiplies bf16 weights by bf16-rounded activations (linear_amx.cpp).
+  const bool round_x = wt == DType::BF16 && cpu_backend().linear_rounds_bf16_activations();
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double ref = bias[n];
-      for (int64_t k = 0; k < K; ++k) ref += static_cast<double>(x[m * K + k]) * wf[n * K + k];
+      for (int64_t k = 0; k < K; ++k) {
+        const float xk = round_x ? bf16_to_f32(f32_to_bf16(x[m * K + k])) : x[m * K + k];
+        ref += static_cast<double>(xk) * wf[n * K + k];
+      }
       EXPECT_NEAR(y[m * N + n], ref, 1e-4 * (1 + std::fabs(ref)));
     }
   // Each row alone, and with one thread, gives bit-identical results.

@@ -67,6 +67,10 @@ class Backend {
   // summation order does not depend on M or on the thread count (reproducible sampling).
   // w row-major or packed by pack_linear_weight.
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) = 0;
+  // Whether linear rounds x to bf16 (to nearest even) before multiplying it by bf16 weights, as
+  // bf16 matrix units do (AMX on the CPU; bf16 tensor cores), with the products accumulated in
+  // f32. f32 and f16 weights always multiply f32 activations. References in tests follow it.
+  virtual bool linear_rounds_bf16_activations() const { return false; }
   // w [N, K] in the layout this backend's linear reads fastest (Layout::Packed, same dtype and
   // shape), or w itself if it has none. Models call it once per weight at load.
   virtual Tensor pack_linear_weight(const Tensor& w) { return w; }

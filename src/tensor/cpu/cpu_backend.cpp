@@ -144,6 +144,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
       y.ptr<float>());
 }
 
+bool CpuBackend::linear_rounds_bf16_activations() const {
+  return std::string(cpu::linear_isa()) == "amx";
+}
+
 Tensor CpuBackend::pack_linear_weight(const Tensor& w) {
   check(w.ndim() == 2 && w.layout == Layout::RowMajor &&
             (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16),

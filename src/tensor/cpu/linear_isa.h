@@ -13,10 +13,19 @@ namespace tessera::cpu {
 // w in panels (linear_panels.h).
 void linear_avx512(const float* x, int64_t M, int64_t K, const void* panels, DType w_type,
                    int64_t N, const float* bias, float* y, bool parallel);
+// bf16 weights only, activations rounded to bf16 (linear_amx.cpp); call only where
+// amx_bf16_available().
+void linear_amx_bf16(const float* x, int64_t M, int64_t K, const uint16_t* panels, int64_t N,
+                     const float* bias, float* y, bool parallel);
+// AMX tiles with bf16 multiplies and AVX512-BF16 on this CPU, and this process allowed to use
+// them (asked of the kernel once).
+bool amx_bf16_available();
 void linear_avx2(const float* x, int64_t M, int64_t K, const void* panels, DType w_type, int64_t N,
                  const float* bias, float* y, bool parallel);
 
-// The kernel paths this CPU can run, fastest first ("avx512", "avx2", "scalar").
+// The kernel paths this CPU can run, fastest first ("amx", "avx512", "avx2", "scalar"). "amx" is
+// the AVX-512 path but for bf16 weights, which it multiplies on AMX tiles with activations
+// rounded to bf16.
 std::vector<std::string> linear_isas();
 // Forces a path (tests, benchmarks); "" goes back to the default: the environment variable
 // TESSERA_LINEAR_ISA if set, else the fastest the CPU has. Throws tessera::Error for a path this

@@ -22,15 +22,16 @@
 namespace tessera::cpu {
 namespace {
 
-enum class Isa { Scalar, Avx2, Avx512 };
+enum class Isa { Scalar, Avx2, Avx512, Amx };
 
 const char* isa_name(Isa i) {
-  return i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "scalar";
+  return i == Isa::Amx ? "amx" : i == Isa::Avx512 ? "avx512" : i == Isa::Avx2 ? "avx2" : "scalar";
 }
 
 std::vector<Isa> supported() {
   std::vector<Isa> v;
   __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && amx_bf16_available()) v.push_back(Isa::Amx);
   if (__builtin_cpu_supports("avx512f")) v.push_back(Isa::Avx512);
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
@@ -42,7 +43,9 @@ std::vector<Isa> supported() {
 Isa parse_isa(const std::string& s) {
   for (Isa i : supported())
     if (s == isa_name(i)) return i;
-  throw Error("linear kernel path '" + s + "' is not one this CPU runs (avx512, avx2, scalar)");
+  std::string have;
+  for (Isa i : supported()) have += std::string(have.empty() ? "" : ", ") + isa_name(i);
+  throw Error("linear kernel path '" + s + "' is not one this CPU runs (" + have + ")");
 }
 
 // TESSERA_LINEAR_ISA forces a path for the whole process (to compare paths, or to run the AVX2
@@ -109,6 +112,10 @@ void linear_panels(const float* x, int64_t M, int64_t K, const void* w, DType w_
                    const float* bias, float* y) {
   const bool parallel = M * K * N >= kParallelMinMacs && omp_get_max_threads() > 1;
   switch (current()) {
+    case Isa::Amx:
+      if (w_type == DType::BF16)
+        return linear_amx_bf16(x, M, K, static_cast<const uint16_t*>(w), N, bias, y, parallel);
+      return linear_avx512(x, M, K, w, w_type, N, bias, y, parallel);
     case Isa::Avx512:
       return linear_avx512(x, M, K, w, w_type, N, bias, y, parallel);
     case Isa::Avx2:

@@ -45,16 +45,6 @@ inline typename V::reg load_w(const storage_t<WD>* w) {
     return V::load_f16(w);
 }
 
-// How far ahead along a panel the tile prefetches: the hardware prefetcher alone keeps too few
-// lines in flight for one core to reach the memory bandwidth (without software prefetches a
-// GPT-B bf16 forward took 1.5x longer). Each line is prefetched twice: 2 x kPrefetchBytes ahead
-// into L2, then kPrefetchBytes ahead into L1. A single prefetch into L2 (8 KB: of 1, 2, 4, 8 and
-// 16 KB the fastest or tied for 1-4 rows in `bench --kernels`) left GPT-B's DRAM-resident
-// weights streaming at about the rate of a forward's compute added to its memory time; the
-// second request re-issues lines the first one lost and cut GPT-B bf16's 3-8 position forwards
-// by 3-7%, with the emoji model (weights in L3) the same or faster (docs/performance.md).
-constexpr int64_t kPrefetchBytes = 8192;
-
 constexpr int64_t imin(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
@@ -99,18 +89,23 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
   };
   typename V::reg wv[NC];
   if constexpr (WD == DType::BF16) {
-    // Pair rows (linear_panels.h): k even, then k + 1, so each output keeps the one chain over k.
+    // Pairs of k (linear_panels.h): k even, then k + 1, so each output keeps the one chain over k.
     int64_t k = 0;
     for (; k + 1 < K; k += 2) {
-      const T* wk = panel + k * kPanelRows + 2 * c0;
-      prefetch_rows<kRowBytes>(reinterpret_cast<const char*>(ahead + k * kPanelRows), 2);
-      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(wk + 2 * c * W);
+      // The pair's two lines (columns 0-15 and 16-31 lie 1 KB apart), kPrefetchBytes ahead (a
+      // whole number of 2 KB blocks, so at the same offsets in a block).
+      for (int64_t h = 0; h < kPanelRows; h += 16) {
+        const char* line = reinterpret_cast<const char*>(ahead + bf16_pair_offset(k, h));
+        _mm_prefetch(line, _MM_HINT_T0);
+        _mm_prefetch(line + kPrefetchBytes, _MM_HINT_T1);
+      }
+      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + bf16_pair_offset(k, c0 + c * W));
       add_k(wv, k);
-      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_odd(wk + 2 * c * W);
+      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_odd(panel + bf16_pair_offset(k, c0 + c * W));
       add_k(wv, k + 1);
     }
     if (k < K) {  // odd K: the last pair's odd half is padding
-      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + k * kPanelRows + 2 * (c0 + c * W));
+      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + bf16_pair_offset(k, c0 + c * W));
       add_k(wv, k);
     }
   } else {
