@@ -158,6 +158,14 @@ struct LoadReport {
 struct MarGenerateOptions;  // tessera/mar.h
 struct MarStats;            // tessera/mar.h
 
+// The arithmetic of one forward (Pipeline::forward_flops), split by the units that can run it: the
+// weights' matrix multiplies (bf16 ones on AMX where the CPU has it) and attention (f32 FMAs).
+struct ForwardFlops {
+  double matmul = 0.0;
+  double attention = 0.0;
+  double total() const { return matmul + attention; }
+};
+
 // One pipeline for every model family: load() reads DIR/config.json and builds the family it
 // names. LlamaGen models generate discrete token grids (generate, decode); MAR models generate
 // continuous latents (generate_latents, decode_latents; their options are in tessera/mar.h).
@@ -199,9 +207,9 @@ class Pipeline {
   // when `cfg`), every row returning logits, after half an image in the KV cache: the best of
   // `repeats` each (tessera bench --verify-cost; the calibration of --draft-len auto).
   std::vector<double> forward_seconds(int max_k, bool cfg, int repeats = 3);
-  // Floating-point operations of that forward for k: 2 per weight and row, and attention
-  // (QK^T and AV) over the context it sees.
-  double forward_flops(int k, bool cfg) const;
+  // Floating-point operations of that forward for k: 2 per weight and row in the matrix
+  // multiplies, and attention (QK^T and AV) over the context it sees.
+  ForwardFlops forward_flops(int k, bool cfg) const;
 
   // ---- continuous tokens (MAR) -----------------------------------------------------------------
   // One image per label (a class id, or -1 for the unconditional embedding): tokens

@@ -116,13 +116,15 @@ std::vector<double> LlamaGenFamily::forward_seconds(int max_k, bool cfg, int rep
   return measure_forward_seconds(*d_->gpt, s);
 }
 
-double LlamaGenFamily::forward_flops(int k, bool cfg) const {
+ForwardFlops LlamaGenFamily::forward_flops(int k, bool cfg) const {
   const ArModelInfo& info = d_->gpt->info();
   // The context measure_forward_seconds runs at: the prefix and half the image, then k rows.
   const double context = info.prefix_len + info.n_tokens / 2 + (k - 1) / 2.0;
-  const double per_row = 2.0 * static_cast<double>(d_->gpt->streamed_weight_params()) +
-                         4.0 * info.n_layer * info.dim * context;
-  return per_row * k * (cfg ? 2 : 1);
+  const double rows = k * (cfg ? 2.0 : 1.0);
+  ForwardFlops f;
+  f.matmul = 2.0 * static_cast<double>(d_->gpt->streamed_weight_params()) * rows;
+  f.attention = 4.0 * info.n_layer * info.dim * context * rows;
+  return f;
 }
 
 std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,

@@ -9,6 +9,7 @@ PeakFlops measure_peak_flops() {
   PeakFlops p;
   p.f32_fma_gflops = measure_f32_fma_gflops();
   p.bf16_dot_gflops = measure_bf16_dot_gflops();
+  p.amx_bf16_gflops = measure_amx_bf16_gflops();
   return p;
 }
 

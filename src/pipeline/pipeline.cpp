@@ -102,7 +102,7 @@ int Pipeline::image_size() const {
 std::vector<double> Pipeline::forward_seconds(int max_k, bool cfg, int repeats) {
   return impl_->discrete("forward_seconds").forward_seconds(max_k, cfg, repeats);
 }
-double Pipeline::forward_flops(int k, bool cfg) const {
+ForwardFlops Pipeline::forward_flops(int k, bool cfg) const {
   return impl_->discrete("forward_flops").forward_flops(k, cfg);
 }
 SpeculativeOptions Pipeline::with_model_defaults(const SpeculativeOptions& o) const {

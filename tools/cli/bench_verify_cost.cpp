@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "tessera/bandwidth.h"
+#include "tessera/kernel_bench.h"
 #include "tessera/peak_flops.h"
 #include "tessera/tessera.h"
 
@@ -35,16 +36,24 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   const bool cfg = o.cfg_scale > 1.0f;
   const double bandwidth = memory_read_bandwidth_gbs() * 1e9;
   const PeakFlops peak = measure_peak_flops();
-  // bf16 weights can use bf16 dot products or f32 FMAs (the kernel converts them to f32): the
-  // bound takes the faster on this CPU. f32 and f16 weights are multiplied in f32.
-  const bool bf16 =
-      pipe->config().gpt.dtype == "bf16" && peak.bf16_dot_gflops > peak.f32_fma_gflops;
-  const double flops_s = (bf16 ? peak.bf16_dot_gflops : peak.f32_fma_gflops) * 1e9;
+  // The machine's compute bound per unit of work. f32 and f16 weights are multiplied in f32
+  // (FMAs). bf16 weights can be multiplied on the fastest bf16 unit this CPU has (AMX tiles, the
+  // kernel's default where present; else bf16 dot products if they beat f32 FMAs) whichever
+  // kernel path runs; attention is f32 FMAs.
+  const bool bf16 = pipe->config().gpt.dtype == "bf16";
+  const double matmul_gflops =
+      bf16 ? std::max({peak.f32_fma_gflops, peak.bf16_dot_gflops, peak.amx_bf16_gflops})
+           : peak.f32_fma_gflops;
+  const char* matmul_unit = !bf16 || matmul_gflops == peak.f32_fma_gflops ? "f32 FMA"
+                            : matmul_gflops == peak.amx_bf16_gflops       ? "AMX bf16"
+                                                                          : "bf16 dot";
   const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
   const std::vector<double> sec = pipe->forward_seconds(o.k_to, cfg, o.repeat);
-  auto bound = [&](int k) {
-    return std::max(bytes / bandwidth, pipe->forward_flops(k, cfg) / flops_s);
+  auto compute_seconds = [&](int k) {
+    const ForwardFlops f = pipe->forward_flops(k, cfg);
+    return f.matmul / (matmul_gflops * 1e9) + f.attention / (peak.f32_fma_gflops * 1e9);
   };
+  auto bound = [&](int k) { return std::max(bytes / bandwidth, compute_seconds(k)); };
 
   nlohmann::json rows = nlohmann::json::array();
   for (int k = o.k_from; k <= o.k_to; ++k) {
@@ -55,7 +64,7 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                     {"ratio", t / sec[0]},
                     {"roofline_seconds", b},
                     {"roofline_ratio", b / bound(1)},
-                    {"gflops", pipe->forward_flops(k, cfg) / t / 1e9},
+                    {"gflops", pipe->forward_flops(k, cfg).total() / t / 1e9},
                     {"fraction_of_roofline", b / t}});
   }
   if (o.format == "json") {
@@ -67,7 +76,9 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                         {"read_bandwidth_gbs", bandwidth / 1e9},
                         {"f32_fma_gflops", peak.f32_fma_gflops},
                         {"bf16_dot_gflops", peak.bf16_dot_gflops},
-                        {"peak_used", bf16 ? "bf16_dot" : "f32_fma"},
+                        {"amx_bf16_gflops", peak.amx_bf16_gflops},
+                        {"linear_kernel", linear_kernel_isa()},
+                        {"matmul_peak_used", matmul_unit},
                         {"rows", rows}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
@@ -78,12 +89,14 @@ void bench_verify_cost(const VerifyCostOptions& o) {
         "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline\n");
   } else {
     std::printf(
-        "model %s (%s, %.1f MB streamed per forward), %d thread(s), %s; read bandwidth %.1f GB/s, "
-        "f32 FMA peak %.0f GFLOP/s, bf16 dot peak %.0f GFLOP/s (roofline uses %s); best of %d "
+        "model %s (%s, %.1f MB streamed per forward), %d thread(s), %s, linear kernel %s; read "
+        "bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOP/s, bf16 dot peak %.0f GFLOP/s, AMX bf16 "
+        "peak %.0f GFLOP/s (roofline: matrix multiplies at %s, attention at f32 FMA); best of %d "
         "forwards per k after half an image in the KV cache\n",
         o.model.c_str(), pipe->config().gpt.dtype.c_str(), bytes / 1e6, pipe->threads(),
-        cfg ? "CFG: 2 rows per position" : "no CFG: 1 row per position", bandwidth / 1e9,
-        peak.f32_fma_gflops, peak.bf16_dot_gflops, bf16 ? "bf16 dot" : "f32 FMA", o.repeat);
+        cfg ? "CFG: 2 rows per position" : "no CFG: 1 row per position",
+        linear_kernel_isa().c_str(), bandwidth / 1e9, peak.f32_fma_gflops, peak.bf16_dot_gflops,
+        peak.amx_bf16_gflops, matmul_unit, o.repeat);
     std::printf(
         "| k | rows | ms | ratio to k=1 | roofline ms | roofline ratio | GFLOP/s | of roofline "
         "|\n");

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/cpu/amx_tiles.h"
 #include "tensor/cpu/linear_isa.h"
 #include "tensor/cpu/linear_panels.h"
 
@@ -34,27 +35,10 @@ namespace {
 constexpr int64_t kTileRows = 16;  // activation rows of one A and C tile
 constexpr int kRowBlock = 32;      // rows per pass over a panel: two A tiles, four C tiles
 
-// The 64-byte tile configuration LDTILECFG reads (palette 1). Tiles 0-3 hold the 2 x 2 blocks of
-// f32 accumulators of a 32-row x 32-column output block, 4-5 its two activation tiles, 6-7 the
-// panel's two weight tiles (columns 0-15 and 16-31); all 64 bytes wide. Weight tiles have 16 rows
-// (k pairs); activation and accumulator tiles have `rows`: M when a call has fewer than 16 rows
-// (no work or stores for padding rows), else 16.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void configure_tiles(int rows) {
-  TileConfig c;
-  for (int t = 0; t < 8; ++t) {
-    c.colsb[t] = 64;
-    c.rows[t] = static_cast<uint8_t>(t >= 6 ? 16 : rows);
-  }
-  _tile_loadconfig(&c);
-}
+// Tiles (amx_tiles.h): 0-3 hold the 2 x 2 blocks of f32 accumulators of a 32-row x 32-column output
+// block, 4-5 its two activation tiles, 6-7 the panel's two weight tiles (columns 0-15 and 16-31).
+// Activation and accumulator tiles have M rows when a call has fewer than 16 (no work or stores
+// for padding rows), else 16.
 
 // Prefetches one block (2 KB) of a panel at the kernels' distances ahead (kPrefetchBytes).
 inline void prefetch_block(const char* ahead) {
@@ -64,12 +48,12 @@ inline void prefetch_block(const char* ahead) {
   }
 }
 
-// out[32][32] (row stride kPanelRows) = one or two row tiles of xa (bf16, row stride Kp) times one
-// panel, over all of Kp; a block of 32 k is two contiguous 1 KB weight tiles (linear_panels.h).
+// out[rows][32] (row stride ld floats) = one or two row tiles of xa (tile-major, see
+// round_rows_to_bf16) times one panel, over all of Kp; a block of 32 k is two contiguous 1 KB
+// weight tiles (linear_panels.h).
 template <bool kTwoRowTiles>
 void panel_block(const uint16_t* xa, int64_t Kp, int64_t tile_rows, const uint16_t* panel,
-                 const char* ahead, float* out) {
-  const int64_t xa_stride = Kp * 2;
+                 const char* ahead, float* out, int64_t ld) {
   _tile_zero(0);
   _tile_zero(1);
   if constexpr (kTwoRowTiles) {
@@ -81,40 +65,43 @@ void panel_block(const uint16_t* xa, int64_t Kp, int64_t tile_rows, const uint16
     prefetch_block(ahead + k * kPanelRows * 2);
     _tile_loadd(6, wk, 64);
     _tile_loadd(7, wk + 512, 64);
-    _tile_loadd(4, xa + k, xa_stride);
+    _tile_loadd(4, xa + k * tile_rows, 64);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     if constexpr (kTwoRowTiles) {
-      _tile_loadd(5, xa + tile_rows * Kp + k, xa_stride);
+      _tile_loadd(5, xa + tile_rows * Kp + k * tile_rows, 64);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
   }
-  constexpr int64_t ld = kPanelRows * 4;
-  _tile_stored(0, out, ld);
-  _tile_stored(1, out + 16, ld);
+  _tile_stored(0, out, ld * 4);
+  _tile_stored(1, out + 16, ld * 4);
   if constexpr (kTwoRowTiles) {
-    _tile_stored(2, out + tile_rows * kPanelRows, ld);
-    _tile_stored(3, out + tile_rows * kPanelRows + 16, ld);
+    _tile_stored(2, out + tile_rows * ld, ld * 4);
+    _tile_stored(3, out + tile_rows * ld + 16, ld * 4);
   }
 }
 
-// Rows of x rounded to bf16 into xa (row stride Kp), zero past K and on the padding rows up to Mp.
+// Rows of x rounded to bf16 into xa as the activation tiles AMX loads: tile-major, each tile the
+// `tile_rows` rows of one row tile over one block of 32 k, 64 bytes per row, contiguous (a tile
+// load then reads consecutive lines, as the weight tiles do; strided rows read from L2 made a
+// 64-row forward twice as slow). Row m, k sits at (m / tile_rows) * tile_rows * Kp
+// + (k / 32) * tile_rows * 32 + (m % tile_rows) * 32 + k % 32; zero past K and on the padding
+// rows up to Mp.
 void round_rows_to_bf16(const float* x, int64_t M, int64_t K, int64_t Mp, int64_t Kp,
-                        uint16_t* xa) {
-  for (int64_t m = 0; m < M; ++m) {
+                        int64_t tile_rows, uint16_t* xa) {
+  for (int64_t m = 0; m < Mp; ++m) {
     const float* in = x + m * K;
-    uint16_t* o = xa + m * Kp;
+    uint16_t* tile_row = xa + (m / tile_rows) * tile_rows * Kp + (m % tile_rows) * kBf16KBlock;
     for (int64_t k = 0; k < Kp; k += 16) {
-      const int64_t left = K - k;
+      const int64_t left = m < M ? K - k : 0;
       const __mmask16 mask = left >= 16 ? __mmask16(0xffff)
                              : left > 0 ? static_cast<__mmask16>((1u << left) - 1)
                                         : __mmask16(0);
       const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, in + k));
-      std::memcpy(o + k, &b, 32);
+      std::memcpy(tile_row + (k / kBf16KBlock) * tile_rows * kBf16KBlock + k % kBf16KBlock, &b, 32);
     }
   }
-  std::memset(xa + M * Kp, 0, static_cast<size_t>((Mp - M) * Kp) * sizeof(uint16_t));
 }
 
 }  // namespace
@@ -146,7 +133,7 @@ void linear_amx_bf16(const float* x, int64_t M, int64_t K, const uint16_t* panel
     const int64_t tile_rows = std::min(bM, kTileRows);
     const int64_t Mp = (bM + tile_rows - 1) / tile_rows * tile_rows;
     xa.resize(static_cast<size_t>(Mp * Kp));
-    round_rows_to_bf16(x + b0 * K, bM, K, Mp, Kp, xa.data());
+    round_rows_to_bf16(x + b0 * K, bM, K, Mp, Kp, tile_rows, xa.data());
     const uint16_t* xs = xa.data();
     float* yb = y + b0 * N;
 #pragma omp parallel if (parallel)
@@ -164,14 +151,29 @@ void linear_amx_bf16(const float* x, int64_t M, int64_t K, const uint16_t* panel
           const char* ahead =
               reinterpret_cast<const char*>(panel + (m0 == 0 ? 0 : Kp * kPanelRows)) +
               kPrefetchBytes;
-          if (Mp - m0 > tile_rows)
-            panel_block<true>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, out);
-          else
-            panel_block<false>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, out);
+          const bool two = Mp - m0 > tile_rows;
           const int64_t rows = std::min(2 * tile_rows, bM - m0);
-          for (int64_t m = 0; m < rows; ++m)
-            for (int64_t j = 0; j < cols; ++j)
-              yb[(m0 + m) * N + n0 + j] = out[m * kPanelRows + j] + (bias ? bias[n0 + j] : 0.0f);
+          // A whole panel's columns and no padding rows: the tiles go straight into y.
+          const bool direct = cols == kPanelRows && rows == (two ? 2 : 1) * tile_rows;
+          float* dst = direct ? yb + m0 * N + n0 : out;
+          const int64_t ld = direct ? N : kPanelRows;
+          if (two)
+            panel_block<true>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
+          else
+            panel_block<false>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
+          const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
+          const __mmask16 hi = cols <= 16 ? 0 : static_cast<__mmask16>((1ull << (cols - 16)) - 1);
+          const __m512 b_lo = bias ? _mm512_maskz_loadu_ps(lo, bias + n0) : _mm512_setzero_ps();
+          const __m512 b_hi =
+              bias ? _mm512_maskz_loadu_ps(hi, bias + n0 + 16) : _mm512_setzero_ps();
+          if (direct && !bias) continue;
+          for (int64_t m = 0; m < rows; ++m) {
+            const float* o = dst + m * ld;
+            float* yr = yb + (m0 + m) * N + n0;
+            _mm512_mask_storeu_ps(yr, lo, _mm512_add_ps(_mm512_maskz_loadu_ps(lo, o), b_lo));
+            _mm512_mask_storeu_ps(yr + 16, hi,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(hi, o + 16), b_hi));
+          }
         }
       }
       _tile_release();

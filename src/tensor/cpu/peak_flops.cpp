@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "tensor/cpu/linear_isa.h"
+
 namespace tessera {
 
 namespace {
@@ -93,6 +95,12 @@ double measure_bf16_dot_gflops(double seconds, int repeats) {
   (void)repeats;
   return 0.0;
 #endif
+}
+
+double measure_amx_bf16_gflops(double seconds, int repeats) {
+  if (!cpu::amx_bf16_available()) return 0.0;
+  // kInner rounds of four 16-cycle tile multiplies between clock reads, as the FMA loops do.
+  return best_gflops(seconds, repeats, [](int64_t iters) { return amx_bf16_tile_flops(iters); });
 }
 
 }  // namespace tessera
