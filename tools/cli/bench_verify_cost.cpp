@@ -36,17 +36,18 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   const bool cfg = o.cfg_scale > 1.0f;
   const double bandwidth = memory_read_bandwidth_gbs() * 1e9;
   const PeakFlops peak = measure_peak_flops();
-  // The machine's compute bound per unit of work. f32 and f16 weights are multiplied in f32
-  // (FMAs). bf16 weights can be multiplied on the fastest bf16 unit this CPU has (AMX tiles, the
-  // kernel's default where present; else bf16 dot products if they beat f32 FMAs) whichever
-  // kernel path runs; attention is f32 FMAs.
+  // The compute bound per unit of work on the kernel path that runs. f32 and f16 weights are
+  // multiplied in f32 (FMAs). bf16 weights: on the "amx" path (TESSERA_LINEAR_ISA=amx) at the AMX
+  // tile peak; otherwise the kernel widens them to f32 and the bound takes the faster of f32 FMAs
+  // and bf16 dot products. Attention is f32 FMAs.
   const bool bf16 = pipe->config().gpt.dtype == "bf16";
-  const double matmul_gflops =
-      bf16 ? std::max({peak.f32_fma_gflops, peak.bf16_dot_gflops, peak.amx_bf16_gflops})
-           : peak.f32_fma_gflops;
-  const char* matmul_unit = !bf16 || matmul_gflops == peak.f32_fma_gflops ? "f32 FMA"
-                            : matmul_gflops == peak.amx_bf16_gflops       ? "AMX bf16"
-                                                                          : "bf16 dot";
+  const bool amx = bf16 && linear_kernel_isa() == "amx" && peak.amx_bf16_gflops > 0;
+  const double matmul_gflops = amx    ? peak.amx_bf16_gflops
+                               : bf16 ? std::max(peak.f32_fma_gflops, peak.bf16_dot_gflops)
+                                      : peak.f32_fma_gflops;
+  const char* matmul_unit = amx                                    ? "AMX bf16"
+                            : matmul_gflops == peak.f32_fma_gflops ? "f32 FMA"
+                                                                   : "bf16 dot";
   const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
   const std::vector<double> sec = pipe->forward_seconds(o.k_to, cfg, o.repeat);
   auto compute_seconds = [&](int k) {

@@ -31,7 +31,7 @@ class CpuBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
   // Panels of 32 output rows, k-major (linear_panels.h).
   Tensor pack_linear_weight(const Tensor& w) override;
-  // True on the "amx" kernel path (linear_isa.h), the default where the CPU has AMX.
+  // True on the "amx" kernel path (linear_isa.h; TESSERA_LINEAR_ISA=amx).
   bool linear_rounds_bf16_activations() const override;
   void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) override;

@@ -23,9 +23,9 @@ bool amx_bf16_available();
 void linear_avx2(const float* x, int64_t M, int64_t K, const void* panels, DType w_type, int64_t N,
                  const float* bias, float* y, bool parallel);
 
-// The kernel paths this CPU can run, fastest first ("amx", "avx512", "avx2", "scalar"). "amx" is
-// the AVX-512 path but for bf16 weights, which it multiplies on AMX tiles with activations
-// rounded to bf16.
+// The kernel paths this CPU can run, the default first ("avx512", "amx", "avx2", "scalar"). "amx"
+// is the AVX-512 path but for bf16 weights, which it multiplies on AMX tiles with activations
+// rounded to bf16; it is never the default (linear_kernels.cpp says why).
 std::vector<std::string> linear_isas();
 // Forces a path (tests, benchmarks); "" goes back to the default: the environment variable
 // TESSERA_LINEAR_ISA if set, else the fastest the CPU has. Throws tessera::Error for a path this

@@ -31,8 +31,11 @@ const char* isa_name(Isa i) {
 std::vector<Isa> supported() {
   std::vector<Isa> v;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && amx_bf16_available()) v.push_back(Isa::Amx);
   if (__builtin_cpu_supports("avx512f")) v.push_back(Isa::Avx512);
+  // Listed after AVX-512, so never the default: it changes a bf16 model's numbers (activations
+  // rounded to bf16) and made vanilla decoding 4-17% slower here while making verification of 8+
+  // positions about twice as fast (docs/performance.md, session 20). TESSERA_LINEAR_ISA=amx.
+  if (__builtin_cpu_supports("avx512f") && amx_bf16_available()) v.push_back(Isa::Amx);
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
     v.push_back(Isa::Avx2);
