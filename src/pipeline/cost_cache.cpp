@@ -30,8 +30,8 @@ namespace {
 // (cheaper multi-position forwards); 6 = attention over a window's rows from L2 with its
 // reductions in vectors (an 8-position forward fell from 1.84x to 1.63x a one-position one); 7 =
 // a window's rows attend in groups that share key and value loads, and weights are prefetched
-// twice (to L2, then to L1); 8 = bf16 weights multiplied on AMX tiles where the CPU has them (an
-// 8-position GPT-B bf16 forward 1.2x a one-position one instead of 2x).
+// twice (to L2, then to L1); 8 = bf16 panels stored as AMX tiles and widened in pairs, and the
+// opt-in AMX path (an 8-position GPT-B bf16 forward 1.2x a one-position one on it, not 2x).
 constexpr int kFormat = 8;
 
 uint64_t fnv1a(const std::string& s) {

@@ -5,8 +5,9 @@
 // Why: from about 8 rows the FMA paths are bound by arithmetic, and with 16-bit weights part of
 // it is widening them. One TDPBF16PS multiplies a 16 x 32 bf16 tile of activations by a 32 x 16
 // tile of weights into 16 x 16 f32 accumulators; measured here it takes the same ~5 ns for 1 or
-// 16 rows, about 7x the f32 FMA peak at 16 rows, so a verification forward of a bf16 model stays
-// bound by streaming its weights up to 64 rows (docs/performance.md).
+// 16 rows, about 7x the f32 FMA peak at 16 rows. A 16-row GPT-B bf16 forward costs 1.2x a
+// one-position one on this path instead of 2x; vanilla decoding is slower, so the path is opt-in
+// (TESSERA_LINEAR_ISA=amx; docs/performance.md, session 20).
 //
 // Numerics: the activations are rounded to bf16 (round to nearest even) and each product of two
 // bf16 is exact in f32; TDPBF16PS sums 32 of them into an accumulator in an order and internal
