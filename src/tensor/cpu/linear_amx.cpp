@@ -85,15 +85,14 @@ void panel_block(const uint16_t* xa, int64_t Kp, int64_t tile_rows, const uint16
 
 // Rows of x rounded to bf16 into xa as the activation tiles AMX loads: tile-major, each tile the
 // `tile_rows` rows of one row tile over one block of 32 k, 64 bytes per row, contiguous (a tile
-// load then reads consecutive lines, as the weight tiles do; against rows strided by K the
-// kernel benchmark measured the same within noise). Row m, k sits at (m / tile_rows) * tile_rows *
-// Kp
-// + (k / 32) * tile_rows * 32 + (m % tile_rows) * 32 + k % 32; zero past K and on the padding
-// rows up to Mp.
+// load then reads consecutive lines, as the weight tiles do; against rows strided by K the kernel
+// benchmark measured the same within noise). Row m, k sits at
+//   (m / tile_rows) * tile_rows * Kp + (k / 32) * tile_rows * 32 + (m % tile_rows) * 32 + k % 32;
+// zero past K and on the padding rows up to Mp.
 void round_rows_to_bf16(const float* x, int64_t M, int64_t K, int64_t Mp, int64_t Kp,
                         int64_t tile_rows, uint16_t* xa) {
   for (int64_t m = 0; m < Mp; ++m) {
-    const float* in = x + m * K;
+    const float* in = m < M ? x + m * K : x;  // padding rows load nothing (mask 0)
     uint16_t* tile_row = xa + (m / tile_rows) * tile_rows * Kp + (m % tile_rows) * kBf16KBlock;
     for (int64_t k = 0; k < Kp; k += 16) {
       const int64_t left = m < M ? K - k : 0;
