@@ -146,6 +146,11 @@ void linear_amx_bf16(const float* x, int64_t M, int64_t K, const uint16_t* panel
       for (int64_t p = 0; p < P; ++p) {
         const uint16_t* panel = panels + p * Kp * kPanelRows;
         const int64_t n0 = p * kPanelRows, cols = std::min(kPanelRows, N - n0);
+        // The panel's columns and bias, for rows that go through `out`.
+        const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
+        const __mmask16 hi = cols <= 16 ? 0 : static_cast<__mmask16>((1ull << (cols - 16)) - 1);
+        const __m512 b_lo = bias ? _mm512_maskz_loadu_ps(lo, bias + n0) : _mm512_setzero_ps();
+        const __m512 b_hi = bias ? _mm512_maskz_loadu_ps(hi, bias + n0 + 16) : _mm512_setzero_ps();
         for (int64_t m0 = 0; m0 < Mp; m0 += 2 * tile_rows) {
           // The first pass reads the panel from memory and prefetches ahead along it; later passes
           // read it from cache and prefetch the same distances into the next panel.
@@ -162,11 +167,6 @@ void linear_amx_bf16(const float* x, int64_t M, int64_t K, const uint16_t* panel
             panel_block<true>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
           else
             panel_block<false>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
-          const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
-          const __mmask16 hi = cols <= 16 ? 0 : static_cast<__mmask16>((1ull << (cols - 16)) - 1);
-          const __m512 b_lo = bias ? _mm512_maskz_loadu_ps(lo, bias + n0) : _mm512_setzero_ps();
-          const __m512 b_hi =
-              bias ? _mm512_maskz_loadu_ps(hi, bias + n0 + 16) : _mm512_setzero_ps();
           if (direct && !bias) continue;
           for (int64_t m = 0; m < rows; ++m) {
             const float* o = dst + m * ld;

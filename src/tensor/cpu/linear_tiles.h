@@ -90,8 +90,7 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
   typename V::reg wv[NC];
   if constexpr (WD == DType::BF16) {
     // Pairs of k (linear_panels.h): k even, then k + 1, so each output keeps the one chain over k.
-    int64_t k = 0;
-    for (; k + 1 < K; k += 2) {
+    for (int64_t k = 0; k < K; k += 2) {
       // The pair's two lines (columns 0-15 and 16-31 lie 1 KB apart), kPrefetchBytes ahead (a
       // whole number of 2 KB blocks, so at the same offsets in a block).
       for (int64_t h = 0; h < kPanelRows; h += 16) {
@@ -101,12 +100,9 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
       }
       for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + bf16_pair_offset(k, c0 + c * W));
       add_k(wv, k);
+      if (k + 1 == K) break;  // odd K: the last pair's odd half is padding
       for (int c = 0; c < NC; ++c) wv[c] = V::bf16_odd(panel + bf16_pair_offset(k, c0 + c * W));
       add_k(wv, k + 1);
-    }
-    if (k < K) {  // odd K: the last pair's odd half is padding
-      for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + bf16_pair_offset(k, c0 + c * W));
-      add_k(wv, k);
     }
   } else {
     for (int64_t k = 0; k < K; ++k) {
