@@ -52,18 +52,40 @@ constexpr int64_t imax(int64_t a, int64_t b) {
   return a > b ? a : b;
 }
 
-// Where a tile prefetches: the first tile of a panel reads it from memory and prefetches ahead
-// along it (into the next panel at its end); the tiles after it read the panel from cache, and
-// prefetch the same distances into the next panel, so that memory keeps streaming while they
-// compute.
-enum class Ahead { ThisPanel, NextPanel };
+// Where a tile prefetches. Every tile prefetches its own panel kPrefetchBytes ahead into L1; a
+// tile that may be the first to touch its panel also prefetches it 2 x kPrefetchBytes ahead into
+// L2. When a panel takes several tiles (more rows than one tile holds), each tile also streams a
+// share of the next panel into L2 in step with its own k (`Stream`): memory then keeps streaming
+// through every tile, not only during the later ones (which streamed the whole next panel before),
+// and GPT-B's 7-16 position forwards with CFG took 5-14% less time in f32 and bf16
+// (docs/performance.md, session 21).
+enum class Ahead {
+  Alone,   // the panel's only tile
+  First,   // the first of several: this panel into L1 and L2, a share of the next into L2
+  Cached,  // a later one: this panel (in L2) into L1, a share of the next into L2
+};
+
+// A tile's share of the next panel: one prefetch per k step (pair of k for bf16), the address
+// advancing by the share's bytes / steps in 16.16 fixed point (at most a line per step: the share
+// is at most half a panel, and a step reads a 64-128 byte row of it).
+struct Stream {
+  const char* lo = nullptr;
+  int64_t cursor = 0, step = 0;
+  Stream() = default;
+  Stream(const char* first, int64_t bytes, int64_t steps)
+      : lo(first), step((bytes << 16) / imax(steps, 1)) {}
+  void advance() {
+    _mm_prefetch(lo + (cursor >> 16), _MM_HINT_T1);
+    cursor += step;
+  }
+};
 
 // Prefetches the panel rows [k, k + n) at the tile's distances ahead (see kPrefetchBytes).
-template <int64_t kRowBytes>
+template <int64_t kRowBytes, Ahead A>
 inline void prefetch_rows(const char* ahead, int64_t n) {
   for (int64_t b = 0; b < n * kRowBytes; b += 64) {
     _mm_prefetch(ahead + b, _MM_HINT_T0);
-    _mm_prefetch(ahead + b + kPrefetchBytes, _MM_HINT_T1);
+    if constexpr (A != Ahead::Cached) _mm_prefetch(ahead + b + kPrefetchBytes, _MM_HINT_T1);
   }
 }
 
@@ -71,12 +93,11 @@ inline void prefetch_rows(const char* ahead, int64_t n) {
 // out[m * kPanelRows + c0 + c * W].
 template <class V, DType WD, int MR, int NC, Ahead A>
 inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, int64_t K, int c0,
-                       float* out) {
+                       Stream& next, float* out) {
   using T = storage_t<WD>;
   constexpr int W = V::W;
   constexpr int64_t kRowBytes = kPanelRows * static_cast<int64_t>(sizeof(T));
-  const T* ahead = panel + kPrefetchBytes / static_cast<int64_t>(sizeof(T)) +
-                   (A == Ahead::NextPanel ? panel_depth(WD, K) * kPanelRows : 0);
+  const T* ahead = panel + kPrefetchBytes / static_cast<int64_t>(sizeof(T));
   typename V::reg acc[MR][NC];
   for (int m = 0; m < MR; ++m)
     for (int c = 0; c < NC; ++c) acc[m][c] = V::zero();
@@ -96,8 +117,9 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
       for (int64_t h = 0; h < kPanelRows; h += 16) {
         const char* line = reinterpret_cast<const char*>(ahead + bf16_pair_offset(k, h));
         _mm_prefetch(line, _MM_HINT_T0);
-        _mm_prefetch(line + kPrefetchBytes, _MM_HINT_T1);
+        if constexpr (A != Ahead::Cached) _mm_prefetch(line + kPrefetchBytes, _MM_HINT_T1);
       }
+      if constexpr (A != Ahead::Alone) next.advance();
       for (int c = 0; c < NC; ++c) wv[c] = V::bf16_even(panel + bf16_pair_offset(k, c0 + c * W));
       add_k(wv, k);
       if (k + 1 == K) break;  // odd K: the last pair's odd half is padding
@@ -107,7 +129,8 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
   } else {
     for (int64_t k = 0; k < K; ++k) {
       const T* wk = panel + k * kPanelRows;
-      prefetch_rows<kRowBytes>(reinterpret_cast<const char*>(ahead + k * kPanelRows), 1);
+      prefetch_rows<kRowBytes, A>(reinterpret_cast<const char*>(ahead + k * kPanelRows), 1);
+      if constexpr (A != Ahead::Alone) next.advance();
       for (int c = 0; c < NC; ++c) wv[c] = load_w<V, WD>(wk + c0 + c * W);
       add_k(wv, k);
     }
@@ -119,13 +142,16 @@ inline void panel_tile(const float* x, int64_t ldx, const storage_t<WD>* panel, 
 // Rows [0, MR) of the output for panel p (columns n0 = p * kPanelRows ..), plus bias.
 template <class V, DType WD, int MR, Ahead A>
 inline void tile_out(const float* x, int64_t K, const storage_t<WD>* panel, int64_t N, int64_t n0,
-                     const float* bias, float* y) {
+                     const float* bias, Stream next, float* y) {
   constexpr int kAll = static_cast<int>(kPanelRows) / V::W;
   constexpr int NC = MR <= V::kWideRows ? kAll : V::kCols;
   static_assert(kAll % NC == 0, "the passes must tile the panel");
   alignas(64) float out[MR * kPanelRows];
+  // The tile's share of the next panel is spread over all of its passes.
+  constexpr int kPasses = kAll / NC;
+  next.step /= kPasses;
   for (int c0 = 0; c0 < kPanelRows; c0 += NC * V::W)
-    panel_tile<V, WD, MR, NC, A>(x, K, panel, K, c0, out);
+    panel_tile<V, WD, MR, NC, A>(x, K, panel, K, c0, next, out);
   const int64_t cols = imin(kPanelRows, N - n0);
   for (int m = 0; m < MR; ++m)
     for (int64_t j = 0; j < cols; ++j)
@@ -135,10 +161,10 @@ inline void tile_out(const float* x, int64_t K, const storage_t<WD>* panel, int6
 // One tile of exactly `rows` (<= MR, the largest tried) rows.
 template <class V, DType WD, Ahead A, int MR = V::kRows - 1>
 inline void tile_of(int rows, const float* x, int64_t K, const storage_t<WD>* panel, int64_t N,
-                    int64_t n0, const float* bias, float* y) {
+                    int64_t n0, const float* bias, Stream next, float* y) {
   if constexpr (MR >= 1) {
-    if (rows == MR) return tile_out<V, WD, MR, A>(x, K, panel, N, n0, bias, y);
-    tile_of<V, WD, A, MR - 1>(rows, x, K, panel, N, n0, bias, y);
+    if (rows == MR) return tile_out<V, WD, MR, A>(x, K, panel, N, n0, bias, next, y);
+    tile_of<V, WD, A, MR - 1>(rows, x, K, panel, N, n0, bias, next, y);
   }
 }
 
@@ -150,12 +176,20 @@ inline void panel_rows(const float* x, int64_t M, int64_t K, const storage_t<WD>
                        int64_t n0, const float* bias, float* y) {
   constexpr int R = V::kRows;
   const int64_t tiles = (M + R - 1) / R;
+  if (tiles == 1)
+    return tile_of<V, WD, Ahead::Alone, R>(static_cast<int>(M), x, K, panel, N, n0, bias, {}, y);
+  const int64_t depth = panel_depth(WD, K);
+  const int64_t bytes = depth * kPanelRows * static_cast<int64_t>(sizeof(storage_t<WD>));
+  const char* next = reinterpret_cast<const char*>(panel + depth * kPanelRows);
+  const int64_t steps = WD == DType::BF16 ? (K + 1) / 2 : K;
   for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
     const int rows = static_cast<int>((M - m0) / (tiles - t) + ((M - m0) % (tiles - t) != 0));
+    const int64_t lo = t * bytes / tiles, hi = (t + 1) * bytes / tiles;
+    const Stream share(next + lo, hi - lo, steps);
     if (t == 0)
-      tile_of<V, WD, Ahead::ThisPanel, R>(rows, x, K, panel, N, n0, bias, y);
+      tile_of<V, WD, Ahead::First, R>(rows, x, K, panel, N, n0, bias, share, y);
     else
-      tile_of<V, WD, Ahead::NextPanel, R>(rows, x + m0 * K, K, panel, N, n0, bias, y + m0 * N);
+      tile_of<V, WD, Ahead::Cached, R>(rows, x + m0 * K, K, panel, N, n0, bias, share, y + m0 * N);
     m0 += rows;
   }
 }
