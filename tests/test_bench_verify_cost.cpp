@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessera/bandwidth.h"
+#include "tessera/error.h"
+
 namespace {
 
 class BenchVerifyCost : public CliTest {};
@@ -48,9 +51,32 @@ TEST_F(BenchVerifyCost, JsonAndMarkdown) {
   ASSERT_EQ(j["rows"].size(), 2u);
   EXPECT_EQ(j["rows"][0]["k"], 2);
   EXPECT_EQ(j["rows"][0]["rows"], 2);  // --cfg 1: one row per position
+  // The read-with-FMA probe: 1 to 32 rows, each against max(its 1-row read, its FMAs at peak).
+  const auto& probe = j["read_with_fma_probe"];
+  ASSERT_EQ(probe.size(), 8u);
+  EXPECT_EQ(probe[0]["rows"], 1);
+  EXPECT_EQ(probe[7]["rows"], 32);
+  EXPECT_DOUBLE_EQ(probe[0]["fraction_of_roofline"].get<double>(), 1.0);  // its own reference
+  for (const auto& p : probe) {
+    EXPECT_GT(p["read_gbs"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(p["flops_per_byte"].get<double>(), p["rows"].get<int>() / 2.0);
+    EXPECT_GT(p["compute_over_read"].get<double>(), 0.0);
+  }
   r = run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--k-range", "2", "-r", "1", "-q"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("| k | rows | ms | ratio to k=1 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| rows | flop/B | GB/s | arithmetic / read time | of roofline |"),
+            std::string::npos)
+      << r.out;
+}
+
+// The probe itself: one rate per entry, and rows outside 1-32 refused.
+TEST(ReadWithFmaProbe, OneRatePerRowCountAndBadRowsRefused) {
+  const std::vector<double> gbs = tessera::memory_read_with_fma_gbs({1, 3, 12, 13, 32}, 1 << 20, 1);
+  ASSERT_EQ(gbs.size(), 5u);
+  for (double g : gbs) EXPECT_GT(g, 0.0);
+  EXPECT_THROW(tessera::memory_read_with_fma_gbs({0}, 1 << 20, 1), tessera::Error);
+  EXPECT_THROW(tessera::memory_read_with_fma_gbs({33}, 1 << 20, 1), tessera::Error);
 }
 
 TEST_F(BenchVerifyCost, BadRangesFailWithOneLine) {

@@ -56,6 +56,24 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   };
   auto bound = [&](int k) { return std::max(bytes / bandwidth, compute_seconds(k)); };
 
+  // An overhead-free loop that reads f32 weights with a kernel's FMAs on them and nothing else
+  // (tessera/bandwidth.h), against its own roofline: max(time to read at its 1-row rate, time of
+  // its FMAs at the peak). What this machine allows where memory and arithmetic both count.
+  nlohmann::json probe = nlohmann::json::array();
+  const std::vector<int> probe_rows = {1, 2, 4, 8, 12, 16, 24, 32};
+  const std::vector<double> probe_gbs = memory_read_with_fma_gbs(probe_rows);
+  for (size_t i = 0; i < probe_rows.size(); ++i) {
+    const int r = probe_rows[i];
+    const double gbs = probe_gbs[i];
+    const double read = 1.0 / (probe_gbs[0] * 1e9);  // seconds per byte at the 1-row rate
+    const double compute = 2.0 * r / 4.0 / (peak.f32_fma_gflops * 1e9);
+    probe.push_back({{"rows", r},
+                     {"flops_per_byte", r / 2.0},
+                     {"read_gbs", gbs},
+                     {"compute_over_read", compute / read},
+                     {"fraction_of_roofline", std::max(read, compute) * gbs * 1e9}});
+  }
+
   nlohmann::json rows = nlohmann::json::array();
   for (int k = o.k_from; k <= o.k_to; ++k) {
     const double t = sec[k - 1], b = bound(k);
@@ -80,7 +98,8 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                         {"amx_bf16_gflops", peak.amx_bf16_gflops},
                         {"linear_kernel", linear_kernel_isa()},
                         {"matmul_peak_used", matmul_unit},
-                        {"rows", rows}};
+                        {"rows", rows},
+                        {"read_with_fma_probe", probe}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
@@ -113,6 +132,17 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                 csv ? r["fraction_of_roofline"].get<double>()
                     : 100 * r["fraction_of_roofline"].get<double>());
   }
+  if (csv) return;
+  std::printf(
+      "\nA loop that only reads f32 weights and multiplies each into `rows` accumulators (FMAs, "
+      "prefetched as the kernel prefetches; no other work), against max(its 1-row read time, its "
+      "FMAs at the peak):\n"
+      "| rows | flop/B | GB/s | arithmetic / read time | of roofline |\n|---|---|---|---|---|\n");
+  for (const auto& p : probe)
+    std::printf("| %d | %.1f | %.1f | %.2f | %.0f%% |\n", p["rows"].get<int>(),
+                p["flops_per_byte"].get<double>(), p["read_gbs"].get<double>(),
+                p["compute_over_read"].get<double>(),
+                100 * p["fraction_of_roofline"].get<double>());
 }
 
 }  // namespace tessera::cli

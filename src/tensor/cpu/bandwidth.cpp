@@ -1,12 +1,18 @@
 #include "tensor/cpu/bandwidth.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
+
+#include "tensor/cpu/linear_panels.h"
+#include "tessera/error.h"
 
 namespace tessera {
 
@@ -41,6 +47,101 @@ double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
   }
   (void)sink;
   return best;
+}
+
+namespace {
+
+// Activations per row of the probe: x[k][r] for k = 0..kProbeK-1, reused cyclically (in L1 as a
+// kernel's current activations are).
+constexpr int kProbeK = 128;
+
+// One thread's share of the read with FMAs: per 128 bytes (two vectors, a 32-column panel row of
+// f32 weights) R broadcasts of an activation x[k][r] and 2R FMAs into at most 24 accumulators (the
+// register budget of the AVX-512 kernel's 12-row tile; above 12 rows some take two FMAs a step).
+template <int R>
+float read_with_fma(const float* w, size_t n, const float* x) {
+  const char* ahead = reinterpret_cast<const char*>(w) + cpu::kPrefetchBytes;
+#if defined(__AVX512F__)
+  constexpr int kAcc = R < 12 ? R : 12;
+  __m512 acc[kAcc][2];
+  for (int r = 0; r < kAcc; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const float* xk = x;
+  for (size_t i = 0; i < n; i += 32) {
+    const char* line = ahead + i * sizeof(float);
+    _mm_prefetch(line, _MM_HINT_T0);
+    _mm_prefetch(line + 64, _MM_HINT_T0);
+    _mm_prefetch(line + cpu::kPrefetchBytes, _MM_HINT_T1);
+    _mm_prefetch(line + cpu::kPrefetchBytes + 64, _MM_HINT_T1);
+    const __m512 a = _mm512_load_ps(w + i), b = _mm512_load_ps(w + i + 16);
+#pragma GCC unroll 32  // keeps acc[r % kAcc] in registers
+    for (int r = 0; r < R; ++r) {
+      const __m512 xr = _mm512_set1_ps(xk[r]);
+      acc[r % kAcc][0] = _mm512_fmadd_ps(xr, a, acc[r % kAcc][0]);
+      acc[r % kAcc][1] = _mm512_fmadd_ps(xr, b, acc[r % kAcc][1]);
+    }
+    xk = xk + R == x + kProbeK * R ? x : xk + R;
+  }
+  __m512 s = _mm512_setzero_ps();
+  for (int r = 0; r < kAcc; ++r) s = _mm512_add_ps(s, _mm512_add_ps(acc[r][0], acc[r][1]));
+  return _mm512_reduce_add_ps(s);
+#else
+  (void)ahead;
+  float acc[R] = {};
+  for (size_t i = 0; i < n; ++i)
+    for (int r = 0; r < R; ++r) acc[r] += x[(i / 32 % kProbeK) * R + r] * w[i];
+  float s = 0.0f;
+  for (int r = 0; r < R; ++r) s += acc[r];
+  return s;
+#endif
+}
+
+template <int R = 32>
+float read_with_fma_rows(int rows, const float* w, size_t n, const float* x) {
+  if constexpr (R >= 1) {
+    if (rows == R) return read_with_fma<R>(w, n, x);
+    return read_with_fma_rows<R - 1>(rows, w, n, x);
+  }
+  return 0.0f;
+}
+
+}  // namespace
+
+std::vector<double> measure_read_with_fma_gbs(const std::vector<int>& rows, size_t bytes,
+                                              int repeats) {
+  for (int r : rows) check(r >= 1 && r <= 32, "read-with-FMA probe: rows must be 1-32");
+  const size_t n = bytes / sizeof(float) / 32 * 32;
+  std::unique_ptr<float, void (*)(void*)> buf(static_cast<float*>(std::aligned_alloc(64, n * 4)),
+                                              std::free);
+  check(buf != nullptr, "read-with-FMA probe: out of memory");
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  std::vector<float> x(static_cast<size_t>(kProbeK * 32));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 1e-3f * static_cast<float>(i % 97);
+  std::vector<double> gbs;
+  volatile float sink = 0.0f;
+  for (int rw : rows) {
+    double best = 0.0;
+    for (int r = 0; r < repeats; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      float total = 0.0f;
+      // Each thread reads one contiguous range, as each takes a contiguous range of panels.
+#pragma omp parallel reduction(+ : total)
+      {
+        const size_t threads = static_cast<size_t>(omp_get_num_threads());
+        const size_t t = static_cast<size_t>(omp_get_thread_num());
+        const size_t per = n / 32 / threads * 32;
+        const size_t lo = t * per, hi = t + 1 == threads ? n : lo + per;
+        total += read_with_fma_rows(rw, buf.get() + lo, hi - lo, x.data());
+      }
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      sink = sink + total;
+      best = std::max(best, static_cast<double>(n * 4) / dt / 1e9);
+    }
+    gbs.push_back(best);
+  }
+  (void)sink;
+  return gbs;
 }
 
 }  // namespace tessera

@@ -2,10 +2,19 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace tessera {
 
 // Best-of-`repeats` GB/s (1e9 bytes/s) of a multi-threaded read over `bytes` of memory.
 double measure_read_bandwidth_gbs(size_t bytes = size_t(1) << 30, int repeats = 5);
+
+// Best-of-`repeats` GB/s of the same read over f32 "weights" with a linear kernel's arithmetic
+// and nothing else, for each entry of `rows` (1-32): each w[k] multiplied into an accumulator per
+// activation row with one FMA (2 * rows flops per 4 bytes), the weights prefetched as the kernel
+// prefetches them. Where arithmetic and memory overlap perfectly it reads at the 1-row rate until
+// the FMA peak binds.
+std::vector<double> measure_read_with_fma_gbs(const std::vector<int>& rows,
+                                              size_t bytes = size_t(256) << 20, int repeats = 3);
 
 }  // namespace tessera
