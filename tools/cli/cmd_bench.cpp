@@ -262,7 +262,9 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_flag("--verify-cost", a->verify_cost,
               "Time one forward of k new positions (k = 1..32, 2k rows with CFG) after half an "
               "image, as a ratio to k = 1, against the roofline max(bytes/bandwidth, "
-              "flops/peak) from the measured read bandwidth and FMA peak (-o md|csv|json)");
+              "flops/peak) from the measured read bandwidth and FMA peak (-o md|csv|json); md "
+              "and json add a probe: an overhead-free loop reading weights with 1-32 rows of "
+              "FMAs, against the same kind of bound");
   b->add_option("--k-range", a->k_range, "--verify-cost: FROM:TO positions per forward")
       ->capture_default_str();
   return {b, [a, b] { return run_bench(*a, *b); }};

@@ -57,7 +57,7 @@ constexpr int64_t imax(int64_t a, int64_t b) {
 // L2. When a panel takes several tiles (more rows than one tile holds), each tile also streams a
 // share of the next panel into L2 in step with its own k (`Stream`): memory then keeps streaming
 // through every tile, not only during the later ones (which streamed the whole next panel before),
-// and GPT-B's 7-16 position forwards with CFG took 5-14% less time in f32 and bf16
+// and GPT-B's 7-16 position forwards with CFG took 5-15% less time in f32 and bf16
 // (docs/performance.md, session 21).
 enum class Ahead {
   Alone,   // the panel's only tile
