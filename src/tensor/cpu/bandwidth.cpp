@@ -64,6 +64,9 @@ float read_with_fma(const float* w, size_t n, const float* x) {
 #if defined(__AVX512F__)
   constexpr int kAcc = R < 12 ? R : 12;
   __m512 acc[kAcc][2];
+  // Every loop over the accumulators fully unrolled: one index not known at compile time and
+  // GCC keeps them all in memory.
+#pragma GCC unroll 12
   for (int r = 0; r < kAcc; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const float* xk = x;
   for (size_t i = 0; i < n; i += 32) {
@@ -73,7 +76,7 @@ float read_with_fma(const float* w, size_t n, const float* x) {
     _mm_prefetch(line + cpu::kPrefetchBytes, _MM_HINT_T1);
     _mm_prefetch(line + cpu::kPrefetchBytes + 64, _MM_HINT_T1);
     const __m512 a = _mm512_load_ps(w + i), b = _mm512_load_ps(w + i + 16);
-#pragma GCC unroll 32  // keeps acc[r % kAcc] in registers
+#pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
       const __m512 xr = _mm512_set1_ps(xk[r]);
       acc[r % kAcc][0] = _mm512_fmadd_ps(xr, a, acc[r % kAcc][0]);
@@ -82,8 +85,44 @@ float read_with_fma(const float* w, size_t n, const float* x) {
     xk = xk + R == x + kProbeK * R ? x : xk + R;
   }
   __m512 s = _mm512_setzero_ps();
+#pragma GCC unroll 12
   for (int r = 0; r < kAcc; ++r) s = _mm512_add_ps(s, _mm512_add_ps(acc[r][0], acc[r][1]));
   return _mm512_reduce_add_ps(s);
+#elif defined(__FMA__)
+  // AVX2: four vectors per 128 bytes, at most 2 rows x 4 = 8 accumulators, 4 weights and a
+  // broadcast of 16 registers.
+  constexpr int kAcc = R < 2 ? R : 2;
+  __m256 acc[kAcc][4];
+#pragma GCC unroll 2
+  for (int r = 0; r < kAcc; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
+  const float* xk = x;
+  for (size_t i = 0; i < n; i += 32) {
+    const char* line = ahead + i * sizeof(float);
+    _mm_prefetch(line, _MM_HINT_T0);
+    _mm_prefetch(line + 64, _MM_HINT_T0);
+    _mm_prefetch(line + cpu::kPrefetchBytes, _MM_HINT_T1);
+    _mm_prefetch(line + cpu::kPrefetchBytes + 64, _MM_HINT_T1);
+    __m256 wv[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) wv[c] = _mm256_load_ps(w + i + 8 * c);
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r) {
+      const __m256 xr = _mm256_broadcast_ss(xk + r);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[r % kAcc][c] = _mm256_fmadd_ps(xr, wv[c], acc[r % kAcc][c]);
+    }
+    xk = xk + R == x + kProbeK * R ? x : xk + R;
+  }
+  alignas(32) float out[8];
+  __m256 s = _mm256_setzero_ps();
+#pragma GCC unroll 2
+  for (int r = 0; r < kAcc; ++r)
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) s = _mm256_add_ps(s, acc[r][c]);
+  _mm256_store_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
 #else
   (void)ahead;
   float acc[R] = {};
