@@ -4,6 +4,9 @@
 #include "cli_harness.h"
 
 #include <nlohmann/json.hpp>
+#include <vector>
+
+#include "pipeline/cost_cache.h"
 
 namespace {
 
@@ -36,6 +39,37 @@ TEST_F(CostCache, MeasuredOnceReusedAndRebuiltWhenCorrupt) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("ignoring the corrupt cost cache"), std::string::npos) << r.err;
   EXPECT_EQ(nlohmann::json::parse(slurp(files[0]))["verify"].size(), 16u);
+}
+
+// A calibration whose costs fall with k (a shorter forward timed dearer than a longer one: the
+// machine was busy) is measured again; a steady one is kept at once.
+TEST(CostCalibration, BusyMeasurementsAreTakenAgain) {
+  using tessera::calibrate_until_steady;
+  using tessera::largest_cost_fall;
+  EXPECT_DOUBLE_EQ(largest_cost_fall({0.9, 1.0, 1.1}), 1.0);
+  EXPECT_DOUBLE_EQ(largest_cost_fall({0.9, 0.9, 1.1}), 1.0);
+  EXPECT_NEAR(largest_cost_fall({2.75, 2.77, 2.25, 2.05, 2.15}), 2.77 / 2.05, 1e-12);
+  EXPECT_DOUBLE_EQ(largest_cost_fall({1.0, 3.0, 2.0, 4.0}), 1.5);
+  EXPECT_DOUBLE_EQ(largest_cost_fall({5.0}), 1.0);
+  EXPECT_DOUBLE_EQ(largest_cost_fall({}), 1.0);
+
+  const std::vector<double> busy = {2.75, 2.77, 2.25, 2.05}, busier = {3.0, 1.0, 1.1, 1.2},
+                            steady = {0.85, 0.89, 0.94, 1.0}, noisy = {0.85, 0.89, 0.88, 1.0};
+  auto sequence = [](std::vector<std::vector<double>> m, int& calls) {
+    return [m, &calls] { return m[static_cast<size_t>(calls++)]; };
+  };
+  int calls = 0;
+  EXPECT_EQ(calibrate_until_steady(sequence({steady}, calls)), steady);
+  EXPECT_EQ(calls, 1);
+  calls = 0;
+  EXPECT_EQ(calibrate_until_steady(sequence({noisy}, calls)), noisy);  // a 1% fall is noise
+  EXPECT_EQ(calls, 1);
+  calls = 0;
+  EXPECT_EQ(calibrate_until_steady(sequence({busy, steady}, calls)), steady);
+  EXPECT_EQ(calls, 2);
+  calls = 0;  // never steady: the attempt that fell least
+  EXPECT_EQ(calibrate_until_steady(sequence({busier, busy, busier}, calls)), busy);
+  EXPECT_EQ(calls, 3);
 }
 
 }  // namespace
