@@ -58,9 +58,18 @@ constexpr int kProbeK = 128;
 // One thread's share of the read with FMAs: per 128 bytes (two vectors, a 32-column panel row of
 // f32 weights) R broadcasts of an activation x[k][r] and 2R FMAs into at most 24 accumulators (the
 // register budget of the AVX-512 kernel's 12-row tile; above 12 rows some take two FMAs a step).
+// The 128 bytes of a row kPrefetchBytes ahead into L1 and 2 x kPrefetchBytes ahead into L2, as a
+// panel's only tile prefetches them (linear_tiles.h).
+inline void prefetch_row(const float* row) {
+  const char* ahead = reinterpret_cast<const char*>(row) + cpu::kPrefetchBytes;
+  for (int b = 0; b < 128; b += 64) {
+    _mm_prefetch(ahead + b, _MM_HINT_T0);
+    _mm_prefetch(ahead + b + cpu::kPrefetchBytes, _MM_HINT_T1);
+  }
+}
+
 template <int R>
 float read_with_fma(const float* w, size_t n, const float* x) {
-  const char* ahead = reinterpret_cast<const char*>(w) + cpu::kPrefetchBytes;
 #if defined(__AVX512F__)
   constexpr int kAcc = R < 12 ? R : 12;
   __m512 acc[kAcc][2];
@@ -70,11 +79,7 @@ float read_with_fma(const float* w, size_t n, const float* x) {
   for (int r = 0; r < kAcc; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const float* xk = x;
   for (size_t i = 0; i < n; i += 32) {
-    const char* line = ahead + i * sizeof(float);
-    _mm_prefetch(line, _MM_HINT_T0);
-    _mm_prefetch(line + 64, _MM_HINT_T0);
-    _mm_prefetch(line + cpu::kPrefetchBytes, _MM_HINT_T1);
-    _mm_prefetch(line + cpu::kPrefetchBytes + 64, _MM_HINT_T1);
+    prefetch_row(w + i);
     const __m512 a = _mm512_load_ps(w + i), b = _mm512_load_ps(w + i + 16);
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
@@ -99,11 +104,7 @@ float read_with_fma(const float* w, size_t n, const float* x) {
     for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
   const float* xk = x;
   for (size_t i = 0; i < n; i += 32) {
-    const char* line = ahead + i * sizeof(float);
-    _mm_prefetch(line, _MM_HINT_T0);
-    _mm_prefetch(line + 64, _MM_HINT_T0);
-    _mm_prefetch(line + cpu::kPrefetchBytes, _MM_HINT_T1);
-    _mm_prefetch(line + cpu::kPrefetchBytes + 64, _MM_HINT_T1);
+    prefetch_row(w + i);
     __m256 wv[4];
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) wv[c] = _mm256_load_ps(w + i + 8 * c);
@@ -124,7 +125,6 @@ float read_with_fma(const float* w, size_t n, const float* x) {
   _mm256_store_ps(out, s);
   return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
 #else
-  (void)ahead;
   float acc[R] = {};
   for (size_t i = 0; i < n; ++i)
     for (int r = 0; r < R; ++r) acc[r] += x[(i / 32 % kProbeK) * R + r] * w[i];
