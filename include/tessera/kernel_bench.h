@@ -18,8 +18,9 @@ struct LinearKernelTiming {
 LinearKernelTiming time_linear_kernel(int64_t M, int64_t K, int64_t N, const std::string& dtype,
                                       int repeats);
 
-// The linear kernel's instruction-set path in use: "amx", "avx512", "avx2" or "scalar", the fastest
-// this CPU runs unless the environment variable TESSERA_LINEAR_ISA names another.
+// The linear kernel's instruction-set path in use: "amx", "avx512", "avx2" or "scalar", the default
+// for this CPU (the fastest FMA path; never "amx") unless the environment variable
+// TESSERA_LINEAR_ISA names another.
 std::string linear_kernel_isa();
 
 }  // namespace tessera

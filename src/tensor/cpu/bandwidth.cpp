@@ -16,16 +16,42 @@
 
 namespace tessera {
 
-double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
-  const size_t n = bytes / sizeof(float);
-  std::unique_ptr<float, void (*)(void*)> buf(static_cast<float*>(std::aligned_alloc(64, n * 4)),
-                                              std::free);
+namespace {
+
+using Buffer = std::unique_ptr<float, void (*)(void*)>;
+
+// n floats, 64-byte aligned, written by the threads that will read them (first touch).
+Buffer filled_buffer(size_t n) {
+  Buffer buf(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))), std::free);
+  check(buf != nullptr, "memory probe: out of memory");
 #pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023);
+  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  return buf;
+}
+
+// The best GB/s over `repeats` runs of `read()`, which reads `bytes` and returns a sum that is
+// kept (so the compiler cannot drop the reads).
+template <class Read>
+double best_read_gbs(size_t bytes, int repeats, Read read) {
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
+    const float total = read();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    sink = sink + total;
+    best = std::max(best, static_cast<double>(bytes) / dt / 1e9);
+  }
+  (void)sink;
+  return best;
+}
+
+}  // namespace
+
+double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
+  const size_t n = bytes / sizeof(float) / 64 * 64;
+  const Buffer buf = filled_buffer(n);
+  return best_read_gbs(n * sizeof(float), repeats, [&] {
     float total = 0.0f;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (size_t blk = 0; blk < n / 64; ++blk) {
@@ -40,13 +66,8 @@ double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
       total += s;
 #endif
     }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sink = sink + total;
-    const double gbs = static_cast<double>(n / 64 * 64 * 4) / dt / 1e9;
-    if (gbs > best) best = gbs;
-  }
-  (void)sink;
-  return best;
+    return total;
+  });
 }
 
 namespace {
@@ -149,19 +170,12 @@ std::vector<double> measure_read_with_fma_gbs(const std::vector<int>& rows, size
                                               int repeats) {
   for (int r : rows) check(r >= 1 && r <= 32, "read-with-FMA probe: rows must be 1-32");
   const size_t n = bytes / sizeof(float) / 32 * 32;
-  std::unique_ptr<float, void (*)(void*)> buf(static_cast<float*>(std::aligned_alloc(64, n * 4)),
-                                              std::free);
-  check(buf != nullptr, "read-with-FMA probe: out of memory");
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  const Buffer buf = filled_buffer(n);
   std::vector<float> x(static_cast<size_t>(kProbeK * 32));
   for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 1e-3f * static_cast<float>(i % 97);
   std::vector<double> gbs;
-  volatile float sink = 0.0f;
-  for (int rw : rows) {
-    double best = 0.0;
-    for (int r = 0; r < repeats; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+  for (int rw : rows)
+    gbs.push_back(best_read_gbs(n * sizeof(float), repeats, [&] {
       float total = 0.0f;
       // Each thread reads one contiguous range, as each takes a contiguous range of panels.
 #pragma omp parallel reduction(+ : total)
@@ -172,14 +186,8 @@ std::vector<double> measure_read_with_fma_gbs(const std::vector<int>& rows, size
         const size_t lo = t * per, hi = t + 1 == threads ? n : lo + per;
         total += read_with_fma_rows(rw, buf.get() + lo, hi - lo, x.data());
       }
-      const double dt =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      sink = sink + total;
-      best = std::max(best, static_cast<double>(n * 4) / dt / 1e9);
-    }
-    gbs.push_back(best);
-  }
-  (void)sink;
+      return total;
+    }));
   return gbs;
 }
 

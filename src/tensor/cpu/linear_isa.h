@@ -28,7 +28,7 @@ void linear_avx2(const float* x, int64_t M, int64_t K, const void* panels, DType
 // rounded to bf16; it is never the default (linear_kernels.cpp says why).
 std::vector<std::string> linear_isas();
 // Forces a path (tests, benchmarks); "" goes back to the default: the environment variable
-// TESSERA_LINEAR_ISA if set, else the fastest the CPU has. Throws tessera::Error for a path this
+// TESSERA_LINEAR_ISA if set, else the first of linear_isas(). Throws tessera::Error for a path this
 // CPU cannot run.
 void set_linear_isa(const std::string& isa);
 

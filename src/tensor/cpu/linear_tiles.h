@@ -170,7 +170,7 @@ inline void tile_of(int rows, const float* x, int64_t K, const storage_t<WD>* pa
 
 // Rows [0, M) of the output for one panel, in ceil(M / kRows) tiles of as even a size as can be
 // (16 rows: two tiles of 8, not 12 + 4): the first reads the panel from memory, the others from
-// cache.
+// cache, and with several tiles each streams its share of the next panel (Stream).
 template <class V, DType WD>
 inline void panel_rows(const float* x, int64_t M, int64_t K, const storage_t<WD>* panel, int64_t N,
                        int64_t n0, const float* bias, float* y) {
