@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/thread_pool.h"
+
 #if TESSERA_HAVE_LIBMVEC
 extern "C" {
 #pragma omp declare simd notinbranch
@@ -29,12 +31,15 @@ using SimdBlockFn = void (*)(const float* a, const float* b, float* out);
 
 // Runs `block` over n elements in whole blocks, the last partial block copied into zero-padded
 // buffers first: every element goes through the same SIMD code, whatever its position.
-inline void simd_blocks(SimdBlockFn block, const float* a, const float* b, float* out, int64_t n,
-                        bool parallel) {
+inline void simd_blocks(const char* name, SimdBlockFn block, const float* a, const float* b,
+                        float* out, int64_t n, bool parallel) {
   const int64_t blocks = n / kSimdBlock, done = blocks * kSimdBlock;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t i = 0; i < blocks; ++i)
-    block(a + i * kSimdBlock, b ? b + i * kSimdBlock : nullptr, out + i * kSimdBlock);
+  parallel_for(
+      name, blocks,
+      [&](int64_t i) {
+        block(a + i * kSimdBlock, b ? b + i * kSimdBlock : nullptr, out + i * kSimdBlock);
+      },
+      parallel);
   if (n == done) return;
   float at[kSimdBlock] = {}, bt[kSimdBlock] = {}, ot[kSimdBlock];
   std::copy(a + done, a + n, at);

@@ -10,6 +10,7 @@
 #include <numbers>
 #include <string>
 
+#include "common/thread_pool.h"
 #include "sampling/rng.h"
 #include "tessera/error.h"
 
@@ -41,19 +42,10 @@ Interval percentile_bootstrap(double value, const std::function<double(int)>& st
   r.value = value;
   if (std::isnan(value)) return r;
   std::vector<double> v(static_cast<size_t>(opts.resamples));
-  // An exception must not leave an OpenMP region (it would terminate the process): the first
-  // one is kept and rethrown after the loop.
-  std::exception_ptr failure;
-#pragma omp parallel for schedule(dynamic)
-  for (int b = 0; b < opts.resamples; ++b) {
-    try {
-      v[b] = stat(b);
-    } catch (...) {
-#pragma omp critical(bootstrap_failure)
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
+  // Resamples handed out one at a time (their costs vary); the pool rethrows the first exception.
+  cpu_pool().parallel_for_dynamic("bootstrap", opts.resamples, 1, [&](int64_t b) {
+    v[static_cast<size_t>(b)] = stat(static_cast<int>(b));
+  });
   std::erase_if(v, [](double x) { return std::isnan(x); });
   std::sort(v.begin(), v.end());
   r.lo = percentile_sorted(v, (1 - opts.level) / 2);

@@ -1,6 +1,5 @@
 #include "pipeline/cost_cache.h"
 
-#include <omp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/thread_pool.h"
 #include "io/regular_file.h"
 #include "io/strict_json.h"
 #include "pipeline/forward_cost.h"
@@ -127,7 +127,7 @@ DraftCosts calibrated_draft_costs(const CostModel& target, const CostModel& draf
         std::string("|draft "), draft.model ? model_key(*draft.config) : std::string("-"),
         std::string(cfg ? "|cfg 1" : "|cfg 0"), std::string("|k "), std::to_string(max_k),
         std::string("|cpu "), cpu_model_name(), std::string("|kernels "), linear_kernel_isa(),
-        std::string("|threads "), std::to_string(omp_get_max_threads())})
+        std::string("|threads "), std::to_string(cpu_pool().threads())})
     key += part;
   // One measurement per process and key even without a cache directory: the images of one run
   // must not depend on its calls.

@@ -73,7 +73,7 @@ void target_distribution(std::span<const float> cond, std::span<const float> unc
   filter_top_k_top_p(l, p.top_k, p.top_p);
   const float mx = *std::max_element(l.begin(), l.end());
   for (float& v : l) v -= mx;  // -inf stays -inf
-  simd_blocks(exp_block, l.data(), nullptr, probs.data(), static_cast<int64_t>(V), false);
+  simd_blocks("softmax", exp_block, l.data(), nullptr, probs.data(), static_cast<int64_t>(V), false);
   float total = 0.0f;  // in vocabulary order
   for (size_t i = 0; i < V; ++i) total += (probs[i] = l[i] == -INFINITY ? 0.0f : probs[i]);
   for (float& v : probs) v /= total;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/thread_pool.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "tensor/dtype.h"
@@ -78,39 +80,40 @@ LatentNeighbours LatentNeighbours::build(std::span<const float> codebook, int V,
     for (double& n : norm) n = std::sqrt(n);
   }
 
-#pragma omp parallel
-  {
+  // Rows handed out 16 at a time: nth_element's cost varies with the data.
+  std::atomic<int> next{0};
+  cpu_pool().run("latent_neighbours", [&](int, int) {
     std::vector<double> dist(V);
     std::vector<std::pair<double, int32_t>> order(V - 1);
-#pragma omp for schedule(dynamic, 16)
-    for (int i = 0; i < V; ++i) {
-      std::fill(dist.begin(), dist.end(), 0.0);
-      for (int d = 0; d < dim; ++d) {
-        const double a = codebook[static_cast<size_t>(i) * dim + d];
-        const double* row = cT.data() + static_cast<size_t>(d) * V;
-        if (metric == LatentMetric::L2) {
-          for (int v = 0; v < V; ++v) dist[v] += (row[v] - a) * (row[v] - a);  // squared ℓ2
-        } else {
-          for (int v = 0; v < V; ++v) dist[v] += row[v] * a;  // dot product
+    for (int i0; (i0 = next.fetch_add(16)) < V;)
+      for (int i = i0; i < std::min(V, i0 + 16); ++i) {
+        std::fill(dist.begin(), dist.end(), 0.0);
+        for (int d = 0; d < dim; ++d) {
+          const double a = codebook[static_cast<size_t>(i) * dim + d];
+          const double* row = cT.data() + static_cast<size_t>(d) * V;
+          if (metric == LatentMetric::L2) {
+            for (int v = 0; v < V; ++v) dist[v] += (row[v] - a) * (row[v] - a);  // squared ℓ2
+          } else {
+            for (int v = 0; v < V; ++v) dist[v] += row[v] * a;  // dot product
+          }
         }
-      }
-      if (metric == LatentMetric::Cosine) {
-        // 1 - cos; a zero vector has cos = 0 with everything.
-        for (int v = 0; v < V; ++v) {
-          const double nn = norm[i] * norm[v];
-          dist[v] = 1.0 - (nn > 0.0 ? dist[v] / nn : 0.0);
+        if (metric == LatentMetric::Cosine) {
+          // 1 - cos; a zero vector has cos = 0 with everything.
+          for (int v = 0; v < V; ++v) {
+            const double nn = norm[i] * norm[v];
+            dist[v] = 1.0 - (nn > 0.0 ? dist[v] / nn : 0.0);
+          }
         }
+        size_t m = 0;
+        for (int v = 0; v < V; ++v)
+          if (v != i) order[m++] = {dist[v], v};  // the code itself is excluded (diagonal = +inf)
+        // (distance, index) pairs: ties broken by the smaller index.
+        std::nth_element(order.begin(), order.begin() + (k - 1), order.end());
+        std::sort(order.begin(), order.begin() + k);
+        int32_t* out = t.table_.data() + static_cast<size_t>(i) * k;
+        for (int j = 0; j < k; ++j) out[j] = order[j].second;
       }
-      size_t m = 0;
-      for (int v = 0; v < V; ++v)
-        if (v != i) order[m++] = {dist[v], v};  // the code itself is excluded (diagonal = +inf)
-      // (distance, index) pairs: ties broken by the smaller index.
-      std::nth_element(order.begin(), order.begin() + (k - 1), order.end());
-      std::sort(order.begin(), order.begin() + k);
-      int32_t* out = t.table_.data() + static_cast<size_t>(i) * k;
-      for (int j = 0; j < k; ++j) out[j] = order[j].second;
-    }
-  }
+  });
   return t;
 }
 

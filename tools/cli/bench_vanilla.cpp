@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessera/bandwidth.h"
+#include "tessera/cpu_threads.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 #include "tessera/tessera.h"
@@ -151,6 +152,26 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       t.rounds.push_back(time_once(t, o, K));
     }
   }
+  // One more run of the first model, untimed, counting the CPU worker pool's parallel regions by
+  // op: each forked region costs a wake-up and a join of the workers.
+  count_cpu_regions(true);
+  GenerateStats counted;
+  models[0].pipe->generate(models[0].conds, generate_options(o, K), &counted);
+  std::vector<CpuRegionCount> regions = cpu_region_counts();
+  count_cpu_regions(false);
+  std::sort(regions.begin(), regions.end(),
+            [](const CpuRegionCount& x, const CpuRegionCount& y) { return x.forked > y.forked; });
+  const double forwards = static_cast<double>(std::max<int64_t>(1, counted.forward_passes));
+  nlohmann::json region_json = nlohmann::json::array();
+  double forked_total = 0, serial_total = 0;
+  for (const CpuRegionCount& c : regions) {
+    region_json.push_back({{"op", c.op},
+                           {"forked", static_cast<double>(c.forked) / forwards},
+                           {"serial", static_cast<double>(c.serial) / forwards}});
+    forked_total += static_cast<double>(c.forked) / forwards;
+    serial_total += static_cast<double>(c.serial) / forwards;
+  }
+
   const double machine = memory_read_bandwidth_gbs();
 
   nlohmann::json j = model_json(models[0], machine);
@@ -163,6 +184,8 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   j["top_p"] = o.sampling.top_p;
   j["rounds"] = o.repeat;
   j["machine_read_gbs"] = machine;
+  j["parallel_regions_per_forward"] = {
+      {"forked", forked_total}, {"serial", serial_total}, {"by_op", region_json}};
   std::vector<double> ratios;
   if (models.size() > 1) {
     for (int r = 0; r < o.repeat; ++r)
@@ -196,9 +219,9 @@ void bench_vanilla(const VanillaBenchOptions& o) {
                 m["weights_dtype"].get<std::string>().c_str(), threads, "cpu");
     const auto& ld = m["load"];
     std::printf("  %s\n", load_report_text({ld["seconds"].get<double>(),
-                                             ld["weight_check_bytes"].get<int64_t>(),
-                                             ld["weight_check_seconds"].get<double>()})
-                             .c_str());
+                                            ld["weight_check_bytes"].get<int64_t>(),
+                                            ld["weight_check_seconds"].get<double>()})
+                              .c_str());
     std::printf("  tokens/s        %.2f", m["tokens_per_s"].get<double>());
     if (o.repeat > 1)
       std::printf("   (median of %d rounds: %s)", o.repeat, list(m["tokens_per_s_rounds"]).c_str());
@@ -218,6 +241,19 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       sp.top_p);
   std::printf("machine read     %.2f GB/s\n", machine);
   print_model("model", j);
+  {
+    std::string forked, serial;
+    for (const auto& r : region_json) {
+      const std::string op = r["op"].get<std::string>();
+      if (r["forked"].get<double>() > 0)
+        forked += (forked.empty() ? "" : ", ") + op + " " + fmt(r["forked"].get<double>(), 1);
+      if (r["serial"].get<double>() > 0)
+        serial += (serial.empty() ? "" : ", ") + op + " " + fmt(r["serial"].get<double>(), 1);
+    }
+    std::printf("  regions/forward %s shared by the threads (%s); %s on one thread (%s)\n",
+                fmt(forked_total, 1).c_str(), forked.empty() ? "none" : forked.c_str(),
+                fmt(serial_total, 1).c_str(), serial.empty() ? "none" : serial.c_str());
+  }
   if (models.size() > 1) {
     print_model("against", j["against"]);
     std::printf("tokens/s ratio   %.2fx model/against  (median of %d paired rounds: %s)\n",

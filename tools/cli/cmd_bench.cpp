@@ -1,8 +1,10 @@
 // tessera bench: vanilla decoding speed against memory bandwidth (bench_vanilla), speculative
 // methods against vanilla (bench_methods), MAR's continuous methods (mar_bench), or the cost of
 // a k-position forward against the roofline (bench_verify_cost).
+#include <algorithm>
 #include <memory>
 
+#include "bench_concurrent.h"
 #include "bench_kernels.h"
 #include "bench_methods.h"
 #include "bench_vanilla.h"
@@ -33,6 +35,7 @@ struct BenchArgs {
   int per_class = 2;
   bool verify_cost = false;
   std::string k_range = "1:32";
+  int concurrent = 0;
 };
 
 int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
@@ -116,6 +119,38 @@ int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
   return 0;
 }
 
+// --concurrent N: whole `generate` processes, N at once against one alone, per method.
+int run_concurrent_bench(const BenchArgs& a, const CLI::App& b) {
+  const std::vector<std::string> allowed = {
+      "--concurrent", "--model",   "--threads", "--quiet",  "--verbose",       "--n",   "--class",
+      "--seed",       "--methods", "--draft",   "--repeat", "--output-format", "--json"};
+  for (const auto* opt : b.get_options())
+    if (opt->count() > 0 &&
+        std::find(allowed.begin(), allowed.end(), opt->get_name()) == allowed.end())
+      throw Error(opt->get_name() +
+                  " does not apply to --concurrent (it takes -m, -t, -n, --class, --seed, "
+                  "--methods, --draft, -r and -o md|json)");
+  if (a.format == "csv") throw Error("--concurrent prints md or json, not csv");
+  if (is_mar(a.common.model))
+    throw Error("--concurrent is for LlamaGen models; this is a MAR model");
+  ConcurrentBenchOptions co;
+  co.copies = a.concurrent;
+  co.model = a.common.model;
+  co.draft = a.gen.spec.draft_model;
+  co.threads = a.common.threads;
+  co.n = a.n;
+  co.class_id = a.class_id;
+  co.seed = static_cast<long long>(a.gen.seed);
+  co.repeat = a.repeat;
+  co.format = a.json ? "json" : a.format;
+  co.methods = {"vanilla"};
+  for (const std::string& m : split_list(a.methods))
+    if (m != "vanilla") co.methods.push_back(m);
+  check_method_flags(b, co.methods, false, "--methods");  // unknown names, a missing draft
+  bench_concurrent(co);
+  return 0;
+}
+
 int run_bench(BenchArgs& a, const CLI::App& b) {
   if (a.kernels) {
     for (const auto* o : b.get_options())
@@ -134,6 +169,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
       a.gen.spec.draft_model = sibling_draft_dir(a.common.model);
   }
   apply_common(a.common);
+  if (a.concurrent > 0) return run_concurrent_bench(a, b);
   if (b.count("--k-range") > 0 && !a.verify_cost) throw Error("--k-range applies to --verify-cost");
   if (a.verify_cost) {
     int from = 0, to = 0;
@@ -267,6 +303,10 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
               "FMAs, against the same kind of bound");
   b->add_option("--k-range", a->k_range, "--verify-cost: FROM:TO positions per forward")
       ->capture_default_str();
+  b->add_option("--concurrent", a->concurrent,
+                "Start N copies of the same `generate` run at once (vanilla, then each of "
+                "--methods) and report each copy's time against the run alone (-o md|json)")
+      ->check(int_at_least(1));
   return {b, [a, b] { return run_bench(*a, *b); }};
 }
 

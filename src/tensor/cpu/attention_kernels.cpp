@@ -1,12 +1,12 @@
 // Rotary embedding, KV-cache writes and attention over a multi-sequence cache, on the CPU.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "common/vector_math.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
@@ -332,19 +332,21 @@ void CpuBackend::rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& co
     check(pos[r] >= 0 && pos[r] < n_pos, "internal: rope position out of table");
   float* xp = x.ptr<float>();
   const float* tab = cos_sin.ptr<float>();
-#pragma omp parallel for schedule(static) if (rows > 8)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* cs = tab + static_cast<int64_t>(pos[r]) * half * 2;
-    for (int h = 0; h < n_rot_heads; ++h) {
-      float* v = xp + r * width + static_cast<int64_t>(h) * head_dim;
-      for (int64_t p = 0; p < half; ++p) {
-        const float c = cs[2 * p], s = cs[2 * p + 1];
-        const float a = v[2 * p], b = v[2 * p + 1];
-        v[2 * p] = a * c - b * s;
-        v[2 * p + 1] = b * c + a * s;
-      }
-    }
-  }
+  parallel_for(
+      "rope", rows,
+      [&](int64_t r) {
+        const float* cs = tab + static_cast<int64_t>(pos[r]) * half * 2;
+        for (int h = 0; h < n_rot_heads; ++h) {
+          float* v = xp + r * width + static_cast<int64_t>(h) * head_dim;
+          for (int64_t p = 0; p < half; ++p) {
+            const float c = cs[2 * p], s = cs[2 * p + 1];
+            const float a = v[2 * p], b = v[2 * p + 1];
+            v[2 * p] = a * c - b * s;
+            v[2 * p + 1] = b * c + a * s;
+          }
+        }
+      },
+      rows > 8);
 }
 
 void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
@@ -405,21 +407,20 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
   // and values are read once for all of them; the rows are split further only when there are
   // fewer heads than threads. A row's result does not depend on its group.
   const int64_t heads = n_seq * n_head;
-  const int threads = omp_get_max_threads();
+  const int threads = cpu_pool().team();
   const int splits = static_cast<int>(std::clamp<int64_t>((threads + heads - 1) / heads, 1, n_new));
   const int per_split = (n_new + splits - 1) / splits;
   const int64_t total = heads * splits;
   const int64_t ld = (cap + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
-#pragma omp parallel if (total > 1 && macs >= cpu::kParallelMinMacs / 2)
-  {
+  const auto region = [&](int tid, int team) {
     // Per-thread scratch kept across calls: no allocation per layer and token.
     thread_local std::vector<float> scores;
     thread_local std::vector<const float*> qs, ps;
     thread_local std::vector<float*> os;
     thread_local std::vector<float> invs;
     scores.resize(static_cast<size_t>(ld * per_split));
-#pragma omp for schedule(static)
-    for (int64_t idx = 0; idx < total; ++idx) {
+    const IndexRange range = static_range(total, tid, team);
+    for (int64_t idx = range.begin; idx < range.end; ++idx) {
       const int64_t part = idx % splits;
       const int64_t h = (idx / splits) % n_head;
       const int64_t r = idx / (splits * n_head);
@@ -475,7 +476,8 @@ void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int hea
       weighted_values_rows(ps.data(), invs.data(), static_cast<int>(ps.size()), vh, n_all, head_dim,
                            os.data());
     }
-  }
+  };
+  cpu_pool().run("attention", region, total > 1 && macs >= cpu::kParallelMinMacs / 2);
 }
 
 }  // namespace tessera

@@ -1,7 +1,6 @@
 #include "tensor/cpu/bandwidth.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "tensor/cpu/linear_panels.h"
 #include "tessera/error.h"
 
@@ -24,8 +24,8 @@ using Buffer = std::unique_ptr<float, void (*)(void*)>;
 Buffer filled_buffer(size_t n) {
   Buffer buf(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float))), std::free);
   check(buf != nullptr, "memory probe: out of memory");
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f;
+  parallel_for("memory_probe_fill", static_cast<int64_t>(n),
+               [&](int64_t i) { buf.get()[i] = static_cast<float>(i & 1023) * 1e-3f; });
   return buf;
 }
 
@@ -52,21 +52,23 @@ double measure_read_bandwidth_gbs(size_t bytes, int repeats) {
   const size_t n = bytes / sizeof(float) / 64 * 64;
   const Buffer buf = filled_buffer(n);
   return best_read_gbs(n * sizeof(float), repeats, [&] {
-    float total = 0.0f;
-#pragma omp parallel for schedule(static) reduction(+ : total)
-    for (size_t blk = 0; blk < n / 64; ++blk) {
-      const float* p = buf.get() + blk * 64;
+    return cpu_pool().run_sum<float>("memory_probe", [&](int tid, int team) {
+      const IndexRange blocks = static_range(static_cast<int64_t>(n / 64), tid, team);
+      float total = 0.0f;
+      for (int64_t blk = blocks.begin; blk < blocks.end; ++blk) {
+        const float* p = buf.get() + blk * 64;
 #if defined(__AVX512F__)
-      __m512 a = _mm512_add_ps(_mm512_load_ps(p), _mm512_load_ps(p + 16));
-      __m512 b = _mm512_add_ps(_mm512_load_ps(p + 32), _mm512_load_ps(p + 48));
-      total += _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+        __m512 a = _mm512_add_ps(_mm512_load_ps(p), _mm512_load_ps(p + 16));
+        __m512 b = _mm512_add_ps(_mm512_load_ps(p + 32), _mm512_load_ps(p + 48));
+        total += _mm512_reduce_add_ps(_mm512_add_ps(a, b));
 #else
-      float s = 0.0f;
-      for (int i = 0; i < 64; ++i) s += p[i];
-      total += s;
+        float s = 0.0f;
+        for (int i = 0; i < 64; ++i) s += p[i];
+        total += s;
 #endif
-    }
-    return total;
+      }
+      return total;
+    });
   });
 }
 
@@ -176,17 +178,13 @@ std::vector<double> measure_read_with_fma_gbs(const std::vector<int>& rows, size
   std::vector<double> gbs;
   for (int rw : rows)
     gbs.push_back(best_read_gbs(n * sizeof(float), repeats, [&] {
-      float total = 0.0f;
       // Each thread reads one contiguous range, as each takes a contiguous range of panels.
-#pragma omp parallel reduction(+ : total)
-      {
-        const size_t threads = static_cast<size_t>(omp_get_num_threads());
-        const size_t t = static_cast<size_t>(omp_get_thread_num());
+      return cpu_pool().run_sum<float>("memory_probe", [&](int tid, int team) {
+        const size_t threads = static_cast<size_t>(team), t = static_cast<size_t>(tid);
         const size_t per = n / 32 / threads * 32;
         const size_t lo = t * per, hi = t + 1 == threads ? n : lo + per;
-        total += read_with_fma_rows(rw, buf.get() + lo, hi - lo, x.data());
-      }
-      return total;
+        return read_with_fma_rows(rw, buf.get() + lo, hi - lo, x.data());
+      });
     }));
   return gbs;
 }

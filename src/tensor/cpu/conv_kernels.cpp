@@ -2,12 +2,11 @@
 // so an image's pixels do not depend on how many images share the batch.
 #include <cblas.h>
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
 
@@ -15,30 +14,32 @@ namespace tessera {
 
 namespace {
 
-// C[M, N] = alpha op(A) op(B) + beta C (row-major) with the columns split between the OpenMP
+// C[M, N] = alpha op(A) op(B) + beta C (row-major) with the columns split between the pool's
 // threads, each calling OpenBLAS on its own slice. OpenBLAS itself runs single-threaded
-// (CpuBackend::set_threads): its pthreads pool busy-waits with sched_yield after every call and
+// (CpuBackend::CpuBackend): its pthreads pool busy-waits with sched_yield after every call and
 // took the CPUs from the token steps that follow a decode (`generate -n 16` on the emoji model:
 // 5.30 s with OpenBLAS's threads, 4.53 s with one). A slice's columns are computed as in one call.
 void sgemm_columns(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                    int64_t ldc) {
-  const int64_t threads = omp_get_max_threads();
+  const int64_t threads = cpu_pool().team();
   // Slices of whole 16-column groups, and at least 64 columns each: smaller ones cost more in
   // packing than they save.
   const int64_t slices =
       M * N * K >= cpu::kParallelMinMacs ? std::clamp<int64_t>(N / 64, 1, threads) : 1;
   const int64_t per = (N / 16 + slices - 1) / slices * 16;
-#pragma omp parallel for schedule(static) if (slices > 1)
-  for (int64_t sl = 0; sl < slices; ++sl) {
-    const int64_t n0 = sl * per, n1 = sl + 1 == slices ? N : std::min(N, n0 + per);
-    if (n1 <= n0) continue;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(n1 - n0),
-                static_cast<int>(K), alpha, A, static_cast<int>(lda),
-                trans_b ? B + n0 * ldb : B + n0, static_cast<int>(ldb), beta, C + n0,
-                static_cast<int>(ldc));
-  }
+  parallel_for(
+      "sgemm", slices,
+      [&](int64_t sl) {
+        const int64_t n0 = sl * per, n1 = sl + 1 == slices ? N : std::min(N, n0 + per);
+        if (n1 <= n0) return;
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                    static_cast<int>(n1 - n0), static_cast<int>(K), alpha, A, static_cast<int>(lda),
+                    trans_b ? B + n0 * ldb : B + n0, static_cast<int>(ldb), beta, C + n0,
+                    static_cast<int>(ldc));
+      },
+      slices > 1);
 }
 
 }  // namespace
@@ -61,8 +62,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, in
     const float* rhs = xb;
     if (!(kh == 1 && kw == 1 && pad == 0)) {
       col.assign(static_cast<size_t>(ckk * hw), 0.0f);
-#pragma omp parallel for schedule(static)
-      for (int64_t c = 0; c < C; ++c) {
+      parallel_for("im2col", C, [&](int64_t c) {
         for (int64_t i = 0; i < kh; ++i) {
           for (int64_t j = 0; j < kw; ++j) {
             float* dst = col.data() + ((c * kh + i) * kw + j) * hw;
@@ -76,7 +76,7 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, in
             }
           }
         }
-      }
+      });
       rhs = col.data();
     }
     for (int64_t o = 0; o < O; ++o)
@@ -95,41 +95,39 @@ void CpuBackend::group_norm(const Tensor& x, const Tensor& gamma, const Tensor& 
   const float* g = gamma.ptr<float>();
   const float* be = beta.ptr<float>();
   float* yp = y.ptr<float>();
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      const int64_t base = (b * C + gi * cpg) * hw, n = cpg * hw;
-      double mean = 0.0, var = 0.0;
-      for (int64_t i = 0; i < n; ++i) mean += xp[base + i];
-      mean /= static_cast<double>(n);
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = xp[base + i] - mean;
-        var += d * d;
-      }
-      var /= static_cast<double>(n);  // biased variance, as torch.nn.GroupNorm
-      const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
-      const float m = static_cast<float>(mean);
-      for (int64_t c = 0; c < cpg; ++c) {
-        const int64_t ch = gi * cpg + c;
-        for (int64_t i = 0; i < hw; ++i) {
-          float v = (xp[base + c * hw + i] - m) * inv * g[ch] + be[ch];
-          if (swish) v = v / (1.0f + std::exp(-v));
-          yp[base + c * hw + i] = v;
-        }
+  parallel_for("group_norm", B * groups, [&](int64_t bg) {
+    const int64_t b = bg / groups, gi = bg % groups;
+    const int64_t base = (b * C + gi * cpg) * hw, n = cpg * hw;
+    double mean = 0.0, var = 0.0;
+    for (int64_t i = 0; i < n; ++i) mean += xp[base + i];
+    mean /= static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = xp[base + i] - mean;
+      var += d * d;
+    }
+    var /= static_cast<double>(n);  // biased variance, as torch.nn.GroupNorm
+    const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
+    const float m = static_cast<float>(mean);
+    for (int64_t c = 0; c < cpg; ++c) {
+      const int64_t ch = gi * cpg + c;
+      for (int64_t i = 0; i < hw; ++i) {
+        float v = (xp[base + c * hw + i] - m) * inv * g[ch] + be[ch];
+        if (swish) v = v / (1.0f + std::exp(-v));
+        yp[base + c * hw + i] = v;
       }
     }
-  }
+  });
 }
 
 void CpuBackend::upsample_nearest2x(const Tensor& x, Tensor& y) {
   const int64_t BC = x.dim(0) * x.dim(1), H = x.dim(2), W = x.dim(3);
   const float* xp = x.ptr<float>();
   float* yp = y.ptr<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < BC; ++c)
+  parallel_for("upsample_nearest2x", BC, [&](int64_t c) {
     for (int64_t i = 0; i < 2 * H; ++i)
       for (int64_t j = 0; j < 2 * W; ++j)
         yp[(c * 2 * H + i) * 2 * W + j] = xp[(c * H + i / 2) * W + j / 2];
+  });
 }
 
 void CpuBackend::batched_matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
@@ -149,15 +147,14 @@ void CpuBackend::batched_matmul(const Tensor& a, bool trans_a, const Tensor& b, 
 void CpuBackend::softmax_rows(Tensor& x) {
   const int64_t n = x.dim(-1), rows = x.numel() / n;
   float* p = x.ptr<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for("softmax_rows", rows, [&](int64_t r) {
     float* v = p + r * n;
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; ++i) mx = std::max(mx, v[i]);
     float s = 0.0f;
     for (int64_t i = 0; i < n; ++i) s += (v[i] = std::exp(v[i] - mx));
     for (int64_t i = 0; i < n; ++i) v[i] /= s;
-  }
+  });
 }
 
 void CpuBackend::l2_normalize_rows(Tensor& x, float eps) {
@@ -184,8 +181,7 @@ void CpuBackend::transpose_last2(const Tensor& x, Tensor& y) {
 void CpuBackend::relu(Tensor& x) {
   const int64_t n = x.numel();
   float* p = x.ptr<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  parallel_for("relu", n, [&](int64_t i) { p[i] = p[i] > 0.0f ? p[i] : 0.0f; });
 }
 
 namespace {
@@ -200,8 +196,7 @@ void pool2x2(const Tensor& x, Tensor& y, const char* op, Reduce reduce) {
             shape_str(x.shape));
   const float* xp = x.ptr<float>();
   float* yp = y.ptr<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < B * C; ++c) {
+  parallel_for(op, B * C, [&](int64_t c) {
     const float* xc = xp + c * H * W;
     float* yc = yp + c * Ho * Wo;
     for (int64_t i = 0; i < Ho; ++i)
@@ -209,7 +204,7 @@ void pool2x2(const Tensor& x, Tensor& y, const char* op, Reduce reduce) {
         const float* r0 = xc + (2 * i) * W + 2 * j;
         yc[i * Wo + j] = reduce(r0[0], r0[1], r0[W], r0[W + 1]);
       }
-  }
+  });
 }
 
 }  // namespace

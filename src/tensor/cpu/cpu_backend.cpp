@@ -2,14 +2,15 @@
 // their own files next to this one.
 #include "tensor/cpu/cpu_backend.h"
 
-#include <omp.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
+#include "common/thread_pool.h"
 #include "common/vector_math.h"
 #include "tensor/cpu/host_memory.h"
 #include "tensor/cpu/linear_panels.h"
@@ -40,23 +41,23 @@ void cpu::require_same_numel(const Tensor& a, const Tensor& b, const char* what)
 }
 
 CpuBackend::CpuBackend() {
-  // OpenBLAS runs inside our OpenMP threads (conv_kernels.cpp), never with its own pool.
+  // OpenBLAS runs inside the pool's threads (conv_kernels.cpp), never with its own pool.
   openblas_set_num_threads(1);
-  set_threads(omp_get_max_threads());
+  set_threads(available_cpus());
 }
 
 int available_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1, omp_get_num_procs());
+  return std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 int CpuBackend::set_threads(int n) {
-  // More threads than CPUs only adds contention (each OpenMP region waits for its slowest
-  // thread), and absurd counts make libgomp fail to create its pool: clamp to the CPUs we have.
+  // More threads than CPUs only adds contention (each region waits for its slowest thread):
+  // clamp to the CPUs we have.
   threads_ = std::clamp(n, 1, available_cpus());
-  omp_set_num_threads(threads_);
+  cpu_pool().set_threads(threads_);
   return threads_;
 }
 
@@ -188,15 +189,17 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y
   const float* xp = x.ptr<float>();
   const float* wp = w.ptr<float>();
   float* yp = y.ptr<float>();
-#pragma omp parallel for schedule(static) if (rows > 8)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = xp + r * D;
-    float ss = 0.0f;
+  parallel_for(
+      "rms_norm", rows,
+      [&](int64_t r) {
+        const float* xr = xp + r * D;
+        float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
-    for (int64_t i = 0; i < D; ++i) yp[r * D + i] = xr[i] * inv * wp[i];
-  }
+        for (int64_t i = 0; i < D; ++i) ss += xr[i] * xr[i];
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+        for (int64_t i = 0; i < D; ++i) yp[r * D + i] = xr[i] * inv * wp[i];
+      },
+      rows > 8);
 }
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
@@ -206,8 +209,8 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
   const float* bp = b.ptr<float>();
   float* yp = y.ptr<float>();
   const int64_t n = a.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) yp[i] = ap[i] + bp[i];
+  parallel_for(
+      "add", n, [&](int64_t i) { yp[i] = ap[i] + bp[i]; }, n > 65536);
 }
 
 namespace {
@@ -227,8 +230,8 @@ namespace {
 void CpuBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
   cpu::require_same_numel(gate, up, "swiglu");
   // Parallel from a decode step's size up (2 rows x ffn_dim): the exp makes it worth a fork.
-  simd_blocks(swiglu_block, gate.ptr<float>(), up.ptr<float>(), y.ptr<float>(), gate.numel(),
-              gate.numel() >= 4096);
+  simd_blocks("swiglu", swiglu_block, gate.ptr<float>(), up.ptr<float>(), y.ptr<float>(),
+              gate.numel(), gate.numel() >= 4096);
 }
 
 void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
@@ -241,31 +244,36 @@ void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
   if (blocks * kSimdBlock == F) {
     // Whole blocks in every row: one loop over (row, block), parallel from a decode step's size up
     // (as swiglu).
-#pragma omp parallel for schedule(static) if (rows * F >= 4096)
-    for (int64_t i = 0; i < rows * blocks; ++i) {
-      const int64_t r = i / blocks, b = (i % blocks) * kSimdBlock;
-      swiglu_block(g + r * 2 * F + b, g + r * 2 * F + F + b, out + r * F + b);
-    }
+    parallel_for(
+        "swiglu", rows * blocks,
+        [&](int64_t i) {
+          const int64_t r = i / blocks, b = (i % blocks) * kSimdBlock;
+          swiglu_block(g + r * 2 * F + b, g + r * 2 * F + F + b, out + r * F + b);
+        },
+        rows * F >= 4096);
     return;
   }
   for (int64_t r = 0; r < rows; ++r)  // a tail per row: simd_blocks pads it
-    simd_blocks(swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
+    simd_blocks("swiglu", swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
 }
 
 void CpuBackend::gelu_tanh(Tensor& x) {
   float* p = x.ptr<float>();
   const int64_t n = x.numel();
   const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = p[i];
-    p[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
-  }
+  parallel_for(
+      "gelu_tanh", n,
+      [&](int64_t i) {
+        const float v = p[i];
+        p[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+      },
+      n > 65536);
 }
 
 void CpuBackend::silu(Tensor& x) {
   // In place, in SIMD blocks as SwiGLU (the diffusion head's adaLN inputs).
-  simd_blocks(silu_block, x.ptr<float>(), nullptr, x.ptr<float>(), x.numel(), x.numel() >= 4096);
+  simd_blocks("silu", silu_block, x.ptr<float>(), nullptr, x.ptr<float>(), x.numel(),
+              x.numel() >= 4096);
 }
 
 }  // namespace tessera

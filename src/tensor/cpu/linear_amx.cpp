@@ -17,7 +17,6 @@
 // k-blocks in the same order, whatever M, the row's place in a tile or the thread count.
 #include <cpuid.h>
 #include <immintrin.h>
-#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "tensor/cpu/amx_tiles.h"
 #include "tensor/cpu/linear_isa.h"
 #include "tensor/cpu/linear_panels.h"
@@ -137,48 +137,51 @@ void linear_amx_bf16(const float* x, int64_t M, int64_t K, const uint16_t* panel
     round_rows_to_bf16(x + b0 * K, bM, K, Mp, Kp, tile_rows, xa.data());
     const uint16_t* xs = xa.data();
     float* yb = y + b0 * N;
-#pragma omp parallel if (parallel)
-    {
-      configure_tiles(static_cast<int>(tile_rows));
-      alignas(64) float out[kRowBlock * kPanelRows];
-      // Each thread takes a contiguous range of panels: one sequential stream of weights.
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < P; ++p) {
-        const uint16_t* panel = panels + p * Kp * kPanelRows;
-        const int64_t n0 = p * kPanelRows, cols = std::min(kPanelRows, N - n0);
-        // The panel's columns and bias, for rows that go through `out`.
-        const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
-        const __mmask16 hi = cols <= 16 ? 0 : static_cast<__mmask16>((1ull << (cols - 16)) - 1);
-        const __m512 b_lo = bias ? _mm512_maskz_loadu_ps(lo, bias + n0) : _mm512_setzero_ps();
-        const __m512 b_hi = bias ? _mm512_maskz_loadu_ps(hi, bias + n0 + 16) : _mm512_setzero_ps();
-        for (int64_t m0 = 0; m0 < Mp; m0 += 2 * tile_rows) {
-          // The first pass reads the panel from memory and prefetches ahead along it; later passes
-          // read it from cache and prefetch the same distances into the next panel.
-          const char* ahead =
-              reinterpret_cast<const char*>(panel + (m0 == 0 ? 0 : Kp * kPanelRows)) +
-              kPrefetchBytes;
-          const bool two = Mp - m0 > tile_rows;
-          const int64_t rows = std::min(2 * tile_rows, bM - m0);
-          // A whole panel's columns and no padding rows: the tiles go straight into y.
-          const bool direct = cols == kPanelRows && rows == (two ? 2 : 1) * tile_rows;
-          float* dst = direct ? yb + m0 * N + n0 : out;
-          const int64_t ld = direct ? N : kPanelRows;
-          if (two)
-            panel_block<true>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
-          else
-            panel_block<false>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
-          if (direct && !bias) continue;
-          for (int64_t m = 0; m < rows; ++m) {
-            const float* o = dst + m * ld;
-            float* yr = yb + (m0 + m) * N + n0;
-            _mm512_mask_storeu_ps(yr, lo, _mm512_add_ps(_mm512_maskz_loadu_ps(lo, o), b_lo));
-            _mm512_mask_storeu_ps(yr + 16, hi,
-                                  _mm512_add_ps(_mm512_maskz_loadu_ps(hi, o + 16), b_hi));
+    cpu_pool().run(
+        "linear",
+        [&](int tid, int team) {
+          configure_tiles(static_cast<int>(tile_rows));
+          alignas(64) float out[kRowBlock * kPanelRows];
+          // Each thread takes a contiguous range of panels: one sequential stream of weights.
+          const IndexRange range = static_range(P, tid, team);
+          for (int64_t p = range.begin; p < range.end; ++p) {
+            const uint16_t* panel = panels + p * Kp * kPanelRows;
+            const int64_t n0 = p * kPanelRows, cols = std::min(kPanelRows, N - n0);
+            // The panel's columns and bias, for rows that go through `out`.
+            const __mmask16 lo = cols >= 16 ? 0xffff : static_cast<__mmask16>((1u << cols) - 1);
+            const __mmask16 hi = cols <= 16 ? 0 : static_cast<__mmask16>((1ull << (cols - 16)) - 1);
+            const __m512 b_lo = bias ? _mm512_maskz_loadu_ps(lo, bias + n0) : _mm512_setzero_ps();
+            const __m512 b_hi =
+                bias ? _mm512_maskz_loadu_ps(hi, bias + n0 + 16) : _mm512_setzero_ps();
+            for (int64_t m0 = 0; m0 < Mp; m0 += 2 * tile_rows) {
+              // The first pass reads the panel from memory and prefetches ahead along it; later
+              // passes read it from cache and prefetch the same distances into the next panel.
+              const char* ahead =
+                  reinterpret_cast<const char*>(panel + (m0 == 0 ? 0 : Kp * kPanelRows)) +
+                  kPrefetchBytes;
+              const bool two = Mp - m0 > tile_rows;
+              const int64_t rows = std::min(2 * tile_rows, bM - m0);
+              // A whole panel's columns and no padding rows: the tiles go straight into y.
+              const bool direct = cols == kPanelRows && rows == (two ? 2 : 1) * tile_rows;
+              float* dst = direct ? yb + m0 * N + n0 : out;
+              const int64_t ld = direct ? N : kPanelRows;
+              if (two)
+                panel_block<true>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
+              else
+                panel_block<false>(xs + m0 * Kp, Kp, tile_rows, panel, ahead, dst, ld);
+              if (direct && !bias) continue;
+              for (int64_t m = 0; m < rows; ++m) {
+                const float* o = dst + m * ld;
+                float* yr = yb + (m0 + m) * N + n0;
+                _mm512_mask_storeu_ps(yr, lo, _mm512_add_ps(_mm512_maskz_loadu_ps(lo, o), b_lo));
+                _mm512_mask_storeu_ps(yr + 16, hi,
+                                      _mm512_add_ps(_mm512_maskz_loadu_ps(hi, o + 16), b_hi));
+              }
+            }
           }
-        }
-      }
-      _tile_release();
-    }
+          _tile_release();
+        },
+        parallel);
   }
 }
 

@@ -5,8 +5,6 @@
 // CFG) and should cost little more until the FMA units, not memory, are the limit. The SIMD body
 // (linear_tiles.h) is compiled once per instruction set, and the path is chosen here at run time
 // from the CPU's features, so a portable build (-DTESSERA_NATIVE=OFF) runs the fast path too.
-#include <omp.h>
-
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/linear_isa.h"
 #include "tensor/cpu/linear_panels.h"
@@ -74,17 +73,19 @@ Isa current() {
 template <class T>
 void scalar_typed(const float* x, int64_t M, int64_t K, const T* panels, DType w_type, int64_t N,
                   const float* bias, float* y, bool parallel) {
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t n = 0; n < N; ++n) {
-    std::vector<float> wk(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k)
-      convert_to_f32(w_type, panels + panel_index(w_type, K, n, k), &wk[k], 1);
-    for (int64_t m = 0; m < M; ++m) {
-      float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wk[k], acc);
-      y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
-    }
-  }
+  parallel_for(
+      "linear", N,
+      [&](int64_t n) {
+        std::vector<float> wk(static_cast<size_t>(K));
+        for (int64_t k = 0; k < K; ++k)
+          convert_to_f32(w_type, panels + panel_index(w_type, K, n, k), &wk[k], 1);
+        for (int64_t m = 0; m < M; ++m) {
+          float acc = 0.0f;
+          for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wk[k], acc);
+          y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
+        }
+      },
+      parallel);
 }
 
 void linear_scalar(const float* x, int64_t M, int64_t K, const void* panels, DType w_type,
@@ -113,7 +114,7 @@ void set_linear_isa(const std::string& isa) {
 
 void linear_panels(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
                    const float* bias, float* y) {
-  const bool parallel = M * K * N >= kParallelMinMacs && omp_get_max_threads() > 1;
+  const bool parallel = M * K * N >= kParallelMinMacs;
   switch (current()) {
     case Isa::Amx:
       if (w_type == DType::BF16)

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/thread_pool.h"
+
 namespace tessera::cpu {
 
 size_t panel_bytes(DType dtype, int64_t N, int64_t K) {
@@ -13,9 +15,12 @@ namespace {
 template <class T>
 void pack_typed(const T* w, DType dtype, int64_t N, int64_t K, T* panels) {
   std::memset(panels, 0, panel_bytes(dtype, N, K));
-#pragma omp parallel for schedule(static) if (N * K >= (int64_t{1} << 20))
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) panels[panel_index(dtype, K, n, k)] = w[n * K + k];
+  parallel_for(
+      "pack_linear_weight", N,
+      [&](int64_t n) {
+        for (int64_t k = 0; k < K; ++k) panels[panel_index(dtype, K, n, k)] = w[n * K + k];
+      },
+      N * K >= (int64_t{1} << 20));
 }
 }  // namespace
 

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/thread_pool.h"
 #include "tensor/cpu/linear_panels.h"
 #include "tensor/dtype.h"
 
@@ -206,10 +207,13 @@ void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* pan
   for (int64_t b0 = 0; b0 < M; b0 += block) {
     const int64_t bM = imin(block, M - b0);
     // Each thread takes a contiguous range of panels: one sequential stream of weights.
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t p = 0; p < P; ++p)
-      panel_rows<V, WD>(x + b0 * K, bM, K, panels + p * panel_depth(WD, K) * kPanelRows, N,
-                        p * kPanelRows, bias, y + b0 * N);
+    parallel_for(
+        "linear", P,
+        [&](int64_t p) {
+          panel_rows<V, WD>(x + b0 * K, bM, K, panels + p * panel_depth(WD, K) * kPanelRows, N,
+                            p * kPanelRows, bias, y + b0 * N);
+        },
+        parallel);
   }
 }
 

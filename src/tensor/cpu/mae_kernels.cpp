@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "common/vector_math.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
@@ -20,26 +21,28 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* 
   const float* g = gamma ? gamma->ptr<float>() : nullptr;
   const float* bt = beta ? beta->ptr<float>() : nullptr;
   float* yp = y.ptr<float>();
-#pragma omp parallel for schedule(static) if (rows > 8)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = xp + r * D;
-    float* yr = yp + r * D;
-    // Two passes (mean, then centred variance) as PyTorch computes it: no cancellation.
-    float sum = 0.0f;
+  parallel_for(
+      "layer_norm", rows,
+      [&](int64_t r) {
+        const float* xr = xp + r * D;
+        float* yr = yp + r * D;
+        // Two passes (mean, then centred variance) as PyTorch computes it: no cancellation.
+        float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < D; ++i) sum += xr[i];
-    const float mean = sum / static_cast<float>(D);
-    float ss = 0.0f;
+        for (int64_t i = 0; i < D; ++i) sum += xr[i];
+        const float mean = sum / static_cast<float>(D);
+        float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t i = 0; i < D; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
-    for (int64_t i = 0; i < D; ++i) {
-      float v = (xr[i] - mean) * inv;
-      if (g) v *= g[i];
-      if (bt) v += bt[i];
-      yr[i] = v;
-    }
-  }
+        for (int64_t i = 0; i < D; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+        for (int64_t i = 0; i < D; ++i) {
+          float v = (xr[i] - mean) * inv;
+          if (g) v *= g[i];
+          if (bt) v += bt[i];
+          yr[i] = v;
+        }
+      },
+      rows > 8);
 }
 
 namespace {
@@ -54,7 +57,7 @@ namespace {
 
 void CpuBackend::gelu_erf(Tensor& x) {
   float* p = x.ptr<float>();
-  simd_blocks(gelu_block, p, nullptr, p, x.numel(), x.numel() > 65536);
+  simd_blocks("gelu_erf", gelu_block, p, nullptr, p, x.numel(), x.numel() > 65536);
 }
 
 void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
@@ -68,11 +71,10 @@ void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int he
   const float* src = qkv.ptr<float>();
   float* dst = out.ptr<float>();
   const int64_t total = static_cast<int64_t>(batch) * n_head * N;
-#pragma omp parallel
-  {
+  cpu_pool().run("self_attention", [&](int tid, int team) {
     std::vector<float> scores(static_cast<size_t>(N));
-#pragma omp for schedule(static)
-    for (int64_t idx = 0; idx < total; ++idx) {
+    const IndexRange range = static_range(total, tid, team);
+    for (int64_t idx = range.begin; idx < range.end; ++idx) {
       const int64_t i = idx % N, h = (idx / N) % n_head, b = idx / (N * n_head);
       const float* base = src + b * N * width;
       const float* q = base + i * width + h * head_dim;
@@ -97,7 +99,7 @@ void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int he
         for (int e = 0; e < head_dim; ++e) o[e] += p * v[e];
       }
     }
-  }
+  });
 }
 
 void CpuBackend::modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) {
@@ -109,8 +111,8 @@ void CpuBackend::modulate(const Tensor& x, const Tensor& shift, const Tensor& sc
   const float* sc = scale.ptr<float>();
   float* yp = y.ptr<float>();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) yp[i] = xp[i] * (1.0f + sc[i]) + sh[i];
+  parallel_for(
+      "modulate", n, [&](int64_t i) { yp[i] = xp[i] * (1.0f + sc[i]) + sh[i]; }, n > 65536);
 }
 
 void CpuBackend::add_gated(Tensor& h, const Tensor& gate, const Tensor& u) {
@@ -120,8 +122,8 @@ void CpuBackend::add_gated(Tensor& h, const Tensor& gate, const Tensor& u) {
   const float* g = gate.ptr<float>();
   const float* up = u.ptr<float>();
   const int64_t n = h.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) hp[i] += g[i] * up[i];
+  parallel_for(
+      "add_gated", n, [&](int64_t i) { hp[i] += g[i] * up[i]; }, n > 65536);
 }
 
 void CpuBackend::add_rows_broadcast(Tensor& x, const Tensor& table) {
@@ -131,8 +133,8 @@ void CpuBackend::add_rows_broadcast(Tensor& x, const Tensor& table) {
   float* xp = x.ptr<float>();
   const float* t = table.ptr<float>();
   const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) xp[i] += t[i % block];
+  parallel_for(
+      "add_rows_broadcast", n, [&](int64_t i) { xp[i] += t[i % block]; }, n > 65536);
 }
 
 }  // namespace tessera

@@ -1,11 +1,11 @@
 #include "tensor/cpu/peak_flops.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <chrono>
 #include <cstdint>
 
+#include "common/thread_pool.h"
 #include "tensor/cpu/linear_isa.h"
 
 namespace tessera {
@@ -22,15 +22,13 @@ template <class Kernel>
 double best_gflops(double seconds, int repeats, Kernel kernel) {
   double best = 0.0;
   for (int r = 0; r < repeats; ++r) {
-    double flops = 0.0;
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel reduction(+ : flops)
-    {
+    const double flops = cpu_pool().run_sum<double>("peak_probe", [&](int, int) {
       double mine = 0.0;
       while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds)
         mine += kernel(kInner);
-      flops += mine;
-    }
+      return mine;
+    });
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (flops / dt / 1e9 > best) best = flops / dt / 1e9;
   }
