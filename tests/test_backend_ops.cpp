@@ -630,6 +630,38 @@ TEST(BackendOps, SwigluStackedEqualsSwigluOfTheHalves) {
     }
 }
 
+// The fused FFN input (linear_swiglu): bit-identical to the linear of the stacked weight then
+// swiglu_stacked, for packed and row-major weights, every weight type, F a whole number of
+// panels (fused on the CPU) or not (the fallback), serial and threaded sizes, 1 and 2 threads.
+TEST(BackendOps, LinearSwigluEqualsLinearThenSwiglu) {
+  ThreadsGuard guard;
+  Rng rng(19);
+  for (DType dt : kWeightTypes)
+    for (const int64_t F : {32, 48, 160})
+      for (const int64_t K : {24, 96})
+        for (const bool packed : {true, false}) {
+          const Stored w = store_as(rng.normal(2 * F * K, 0.1f), dt);
+          Tensor wt = be().upload(w.bytes.data(), dt, {2 * F, K});
+          if (packed) wt = be().pack_linear_weight(wt);
+          for (const int64_t rows : {1, 5, 40})
+            for (const int threads : {1, 2}) {
+              SCOPED_TRACE(std::string(dtype_name(dt)) + " F " + std::to_string(F) + " K " +
+                           std::to_string(K) + (packed ? " packed" : " row-major") + " rows " +
+                           std::to_string(rows) + " threads " + std::to_string(threads));
+              set_cpu_threads(threads);
+              const Tensor x = up(rng.normal(rows * K), {rows, K});
+              Tensor gate_up = be().empty(DType::F32, {rows, 2 * F});
+              Tensor want = be().empty(DType::F32, {rows, F}),
+                     got = be().empty(DType::F32, {rows, F});
+              be().linear(x, wt, nullptr, gate_up);
+              be().swiglu_stacked(gate_up, want);
+              Tensor scratch = be().empty(DType::F32, {rows, 2 * F});
+              be().linear_swiglu(x, wt, scratch, got);
+              ASSERT_TRUE(same_bits(down(got), down(want)));
+            }
+        }
+}
+
 TEST(BackendOps, Silu) {
   constexpr Tol kTol{1e-6, 1e-30};  // as swiglu
   Rng rng(16);

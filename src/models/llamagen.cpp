@@ -73,8 +73,8 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
     L.wqkv = w.linear(p + "attention.wqkv.weight", {qkv, D});
     L.wo = w.linear(p + "attention.wo.weight", {D, D});
     L.ffn_norm = w.f32(p + "ffn_norm.weight", {D});
-    // w1 and w3 read the same input: one stacked weight, one kernel call (one parallel region
-    // less per layer, and the threads share 2F outputs instead of F twice).
+    // w1 and w3 read the same input: one stacked weight, one kernel call with SwiGLU fused in
+    // (Backend::linear_swiglu: on the CPU one parallel region per FFN instead of three).
     L.w13 = w.linear_stacked({p + "feed_forward.w1.weight", p + "feed_forward.w3.weight"}, {F, D});
     L.w2 = w.linear(p + "feed_forward.w2.weight", {D, F});
     layers_.push_back(std::move(L));
@@ -244,8 +244,7 @@ ForwardOutputs LlamaGen::forward(const ForwardInputs& in, KVCache& cache,
     be.add(x, h, x);
     // out = h + SwiGLU(RMSNorm(h)) = h + w2(silu(w1 n) * w3 n)
     be.rms_norm(x, L.ffn_norm, c.norm_eps, h);
-    be.linear(h, L.w13, nullptr, gate_up);  // [w1 n | w3 n]
-    be.swiglu_stacked(gate_up, gate);
+    be.linear_swiglu(h, L.w13, gate_up, gate);  // w13 = [w1; w3]
     be.linear(gate, L.w2, nullptr, h);
     be.add(x, h, x);
   }

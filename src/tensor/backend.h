@@ -83,6 +83,14 @@ class Backend {
   // The same from one [rows, 2F] tensor (a stacked w1/w3 linear's output): y [rows, F] =
   // silu(gate_up[:, :F]) * gate_up[:, F:], each element's bits as swiglu gives them.
   virtual void swiglu_stacked(const Tensor& gate_up, Tensor& y) = 0;
+  // y [rows, F] = silu(x · w1^T) * (x · w3^T) for w13 = [w1; w3] ([2F, K], as a stacked linear's
+  // weight), each element's bits as linear(x, w13) then swiglu_stacked give them; gate_up
+  // [rows, 2F] is scratch. The default does exactly that; a backend may fuse the two (the CPU
+  // backend: one parallel region instead of two).
+  virtual void linear_swiglu(const Tensor& x, const Tensor& w13, Tensor& gate_up, Tensor& y) {
+    linear(x, w13, nullptr, gate_up);
+    swiglu_stacked(gate_up, y);
+  }
   virtual void gelu_tanh(Tensor& x) = 0;
   virtual void silu(Tensor& x) = 0;
   // Interleaved-pair rotary embedding on the first n_rot_heads heads of each row of

@@ -145,6 +145,22 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
       y.ptr<float>());
 }
 
+void CpuBackend::linear_swiglu(const Tensor& x, const Tensor& w13, Tensor& gate_up, Tensor& y) {
+  require_f32(x, "linear_swiglu input");
+  require_f32(gate_up, "linear_swiglu scratch");
+  require_f32(y, "linear_swiglu output");
+  const int64_t K = w13.dim(-1), N = w13.dim(0), F = N / 2,
+                rows = x.numel() / std::max<int64_t>(K, 1);
+  check(N % 2 == 0 && x.dim(-1) == K && gate_up.numel() == rows * N && y.numel() == rows * F, [&] {
+    return "internal: linear_swiglu shapes x" + shape_str(x.shape) + " w13" + shape_str(w13.shape) +
+           " y" + shape_str(y.shape);
+  });
+  if (w13.layout != Layout::Packed ||
+      !cpu::linear_swiglu_panels(x.ptr<float>(), rows, K, w13.data, w13.dtype, F,
+                                 gate_up.ptr<float>(), y.ptr<float>()))
+    Backend::linear_swiglu(x, w13, gate_up, y);
+}
+
 bool CpuBackend::linear_rounds_bf16_activations() const {
   return std::string(cpu::linear_isa()) == "amx";
 }
@@ -213,13 +229,15 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
       "add", n, [&](int64_t i) { yp[i] = ap[i] + bp[i]; }, n > 65536);
 }
 
-namespace {
 // silu(g) * u for one block through libmvec's SIMD expf (vector_math.h); glibc's scalar expf had
 // 1-2.5% of a verification run's samples in `perf`.
-[[gnu::noinline]] void swiglu_block(const float* g, const float* u, float* y) {
+[[gnu::noinline]] void cpu::swiglu_block(const float* g, const float* u, float* y) {
 #pragma omp simd
   for (int64_t i = 0; i < kSimdBlock; ++i) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+namespace {
+using cpu::swiglu_block;
 
 [[gnu::noinline]] void silu_block(const float* x, const float*, float* y) {
 #pragma omp simd

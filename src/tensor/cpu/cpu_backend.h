@@ -38,6 +38,7 @@ class CpuBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
   void swiglu_stacked(const Tensor& gate_up, Tensor& y) override;
+  void linear_swiglu(const Tensor& x, const Tensor& w13, Tensor& gate_up, Tensor& y) override;
   void gelu_tanh(Tensor& x) override;
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
@@ -98,6 +99,14 @@ void linear_panels(const float* x, int64_t M, int64_t K, const void* panels, DTy
 // weights once at load, CpuBackend::pack_linear_weight).
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
             const float* bias, float* y);
+// y[M,F] = silu(x · w1^T) * (x · w3^T) from w13 = [w1; w3] [2F, K] in panels, with gate_up [M, 2F]
+// as scratch (it receives x · w13^T), in one parallel region; each element's bits as
+// linear_panels then swiglu_stacked give them. False (nothing done) where it does not apply:
+// F not a whole number of panels, or the AMX path for bf16 weights.
+bool linear_swiglu_panels(const float* x, int64_t M, int64_t K, const void* w13, DType w_type,
+                          int64_t F, float* gate_up, float* y);
+// silu(g) * u for kSimdBlock elements (vector_math.h): the one copy of SwiGLU's arithmetic.
+void swiglu_block(const float* g, const float* u, float* y);
 const char* linear_isa();  // "avx512", "avx2" or "scalar"
 
 // Throws an internal Error naming `what` and both shapes when a and b differ in element count.

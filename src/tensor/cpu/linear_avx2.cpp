@@ -38,8 +38,8 @@ struct Avx2 {
 }  // namespace
 
 void linear_avx2(const float* x, int64_t M, int64_t K, const void* panels, DType w_type, int64_t N,
-                 const float* bias, float* y, bool parallel) {
-  linear_simd<Avx2>(x, M, K, panels, w_type, N, bias, y, parallel);
+                 const float* bias, float* y, int64_t p_begin, int64_t p_end) {
+  linear_simd<Avx2>(x, M, K, panels, w_type, N, bias, y, p_begin, p_end);
 }
 
 }  // namespace tessera::cpu

@@ -5,6 +5,7 @@
 // CFG) and should cost little more until the FMA units, not memory, are the limit. The SIMD body
 // (linear_tiles.h) is compiled once per instruction set, and the path is chosen here at run time
 // from the CPU's features, so a portable build (-DTESSERA_NATIVE=OFF) runs the fast path too.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
+#include "common/vector_math.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/linear_isa.h"
 #include "tensor/cpu/linear_panels.h"
@@ -68,32 +70,49 @@ Isa current() {
   return static_cast<Isa>(i);
 }
 
-// Reference path for CPUs without AVX2: plain loops over the panels, the same FMA chain per
-// output as the SIMD paths (linear_tiles.h), so every path gives the same bits.
+// Reference path for CPUs without AVX2: plain loops over the panels' columns, the same FMA chain
+// per output as the SIMD paths (linear_tiles.h), so every path gives the same bits.
 template <class T>
 void scalar_typed(const float* x, int64_t M, int64_t K, const T* panels, DType w_type, int64_t N,
-                  const float* bias, float* y, bool parallel) {
-  parallel_for(
-      "linear", N,
-      [&](int64_t n) {
-        std::vector<float> wk(static_cast<size_t>(K));
-        for (int64_t k = 0; k < K; ++k)
-          convert_to_f32(w_type, panels + panel_index(w_type, K, n, k), &wk[k], 1);
-        for (int64_t m = 0; m < M; ++m) {
-          float acc = 0.0f;
-          for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wk[k], acc);
-          y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
-        }
-      },
-      parallel);
+                  const float* bias, float* y, int64_t p_begin, int64_t p_end) {
+  std::vector<float> wk(static_cast<size_t>(K));
+  for (int64_t n = p_begin * kPanelRows; n < std::min(N, p_end * kPanelRows); ++n) {
+    for (int64_t k = 0; k < K; ++k)
+      convert_to_f32(w_type, panels + panel_index(w_type, K, n, k), &wk[k], 1);
+    for (int64_t m = 0; m < M; ++m) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(x[m * K + k], wk[k], acc);
+      y[m * N + n] = acc + (bias ? bias[n] : 0.0f);
+    }
+  }
 }
 
 void linear_scalar(const float* x, int64_t M, int64_t K, const void* panels, DType w_type,
-                   int64_t N, const float* bias, float* y, bool parallel) {
+                   int64_t N, const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   if (w_type == DType::F32)
-    scalar_typed(x, M, K, static_cast<const float*>(panels), w_type, N, bias, y, parallel);
+    scalar_typed(x, M, K, static_cast<const float*>(panels), w_type, N, bias, y, p_begin, p_end);
   else
-    scalar_typed(x, M, K, static_cast<const uint16_t*>(panels), w_type, N, bias, y, parallel);
+    scalar_typed(x, M, K, static_cast<const uint16_t*>(panels), w_type, N, bias, y, p_begin, p_end);
+}
+
+// A path's kernel over a range of panels, on the calling thread.
+using PanelRangeFn = void (*)(const float* x, int64_t M, int64_t K, const void* panels,
+                              DType w_type, int64_t N, const float* bias, float* y, int64_t p_begin,
+                              int64_t p_end);
+
+// The kernel of the path in use; null on the AMX path for bf16 weights (linear_amx_bf16 shares
+// its panels itself, with a tile configuration per thread).
+PanelRangeFn panel_range_kernel(DType w_type) {
+  switch (current()) {
+    case Isa::Amx:
+      return w_type == DType::BF16 ? nullptr : linear_avx512;
+    case Isa::Avx512:
+      return linear_avx512;
+    case Isa::Avx2:
+      return linear_avx2;
+    default:
+      return linear_scalar;
+  }
 }
 
 }  // namespace
@@ -115,18 +134,43 @@ void set_linear_isa(const std::string& isa) {
 void linear_panels(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,
                    const float* bias, float* y) {
   const bool parallel = M * K * N >= kParallelMinMacs;
-  switch (current()) {
-    case Isa::Amx:
-      if (w_type == DType::BF16)
-        return linear_amx_bf16(x, M, K, static_cast<const uint16_t*>(w), N, bias, y, parallel);
-      return linear_avx512(x, M, K, w, w_type, N, bias, y, parallel);
-    case Isa::Avx512:
-      return linear_avx512(x, M, K, w, w_type, N, bias, y, parallel);
-    case Isa::Avx2:
-      return linear_avx2(x, M, K, w, w_type, N, bias, y, parallel);
-    default:
-      return linear_scalar(x, M, K, w, w_type, N, bias, y, parallel);
-  }
+  const PanelRangeFn kernel = panel_range_kernel(w_type);
+  if (!kernel)
+    return linear_amx_bf16(x, M, K, static_cast<const uint16_t*>(w), N, bias, y, parallel);
+  // Each thread takes a contiguous range of panels (one sequential stream of weights) and runs
+  // every row block over it.
+  const int64_t P = panel_count(N);
+  cpu_pool().run(
+      "linear",
+      [&](int tid, int team) {
+        const IndexRange mine = static_range(P, tid, team);
+        kernel(x, M, K, w, w_type, N, bias, y, mine.begin, mine.end);
+      },
+      parallel && P > 1);
+}
+
+bool linear_swiglu_panels(const float* x, int64_t M, int64_t K, const void* w13, DType w_type,
+                          int64_t F, float* gate_up, float* y) {
+  const PanelRangeFn kernel = panel_range_kernel(w_type);
+  if (!kernel || F % kPanelRows != 0) return false;
+  // Thread t takes a contiguous range of column panels of w1 and the same of w3: it then holds
+  // both halves of its columns and applies SwiGLU to them in the same region, with no join
+  // between the linear and the activation (a fork and a join per layer fewer).
+  const int64_t pairs = F / kPanelRows, N = 2 * F;
+  cpu_pool().run(
+      "linear_swiglu",
+      [&](int tid, int team) {
+        const IndexRange mine = static_range(pairs, tid, team);
+        if (mine.begin == mine.end) return;
+        kernel(x, M, K, w13, w_type, N, nullptr, gate_up, mine.begin, mine.end);  // w1 x
+        kernel(x, M, K, w13, w_type, N, nullptr, gate_up, pairs + mine.begin,
+               pairs + mine.end);  // w3 x
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t c = mine.begin * kPanelRows; c < mine.end * kPanelRows; c += kSimdBlock)
+            swiglu_block(gate_up + m * N + c, gate_up + m * N + F + c, y + m * F + c);
+      },
+      M * K * N >= kParallelMinMacs && pairs > 1);
+  return true;
 }
 
 void linear(const float* x, int64_t M, int64_t K, const void* w, DType w_type, int64_t N,

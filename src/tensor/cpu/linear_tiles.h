@@ -26,7 +26,6 @@
 #include <type_traits>
 #include <utility>
 
-#include "common/thread_pool.h"
 #include "tensor/cpu/linear_panels.h"
 #include "tensor/dtype.h"
 
@@ -197,40 +196,36 @@ inline void panel_rows(const float* x, int64_t M, int64_t K, const storage_t<WD>
 
 template <class V, DType WD>
 void linear_typed(const float* x, int64_t M, int64_t K, const storage_t<WD>* panels, int64_t N,
-                  const float* bias, float* y, bool parallel) {
+                  const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   // Rows are processed in blocks whose activations stay in L2 (~256 KB) while every panel passes
   // over them; without blocking, a large M (MAR's 640-row MAE passes, thousands of diffusion-head
   // rows) re-reads all of x from memory once per panel.
   constexpr int R = V::kRows;
   const int64_t block = imax(R, (65536 / imax(K, 1)) / R * R);
-  const int64_t P = panel_count(N);
   for (int64_t b0 = 0; b0 < M; b0 += block) {
     const int64_t bM = imin(block, M - b0);
-    // Each thread takes a contiguous range of panels: one sequential stream of weights.
-    parallel_for(
-        "linear", P,
-        [&](int64_t p) {
-          panel_rows<V, WD>(x + b0 * K, bM, K, panels + p * panel_depth(WD, K) * kPanelRows, N,
-                            p * kPanelRows, bias, y + b0 * N);
-        },
-        parallel);
+    for (int64_t p = p_begin; p < p_end; ++p)
+      panel_rows<V, WD>(x + b0 * K, bM, K, panels + p * panel_depth(WD, K) * kPanelRows, N,
+                        p * kPanelRows, bias, y + b0 * N);
   }
 }
 
-// y[M,N] = x[M,K] · w[N,K]^T (+ bias) for one instruction set, w in panels.
+// Panels [p_begin, p_end) of y[M,N] = x[M,K] · w[N,K]^T (+ bias), every row, on the calling
+// thread, for one instruction set; w in panels. The caller shares the panels between threads
+// (linear_kernels.cpp): a contiguous range each, one sequential stream of weights.
 template <class V>
 void linear_simd(const float* x, int64_t M, int64_t K, const void* panels, DType w_type, int64_t N,
-                 const float* bias, float* y, bool parallel) {
+                 const float* bias, float* y, int64_t p_begin, int64_t p_end) {
   switch (w_type) {
     case DType::F32:
       return linear_typed<V, DType::F32>(x, M, K, static_cast<const float*>(panels), N, bias, y,
-                                         parallel);
+                                         p_begin, p_end);
     case DType::F16:
       return linear_typed<V, DType::F16>(x, M, K, static_cast<const uint16_t*>(panels), N, bias, y,
-                                         parallel);
+                                         p_begin, p_end);
     default:
       return linear_typed<V, DType::BF16>(x, M, K, static_cast<const uint16_t*>(panels), N, bias, y,
-                                          parallel);
+                                          p_begin, p_end);
   }
 }
 
