@@ -439,7 +439,7 @@ TEST(BackendOps, Linear) {
   // f32 accumulation in the kernel's order (vector lanes, then a horizontal sum): error
   // ~sqrt(K) u sum|x w| in practice; 2e-5 of sum|x w| is >= 4 sqrt(K) u for K <= 4099.
   constexpr Tol kTol{2e-5, 1e-7};
-  // One thread: ~170 calls of short parallel loops stall on OpenMP barriers on a loaded machine;
+  // One thread: ~170 calls of short parallel loops (fast alone, slower on a loaded machine);
   // LinearBatchAndThreadInvariant shows that two threads give the same bits.
   ThreadsGuard guard;
   set_cpu_threads(1);
@@ -496,7 +496,7 @@ TEST(BackendOps, LinearBatchAndThreadInvariant) {
       }
       for (int threads : {1, 2}) {
         set_cpu_threads(threads);
-        // Fewer batches with two threads: each call's OpenMP barriers stall on a loaded machine.
+        // Fewer batches with two threads: each call's joins wait longer on a loaded machine.
         const std::vector<int64_t> Ms = threads == 1 ? std::vector<int64_t>{2, 3, 5, 7, 17, 33, 40}
                                                      : std::vector<int64_t>{3, 7, 40};
         for (int64_t M : Ms) {

@@ -50,7 +50,9 @@ std::vector<std::string> generate_args(const ConcurrentBenchOptions& o, const st
                                 "--method",
                                 method};
   if (o.threads > 0) a.insert(a.end(), {"-t", std::to_string(o.threads)});
-  if (!o.draft.empty() && method != "vanilla") a.insert(a.end(), {"--draft", o.draft});
+  // sjd drafts by Jacobi iteration and refuses a draft model.
+  if (!o.draft.empty() && method != "vanilla" && method != "sjd")
+    a.insert(a.end(), {"--draft", o.draft});
   a.insert(a.end(), {"-o", (dir / (method + "_" + std::to_string(copy) + ".png")).string()});
   return a;
 }

@@ -1,4 +1,4 @@
-// CPU backend: OpenMP threads, OpenBLAS for the decoder's large GEMMs, AVX2/AVX-512 kernels for
+// CPU backend: the worker pool's threads (common/thread_pool.h), OpenBLAS for the decoder's large GEMMs, AVX2/AVX-512 kernels for
 // the bandwidth-bound transformer linears.
 #pragma once
 
@@ -10,7 +10,7 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend();
   std::string name() const override { return "cpu"; }
-  // CPU-only settings: OpenMP and OpenBLAS threads, clamped to [1, available_cpus()]; returns
+  // CPU-only settings: the worker pool's threads (OpenBLAS runs inside them), clamped to [1, available_cpus()]; returns
   // the count in effect.
   int set_threads(int n);
   int threads() const { return threads_; }
@@ -83,7 +83,7 @@ int cpu_threads();
 
 // Kernels (one file per family), callable directly by tests.
 namespace cpu {
-// Below this many multiply-adds an op runs on the calling thread: waking the OpenMP team and
+// Below this many multiply-adds an op runs on the calling thread: waking the pool's workers and
 // joining it costs more than the op. 64K threads the draft model's linears of one token
 // (110K and 98K at dim 192; its 192x192 output projection, 37K, stays serial): at 128K they ran
 // serial and the only threaded op of a step was the output layer, so the idle thread often fell
