@@ -150,8 +150,10 @@ void bench_concurrent(const ConcurrentBenchOptions& o) {
   std::printf("|---|---|---|---|---|\n");
   for (const auto& m : j["methods"]) {
     std::string each;
-    for (const auto& s : m["copies_s_rounds"].back())
-      each += (each.empty() ? "" : " ") + fmt(s.get<double>(), 2);
+    for (const auto& s : m["copies_s_rounds"].back()) {
+      if (!each.empty()) each += ' ';
+      each += fmt(s.get<double>(), 2);
+    }
     std::printf("| %s | %s | %s | %sx | %s |\n", m["method"].get<std::string>().c_str(),
                 fmt(m["alone_s"].get<double>(), 2).c_str(),
                 fmt(m["worst_copy_s"].get<double>(), 2).c_str(),
