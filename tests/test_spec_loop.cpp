@@ -22,7 +22,16 @@
 #include <map>
 #include <numeric>
 
+#include <unistd.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
 #include "models/llamagen.h"
+#include "speculative/draft_length.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/method.h"
 #include "speculative/rules/rules.h"
@@ -31,6 +40,7 @@
 
 using namespace tessera;
 using namespace tessera::spec_test;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -113,6 +123,94 @@ TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   o.spec.draft_len = kDraftLenAuto;
   o.spec.auto_costs = kMicroAutoCosts;
   expect_exact(*target_, target_joint(0, o.sampling), o, 0);
+}
+
+// ---- --draft-len auto where the history changes the depth: the micro models on a 3x3 grid -----
+//
+// The micro models' weights on a 3x3 grid (a LlamaGen GPT has no position table: rotary positions
+// follow the grid of config.json): 9 tokens, so after the first round an image has room to draft
+// more or fewer tokens than the prior's choice, and the policy follows its acceptance. With
+// verification at 1 + 0.12 (k - 1) and a draft step of 0.04, the prior drafts 2; a round with
+// both accepted raises the next depth to the image's cap, a rejection lowers it to 1. Top-k 2
+// keeps the joint enumerable (at most 2^9 sequences); the tests are sized as the others.
+class SpecMicroGrid3 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() /
+           ("tessera_grid3_" + std::to_string(::getpid()) + "_" + std::to_string(::time(nullptr)));
+    LoadOptions lo;
+    lo.load_decoder = false;
+    lo.threads = 1;
+    for (const char* name : {"micro_target", "micro_draft"}) {
+      const fs::path to = dir_ / name;
+      fs::create_directories(to);
+      fs::create_symlink(fs::path(kSpec) / name / "gpt.safetensors", to / "gpt.safetensors");
+      auto cfg = nlohmann::ordered_json::parse(read_text(fs::path(kSpec) / name / "config.json"));
+      cfg["gpt"]["grid"] = 3;
+      cfg["gpt"]["image_size"] = 3 * cfg["gpt"]["downsample"].get<int>();
+      cfg.erase("vq");
+      std::ofstream(to / "config.json") << cfg.dump(2);
+    }
+    target_ = Pipeline::load((dir_ / "micro_target").string(), lo).release();
+  }
+  static void TearDownTestSuite() {
+    delete target_;
+    target_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  static std::string read_text(const fs::path& p) {
+    std::ifstream in(p);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  static GenerateOptions options(const std::string& method) {
+    GenerateOptions o = sampling_options(method, false);
+    o.sampling.top_k = 2;
+    o.sampling.top_p = 1.0f;
+    o.spec.draft_len = kDraftLenAuto;
+    for (int k = 1; k <= 9; ++k) o.spec.auto_costs.verify.push_back(1.0 + 0.12 * (k - 1));
+    if (method == "sd") {
+      o.spec.draft_model = (dir_ / "micro_draft").string();
+      o.spec.auto_costs.draft_step = 0.04;
+    }
+    return o;
+  }
+  // Exact against the enumerated joint (expect_exact), after checking that the history changed
+  // the depth: some round drafted deeper than the first round's choice, which every image makes
+  // from the prior alone, and the image's end only lowers.
+  static void expect_exact_with_history(const GenerateOptions& o, int cls) {
+    Conditionals p(*target_, cls, o.sampling);
+    Joint joint;
+    enumerate_joint(p, {}, 1.0, 9, joint);
+    const bool jacobi = o.spec.draft_model.empty();
+    const speculative::DraftLengthPolicy policy(
+        {o.spec.auto_costs.verify, o.spec.auto_costs.draft_step}, 8, jacobi);
+    speculative::ImageAcceptance fresh = policy.start();
+    const int first = policy.choose(fresh, 7);  // 9 tokens: 7 after the root of round 1
+    GenerateStats st;
+    GenerateOptions probe = o;
+    probe.batch = 200;
+    std::vector<Condition> conds(200, Condition::label(cls));
+    target_->generate(conds, probe, &st);
+    const std::vector<int64_t> by_depth = st.rounds_by_depth();
+    int64_t deeper = 0;
+    for (size_t d = first + 1; d < by_depth.size(); ++d) deeper += by_depth[d];
+    std::printf("  %s: first round depth %d; rounds by depth:", o.spec.method.c_str(), first);
+    for (int64_t r : by_depth) std::printf(" %lld", static_cast<long long>(r));
+    std::printf("\n");
+    EXPECT_GT(deeper, 0) << "no round drafted deeper than the prior's choice";
+    expect_exact(*target_, joint, o, cls);
+  }
+  static inline fs::path dir_;
+  static inline Pipeline* target_ = nullptr;
+};
+
+TEST_F(SpecMicroGrid3, SdWithAutoDraftLenFollowsHistoryAndStaysExact) {
+  expect_exact_with_history(options("sd"), 2);
+}
+
+TEST_F(SpecMicroGrid3, SjdWithAutoDraftLenFollowsHistoryAndStaysExact) {
+  expect_exact_with_history(options("sjd"), 0);
 }
 
 // Longer drafts than the grid and no top-k/top-p: every draft depth is exercised. Temperature
