@@ -155,7 +155,7 @@ TEST(DraftLengthLoop, DepthsFollowEachImagesRounds) {
       EXPECT_EQ(depths_of(r), replayed_depths(policy, r)) << "image " << id;
       sequences.insert(depths_of(r));
     }
-    EXPECT_GT(sequences.size(), 1u) << "every image drafted alike: nothing was learnt";
+    EXPECT_GT(sequences.size(), 1u) << "every image drafted alike: the replay shows little";
   }
   {
     SCOPED_TRACE("jacobi");
