@@ -58,7 +58,8 @@ class RecordingDrafter : public speculative::Drafter {
       }
     }
   }
-  void finish_round(ImageState& image, const speculative::DraftTree& tree, const speculative::VerifyOutcome& outcome,
+  void finish_round(ImageState& image, const speculative::DraftTree& tree,
+                    const speculative::VerifyOutcome& outcome,
                     const speculative::TargetRound& target) override {
     RoundRecord& r = rounds[image.id].back();
     r.drafted = static_cast<int>(tree.size());

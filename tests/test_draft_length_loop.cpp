@@ -12,11 +12,11 @@
 
 #include "decode/guidance.h"
 #include "models/llamagen.h"
+#include "recording_drafter.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
-#include "recording_drafter.h"
 #include "tensor/cpu/cpu_backend.h"
 
 using namespace tessera;

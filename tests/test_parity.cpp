@@ -89,7 +89,8 @@ class LogitParity : public ::testing::TestWithParam<LogitCase> {};
 TEST_P(LogitParity, ForwardMatchesReference) {
   const LogitCase c = GetParam();
   // "no AMX": missing hardware, the one reason CI accepts for a skip (tests/check_skips.py).
-  if (std::string(c.path) == "amx" && !has_amx()) GTEST_SKIP() << "no AMX: this CPU has no AMX path";
+  if (std::string(c.path) == "amx" && !has_amx())
+    GTEST_SKIP() << "no AMX: this CPU has no AMX path";
   LinearPath path(c.path);
   auto p = load(c.model);
   const std::string cond_s = c.condition;
