@@ -364,8 +364,9 @@ TEST_F(TuneCli, EndToEndWrite) {
   EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), best_len);
   EXPECT_FALSE(s.draft_model);
   EXPECT_EQ(s.measured.images, 2);
+  // config.json keeps the speed-up to float precision.
   EXPECT_NEAR(s.measured.speedup, pts[best]["speedup_vs_vanilla"].get<double>(),
-              1e-6 * s.measured.speedup);                     // stored to float precision
+              1e-6 * s.measured.speedup);
   EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 0);  // kept
   EXPECT_EQ(c.gpt.dim, 384);                                  // the rest kept
 
