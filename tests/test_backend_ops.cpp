@@ -914,6 +914,19 @@ const std::vector<AttnCase> kCausalCases = {
     {"hd48", {3, 3, 48, 1, 40}, false, {{{0}, {0}, 20}, {{0}, {20}, 5}}},
     {"hd144", {2, 1, 144, 1, 36}, false, {{{0}, {0}, 17}, {{0}, {17}, 4}}},
 };
+// The head widths whose windows take other row-group kernels (AVX-512): scores and values in
+// groups of 4 rows at 32 (the emoji draft's width), 3 and 2 at 96, scores only at 112, neither at
+// 128; against the double reference, over several 16-key blocks, windows of 1-7 rows (groups and
+// their remainders) and a tree mask.
+const std::vector<AttnCase> kGroupWidthCases = {
+    {"hd32",
+     {4, 2, 32, 2, 48},
+     false,
+     {{{0, 1}, {0, 0}, 19}, {{1, 0}, {19, 19}, 7}, {{0}, {26}, 1}}},
+    {"hd96", {2, 1, 96, 1, 44}, false, {{{0}, {0}, 21}, {{0}, {21}, 5}, {{0}, {26}, 6, true}}},
+    {"hd112", {2, 2, 112, 1, 40}, false, {{{0}, {0}, 17}, {{0}, {17}, 7}, {{0}, {24}, 3}}},
+    {"hd128", {2, 1, 128, 2, 40}, false, {{{1, 0}, {0, 0}, 18}, {{0, 1}, {18, 18}, 6}}},
+};
 // GQA/MQA, several sequences out of cache order with different pasts (seq 1 of 3 left alone).
 const std::vector<AttnCase> kGqaCases = {
     {"gqa 6/2 seq {2,0}",
@@ -951,6 +964,11 @@ TEST(BackendOps, KvStore) {
 TEST(BackendOps, AttentionCausal) {
   uint32_t seed = 200;
   for (const AttnCase& c : kCausalCases) run_attention_case(c, seed++, true);
+}
+
+TEST(BackendOps, AttentionGroupKernelsAtEveryWidth) {
+  uint32_t seed = 250;
+  for (const AttnCase& c : kGroupWidthCases) run_attention_case(c, seed++, true);
 }
 
 TEST(BackendOps, AttentionGqaMultiSequence) {

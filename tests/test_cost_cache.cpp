@@ -3,6 +3,7 @@
 // images), and a corrupt cache file ignored with a note and written again.
 #include "cli_harness.h"
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -39,6 +40,52 @@ TEST_F(CostCache, MeasuredOnceReusedAndRebuiltWhenCorrupt) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("ignoring the corrupt cost cache"), std::string::npos) << r.err;
   EXPECT_EQ(nlohmann::json::parse(slurp(files[0]))["verify"].size(), 16u);
+}
+
+// The calibration belongs to the models and the CPU setting it was measured with: weights written
+// anew (another modification time, same bytes), an edited config.json or another thread count is
+// another key, measured again and cached beside the first; the unchanged key is reused.
+TEST_F(CostCache, ANewWeightsFileConfigOrThreadCountIsMeasuredAgain) {
+  const fs::path model = tmp("model");
+  fs::create_directories(model);
+  for (const char* f : {"config.json", "gpt.safetensors"})
+    fs::copy_file(fs::path(fixture("c2i_f32")) / f, model / f);
+  const std::string env = "XDG_CACHE_HOME=" + shell_quote(tmp("cache"));
+  auto measured = [&](const std::string& threads) {
+    const CliResult r = run({"generate", "-m", model.string(), "--class", "1", "--method", "sjd",
+                             "-t", threads, "--tokens-out", tmp("t.npy")},
+                            env);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return r.err.find("measuring this model's forward costs") != std::string::npos;
+  };
+  auto cached = [&] {
+    size_t n = 0;
+    for (const auto& e : fs::directory_iterator(tmp("cache") + "/tessera"))
+      n += e.is_regular_file();
+    return n;
+  };
+  EXPECT_TRUE(measured("1"));
+  EXPECT_FALSE(measured("1"));
+  EXPECT_EQ(cached(), 1u);
+
+  const fs::path weights = model / "gpt.safetensors";
+  const std::string bytes = slurp(weights);
+  const auto before = fs::last_write_time(weights);
+  fs::remove(weights);
+  spit(weights, bytes);
+  fs::last_write_time(weights, before + std::chrono::seconds(5));
+  EXPECT_TRUE(measured("1")) << "the same key after the weights file was written anew";
+  EXPECT_FALSE(measured("1"));
+  EXPECT_EQ(cached(), 2u);
+
+  spit(model / "config.json", slurp(model / "config.json") + "\n");  // the same settings
+  EXPECT_TRUE(measured("1")) << "the same key after config.json changed";
+  EXPECT_EQ(cached(), 3u);
+
+  EXPECT_TRUE(measured("2")) << "the same key at another thread count";
+  EXPECT_FALSE(measured("2"));
+  EXPECT_FALSE(measured("1"));
+  EXPECT_EQ(cached(), 4u);
 }
 
 // A calibration whose costs fall with k (a shorter forward timed dearer than a longer one: the

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "speculative/draft_length.h"
@@ -167,4 +168,85 @@ TEST(DraftLength, JacobiAcceptanceAndWindowChoice) {
     EXPECT_GE(jacobi_round_tokens(w.carried(), w.fresh(), jacobi_choice) /
                   policy.round_seconds(jacobi_choice),
               jacobi_round_tokens(w.carried(), w.fresh(), L) / policy.round_seconds(L) - 1e-12);
+}
+
+// ---- the policy as the loop drives it: start, then choose and observe per round ---------------
+//
+// The depth sequences below were worked out from the rules in draft_length.h (the prior 0.5, the
+// decayed counts, the argmax of tokens per second; for windows the stationary chain of
+// jacobi_round_tokens) by a separate implementation, not by running this one. E.g. from the prior,
+// E[tokens(L)] = 2 - 0.5^L, and at verify[L] = 1 + 0.3 L, draft_step 0.1, one draft beats two
+// (1.5 / 1.4 = 1.071 against 1.75 / 1.7 = 1.029).
+
+namespace {
+
+RoundCosts linear_costs(int max_depth, double per_position, double draft_step) {
+  RoundCosts c;
+  for (int k = 1; k <= max_depth + 1; ++k) c.verify.push_back(1.0 + per_position * (k - 1));
+  c.draft_step = draft_step;
+  return c;
+}
+
+// The depths a policy chooses for one image over `rounds` rounds, capped at `cap`: round r drafts
+// d tokens, the first c of them carried over (the drafts the last round left unverified; always
+// 0 for a draft model), and accepts accepted(r, d, c) of them.
+std::vector<int> scripted_depths(const DraftLengthPolicy& policy, int cap, int rounds,
+                                 const std::function<int(int, int, int)>& accepted) {
+  ImageAcceptance image = policy.start();
+  std::vector<int> depths;
+  int carried = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const int d = policy.choose(image, cap);
+    const int c = std::min(carried, d), a = accepted(r, d, c);
+    policy.observe(image, d, c, a);
+    carried = a < d ? d - a : 0;
+    depths.push_back(d);
+  }
+  return depths;
+}
+
+// All of the first n rounds' drafts accepted, none after.
+std::function<int(int, int, int)> all_then_none(int n) {
+  return [n](int r, int d, int) { return r < n ? d : 0; };
+}
+
+std::vector<int> repeated(std::vector<int> head, int value, int times, std::vector<int> tail = {}) {
+  head.insert(head.end(), times, value);
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
+}  // namespace
+
+// A draft model's rounds: everything accepted, then nothing. The depth climbs to the cap as the
+// acceptance is seen and falls back to 1 once the rejections outweigh the decayed history.
+TEST(DraftLengthPolicyRounds, DraftModelClimbsToTheCapAndFallsToOne) {
+  const DraftLengthPolicy policy(linear_costs(8, 0.3, 0.1), 8);
+  EXPECT_EQ(policy.start().depth, 1);  // the prior alone: one draft (above)
+  EXPECT_EQ(scripted_depths(policy, 8, 18, all_then_none(6)),
+            repeated({1, 2, 4}, 8, 7, {1, 1, 1, 1, 1, 1, 1, 1}));
+  // Cheaper verification: the prior drafts 2, the first accepted round 6; a longer history takes
+  // longer to forget.
+  const DraftLengthPolicy cheap(linear_costs(8, 0.12, 0.04), 8);
+  EXPECT_EQ(cheap.start().depth, 2);
+  EXPECT_EQ(scripted_depths(cheap, 8, 18, all_then_none(6)), repeated({2, 6}, 8, 13, {2, 1, 1}));
+  // Nothing ever accepted: one draft from the second round on.
+  EXPECT_EQ(scripted_depths(cheap, 8, 6, all_then_none(0)), repeated({2}, 1, 5));
+  // A cap below the policy's choice binds.
+  EXPECT_EQ(scripted_depths(cheap, 3, 4, all_then_none(4)), repeated({2}, 3, 3));
+}
+
+// A Jacobi window: its fresh positions hold random tokens (accepted with probability ~1/V), so
+// "everything accepted" is every carried draft accepted and the first fresh one rejected (the
+// whole window when all of it was carried). The window grows by at most 2 a round (the policy's
+// local search) to the cap, stays there while the decayed history (0.98 a round) still favours
+// it, and shrinks to 1 when nothing is accepted.
+TEST(DraftLengthPolicyRounds, JacobiWindowClimbsToTheCapAndFallsToOne) {
+  const DraftLengthPolicy policy(linear_costs(12, 0.08, 0.0), 12, /*carries_drafts=*/true);
+  EXPECT_EQ(policy.start().depth, 3);
+  auto carried_then_none = [](int n) { return [n](int r, int, int c) { return r < n ? c : 0; }; };
+  EXPECT_EQ(scripted_depths(policy, 12, 60, carried_then_none(10)),
+            repeated({3, 3, 5, 7, 9, 11}, 12, 44, {10, 8, 6, 4, 2, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(scripted_depths(policy, 12, 8, carried_then_none(0)), repeated({3, 3}, 1, 6));
+  EXPECT_EQ(scripted_depths(policy, 5, 8, carried_then_none(8)), repeated({3, 3}, 5, 6));
 }

@@ -443,23 +443,38 @@ TEST(QualitySampleSize, LegendNamesEveryColumn) {
 
 // ---- end to end -------------------------------------------------------------------------------
 
-// Vanilla images of the shipped model at its default settings, judged by the shipped classifier:
-// the model card's 85.8% top-1 (200 classes x 3 runs) lies in the interval measured on 16
-// training classes. Random-pixel images score 0 and lie far from vanilla's features, further
-// than half of vanilla's images from the other half (the metrics can tell).
+// P(X <= k) for X ~ Binomial(n, p).
+double binomial_cdf(int n, double p, int k) {
+  double sum = 0.0;
+  for (int i = 0; i <= k && i <= n; ++i)
+    sum += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) +
+                    i * std::log(p) + (n - i) * std::log1p(-p));
+  return std::min(sum, 1.0);
+}
+
+// Vanilla images of the shipped model at its default settings, judged by the shipped classifier,
+// against the model card's top-1 (85-86.5% over three runs of 200 classes): 128 training classes
+// spread over the emoji and styles. The count must reach the largest t that a model at the
+// card's low end (85%) misses with probability <= 1%; a model at 11/16 (68.75%, which the former
+// 16-image version let pass) reaches it with probability ~2%. The card's 85.8% must also lie in
+// the bootstrap interval. Random-pixel images score at chance and lie far from vanilla's features,
+// further than half of vanilla's images from the other half (the metrics can tell).
 TEST(QualityEndToEnd, VanillaTopOneAgreesWithModelCard) {
+  constexpr int n = 128;
+  constexpr double kCardLow = 0.85, kTooLow = 11.0 / 16;
+  int t = n;  // the largest t with P(X <= t - 1) <= 1% at the card's low end
+  while (t > 0 && binomial_cdf(n, kCardLow, t - 1) > 0.01) --t;
+  ASSERT_EQ(t, 99);
+  ASSERT_LE(1.0 - binomial_cdf(n, kTooLow, t - 1), 0.025) << "t " << t;  // the test's power
   auto pipe = Pipeline::load(kTarget);
-  const ClassNames names = ClassNames::load(kTarget, pipe->config().gpt.num_classes);
-  const int n = 16;
+  const int num_classes = pipe->config().gpt.num_classes;
+  const ClassNames names = ClassNames::load(kTarget, num_classes);
   std::vector<Condition> conds;
   std::vector<int> classes;
-  // Every 54th class, skipping held-out ones: spread over emoji and styles.
-  for (int c = 0; static_cast<int>(classes.size()) < n; c += 54) {
-    const int cls = c % pipe->config().gpt.num_classes;
-    if (names.classes()[cls].held_out) {
-      ++c;
-      continue;
-    }
+  // n classes evenly over the table (emoji x style), each held-out one replaced by the next.
+  for (int i = 0; i < n; ++i) {
+    int cls = i * num_classes / n;
+    while (names.classes()[cls].held_out) cls = (cls + 1) % num_classes;
     classes.push_back(cls);
     conds.push_back(Condition::label(cls));
   }
@@ -469,7 +484,7 @@ TEST(QualityEndToEnd, VanillaTopOneAgreesWithModelCard) {
   opts.sampling.temperature = d.temperature.value_or(opts.sampling.temperature);
   opts.sampling.top_k = d.top_k.value_or(opts.sampling.top_k);
   opts.sampling.top_p = d.top_p.value_or(opts.sampling.top_p);
-  opts.batch = n;
+  opts.batch = 32;
   opts.seed = 0;
   const auto grids = pipe->generate(conds, opts);
   std::vector<int32_t> flat;
@@ -479,17 +494,21 @@ TEST(QualityEndToEnd, VanillaTopOneAgreesWithModelCard) {
   BootstrapOptions o;
   o.resamples = 1000;
   const QualityReport r = quality_report(vanilla, nullptr, o);
-  std::printf("vanilla top-1 %.3f [%.3f, %.3f] on n = %d\n", r.top1.value, r.top1.lo, r.top1.hi,
-              r.n);
+  const int correct = static_cast<int>(std::lround(r.top1.value * n));
+  std::printf("vanilla top-1 %.3f [%.3f, %.3f] on n = %d: %d correct, at least %d needed\n",
+              r.top1.value, r.top1.lo, r.top1.hi, r.n, correct, t);
+  EXPECT_GE(correct, t);
   EXPECT_LE(r.top1.lo, 0.858);
   EXPECT_GE(r.top1.hi, 0.858);
-  EXPECT_GE(r.top1.value, 0.6);
 
   std::mt19937 g(1);
   std::vector<uint8_t> noise(pixels.size());
   for (auto& p : noise) p = static_cast<uint8_t>(g() & 255);
   const ScoredImages junk = classifier().score(noise, n, classes);
-  EXPECT_EQ(top1_accuracy(junk.predicted, junk.requested), 0.0);
+  // At most chance: noise falls on few classes, one of which an image may have asked for.
+  const double junk_top1 = top1_accuracy(junk.predicted, junk.requested);
+  std::printf("random pixels: top-1 %.4f\n", junk_top1);
+  EXPECT_LE(junk_top1, 2.0 / n);
   const int h = n / 2, dim = vanilla.feature_dim;
   const std::span<const float> f(vanilla.features);
   const double fd_halves = frechet_distance(f.first(h * dim), h, f.subspan(h * dim), n - h, dim);

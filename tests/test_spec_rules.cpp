@@ -1,13 +1,16 @@
 // Acceptance rules of the speculative framework (exact, LANTERN/LANTERN++, GSD, UniformRSD,
 // COOL-SD, amplify, addition, G*) on hand-computed cases, and LANTERN's latent neighbour table.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -17,6 +20,7 @@
 #include "io/safetensors.h"
 #include "speculative/latent_neighbours.h"
 #include "speculative/rules/rules.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
 
 namespace fs = std::filesystem;
@@ -772,23 +776,51 @@ TEST(LatentNeighboursForModel, CorruptCacheIsRebuilt) {
   EXPECT_EQ(read_npy(files[0].string()).shape, (Shape{256, 5}));
 }
 
+// `body` run as a user the permissions bind: in this process, or, for root (who ignores them), in
+// a child that has become nobody (uid 65534). Returns body's result (the child's exit status); a
+// root that cannot become nobody fails the test rather than skipping it.
+int as_unprivileged(const std::function<int()>& body) {
+  if (geteuid() != 0) return body();
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(120);
+    set_cpu_threads(1);  // the parent's thread pool did not come with the fork
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -2;
+}
+
 TEST(LatentNeighboursForModel, ReadOnlyModelDirUsesXdgCache) {
-  if (geteuid() == 0) GTEST_SKIP() << "root can write anywhere";
   TempDir tmp("nbx");
   const fs::path model = tmp.path / "model", cache = tmp.path / "xdg";
   copy_model_files(fs::path(TESSERA_FIXTURES) / "llamagen" / "c2i_f32", model);
+  fs::create_directories(cache);
+  // The cache directory is everyone's (nobody writes it when root runs the test); the model
+  // directory nobody's: not even its owner may write it.
+  fs::permissions(cache, fs::perms::all);
   fs::permissions(model, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
                   fs::perm_options::remove);
   const char* old = std::getenv("XDG_CACHE_HOME");
   const std::string saved = old ? old : "";
   setenv("XDG_CACHE_HOME", cache.c_str(), 1);
-  const LatentNeighbours a = LatentNeighbours::for_model(model.string(), 4, LatentMetric::L2);
+  const int k_max = as_unprivileged([&] {
+    try {
+      return LatentNeighbours::for_model(model.string(), 4, LatentMetric::L2).k_max();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 121;
+    }
+  });
   if (old)
     setenv("XDG_CACHE_HOME", saved.c_str(), 1);
   else
     unsetenv("XDG_CACHE_HOME");
   fs::permissions(model, fs::perms::owner_write, fs::perm_options::add);
-  EXPECT_EQ(a.k_max(), 4);
+  ASSERT_NE(k_max, 120) << "root could not become nobody (uid 65534)";
+  EXPECT_EQ(k_max, 4);
   EXPECT_TRUE(cache_files(model, "l2").empty());
   EXPECT_EQ(cache_files(cache / "tessera", "l2").size(), 1u);
 }

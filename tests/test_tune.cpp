@@ -26,6 +26,15 @@ TEST(TuneSelection, ParetoFront) {
   EXPECT_EQ(pareto_front(one), std::vector<bool>{true});
 }
 
+// Ties on one axis (top-1 is a multiple of 1/n, so equal top-1 is common): of two equally accurate
+// points the slower is dominated, of two equally fast ones the less accurate; two equal points
+// dominate neither.
+TEST(TuneSelection, ParetoFrontWithTies) {
+  const std::vector<TunePoint> p = {{1.2, 0.75, 0},  {1.4, 0.75, 0},  {1.6, 0.5, 0},
+                                    {1.6, 0.625, 0}, {1.0, 0.875, 0}, {1.0, 0.875, 0}};
+  EXPECT_EQ(pareto_front(p), (std::vector<bool>{false, true, false, true, true, true}));
+}
+
 TEST(TuneSelection, ToleranceAndFastestWithin) {
   const QualityTolerance t;  // 2 points, 10% over the floor
   // vanilla top-1 0.86, noise floor 40: within needs top-1 >= 0.84 and FD <= 44.
@@ -40,6 +49,11 @@ TEST(TuneSelection, ToleranceAndFastestWithin) {
   strict.frechet_over_floor = 0;
   EXPECT_EQ(fastest_within_tolerance(p, 0.86, 40.0, strict), 2);
   EXPECT_EQ(fastest_within_tolerance(p, 0.95, 40.0, t), -1);  // none: --write refuses
+  // A floor below 0 is rounding (vanilla's images the same on other seeds, as greedy): the bound
+  // is 0, met by a point with vanilla's images (the same rounding) and by nothing further away.
+  EXPECT_TRUE(within_tolerance({1.1, 0.86, -3e-13}, 0.86, -3e-13, t));
+  EXPECT_TRUE(within_tolerance({1.1, 0.86, 0.0}, 0.86, -3e-13, t));
+  EXPECT_FALSE(within_tolerance({1.1, 0.86, 1e-9}, 0.86, -3e-13, t));
 }
 
 ValidatedSetting sample_setting() {
@@ -255,9 +269,15 @@ TEST_F(TuneCli, BadInput) {
                {"--cool-delta", "lantern does not use it"});
 }
 
-// A 2-point sweep of 2 images per point on a copy of the emoji target whose tolerance admits
-// everything, written back with --write; the written setting is then the model's default
-// (generate notes nothing) and a flag outside it gets the note. Not under ASan (.ci/run).
+// A sweep end to end on a copy of the emoji target, greedy (temperature 0) with Jacobi drafts and
+// 2 images per point, so that which points are within the tolerance is known in advance: LANTERN
+// at delta 1e-9 accepts only the target's argmax (vanilla's images exactly, so vanilla's top-1
+// and an FD equal to the floor's, vanilla on other seeds being the same images under greedy
+// decoding); at delta 1 over 1000 latent neighbours it accepts random Jacobi drafts (other images,
+// an FD far above the floor). The tolerance admits no top-1 drop and at most twice the floor.
+// --points 3 of a 4-point grid; --write records the fastest point within the tolerance, which
+// then is the model's default (generate notes nothing) while a flag outside it gets the note.
+// Not under ASan (.ci/run).
 TEST_F(TuneCli, EndToEndWrite) {
   const fs::path model = tmp("target");
   fs::create_directories(model);
@@ -265,53 +285,111 @@ TEST_F(TuneCli, EndToEndWrite) {
     fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
   fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
   auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
-  cfg["quality"] = {{"tolerance", {{"top1_drop_points", 100}, {"frechet_over_floor", 100}}}};
+  cfg["quality"] = {{"tolerance", {{"top1_drop_points", 0}, {"frechet_over_floor", 1}}}};
   spit(model / "config.json", cfg.dump(2));
-  const CliResult r = run({"tune", "-m", model.string(), "--draft", kEmoji + "/draft", "--method",
-                           "amplify", "--grid", "amplify.k=1.5,3;draft_len=3", "-n", "2", "-b", "2",
-                           "-o", "json", "--write", "--plot", tmp("front.png")});
+  const CliResult r = run({"tune",
+                           "-m",
+                           model.string(),
+                           "--method",
+                           "lantern",
+                           "--lantern-k",
+                           "1000",
+                           "--temperature",
+                           "0",
+                           "--grid",
+                           "lantern.delta=1e-9,1;draft_len=3,7",
+                           "--points",
+                           "3",
+                           "-n",
+                           "2",
+                           "-b",
+                           "2",
+                           "--per-class",
+                           "1",
+                           "-o",
+                           "json",
+                           "--write",
+                           "--plot",
+                           tmp("front.png")});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
-  ASSERT_EQ(j["points"].size(), 2u);
   EXPECT_EQ(j["images_per_point"], 2);
-  for (const auto& p : j["points"]) {
-    EXPECT_GT(p["speedup_vs_vanilla"].get<double>(), 0.0);
-    EXPECT_TRUE(p["within_tolerance"].get<bool>());
-    EXPECT_FALSE(p["quality"]["frechet_vs_vanilla"].is_null());
+  // 3 of the grid's 4 points, spread evenly: the first, the second and the last.
+  const auto& pts = j["points"];
+  ASSERT_EQ(pts.size(), 3u);
+  const std::vector<std::pair<double, int>> params = {{1e-9, 3}, {1e-9, 7}, {1.0, 7}};
+  for (size_t i = 0; i < pts.size(); ++i) {
+    EXPECT_DOUBLE_EQ(pts[i]["params"]["lantern.delta"].get<double>(), params[i].first) << i;
+    EXPECT_EQ(pts[i]["params"]["draft_len"].get<int>(), params[i].second) << i;
   }
-  const int best = j["fastest_within_tolerance"].get<int>();
-  EXPECT_TRUE(j["points"][best]["pareto"].get<bool>());
+  // The tolerance, from the reported values: the first two points within, the last not.
+  const double vanilla_top1 = j["vanilla_both_seed_sets"]["quality"]["top1"]["value"];
+  const double floor = j["vanilla_other_seeds"]["quality"]["frechet_vs_vanilla"]["value"];
+  const double vanilla_s = j["vanilla"]["seconds_per_image"];
+  std::vector<bool> within;
+  for (const auto& p : pts) {
+    const double top1 = p["quality"]["top1"]["value"],
+                 fd = p["quality"]["frechet_vs_vanilla"]["value"];
+    within.push_back(top1 >= vanilla_top1 - 1e-12 && fd <= 2 * std::max(floor, 0.0) * (1 + 1e-12));
+    EXPECT_EQ(p["within_tolerance"].get<bool>(), within.back()) << p;
+    // The speed-up is vanilla's time per image over the point's.
+    const double s = p["seconds_per_image"];
+    EXPECT_NEAR(p["speedup_vs_vanilla"].get<double>(), vanilla_s / s, 1e-9 * vanilla_s / s) << p;
+  }
+  ASSERT_EQ(within, (std::vector<bool>{true, true, false}))
+      << "the sweep's premise: delta 1e-9 keeps vanilla's images, delta 1 does not";
+  // The Pareto front of (speed-up, top-1): not dominated by another point.
+  for (size_t i = 0; i < pts.size(); ++i) {
+    bool dominated = false;
+    for (size_t k = 0; k < pts.size(); ++k) {
+      const double si = pts[i]["speedup_vs_vanilla"], sk = pts[k]["speedup_vs_vanilla"];
+      const double ti = pts[i]["quality"]["top1"]["value"], tk = pts[k]["quality"]["top1"]["value"];
+      dominated = dominated || (sk >= si && tk >= ti && (sk > si || tk > ti));
+    }
+    EXPECT_EQ(pts[i]["pareto"].get<bool>(), !dominated) << i;
+  }
+  // The fastest point within the tolerance (the lower time per image of the first two) is the
+  // one reported and the one written.
+  const int best =
+      pts[0]["seconds_per_image"].get<double>() <= pts[1]["seconds_per_image"].get<double>() ? 0
+                                                                                             : 1;
+  EXPECT_EQ(j["fastest_within_tolerance"].get<int>(), best);
   EXPECT_TRUE(fs::is_regular_file(tmp("front.png")));
   const ModelConfig c = load_model_config(model.string());
-  ASSERT_EQ(c.quality.methods.count("amplify"), 1u);
-  const ValidatedSetting& s = c.quality.methods.at("amplify");
-  EXPECT_DOUBLE_EQ(std::get<double>(s.params.at("amplify.k")),
-                   j["points"][best]["params"]["amplify.k"].get<double>());
-  EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), 3);
+  ASSERT_EQ(c.quality.methods.count("lantern"), 1u);
+  const ValidatedSetting& s = c.quality.methods.at("lantern");
+  EXPECT_DOUBLE_EQ(std::get<double>(s.params.at("lantern.delta")), 1e-9);
+  EXPECT_EQ(std::get<int64_t>(s.params.at("lantern.k")), 1000);
+  const int best_len = params[best].second;
+  EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), best_len);
+  EXPECT_FALSE(s.draft_model);
   EXPECT_EQ(s.measured.images, 2);
-  EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 100);  // kept
-  EXPECT_EQ(c.gpt.dim, 384);                                    // the rest kept
+  // config.json keeps the speed-up to float precision.
+  EXPECT_NEAR(s.measured.speedup, pts[best]["speedup_vs_vanilla"].get<double>(),
+              1e-6 * s.measured.speedup);
+  EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 0);  // kept
+  EXPECT_EQ(c.gpt.dim, 384);                                  // the rest kept
 
-  const CliResult inside =
-      run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft", "--class", "3", "-n",
-           "1", "--method", "amplify", "-o", tmp("c.png")});
+  const CliResult inside = run({"generate", "-m", model.string(), "--class", "3", "-n", "1",
+                                "--method", "lantern", "-o", tmp("c.png")});
   ASSERT_EQ(inside.code, 0) << inside.err;
-  EXPECT_EQ(inside.err.find("note: amplify"), std::string::npos) << inside.err;
+  EXPECT_EQ(inside.err.find("note: lantern"), std::string::npos) << inside.err;
   // The image records the validated value it ran with, so --from-png does not depend on the
   // model's config.json staying the same.
-  const std::string k_text = param_value_text(s.params.at("amplify.k"), /*exact=*/true);
-  EXPECT_NE(png_text(tmp("c.png"), "parameters").find("amplify.k=" + k_text + ";"),
+  const std::string delta_text = param_value_text(s.params.at("lantern.delta"), /*exact=*/true);
+  EXPECT_NE(png_text(tmp("c.png"), "parameters").find("lantern.delta=" + delta_text + ";"),
             std::string::npos)
       << png_text(tmp("c.png"), "parameters");
-  const CliResult outside = run({"generate", "-m", model.string(), "--draft", kEmoji + "/draft",
-                                 "--class", "3", "-n", "1", "--method", "amplify", "--draft-len",
-                                 "2", "-o", tmp("d.png"), "--stats-out", tmp("d.json")});
+  const CliResult outside =
+      run({"generate", "-m", model.string(), "--class", "3", "-n", "1", "--method", "lantern",
+           "--draft-len", "5", "-o", tmp("d.png"), "--stats-out", tmp("d.json")});
   ASSERT_EQ(outside.code, 0) << outside.err;
-  EXPECT_NE(outside.err.find("draft_len=2 (validated 3)"), std::string::npos) << outside.err;
+  const std::string note = "draft_len=5 (validated " + std::to_string(best_len) + ")";
+  EXPECT_NE(outside.err.find(note), std::string::npos) << outside.err;
   // The note is in --stats-out too.
   const auto notes = nlohmann::json::parse(slurp(tmp("d.json")))["notes"];
   ASSERT_EQ(notes.size(), 1u) << notes;
-  EXPECT_NE(notes[0].get<std::string>().find("draft_len=2 (validated 3)"), std::string::npos);
+  EXPECT_NE(notes[0].get<std::string>().find(note), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tessera/tuning.h"
 
+#include <algorithm>
+
 namespace tessera {
 
 std::vector<bool> pareto_front(std::span<const TunePoint> points) {
@@ -16,9 +18,11 @@ std::vector<bool> pareto_front(std::span<const TunePoint> points) {
 
 bool within_tolerance(const TunePoint& p, double vanilla_top1, double frechet_floor,
                       const QualityTolerance& t) {
-  // A relative slack of 1e-12 so that a point exactly at the bound counts as within it.
+  // A relative slack of 1e-12 so that a point exactly at the bound counts as within it. A floor
+  // below 0 is the rounding of a zero distance (vanilla's images on other seeds the same, as under
+  // greedy decoding): the bound is then 0, which a point with the same images meets.
   const double top1_min = vanilla_top1 - t.top1_drop_points / 100.0;
-  const double fd_max = (1.0 + t.frechet_over_floor) * frechet_floor;
+  const double fd_max = (1.0 + t.frechet_over_floor) * std::max(frechet_floor, 0.0);
   return p.top1 >= top1_min - 1e-12 && p.frechet <= fd_max * (1.0 + 1e-12);
 }
 

@@ -34,7 +34,7 @@ void bench_verify_cost(const VerifyCostOptions& o) {
     throw Error("--k-range: k " + std::to_string(o.k_to) + " exceeds the image's " +
                 std::to_string(n_tokens) + " tokens");
   const bool cfg = o.cfg_scale > 1.0f;
-  const double bandwidth = memory_read_bandwidth_gbs() * 1e9;
+  const double bandwidth = (o.read_gbs > 0.0 ? o.read_gbs : memory_read_bandwidth_gbs()) * 1e9;
   const PeakFlops peak = measure_peak_flops();
   // The compute bound per unit of work on the kernel path that runs. f32 and f16 weights are
   // multiplied in f32 (FMAs). bf16 weights: on the "amx" path (TESSERA_LINEAR_ISA=amx) at the AMX
@@ -62,18 +62,27 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   nlohmann::json probe = nlohmann::json::array();
   const std::vector<int> probe_rows = {1, 2, 4, 8, 12, 16, 24, 32};
   const bool csv = o.format == "csv";  // csv has no place for the probe's table
-  const std::vector<double> probe_gbs =
-      csv ? std::vector<double>{} : memory_read_with_fma_gbs(probe_rows);
-  for (size_t i = 0; i < probe_gbs.size(); ++i) {
-    const int r = probe_rows[i];
-    const double gbs = probe_gbs[i];
-    const double read = 1.0 / (probe_gbs[0] * 1e9);  // seconds per byte at the 1-row rate
+  const std::vector<ReadWithFmaProbe> probe_runs =
+      csv ? std::vector<ReadWithFmaProbe>{} : memory_read_with_fma(probe_rows);
+  int errors = 0;  // fractions of a roofline above kRooflineMeasurementError
+  auto flagged = [&errors](double fraction) {
+    const bool error = fraction > kRooflineMeasurementError;
+    errors += error ? 1 : 0;
+    return error;
+  };
+  for (const ReadWithFmaProbe& p : probe_runs) {
+    const int r = p.rows;
+    const double gbs = p.read_gbs;
+    const double read = 1.0 / (probe_runs[0].read_gbs * 1e9);  // seconds per byte at 1 row
     const double compute = 2.0 * r / 4.0 / (peak.f32_fma_gflops * 1e9);
+    const double fraction = std::max(read, compute) * gbs * 1e9;
     probe.push_back({{"rows", r},
                      {"flops_per_byte", r / 2.0},
                      {"read_gbs", gbs},
                      {"compute_over_read", compute / read},
-                     {"fraction_of_roofline", std::max(read, compute) * gbs * 1e9}});
+                     {"fraction_of_roofline", fraction},
+                     {"measurement_error", flagged(fraction)},
+                     {"sum", p.sum}});
   }
 
   nlohmann::json rows = nlohmann::json::array();
@@ -86,7 +95,8 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                     {"roofline_seconds", b},
                     {"roofline_ratio", b / bound(1)},
                     {"gflops", pipe->forward_flops(k, cfg).total() / t / 1e9},
-                    {"fraction_of_roofline", b / t}});
+                    {"fraction_of_roofline", b / t},
+                    {"measurement_error", flagged(b / t)}});
   }
   if (o.format == "json") {
     nlohmann::json j = {{"model", o.model},
@@ -100,50 +110,70 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                         {"amx_bf16_gflops", peak.amx_bf16_gflops},
                         {"linear_kernel", linear_kernel_isa()},
                         {"matmul_peak_used", matmul_unit},
+                        {"read_bandwidth_given", o.read_gbs > 0.0},
                         {"rows", rows},
-                        {"read_with_fma_probe", probe}};
+                        {"read_with_fma_probe", probe},
+                        {"measurement_error_above", kRooflineMeasurementError},
+                        {"measurement_errors", errors}};
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
   if (csv) {
     std::printf(
-        "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline\n");
+        "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline,"
+        "measurement_error\n");
   } else {
     std::printf(
         "model %s (%s, %.1f MB streamed per forward), %d thread(s), %s, linear kernel %s; read "
-        "bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOP/s, bf16 dot peak %.0f GFLOP/s, AMX bf16 "
+        "bandwidth %.1f GB/s%s, f32 FMA peak %.0f GFLOP/s, bf16 dot peak %.0f GFLOP/s, AMX bf16 "
         "peak %.0f GFLOP/s (roofline: matrix multiplies at %s, attention at f32 FMA); best of %d "
         "forwards per k after half an image in the KV cache\n",
         o.model.c_str(), pipe->config().gpt.dtype.c_str(), bytes / 1e6, pipe->threads(),
         cfg ? "CFG: 2 rows per position" : "no CFG: 1 row per position",
-        linear_kernel_isa().c_str(), bandwidth / 1e9, peak.f32_fma_gflops, peak.bf16_dot_gflops,
-        peak.amx_bf16_gflops, matmul_unit, o.repeat);
+        linear_kernel_isa().c_str(), bandwidth / 1e9, o.read_gbs > 0.0 ? " (given)" : "",
+        peak.f32_fma_gflops, peak.bf16_dot_gflops, peak.amx_bf16_gflops, matmul_unit, o.repeat);
     std::printf(
         "| k | rows | ms | ratio to k=1 | roofline ms | roofline ratio | GFLOP/s | of roofline "
         "|\n");
     std::printf("|---|---|---|---|---|---|---|---|\n");
   }
+  // md: a flagged fraction is marked, and a note under the tables says what the mark means.
+  auto mark = [](const nlohmann::json& row) {
+    return row["measurement_error"].get<bool>() ? " (!)" : "";
+  };
   for (const auto& r : rows) {
     const double t = r["seconds"].get<double>(), b = r["roofline_seconds"].get<double>();
-    std::printf(csv ? "%d,%d,%.6f,%.4f,%.6f,%.4f,%.2f,%.4f\n"
-                    : "| %d | %d | %.3f | %.2f | %.3f | %.2f | %.1f | %.0f%% |\n",
-                r["k"].get<int>(), r["rows"].get<int>(), csv ? t : t * 1e3,
-                r["ratio"].get<double>(), csv ? b : b * 1e3, r["roofline_ratio"].get<double>(),
-                r["gflops"].get<double>(),
-                csv ? r["fraction_of_roofline"].get<double>()
-                    : 100 * r["fraction_of_roofline"].get<double>());
+    if (csv)
+      std::printf("%d,%d,%.6f,%.4f,%.6f,%.4f,%.2f,%.4f,%d\n", r["k"].get<int>(),
+                  r["rows"].get<int>(), t, r["ratio"].get<double>(), b,
+                  r["roofline_ratio"].get<double>(), r["gflops"].get<double>(),
+                  r["fraction_of_roofline"].get<double>(),
+                  static_cast<int>(r["measurement_error"].get<bool>()));
+    else
+      std::printf("| %d | %d | %.3f | %.2f | %.3f | %.2f | %.1f | %.0f%%%s |\n", r["k"].get<int>(),
+                  r["rows"].get<int>(), t * 1e3, r["ratio"].get<double>(), b * 1e3,
+                  r["roofline_ratio"].get<double>(), r["gflops"].get<double>(),
+                  100 * r["fraction_of_roofline"].get<double>(), mark(r));
   }
-  if (csv) return;
+  const std::string what =
+      "more than " + std::to_string(static_cast<int>(100 * kRooflineMeasurementError + 0.5)) +
+      "% of the roofline: a measurement error, not a speed (a time below its bound means the "
+      "bound's bandwidth, peak or FLOP count is wrong, or the timing missed work)";
+  if (csv) {
+    if (errors > 0) std::fprintf(stderr, "warning: %d row(s) at %s\n", errors, what.c_str());
+    return;
+  }
   std::printf(
       "\nA loop that only reads f32 weights and multiplies each into `rows` accumulators (FMAs, "
       "prefetched as the kernel prefetches; no other work), against max(its 1-row read time, its "
       "FMAs at the peak):\n"
       "| rows | flop/B | GB/s | arithmetic / read time | of roofline |\n|---|---|---|---|---|\n");
   for (const auto& p : probe)
-    std::printf("| %d | %.1f | %.1f | %.2f | %.0f%% |\n", p["rows"].get<int>(),
+    std::printf("| %d | %.1f | %.1f | %.2f | %.0f%%%s |\n", p["rows"].get<int>(),
                 p["flops_per_byte"].get<double>(), p["read_gbs"].get<double>(),
-                p["compute_over_read"].get<double>(),
-                100 * p["fraction_of_roofline"].get<double>());
+                p["compute_over_read"].get<double>(), 100 * p["fraction_of_roofline"].get<double>(),
+                mark(p));
+  if (errors > 0) std::printf("\n(!) %s\n", what.c_str());
 }
 
 }  // namespace tessera::cli

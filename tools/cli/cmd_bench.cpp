@@ -34,6 +34,7 @@ struct BenchArgs {
   bool legend = false;
   int per_class = 2;
   bool verify_cost = false;
+  double read_gbs = 0.0;  // --verify-cost: given read bandwidth (0: measured)
   std::string k_range = "1:32";
   int concurrent = 0;
 };
@@ -115,6 +116,7 @@ int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
   parse_k_range(a.k_range, vo.k_from, vo.k_to);
   vo.repeat = b.count("--repeat") > 0 ? a.repeat : 3;
   vo.format = a.format;
+  vo.read_gbs = a.read_gbs;
   bench_verify_cost(vo);
   return 0;
 }
@@ -171,6 +173,8 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   apply_common(a.common);
   if (a.concurrent > 0) return run_concurrent_bench(a, b);
   if (b.count("--k-range") > 0 && !a.verify_cost) throw Error("--k-range applies to --verify-cost");
+  if (b.count("--read-gbs") > 0 && !a.verify_cost)
+    throw Error("--read-gbs applies to --verify-cost");
   if (a.verify_cost) {
     int from = 0, to = 0;
     parse_k_range(a.k_range, from, to);  // a bad range fails before the model loads
@@ -307,6 +311,10 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
                 "Start N copies of the same `generate` run at once (vanilla, then each of "
                 "--methods) and report each copy's time against the run alone (-o md|json)")
       ->check(int_at_least(1));
+  b->add_option("--read-gbs", a->read_gbs,
+                "--verify-cost: the roofline's read bandwidth in GB/s (e.g. the memory's "
+                "datasheet figure); default: measured")
+      ->check(CLI::PositiveNumber);
   return {b, [a, b] { return run_bench(*a, *b); }};
 }
 

@@ -91,8 +91,10 @@ inline void prefetch_row(const float* row) {
   }
 }
 
+// k0: the panel row (mod kProbeK) that w starts at, so that a thread's share reads the same
+// activations as it would in a single-threaded read and the result does not depend on the split.
 template <int R>
-float read_with_fma(const float* w, size_t n, const float* x) {
+float read_with_fma(const float* w, size_t n, const float* x, size_t k0) {
 #if defined(__AVX512F__)
   constexpr int kAcc = R < 12 ? R : 12;
   __m512 acc[kAcc][2];
@@ -100,7 +102,7 @@ float read_with_fma(const float* w, size_t n, const float* x) {
   // GCC keeps them all in memory.
 #pragma GCC unroll 12
   for (int r = 0; r < kAcc; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const float* xk = x;
+  const float* xk = x + k0 % kProbeK * R;
   for (size_t i = 0; i < n; i += 32) {
     prefetch_row(w + i);
     const __m512 a = _mm512_load_ps(w + i), b = _mm512_load_ps(w + i + 16);
@@ -125,7 +127,7 @@ float read_with_fma(const float* w, size_t n, const float* x) {
   for (int r = 0; r < kAcc; ++r)
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) acc[r][c] = _mm256_setzero_ps();
-  const float* xk = x;
+  const float* xk = x + k0 % kProbeK * R;
   for (size_t i = 0; i < n; i += 32) {
     prefetch_row(w + i);
     __m256 wv[4];
@@ -150,7 +152,7 @@ float read_with_fma(const float* w, size_t n, const float* x) {
 #else
   float acc[R] = {};
   for (size_t i = 0; i < n; ++i)
-    for (int r = 0; r < R; ++r) acc[r] += x[(i / 32 % kProbeK) * R + r] * w[i];
+    for (int r = 0; r < R; ++r) acc[r] += x[((k0 + i / 32) % kProbeK) * R + r] * w[i];
   float s = 0.0f;
   for (int r = 0; r < R; ++r) s += acc[r];
   return s;
@@ -158,35 +160,39 @@ float read_with_fma(const float* w, size_t n, const float* x) {
 }
 
 template <int R = 32>
-float read_with_fma_rows(int rows, const float* w, size_t n, const float* x) {
+float read_with_fma_rows(int rows, const float* w, size_t n, const float* x, size_t k0) {
   if constexpr (R >= 1) {
-    if (rows == R) return read_with_fma<R>(w, n, x);
-    return read_with_fma_rows<R - 1>(rows, w, n, x);
+    if (rows == R) return read_with_fma<R>(w, n, x, k0);
+    return read_with_fma_rows<R - 1>(rows, w, n, x, k0);
   }
   return 0.0f;
 }
 
 }  // namespace
 
-std::vector<double> measure_read_with_fma_gbs(const std::vector<int>& rows, size_t bytes,
-                                              int repeats) {
+std::vector<ReadWithFma> measure_read_with_fma(const std::vector<int>& rows, size_t bytes,
+                                               int repeats) {
   for (int r : rows) check(r >= 1 && r <= 32, "read-with-FMA probe: rows must be 1-32");
+  check(repeats >= 1, "read-with-FMA probe: repeats must be at least 1");
   const size_t n = bytes / sizeof(float) / 32 * 32;
   const Buffer buf = filled_buffer(n);
   std::vector<float> x(static_cast<size_t>(kProbeK * 32));
   for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 1e-3f * static_cast<float>(i % 97);
-  std::vector<double> gbs;
-  for (int rw : rows)
-    gbs.push_back(best_read_gbs(n * sizeof(float), repeats, [&] {
+  std::vector<ReadWithFma> out;
+  for (int rw : rows) {
+    ReadWithFma& o = out.emplace_back();
+    o.gbs = best_read_gbs(n * sizeof(float), repeats, [&] {
       // Each thread reads one contiguous range, as each takes a contiguous range of panels.
-      return cpu_pool().run_sum<float>("memory_probe", [&](int tid, int team) {
+      o.sum = cpu_pool().run_sum<float>("memory_probe", [&](int tid, int team) {
         const size_t threads = static_cast<size_t>(team), t = static_cast<size_t>(tid);
         const size_t per = n / 32 / threads * 32;
         const size_t lo = t * per, hi = t + 1 == threads ? n : lo + per;
-        return read_with_fma_rows(rw, buf.get() + lo, hi - lo, x.data());
+        return read_with_fma_rows(rw, buf.get() + lo, hi - lo, x.data(), lo / 32);
       });
-    }));
-  return gbs;
+      return static_cast<float>(o.sum);
+    });
+  }
+  return out;
 }
 
 }  // namespace tessera
