@@ -95,6 +95,59 @@ TEST(QualityConfig, RoundTripKeepsOtherKeys) {
   EXPECT_FALSE(parse_model_config(original, "m").quality.present);
 }
 
+// Issue 39: a setting replaced by tune --write is kept, newest first, in the method's history.
+TEST(QualityConfig, ReplacedSettingsGoToTheHistory) {
+  nlohmann::ordered_json shipped =
+      nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
+  shipped.erase("quality");
+  ValidatedSetting first = sample_setting(), second = sample_setting(), third = sample_setting();
+  first.params["lantern.k"] = int64_t{10};
+  second.params["lantern.k"] = int64_t{20};
+  third.params["lantern.k"] = int64_t{40};
+  std::string text = with_validated_setting(shipped.dump(2), "m", "lantern", first);
+  EXPECT_TRUE(parse_model_config(text, "m").quality.methods.at("lantern").history.empty());
+  text = with_validated_setting(text, "m", "lantern", second);
+  text = with_validated_setting(text, "m", "lantern", third);
+  const ValidatedSetting& s = parse_model_config(text, "m").quality.methods.at("lantern");
+  EXPECT_EQ(std::get<int64_t>(s.params.at("lantern.k")), 40);
+  ASSERT_EQ(s.history.size(), 2u);
+  EXPECT_EQ(std::get<int64_t>(s.history[0].params.at("lantern.k")), 20);  // newest first
+  EXPECT_EQ(std::get<int64_t>(s.history[1].params.at("lantern.k")), 10);
+  EXPECT_EQ(s.history[1].measured.images, 64);
+  EXPECT_TRUE(s.history[0].history.empty());
+  // A history entry is a setting without a history of its own.
+  auto j = nlohmann::json::parse(text);
+  j["quality"]["methods"]["lantern"]["history"][0]["history"] = nlohmann::json::array();
+  try {
+    parse_model_config(j.dump(), "m");
+    ADD_FAILURE() << "nested history accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("history[0]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TuneSelection, IntervalsMustResolveTheTolerance) {
+  const QualityTolerance t;  // 2 points of top-1, 10% of the floor
+  // -n 4: top-1 [25, 100]% around 50% reaches 50 points: (50 / 2)^2 = 625 times the images.
+  const ToleranceResolution wide =
+      tolerance_resolution({0.5, 0.25, 1.0}, {40, 35, 45}, 4, 100.0, t);
+  EXPECT_FALSE(wide.resolved);
+  EXPECT_NEAR(wide.top1_reach, 0.5, 1e-12);
+  EXPECT_NEAR(wide.top1_allowed, 0.02, 1e-12);
+  EXPECT_EQ(wide.images_needed, 2500);
+  // The Frechet interval can be the one that needs more: reach 20 against 10% of 50 = 5.
+  const ToleranceResolution fd = tolerance_resolution({0.8, 0.79, 0.81}, {50, 30, 70}, 64, 50.0, t);
+  EXPECT_FALSE(fd.resolved);
+  EXPECT_EQ(fd.images_needed, 64 * 16);
+  const ToleranceResolution ok =
+      tolerance_resolution({0.8, 0.785, 0.815}, {50, 46, 54}, 1600, 50.0, t);
+  EXPECT_TRUE(ok.resolved);
+  EXPECT_EQ(ok.images_needed, 1600);
+  QualityTolerance zero;
+  zero.top1_drop_points = 0;
+  EXPECT_FALSE(tolerance_resolution({0.8, 0.79, 0.81}, {50, 49, 51}, 64, 50.0, zero).resolved);
+}
+
 TEST(QualityConfig, StrictErrors) {
   auto base = nlohmann::json::parse(slurp(kEmoji + "/target/config.json"));
   base["quality"] = nlohmann::json::parse(nlohmann::json::parse(with_validated_setting(
@@ -231,7 +284,7 @@ TEST_F(TuneCli, NoteOnGenerate) {
   ASSERT_EQ(inside.code, 0) << inside.err;
   EXPECT_EQ(inside.err.find("validated"), std::string::npos) << inside.err;
   const CliResult jacobi = run({"generate", "-m", kEmoji + "/target", "--class", "3", "-n", "1",
-                                "--method", "amplify", "-o", tmp("c.png")});
+                                "--method", "amplify", "--draft", "none", "-o", tmp("c.png")});
   ASSERT_EQ(jacobi.code, 0) << jacobi.err;
   EXPECT_NE(jacobi.err.find("Jacobi drafts (validated with a draft model)"), std::string::npos)
       << jacobi.err;
@@ -264,16 +317,23 @@ TEST_F(TuneCli, EndToEndWrite) {
   for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
     fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
   fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
+  fs::create_directory_symlink(fs::path(kEmoji) / "draft", tmp("draft"));
   auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
-  cfg["quality"] = {{"tolerance", {{"top1_drop_points", 100}, {"frechet_over_floor", 100}}}};
+  // The shipped validated settings stay (amplify's is replaced below and goes to its history).
+  cfg["quality"]["tolerance"] = {{"top1_drop_points", 100}, {"frechet_over_floor", 100}};
   spit(model / "config.json", cfg.dump(2));
-  const CliResult r = run({"tune", "-m", model.string(), "--draft", kEmoji + "/draft", "--method",
-                           "amplify", "--grid", "amplify.k=1.5,3;draft_len=3", "-n", "2", "-b", "2",
-                           "-o", "json", "--write", "--plot", tmp("front.png")});
+  // The draft and the classifier are the ones its config.json names (../draft, ../classifier).
+  const CliResult r = run({"tune", "-m", model.string(), "--method", "amplify", "--grid",
+                           "amplify.k=1.5,3;draft_len=3", "-n", "2", "-b", "2", "-o", "json",
+                           "--write", "--plot", tmp("front.png")});
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["points"].size(), 2u);
   EXPECT_EQ(j["images_per_point"], 2);
+  EXPECT_EQ(j["draft"], tmp("draft"));
+  EXPECT_EQ(j["classifier"], tmp("classifier"));
+  EXPECT_NE(r.err.find("drafter=model " + tmp("draft") + " (named in "), std::string::npos)
+      << r.err;
   for (const auto& p : j["points"]) {
     EXPECT_GT(p["speedup_vs_vanilla"].get<double>(), 0.0);
     EXPECT_TRUE(p["within_tolerance"].get<bool>());
@@ -289,6 +349,10 @@ TEST_F(TuneCli, EndToEndWrite) {
                    j["points"][best]["params"]["amplify.k"].get<double>());
   EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), 3);
   EXPECT_EQ(s.measured.images, 2);
+  ASSERT_EQ(s.history.size(), 1u);  // the shipped setting it replaced
+  EXPECT_DOUBLE_EQ(std::get<double>(s.history[0].params.at("amplify.k")), 1.25);
+  EXPECT_EQ(s.history[0].measured.images, 64);
+  EXPECT_NE(r.err.find("the previous one is kept"), std::string::npos) << r.err;
   EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 100);  // kept
   EXPECT_EQ(c.gpt.dim, 384);                                    // the rest kept
 
@@ -312,6 +376,22 @@ TEST_F(TuneCli, EndToEndWrite) {
   const auto notes = nlohmann::json::parse(slurp(tmp("d.json")))["notes"];
   ASSERT_EQ(notes.size(), 1u) << notes;
   EXPECT_NE(notes[0].get<std::string>().find("draft_len=2 (validated 3)"), std::string::npos);
+
+  // At the default tolerance (2 points of top-1), 2 images cannot resolve it: refused, the file
+  // untouched, and the message says how many images would.
+  cfg = nlohmann::ordered_json::parse(slurp(model / "config.json"));
+  cfg["quality"]["tolerance"] = {{"top1_drop_points", 2}, {"frechet_over_floor", 0.1}};
+  spit(model / "config.json", cfg.dump(2));
+  const std::string before = slurp(model / "config.json");
+  const CliResult refused =
+      run({"tune", "-m", model.string(), "--method", "amplify", "--grid",
+           "amplify.k=1.5;draft_len=3", "-n", "2", "-b", "2", "-q", "--write"});
+  EXPECT_EQ(refused.code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("--write: at -n 2 the intervals cannot resolve the tolerance"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("images per point (-n "), std::string::npos) << refused.err;
+  EXPECT_EQ(slurp(model / "config.json"), before);
 }
 
 }  // namespace

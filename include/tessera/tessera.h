@@ -96,6 +96,10 @@ struct GenerateOptions {
   // so generate returns the grids of every finished image, in order, fewer than the conditions;
   // `stats` covers just those.
   const std::atomic<bool>* cancel = nullptr;
+  // Called as each image finishes, in order: (its index among the conditions, its token grid).
+  // A front-end writes the image at once, so that a run stopped later keeps every finished one.
+  // An exception it throws ends generate.
+  std::function<void(size_t, const std::vector<int32_t>&)> on_image;
 };
 
 // Per-image record of a generation.
@@ -191,6 +195,10 @@ class Pipeline {
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts,
                                              GenerateStats* stats = nullptr);
+  // Raises the error generate would raise for opts (a bad setting, a draft model that does not
+  // fit), without generating: a front-end checks every run of a sweep before the first starts.
+  // Loads the draft model and builds the method's tables, which generate then reuses.
+  void validate(const GenerateOptions& opts);
   // Logits [tokens.size() + 1, vocab] without guidance: row i is the next-token logits after
   // the prefix and the first i tokens.
   std::vector<float> forward_logits(const Condition& condition, std::span<const int32_t> tokens);
@@ -217,6 +225,8 @@ class Pipeline {
   std::vector<std::vector<float>> generate_latents(const std::vector<int>& labels,
                                                    const MarGenerateOptions& opts,
                                                    MarStats* stats = nullptr);
+  // The same for generate_latents.
+  void validate_latents(const MarGenerateOptions& opts);
   // MAE forward for debugging: z [seq_len, dim] of every position of one canvas (tokens
   // [seq_len * token_dim], unknown [seq_len] with 1 = masked).
   std::vector<float> forward_z(int label, std::span<const float> tokens,

@@ -62,7 +62,11 @@ Interval percentile_bootstrap(double value, const std::function<double(int)>& st
   for (double x : v) shift += x;
   shift = v.empty() ? Interval::kNaN : shift / static_cast<double>(v.size()) - value;
   if (bias) *bias = shift;
-  if (recentre) r.lo -= shift, r.hi -= shift;
+  if (recentre) {
+    // Recentring can carry the bounds below 0, which a distance cannot reach: clamped there.
+    r.lo = std::max(r.lo - shift, 0.0);
+    r.hi = std::max(r.hi - shift, 0.0);
+  }
   return r;
 }
 

@@ -33,6 +33,7 @@ struct BenchArgs {
   int per_class = 2;
   bool verify_cost = false;
   std::string k_range = "1:32";
+  DrafterChoice drafter;  // resolved from --draft and the model's companions
 };
 
 int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
@@ -126,13 +127,9 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     bench_kernels(a.repeat, a.json);
     return 0;
   }
-  // Without -m: the embedded default model, and its shipped draft for the methods that draft with
-  // a model (as generate does); the table's header names both.
-  if (a.common.model.empty()) {
-    a.common.model = default_model_dir();
-    if (a.gen.spec.draft_model.empty() && !a.methods.empty())
-      a.gen.spec.draft_model = sibling_draft_dir(a.common.model);
-  }
+  // Without -m: the embedded default model. The methods that draft with a model use --draft, else
+  // the draft the model's config.json names (as generate does); the table's header names it.
+  if (a.common.model.empty()) a.common.model = default_model_dir();
   apply_common(a.common);
   if (b.count("--k-range") > 0 && !a.verify_cost) throw Error("--k-range applies to --verify-cost");
   if (a.verify_cost) {
@@ -143,6 +140,12 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     return run_verify_cost_bench(a, b);
   }
   check_bench_flags(a, b, is_mar(a.common.model));
+  if (!a.methods.empty()) {
+    const DrafterChoice dc =
+        choose_drafter(a.common.model, split_list(a.methods), a.gen.spec.draft_model);
+    a.gen.spec.draft_model = dc.dir;
+    a.drafter = dc;
+  }
   if (is_mar(a.common.model)) return run_mar_bench(a, b);
   // Before any note is printed or anything loaded: a bad --quality is one error line.
   const std::string classifier =
@@ -172,6 +175,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     mo.classifier = classifier;
     mo.legend = a.legend;
     mo.per_class = a.per_class;
+    mo.drafter_why = a.drafter.why;
     bench_methods(mo);
     return 0;
   }
@@ -237,8 +241,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
                 "same classes and seeds in this run");
   b->add_option("--quality", a->quality,
                 "--methods: classifier directory for image-quality columns (top-1, Frechet "
-                "distance to vanilla, diversity; docs/quality.md); auto: MODEL/../classifier if "
-                "present; off: speed only")
+                "distance to vanilla, diversity; docs/quality.md); auto: the classifier "
+                "MODEL/config.json names, else MODEL/../classifier if present; off: speed only")
       ->capture_default_str();
   b->add_flag("--legend", a->legend, "--methods: print what each column means after the tables");
   b->add_option("--per-class", a->per_class,
@@ -254,7 +258,7 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
       ->capture_default_str();
   b->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();
   b->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
-  add_method_flags(b, a->gen.spec);
+  add_method_flags(b, a->gen.spec, md);
   add_mar_options(b, a->mar);
   b->add_option("--draft-lens", a->draft_lens,
                 "--methods: draft lengths to sweep, e.g. auto,4,8,16,32");

@@ -20,6 +20,8 @@ struct Command {
 // before the flags are defined.
 struct ModelDefaults {
   SamplingOptions sampling;
+  QualitySection quality;    // the model's validated method settings (config.json "quality")
+  std::string draft;         // the draft its config.json names, as written ("../draft"); "": none
   std::string model;         // the model they were read from ("" when none could be read)
   bool model_given = false;  // from -m (else the default model)
 };

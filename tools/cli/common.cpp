@@ -257,6 +257,8 @@ ModelDefaults model_defaults(int argc, const char* const* argv) {
   try {
     if (md.model.empty()) md.model = default_model_dir();
     const ModelConfig mc = load_model_config(md.model);
+    md.quality = mc.quality;
+    md.draft = mc.companions.draft;
     if (mc.is_mar()) {
       md.sampling.cfg_scale = 1.0f;  // MAR's own defaults (main_mar.py), see mar_run
       md.sampling.temperature = 1.0f;

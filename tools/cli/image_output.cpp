@@ -1,9 +1,11 @@
 #include "image_output.h"
 
+#include <chrono>
+
 #include <jpeglib.h>
-#include <memory>
 #include <webp/encode.h>
 #include <webp/mux.h>
+#include <memory>
 
 #include <algorithm>
 #include <cctype>
@@ -151,12 +153,23 @@ std::string xmp_packet(const std::string& parameters) {
   std::string v;
   for (char c : parameters) {
     switch (c) {
-      case '&': v += "&amp;"; break;
-      case '<': v += "&lt;"; break;
-      case '>': v += "&gt;"; break;
-      case '"': v += "&quot;"; break;
-      case '\n': v += "&#10;"; break;
-      default: v += c;
+      case '&':
+        v += "&amp;";
+        break;
+      case '<':
+        v += "&lt;";
+        break;
+      case '>':
+        v += "&gt;";
+        break;
+      case '"':
+        v += "&quot;";
+        break;
+      case '\n':
+        v += "&#10;";
+        break;
+      default:
+        v += c;
     }
   }
   return "<x:xmpmeta xmlns:x=\"adobe:ns:meta/\"><rdf:RDF "
@@ -244,6 +257,53 @@ void write_numbered(const std::string& path, int count, int n, size_t first,
     written.push_back(name);
     log_info("wrote " + name);
   }
+}
+
+namespace {
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ImageWriter::ImageWriter(std::string out, bool grid, int total, size_t first, int size)
+    : out_(std::move(out)), grid_(grid), total_(total), size_(size), first_(first) {
+  last_sheet_ = seconds_now();
+}
+
+void ImageWriter::add(int i, const std::vector<uint8_t>& rgb, const std::string& parameters) {
+  if (grid_) {
+    sheet_pixels_.insert(sheet_pixels_.end(), rgb.begin(), rgb.end());
+    sheet_params_.push_back(parameters);
+    // The sheet so far, now and then: a run stopped later still leaves one.
+    if (seconds_now() - last_sheet_ >= 1.0) write_sheet();
+    return;
+  }
+  const std::string name = numbered(out_, i, total_, first_);
+  try {
+    write_image(name, rgb.data(), size_, size_, parameters);
+  } catch (const Error& e) {
+    if (total_ == 1) throw;
+    throw Error(std::string(e.what()) + " (written: " + written_list(written_) + ")");
+  }
+  written_.push_back(name);
+  log_info("wrote " + name);
+}
+
+void ImageWriter::write_sheet() {
+  const int n = static_cast<int>(sheet_params_.size());
+  if (n == 0) return;
+  int W, H;
+  std::string all;
+  for (const auto& p : sheet_params_) all += p + "\n";
+  const std::vector<uint8_t> sheet = tile(sheet_pixels_, n, size_, std::min(n, 8), W, H);
+  write_image(numbered(out_, 0, 1, first_), sheet.data(), W, H, all);
+  last_sheet_ = seconds_now();
+}
+
+void ImageWriter::finish() {
+  if (!grid_ || sheet_params_.empty()) return;
+  write_sheet();
+  log_info("wrote " + numbered(out_, 0, 1, first_));
 }
 
 DecodeImages decode_tokens(Pipeline& pipe, const std::vector<int32_t>& tokens) {

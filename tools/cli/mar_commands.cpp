@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common.h"
 #include "heatmap.h"
 #include "image_output.h"
 #include "interrupt.h"
+#include "method_flags.h"
 #include "progress.h"
 #include "tessera/file_io.h"
 #include "tessera/image_io.h"
@@ -90,6 +92,16 @@ int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   };
   MarStats st;
   g.cancel = InterruptGuard::flag();
+  // Each image is decoded and written as it finishes (a --grid sheet as it grows).
+  std::optional<ImageWriter> writer;
+  if (!out.png.empty()) {
+    writer.emplace(out.png, out.grid, o.n, out.first_name, pipe->image_size());
+    g.on_image = [&](size_t i, const std::vector<float>& latents) {
+      RunSettings one = out.settings;
+      one.add("image_index", std::to_string(g.first_image_index + i));
+      writer->add(static_cast<int>(i), pipe->decode_latents(latents, 1), one.text());
+    };
+  }
   const auto images = pipe->generate_latents(std::vector<int>(o.n, label), g, &st);
   bar.finish();
   const int made = static_cast<int>(images.size());
@@ -118,16 +130,7 @@ int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
     write_npy(out.latents, {made, c.seq_len(), c.token_dim()}, flat);
     log_info("wrote " + out.latents);
   }
-  if (!out.png.empty()) {
-    std::vector<std::string> params;
-    for (int i = 0; i < made; ++i) {
-      RunSettings one = out.settings;
-      one.add("image_index", std::to_string(g.first_image_index + i));
-      params.push_back(one.text());
-    }
-    write_pngs(decode_latents(*pipe, flat), made, pipe->image_size(), out.png, out.grid, params,
-               o.n, out.first_name);
-  }
+  if (writer) writer->finish();
   return made;
 }
 
@@ -182,6 +185,27 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
   if (o.gen.sampling.num_iter == 0) o.gen.sampling.num_iter = std::min(64, c.seq_len());
   std::vector<int> labels;
   for (int i = 0; i < o.n; ++i) labels.push_back((std::max(o.class_id, 0) + i) % c.num_classes);
+  const std::vector<int> batches = b.batches.empty() ? std::vector<int>{o.gen.batch} : b.batches;
+  const std::vector<int> lens =
+      b.draft_lens.empty() ? std::vector<int>{o.gen.spec.draft_len} : b.draft_lens;
+  // Every run is checked before the first starts, and a bad value names the sweep's flag.
+  for (int batch : batches)
+    for (const auto& m : b.methods)
+      for (int gamma : lens) {
+        MarGenerateOptions g = o.gen;
+        g.batch = batch;
+        g.spec.method = m;
+        g.spec.draft_len = gamma;
+        try {
+          pipe->validate_latents(g);
+        } catch (const ParameterError& e) {
+          throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
+            if (p == "draft_len" && !b.draft_lens.empty()) return std::string("--draft-lens");
+            if (p == "batch" && !b.batches.empty()) return std::string("--batches");
+            return flag_of(p);
+          }));
+        }
+      }
   {  // warm-up: page in the weights (and the draft's) before anything is timed
     MarGenerateOptions w = o.gen;
     w.sampling.num_iter = 1;
@@ -189,9 +213,6 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
     pipe->generate_latents({labels.front()}, w);
   }
   nlohmann::json rows = nlohmann::json::array();
-  const std::vector<int> batches = b.batches.empty() ? std::vector<int>{o.gen.batch} : b.batches;
-  const std::vector<int> lens =
-      b.draft_lens.empty() ? std::vector<int>{o.gen.spec.draft_len} : b.draft_lens;
   for (int batch : batches) {
     double vanilla_s = 0.0;
     auto run = [&](const std::string& method, int gamma) {

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <set>
 
+#include "default_model.h"
+#include "method_flags.h"
 #include "tessera/error.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
@@ -111,6 +113,17 @@ std::vector<std::string> settings_to_args(const std::string& png_path) {
     }
     args.push_back(flag);
     args.push_back(v);
+  }
+  // Jacobi drafts recorded before a model could name its draft: keep them Jacobi drafts.
+  const auto value_of = [&](const std::string& key) {
+    for (const auto& [k, v] : items)
+      if (k == key) return v;
+    return std::string();
+  };
+  if (value_of("drafter") == "jacobi" && value_of("draft").empty() &&
+      uses_draft_model(value_of("method"))) {
+    args.push_back("--draft");
+    args.push_back(kNoDraft);
   }
   if (args.empty()) throw Error("--from-png " + png_path + ": no settings in its parameters");
   return args;

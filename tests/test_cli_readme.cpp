@@ -1,0 +1,288 @@
+// What a new user meets first (issue 39): a model directory that names its companions (the draft,
+// the classifier), so `-m DIR` runs what the default model runs; --help showing the defaults that
+// apply (the model's validated settings); every flag checked before any work; prompts as typed;
+// images written as they finish; --from-png on every format it writes; the small things.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cli_harness.h"
+#include "tessera/config.h"
+
+using namespace tessera;
+
+namespace {
+
+const fs::path kEmojiDir = fs::path(TESSERA_SOURCE_DIR) / "models" / "emoji";
+const std::string kTarget = (kEmojiDir / "target").string();
+
+class CliReadme : public CliTest {
+ protected:
+  // The line a run starts with ("run: model=...; ..."), or "".
+  static std::string run_line(const std::string& err) {
+    const size_t at = err.find("run: ");
+    return at == std::string::npos ? "" : err.substr(at, err.find('\n', at) - at);
+  }
+  // A copy of the fixture model whose config.json names `companions`.
+  fs::path fixture_with_companions(const nlohmann::json& companions) const {
+    const fs::path dir = copy_model("c2i_f32");
+    edit_config(dir, [&](nlohmann::json& j) { j["companions"] = companions; });
+    return dir;
+  }
+};
+
+// ---- item 2: a model directory names its companions ---------------------------------------------
+
+TEST(ModelCompanions, ParsedResolvedAndChecked) {
+  const std::string base = R"({"gpt": {"model_type": "c2i", "dim": 8, "n_layer": 1, "n_head": 2,
+      "ffn_dim": 8, "vocab_size": 4, "num_classes": 2, "image_size": 4, "downsample": 2})";
+  const ModelConfig none = parse_model_config(base + "}", "/m/target");
+  EXPECT_TRUE(none.companions.draft.empty());
+  EXPECT_EQ(none.companion_path(none.companions.draft), "");
+  const ModelConfig mc = parse_model_config(
+      base + R"(, "companions": {"draft": "../draft", "classifier": "../classifier"}})",
+      "/m/target");
+  EXPECT_EQ(mc.companions.draft, "../draft");
+  EXPECT_EQ(mc.companion_path(mc.companions.draft), "/m/draft");
+  EXPECT_EQ(mc.companion_path(mc.companions.classifier), "/m/classifier");
+  auto refused = [&](const std::string& companions, const std::string& needle) {
+    SCOPED_TRACE(companions);
+    try {
+      parse_model_config(base + ", \"companions\": " + companions + "}", "/m/target");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("companions"), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"draft": "/abs/draft"})", "relative");
+  refused(R"({"draft": ""})", "relative");
+  refused(R"({"draft": 3})", "wrong type");
+  refused(R"({"head": "../head"})", "unknown key \"head\"");
+  refused(R"(["../draft"])", "object");
+}
+
+// The shipped target names its draft: -m models/emoji/target runs exactly what the default does,
+// and the first line says which drafter runs and why.
+TEST_F(CliReadme, ModelDirectoryRunsWhatTheDefaultRuns) {
+  const std::vector<std::string> common = {"--class", "3", "--method",    "lantern",
+                                           "-s",      "4", "--draft-len", "4",
+                                           "-t",      "1", "--tokens-out"};
+  std::vector<std::string> by_default = {"generate"}, by_dir = {"generate", "-m", kTarget};
+  for (auto* v : {&by_default, &by_dir}) v->insert(v->end(), common.begin(), common.end());
+  by_default.push_back(tmp("a.npy"));
+  by_dir.push_back(tmp("b.npy"));
+  const CliResult a = run(by_default), b = run(by_dir);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(slurp(tmp("a.npy")), slurp(tmp("b.npy")));
+  EXPECT_EQ(run_line(a.err), run_line(b.err));
+  EXPECT_NE(run_line(b.err).find("drafter=model (named in " + kTarget + "/config.json)"),
+            std::string::npos)
+      << b.err;
+  EXPECT_EQ(b.err.find("validated"), std::string::npos) << b.err;  // inside its setting
+  // sd, which needs a draft model, runs with -m too.
+  const CliResult sd = run({"generate", "-m", kTarget, "--class", "3", "--method", "sd",
+                            "--draft-len", "4", "-t", "1", "--tokens-out", tmp("c.npy")});
+  ASSERT_EQ(sd.code, 0) << sd.err;
+  EXPECT_NE(sd.err.find("drafter=model"), std::string::npos) << sd.err;
+}
+
+TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {
+  // --draft none: Jacobi drafts, said so, stored so that --from-png repeats them.
+  const CliResult j = run({"generate", "-m", kTarget, "--class", "3", "--method", "lantern",
+                           "--draft", "none", "--draft-len", "4", "-t", "1", "-o", tmp("j.png")});
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_NE(run_line(j.err).find("drafter=jacobi (--draft none"), std::string::npos) << j.err;
+  EXPECT_NE(png_text(tmp("j.png"), "parameters").find("draft=none;"), std::string::npos);
+  const CliResult again = run({"generate", "--from-png", tmp("j.png"), "-o", tmp("k.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(slurp(tmp("j.png")), slurp(tmp("k.png")));
+  // --draft DIR: that model.
+  const CliResult d = run({"generate", "-m", kTarget, "--class", "3", "--method", "sd", "--draft",
+                           (kEmojiDir / "draft-data").string(), "--draft-len", "2", "-t", "1",
+                           "--tokens-out", tmp("d.npy")});
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(run_line(d.err).find("draft-data"), std::string::npos) << d.err;
+  EXPECT_NE(run_line(d.err).find("drafter=model (--draft)"), std::string::npos) << d.err;
+  // Refused before any work.
+  expect_error({"generate", "-m", kTarget, "--class", "3", "--method", "sd", "--draft", "none",
+                "--tokens-out", tmp("e.npy")},
+               {"--draft none", "sd needs a draft model"});
+  expect_error({"generate", "-m", kTarget, "--class", "3", "--method", "sd", "--draft",
+                tmp("missing"), "--tokens-out", tmp("e.npy")},
+               {"--draft", "no such directory"});
+  expect_error({"generate", "-m", kTarget, "--class", "3", "--method", "sjd", "--draft",
+                (kEmojiDir / "draft").string(), "--tokens-out", tmp("e.npy")},
+               {"--draft", "sjd drafts by Jacobi iteration"});
+  EXPECT_FALSE(fs::exists(tmp("e.npy")));
+}
+
+TEST_F(CliReadme, NamedDraftOfAnotherModel) {
+  // A fixture that names a copy of itself as its draft (same vocabulary).
+  const fs::path dir = fixture_with_companions({{"draft", "../c2i_draft"}});
+  const std::vector<std::string> args = {"generate", "-m",           dir.string(), "--class",
+                                         "3",        "--method",     "sd",         "-t",
+                                         "1",        "--tokens-out", tmp("t.npy")};
+  expect_error(args,
+               {dir.string() + "/config.json names the draft ../c2i_draft", "no such directory"});
+  fs::copy(kFixtures / "c2i_f32", tmp("c2i_draft"), fs::copy_options::recursive);
+  const CliResult r = run(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(run_line(r.err).find("drafter=model (named in " + dir.string() + "/config.json)"),
+            std::string::npos)
+      << r.err;
+  // A model that names none: sd needs --draft; lantern drafts by Jacobi iteration, and says why.
+  expect_error({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--method", "sd",
+                "--tokens-out", tmp("u.npy")},
+               {"sd needs a draft model", "--draft DIR", "names none"});
+  const CliResult l = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--method",
+                           "lantern", "-t", "1", "--tokens-out", tmp("l.npy")});
+  ASSERT_EQ(l.code, 0) << l.err;
+  EXPECT_NE(run_line(l.err).find("drafter=jacobi (no --draft given and "), std::string::npos)
+      << l.err;
+}
+
+TEST_F(CliReadme, BenchUsesTheNamedDraft) {
+  const CliResult r = run({"bench", "-m", kTarget, "--methods", "sd", "-n", "1", "--draft-lens",
+                           "2", "-o", "json", "--quality", "off", "-q", "-t", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["draft"], (kEmojiDir / "draft").string());
+  // bench --methods sd on a model that names no draft fails before the vanilla baseline.
+  const CliResult none =
+      run({"bench", "-m", fixture("c2i_f32"), "--methods", "sd", "-n", "1", "-t", "1"});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("needs a draft model"), std::string::npos) << none.err;
+  EXPECT_EQ(none.err.find("bench: vanilla"), std::string::npos) << none.err;
+}
+
+// ---- item 3: --help shows the defaults that apply --------------------------------------------
+
+TEST_F(CliReadme, HelpShowsTheModelsValidatedSettings) {
+  for (const std::string cmd : {"generate", "bench", "tune"}) {
+    SCOPED_TRACE(cmd);
+    const CliResult d = run({cmd, "--help"});
+    ASSERT_EQ(d.code, 0) << d.err;
+    // The shipped target's validated cool-sd, gsd and lantern settings (its config.json).
+    EXPECT_NE(d.out.find("default 1.3 (the model's validated setting; 1.1 without one)"),
+              std::string::npos)
+        << d.out;
+    EXPECT_NE(d.out.find("default 3 (the model's validated setting; 10 (14 with --gsd-reference) "
+                         "without one)"),
+              std::string::npos)
+        << d.out;
+    EXPECT_NE(d.out.find("default 0.2 (the model's validated setting; 0.1 without one)"),
+              std::string::npos)
+        << d.out;
+    EXPECT_NE(d.out.find("default: ../draft, named in the model's config.json"), std::string::npos)
+        << d.out;
+    // A model without validated settings or a draft: the methods' own defaults.
+    const CliResult f = run({cmd, "-m", fixture("c2i_f32"), "--help"});
+    ASSERT_EQ(f.code, 0) << f.err;
+    EXPECT_EQ(f.out.find("validated setting"), std::string::npos) << f.out;
+    EXPECT_NE(f.out.find("COOL-SD relaxation budget δ (cool-sd; > 0; default 1.1)"),
+              std::string::npos)
+        << f.out;
+  }
+}
+
+// ---- item 7: prompts as a user types them ----------------------------------------------------
+
+TEST_F(CliReadme, PromptsAsTyped) {
+  // Unquoted words are one prompt.
+  const CliResult words =
+      run({"generate", "red", "apple", "-t", "1", "--tokens-out", tmp("a.npy")});
+  ASSERT_EQ(words.code, 0) << words.err;
+  EXPECT_NE(words.err.find("prompt 'red apple' -> class"), std::string::npos) << words.err;
+  // The emoji itself, with or without U+FE0F.
+  const CliResult emoji = run({"generate", "🍎", "-t", "1", "--tokens-out", tmp("b.npy")});
+  ASSERT_EQ(emoji.code, 0) << emoji.err;
+  EXPECT_NE(emoji.err.find(": red apple (twitter) (matched by emoji)"), std::string::npos)
+      << emoji.err;
+  EXPECT_EQ(slurp(tmp("a.npy")), slurp(tmp("b.npy")));
+  expect_error({"generate", "🚀", "--tokens-out", tmp("c.npy")},
+               {"'🚀' is not one of this model's emoji", "tessera classes"});
+  expect_error({"generate", "red", "apple", "-p", "green apple", "--tokens-out", tmp("c.npy")},
+               {"give the prompt once"});
+  // classes: words that start names, and the emoji.
+  const CliResult straw = run({"classes", "straw"});
+  ASSERT_EQ(straw.code, 0) << straw.err;
+  EXPECT_NE(straw.out.find("strawberry"), std::string::npos) << straw.out;
+  const CliResult apple = run({"classes", "🍎"});
+  ASSERT_EQ(apple.code, 0) << apple.err;
+  EXPECT_EQ(std::count(apple.out.begin(), apple.out.end(), '\n'), 3) << apple.out;  // 3 styles
+  EXPECT_NE(apple.out.find("red apple"), std::string::npos) << apple.out;
+  const CliResult two = run({"classes", "red", "apple", "--style", "google"});
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_EQ(std::count(two.out.begin(), two.out.end(), '\n'), 1) << two.out;
+}
+
+// ---- item 5: images written as they finish -----------------------------------------------------
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& err_path) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> argv = {const_cast<char*>(TESSERA_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(TESSERA_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+bool wait_until(const std::function<bool()>& done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A run killed outright (a second Ctrl-C, a crash) keeps the images finished before: each was
+// written when it finished, complete, with its settings.
+TEST_F(CliReadme, EachImageIsWrittenWhenItFinishes) {
+  const std::string err = tmp("err.txt");
+  const pid_t pid =
+      spawn({"generate", "red apple", "-n", "64", "-b", "1", "-t", "1", "-o", tmp("i.png")}, err);
+  const bool first = wait_until([&] { return slurp(err).find("wrote ") != std::string::npos; }, 60);
+  const bool running = waitpid(pid, nullptr, WNOHANG) == 0;
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(first) << slurp(err);
+  EXPECT_TRUE(running) << "the run ended before its first image was reported";
+  EXPECT_NE(slurp(err).find("wrote " + tmp("i_0000.png")), std::string::npos) << slurp(err);
+  int w = 0, h = 0;
+  EXPECT_NO_THROW(read_png(tmp("i_0000.png"), w, h));
+  EXPECT_EQ(w, 64);
+  EXPECT_NE(png_text(tmp("i_0000.png"), "parameters").find("image_index=0"), std::string::npos);
+  EXPECT_FALSE(fs::exists(tmp("i_0063.png")));
+}
+
+TEST_F(CliReadme, GridSheetGrowsWhileTheRunLasts) {
+  const std::string err = tmp("err.txt");
+  const pid_t pid = spawn(
+      {"generate", "red apple", "-n", "64", "-b", "1", "-t", "1", "--grid", "-o", tmp("sheet.png")},
+      err);
+  const bool sheet = wait_until([&] { return fs::exists(tmp("sheet.png")); }, 60);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(sheet) << slurp(err);
+  int w = 0, h = 0;
+  EXPECT_NO_THROW(read_png(tmp("sheet.png"), w, h));  // whole: written atomically
+  const std::string params = png_text(tmp("sheet.png"), "parameters");
+  EXPECT_NE(params.find("image_index=0"), std::string::npos) << params;
+  EXPECT_EQ(params.find("image_index=63"), std::string::npos) << params;
+}
+
+}  // namespace
