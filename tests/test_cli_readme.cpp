@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "cli_harness.h"
 #include "tessera/config.h"
+#include "tessera/error.h"
 
 using namespace tessera;
 
@@ -286,3 +289,106 @@ TEST_F(CliReadme, GridSheetGrowsWhileTheRunLasts) {
 }
 
 }  // namespace
+
+namespace {
+
+// The cells of a markdown table's header lines ("| method | s/image |").
+std::vector<std::string> table_headers(const std::string& out) {
+  std::vector<std::string> cells;
+  std::istringstream in(out);
+  std::string line, prev;
+  while (std::getline(in, line)) {
+    if (line.rfind("|---", 0) == 0) {
+      std::istringstream row(prev);
+      for (std::string c; std::getline(row, c, '|');) {
+        c.erase(0, c.find_first_not_of(' '));
+        c.erase(c.find_last_not_of(' ') + 1);
+        if (!c.empty()) cells.push_back(c);
+      }
+    }
+    prev = line;
+  }
+  return cells;
+}
+
+}  // namespace
+
+// ---- item 9: the small things ----------------------------------------------------------------
+
+// bench --legend explains every column of both tables (and the vanilla* row), and nothing else.
+TEST_F(CliReadme, BenchLegendExplainsEveryColumn) {
+  const CliResult r = run(
+      {"bench", "--methods", "sjd", "-n", "2", "--draft-lens", "4", "--legend", "-q", "-t", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t legend_at = r.out.find("\nmethod     ");
+  ASSERT_NE(legend_at, std::string::npos) << r.out;
+  const std::string tables = r.out.substr(0, legend_at), legend = r.out.substr(legend_at + 1);
+  const std::vector<std::string> headers = table_headers(tables);
+  ASSERT_GE(headers.size(), 20u) << tables;  // 15 speed columns, 5 quality ones
+  std::set<std::string> entries;  // what each legend line explains: its text before 2 spaces
+  std::istringstream in(legend);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != ' ') entries.insert(line.substr(0, line.find("  ")));
+  for (const std::string& h : headers)
+    if (h != "method" || !entries.count("method"))
+      EXPECT_TRUE(entries.count(h)) << h << "\n" << legend;
+  for (const std::string& e : entries)
+    EXPECT_TRUE(e == "vanilla*" || std::find(headers.begin(), headers.end(), e) != headers.end())
+        << "the legend explains '" << e << "', which no table has";
+  EXPECT_NE(tables.find("| vanilla* |"), std::string::npos) << tables;
+}
+
+TEST_F(CliReadme, ProgramNameHelpAndVersion) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--help"}, {"help"}, {}}) {
+    const CliResult r = run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("Usage: "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tessera [OPTIONS] SUBCOMMAND"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("generate"), std::string::npos) << r.out;
+  }
+  const CliResult g = run({"help", "generate"});
+  EXPECT_EQ(g.code, 0) << g.err;
+  EXPECT_NE(g.out.find("tessera generate [OPTIONS] [prompt...]"), std::string::npos) << g.out;
+  expect_error({"help", "bogus"}, {"unknown command 'bogus'"});
+  const CliResult v = run({"--version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out.rfind("tessera 0.1.0 (commit ", 0), 0u) << v.out;
+}
+
+// Settings print in the shortest form that reads back exactly, not 0.10000000000000001.
+TEST_F(CliReadme, ShortestRoundTripSettings) {
+  const CliResult r =
+      run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "--method", "lantern",
+           "--lantern-delta", "0.1", "--draft-len", "4", "-t", "1", "-o", tmp("x.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("lantern.delta=0.1;"), std::string::npos) << r.err;
+  EXPECT_NE(png_text(tmp("x.png"), "parameters").find("lantern.delta=0.1;"), std::string::npos);
+  const CliResult again = run({"generate", "--from-png", tmp("x.png"), "-o", tmp("y.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(slurp(tmp("x.png")), slurp(tmp("y.png")));
+}
+
+// A class of a model with class names, without -o: the image is named after the class.
+TEST_F(CliReadme, ClassWithoutOutputIsNamedAfterIt) {
+  const CliResult r =
+      run({"generate", "--class", "504", "-t", "1"}, "cd " + shell_quote(tmp_.string()) + " &&");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(tmp("red_apple_twitter.png"))) << r.err;
+  const CliResult f = run({"generate", "-m", fixture("c2i_f32"), "--class", "3", "-t", "1"},
+                          "cd " + shell_quote(tmp_.string()) + " &&");
+  ASSERT_EQ(f.code, 0) << f.err;
+  EXPECT_TRUE(fs::exists(tmp("class_3.png"))) << f.err;
+}
+
+// --steps shows the default and the range of the model in question (a small MAR has 16 tokens).
+TEST_F(CliReadme, MarStepsHelpFollowsTheModel) {
+  const std::string mar = std::string(TESSERA_FIXTURES) + "/mar/target_f32";
+  const CliResult h = run({"generate", "-m", mar, "--help"});
+  ASSERT_EQ(h.code, 0) << h.err;
+  EXPECT_NE(h.out.find("MAR: autoregressive steps (default 16, at most 16"), std::string::npos)
+      << h.out;
+  EXPECT_EQ(h.out.find("--steps INT:INT>=1=64"), std::string::npos) << h.out;
+  expect_error(
+      {"generate", "-m", mar, "--class", "1", "--steps", "64", "--latents-out", tmp("z.npy")},
+      {"--steps", "[1, 16]"});
+}

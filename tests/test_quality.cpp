@@ -453,7 +453,8 @@ TEST(QualitySampleSize, BinomialHelpers) {
 
 TEST(QualitySampleSize, LegendNamesEveryColumn) {
   const std::string legend = quality_legend();
-  for (const char* column : {"n ", "top-1", "FD", "diversity", "95%", "docs/quality.md"})
+  for (const char* column : {"vanilla*", "top-1 %", "FD vs vanilla", "FD vs train", "diversity",
+                             "95%", "docs/quality.md"})
     EXPECT_NE(legend.find(column), std::string::npos) << column;
 }
 

@@ -45,6 +45,12 @@ namespace {
 
 // The speed table's columns (the quality columns' come from quality_legend()).
 constexpr const char* kSpeedLegend =
+    "method     the decoding method; vanilla, the baseline, runs first on the same classes and\n"
+    "           seeds\n"
+    "threads    CPU threads (-t, or --thread-counts)\n"
+    "batch      images generated together (-b, or --batches)\n"
+    "draft-len  drafts per round (--draft-len, or --draft-lens); auto: chosen each round; - for\n"
+    "           vanilla\n"
     "s/image    wall time of the method's generate call divided by the images (prefill, drafting,\n"
     "           verification and sampling; model load and VQ decoding excluded)\n"
     "speed-up   vanilla's s/image in this run divided by the method's (> 1: faster)\n"
@@ -54,8 +60,9 @@ constexpr const char* kSpeedLegend =
     "           images and counts once for each of them\n"
     "draft fw   batched forward passes of the draft model (Jacobi drafts: 0), over the whole run:\n"
     "           it falls as -b grows, since one pass drafts for the whole batch\n"
-    "target%    share of the wall time in target forwards; draft% in drafting; verify% in\n"
-    "           target distributions, acceptance rules and resampling\n"
+    "target%    share of the wall time in target forwards\n"
+    "draft%     share of the wall time in drafting (the draft model, or Jacobi bookkeeping)\n"
+    "verify%    share of the wall time in target distributions, acceptance rules and resampling\n"
     "acc@1      fraction of depth-1 drafts accepted\n"
     "rules/fw   time in acceptance rules and resampling per target forward, as a share of that\n"
     "           forward's time\n"

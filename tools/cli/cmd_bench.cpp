@@ -259,7 +259,7 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();
   b->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
   add_method_flags(b, a->gen.spec, md);
-  add_mar_options(b, a->mar);
+  add_mar_options(b, a->mar, md);
   b->add_option("--draft-lens", a->draft_lens,
                 "--methods: draft lengths to sweep, e.g. auto,4,8,16,32");
   b->add_option("--batches", a->batches, "--methods: batch sizes to sweep, e.g. 1,8,32");

@@ -103,6 +103,19 @@ std::string resolve_prompt(const std::string& dir, const std::string& prompt,
   return label;
 }
 
+// The file an image is written to without -o: its class's name where the model has class names
+// (red_apple_twitter.png), else class_N.png, uncond.png or the caption file's name.
+std::string default_output_name(const std::string& dir, const CondOpts& c) {
+  if (c.uncond) return "uncond.png";
+  if (!c.caption.empty()) return std::filesystem::path(c.caption).stem().string() + ".png";
+  if (c.class_id >= 0 && ClassNames::present(dir)) {
+    const ClassNames names = model_class_names(dir);
+    if (c.class_id < static_cast<int>(names.classes().size()))
+      return prompt_file_name(names.label(c.class_id));
+  }
+  return "class_" + std::to_string(std::max(c.class_id, 0)) + ".png";
+}
+
 int run_generate(GenerateArgs& a, const CLI::App& g) {
   // From the start: a Ctrl-C while loading then means no image is started, exit 130.
   InterruptGuard interrupt;
@@ -139,8 +152,14 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
         "give a prompt, e.g. tessera generate \"red apple\" (tessera classes lists "
         "the names), or -m DIR --class N");
   }
-  if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty())
-    throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
+  if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty()) {
+    // No output named: the image is named after what it shows, in the current directory.
+    a.out = default_output_name(a.common.model, a.cond);
+    if (!a.from_png.empty() && std::filesystem::exists(a.out) &&
+        std::filesystem::equivalent(a.out, a.from_png))
+      throw Error("--from-png " + a.from_png +
+                  ": without -o the image would be written over it; give -o OUT.png");
+  }
   if (a.grid && a.out.empty()) throw Error("--grid needs -o OUT.png");
   if (g.count("--output-begin-idx") > 0 && a.out.empty() && a.heatmap_out.empty())
     throw Error("--output-begin-idx numbers the images of -o (and --heatmap-out); give -o");
@@ -156,7 +175,10 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
 
   // The settings, complete: printed now, stored in every image and in --stats-out.
   RunSettings rs;
-  rs.add("model", std::filesystem::absolute(a.common.model).lexically_normal().string());
+  // The model by name and fingerprint, not by path (a path would name this user's directories
+  // and fail on another machine): --from-png resolves it against -m or the default model.
+  rs.add("model", model_name(a.common.model));
+  rs.add("model_hash", model_hash(a.common.model));
   if (a.cond.uncond)
     rs.add("uncond", "true");
   else if (!a.cond.caption.empty())
@@ -169,9 +191,10 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   rs.add("method", gen.spec.method);
   if (method->drafts != DraftSource::None) {
     rs.add("drafter", drafter);
-    if (!gen.spec.draft_model.empty())
-      rs.add("draft", std::filesystem::absolute(gen.spec.draft_model).lexically_normal().string());
-    else if (uses_draft_model(gen.spec.method))
+    if (!gen.spec.draft_model.empty()) {
+      rs.add("draft", model_name(gen.spec.draft_model));
+      rs.add("draft_hash", model_hash(gen.spec.draft_model));
+    } else if (uses_draft_model(gen.spec.method))
       rs.add("draft", kNoDraft);  // Jacobi drafts, though the model may name a draft
     rs.add("draft_len", draft_len_text(gen.spec.draft_len));
     if (!gen.spec.resample.empty()) rs.add("resample", gen.spec.resample);
@@ -364,7 +387,7 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
                 "lengths, ...) as JSON");
   g->add_option("--heatmap-out", a->heatmap_out,
                 "Write each image's acceptance heatmap over the token grid (PNG)");
-  add_mar_options(g, a->mar);
+  add_mar_options(g, a->mar, md);
   g->add_option("--latents-out", a->latents_out,
                 "MAR: write the generated latents [n, seq_len, token_dim] as float32 .npy");
   return {g, [a, g] { return run_generate(*a, *g); }};

@@ -154,10 +154,16 @@ bool is_mar(const std::string& dir) {
   return !dir.empty() && model_architecture(dir) == "mar";
 }
 
-void add_mar_options(CLI::App* cmd, MarOnly& o) {
-  cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (64; 256 = one token per step)")
-      ->check(int_at_least(1))
-      ->capture_default_str();
+void add_mar_options(CLI::App* cmd, MarOnly& o, const ModelDefaults& md) {
+  // MAR's default of 64 steps is capped at the model's tokens: say what applies to this model.
+  const std::string steps =
+      md.mar_tokens > 0
+          ? "default " + std::to_string(std::min(64, md.mar_tokens)) + ", at most " +
+                std::to_string(md.mar_tokens) + " (this model's tokens: one per step)"
+          : "default 64, capped at the model's tokens; at most its tokens (256 at 256 px: one per "
+            "step)";
+  cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (" + steps + ")")
+      ->check(int_at_least(1));
   cmd->add_option("--cfg-schedule", o.cfg_schedule, "MAR: guidance schedule, linear or constant")
       ->capture_default_str();
 }
@@ -260,6 +266,7 @@ ModelDefaults model_defaults(int argc, const char* const* argv) {
     md.quality = mc.quality;
     md.draft = mc.companions.draft;
     if (mc.is_mar()) {
+      md.mar_tokens = mc.mar.seq_len();
       md.sampling.cfg_scale = 1.0f;  // MAR's own defaults (main_mar.py), see mar_run
       md.sampling.temperature = 1.0f;
     } else {

@@ -63,7 +63,8 @@ struct MarOnly {
   int steps = 64;
   std::string cfg_schedule = "linear";
 };
-void add_mar_options(CLI::App* cmd, MarOnly& o);
+struct ModelDefaults;
+void add_mar_options(CLI::App* cmd, MarOnly& o, const ModelDefaults& md);
 
 // The MAR run options from the shared flags. MAR's own defaults (main_mar.py) apply where a shared
 // flag was not given: cfg 1.0 (no guidance), temperature 1.0, draft length 8. cmd: the parsed

@@ -29,6 +29,14 @@ struct DrafterChoice {
 DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std::string>& methods,
                              const std::string& draft_flag);
 
+// A model's name as the images it makes record it: its directory's parent and name
+// ("emoji/target"), so that a file names no home directory and another user's copy resolves.
+std::string model_name(const std::string& dir);
+// A fingerprint of a model directory (16 hex digits): FNV-1a over its config.json and, for each
+// .safetensors file, its size, its header and 64 blocks of 4 KiB spread over its data, so that a
+// model of any size is fingerprinted in about a millisecond, and retrained weights change it.
+std::string model_hash(const std::string& dir);
+
 // A file name for a prompt's image: "red apple (twitter)" -> "red_apple_twitter.png".
 std::string prompt_file_name(const std::string& label);
 

@@ -49,6 +49,11 @@ using DecodeImages = std::function<std::vector<uint8_t>(int first, int count)>;
 DecodeImages decode_tokens(Pipeline& pipe, const std::vector<int32_t>& tokens);
 DecodeImages decode_latents(Pipeline& pipe, const std::vector<float>& latents);
 
+// The "parameters" tessera stored in an image it wrote, whatever its format: a PNG's text chunk,
+// a JPEG's comment, a WebP's XMP packet (recognised by their bytes, not the name). "" when the
+// image holds none; an Error for a file that is none of the three or is malformed.
+std::string read_image_parameters(const std::string& path);
+
 // A run's images written as they finish (generate's on_image): each into its numbered file at
 // once, so that a run stopped later (a second Ctrl-C, a crash) keeps every finished image; or,
 // with --grid, into one sheet of the images so far, rewritten whole (atomically) at most once a
