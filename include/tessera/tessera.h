@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,13 +36,22 @@ struct Condition {
   static Condition caption_file(const std::string& path, const GptConfig& config);
 };
 
+// A sampling setting left at these values is the model's: its config.json "sampling" when it
+// has one, else LlamaGen's default (cfg 4, temperature 1, top-k 2000, top-p 1). So a program that
+// sets nothing samples as `tessera generate` does (the emoji model: cfg 1).
+inline constexpr float kFromModel = std::numeric_limits<float>::lowest();
+inline constexpr int kFromModelInt = std::numeric_limits<int>::min();
+
 struct SamplingOptions {
-  float cfg_scale = 4.0f;
-  float cfg_interval = -1.0f;
-  float temperature = 1.0f;
-  int top_k = 2000;
-  float top_p = 1.0f;
+  float cfg_scale = kFromModel;  // classifier-free guidance scale (<= 1: off)
+  float cfg_interval = -1.0f;    // guide only while the step index <= this (-1: always)
+  float temperature = kFromModel;
+  int top_k = kFromModelInt;  // 0: off
+  float top_p = kFromModel;   // 1: off
 };
+
+// s with each setting left to the model (kFromModel) taken from d, else from LlamaGen's defaults.
+SamplingOptions resolve_sampling(const SamplingOptions& s, const SamplingDefaults& d = {});
 
 // What a speculative round costs on this machine, for --draft-len auto: verify[k - 1] is the
 // seconds of one target forward of k positions (the last token and k - 1 drafts), draft_step the
@@ -180,6 +190,9 @@ class Pipeline {
   ~Pipeline();
 
   const ModelConfig& config() const;
+  // The sampling settings generate uses for those left to the model: resolve_sampling({},
+  // config().sampling).
+  SamplingOptions default_sampling() const;
   const LoadReport& load_report() const;
   // Bytes the engine's backend can still allocate (front-ends size their own buffers by it).
   int64_t available_memory() const;

@@ -141,7 +141,8 @@ struct LlamaGenFamily::Prepared {
 LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   check_param(opts.batch >= 1, "batch", "must be at least 1");
   Prepared r;
-  r.p = to_sampling_params(opts.sampling);  // validates them
+  // Settings left to the model take its config.json "sampling" (then LlamaGen's defaults).
+  r.p = to_sampling_params(resolve_sampling(opts.sampling, d_->config.sampling));  // validates
   const int N = d_->config.gpt.n_image_tokens();
   check_param(opts.max_tokens >= 0 && opts.max_tokens <= N, "tokens",
               "must be in [1, " + std::to_string(N) + "]");

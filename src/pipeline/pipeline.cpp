@@ -116,6 +116,9 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
                                                      GenerateStats* stats) {
   return impl_->discrete("generate").generate(conditions, opts, stats);
 }
+SamplingOptions Pipeline::default_sampling() const {
+  return resolve_sampling({}, config().sampling);
+}
 void Pipeline::validate(const GenerateOptions& opts) {
   impl_->discrete("validate").validate(opts);
 }

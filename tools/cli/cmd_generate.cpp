@@ -198,10 +198,19 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
       rs.add("draft", kNoDraft);  // Jacobi drafts, though the model may name a draft
     rs.add("draft_len", draft_len_text(gen.spec.draft_len));
     if (!gen.spec.resample.empty()) rs.add("resample", gen.spec.resample);
-    for (const auto& [name, value] : gen.spec.params) rs.add(name, param_text(value));
   }
+  // The method's parameters go here (in name order, the model's validated ones among them once
+  // the model is loaded), so that a run and its --from-png replay store the same text.
+  const size_t params_at = rs.items.size();
+  auto add_params = [&](const MethodParams& params) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const auto& [name, value] : params) items.emplace_back(name, param_text(value));
+    rs.items.insert(rs.items.begin() + static_cast<std::ptrdiff_t>(params_at), items.begin(),
+                    items.end());
+  };
   rs.add("seed", std::to_string(gen.seed));
   if (mar) {
+    if (method->drafts != DraftSource::None) add_params(gen.spec.params);
     MarRunOptions mo = mar_run(a.common, a.cond, a.n, gen, a.mar, &g);
     rs.add("steps", g.count("--steps") > 0 ? std::to_string(a.mar.steps) : "default");
     rs.add("cfg", exact(mo.gen.sampling.cfg_scale));
@@ -229,9 +238,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   apply_model_sampling_defaults(pipe->config().sampling, g, gen.sampling);
   // Parameters not given take the model's validated settings (config.json "quality"): store the
   // values used, so that --from-png reproduces the image after the model's settings change.
-  if (method->drafts != DraftSource::None)
-    for (const auto& [name, value] : pipe->with_model_defaults(gen.spec).params)
-      if (!gen.spec.params.count(name)) rs.add(name, param_text(value));
+  if (method->drafts != DraftSource::None) add_params(pipe->with_model_defaults(gen.spec).params);
   rs.add("cfg", exact(gen.sampling.cfg_scale));
   rs.add("cfg_interval", exact(gen.sampling.cfg_interval));
   rs.add("temperature", exact(gen.sampling.temperature));

@@ -258,6 +258,7 @@ ModelDefaults model_defaults(int argc, const char* const* argv) {
     if (a.rfind("--model=", 0) == 0) md.model = a.substr(8);
   }
   md.model_given = !md.model.empty();
+  md.sampling = resolve_sampling({});  // LlamaGen's, until the model says otherwise
   // Help must not fail: a model that cannot be read leaves LlamaGen's defaults (the run itself
   // then reports what is wrong with it).
   try {
@@ -270,11 +271,7 @@ ModelDefaults model_defaults(int argc, const char* const* argv) {
       md.sampling.cfg_scale = 1.0f;  // MAR's own defaults (main_mar.py), see mar_run
       md.sampling.temperature = 1.0f;
     } else {
-      const SamplingDefaults& d = mc.sampling;
-      if (d.cfg) md.sampling.cfg_scale = *d.cfg;
-      if (d.temperature) md.sampling.temperature = *d.temperature;
-      if (d.top_k) md.sampling.top_k = *d.top_k;
-      if (d.top_p) md.sampling.top_p = *d.top_p;
+      md.sampling = resolve_sampling({}, mc.sampling);
     }
   } catch (const std::exception&) {
     md.model.clear();
