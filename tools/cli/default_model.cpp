@@ -59,7 +59,7 @@ DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std
     if (!draft_flag.empty() && draft_flag != kNoDraft)
       throw Error("--draft: " + drafting.front()->name +
                   " drafts by Jacobi iteration (the target drafts for itself); drop --draft, or "
-                  "use a method that drafts with a model (sd, lantern, ...)");
+                  "with a draft model use --method sd (or lantern, ...)");
     return {"jacobi", "", "the method drafts by Jacobi iteration"};
   }
   const auto needs_model = std::find_if(drafting.begin(), drafting.end(), [](const MethodInfo* m) {
