@@ -16,6 +16,7 @@
 #include "cli_harness.h"
 #include "tessera/config.h"
 #include "tessera/error.h"
+#include "tessera/tessera.h"
 
 using namespace tessera;
 
@@ -466,4 +467,31 @@ TEST_F(CliReadme, FromPngResolvesTheModelByName) {
       0);
   expect_error({"generate", "--from-png", tmp("f.png"), "-o", tmp("g.png")},
                {"made with the model llamagen/c2i_f32", "give -m DIR"});
+}
+
+// ---- item 1: the library's defaults are the model's ---------------------------------------------
+
+// A program that sets no sampling option samples as `tessera generate` does: with the model's
+// config.json "sampling" (cfg 1 here), not LlamaGen's cfg 4.
+TEST_F(CliReadme, LibrarySamplingDefaultsComeFromTheModel) {
+  const fs::path dir = copy_model("c2i_f32");
+  edit_config(dir, [](nlohmann::json& j) { j["sampling"] = {{"cfg", 1.0}, {"top_k", 7}}; });
+  auto pipe = Pipeline::load(dir.string());
+  const SamplingOptions d = pipe->default_sampling();
+  EXPECT_EQ(d.cfg_scale, 1.0f);
+  EXPECT_EQ(d.top_k, 7);
+  EXPECT_EQ(d.temperature, 1.0f);  // not in the config: LlamaGen's
+  EXPECT_EQ(resolve_sampling({}).cfg_scale, 4.0f);
+  const std::vector<Condition> conds = {Condition::label(3)};
+  GenerateOptions unset, model, llamagen;
+  model.sampling = d;
+  llamagen.sampling = resolve_sampling({});
+  const auto a = pipe->generate(conds, unset), b = pipe->generate(conds, model),
+             c = pipe->generate(conds, llamagen);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);  // cfg 4 and top-k 2000 sample other tokens
+  // An explicit value still wins, and a bad one is still refused.
+  GenerateOptions bad;
+  bad.sampling.cfg_scale = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(pipe->generate(conds, bad), ParameterError);
 }
