@@ -495,3 +495,53 @@ TEST_F(CliReadme, LibrarySamplingDefaultsComeFromTheModel) {
   bad.sampling.cfg_scale = std::numeric_limits<float>::infinity();
   EXPECT_THROW(pipe->generate(conds, bad), ParameterError);
 }
+
+// A rate above the machine's memory read bandwidth comes with a word about caches (the fixture's
+// few KB of weights always fit in them); one at or below it without.
+TEST_F(CliReadme, RatesAboveTheBandwidthMentionCaches) {
+  const CliResult r = run({"bench", "-m", fixture("c2i_f32"), "--tokens", "8", "-t", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto number_after = [&](const std::string& key) {
+    const size_t at = r.out.find(key);
+    return at == std::string::npos ? -1.0 : std::atof(r.out.c_str() + at + key.size());
+  };
+  const double machine = number_after("machine read"), achieved = number_after("achieved ");
+  ASSERT_GT(machine, 0) << r.out;
+  ASSERT_GT(achieved, 0) << r.out;
+  const bool note = r.out.find("fit in this CPU's caches") != std::string::npos ||
+                    r.out.find("fit partly in this CPU's caches") != std::string::npos;
+  EXPECT_EQ(note, achieved > machine) << r.out;
+}
+
+// The MAR bench: a bad --draft-lens value is named before any row runs (item 6), and its table is
+// the LlamaGen bench's format, with -o csv|json and --legend (item 9).
+TEST_F(CliReadme, MarBenchChecksFirstAndSharesTheFormat) {
+  const std::string mar = std::string(TESSERA_FIXTURES) + "/mar/target_f32",
+                    draft = std::string(TESSERA_FIXTURES) + "/mar/draft_f32";
+  const CliResult bad = run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd",
+                             "--draft-lens", "2,64", "--steps", "4", "-n", "1", "-t", "1"});
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("error: --methods cspd: --draft-lens must be in [1, 4]"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.err.find("bench: batch"), std::string::npos) << bad.err;  // no row ran
+  const CliResult md = run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd",
+                            "--draft-lens", "2", "--steps", "4", "-n", "1", "-t", "1", "--legend",
+                            "-q"});
+  ASSERT_EQ(md.code, 0) << md.err;
+  const size_t legend_at = md.out.find("\nmethod     ");
+  ASSERT_NE(legend_at, std::string::npos) << md.out;
+  const std::vector<std::string> headers = table_headers(md.out.substr(0, legend_at));
+  ASSERT_EQ(headers.size(), 12u) << md.out;
+  std::set<std::string> entries;
+  std::istringstream in(md.out.substr(legend_at + 1));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != ' ') entries.insert(line.substr(0, line.find("  ")));
+  EXPECT_EQ(entries, std::set<std::string>(headers.begin(), headers.end())) << md.out;
+  const CliResult csv = run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd",
+                             "--draft-lens", "2", "--steps", "4", "-n", "1", "-t", "1", "-o",
+                             "csv", "-q"});
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("method,batch,draft_len,", 0), 0u) << csv.out;
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 3) << csv.out;  // header + 2 rows
+}

@@ -99,7 +99,7 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
   const std::optional<CspdSettings> cspd = speculative::make_cspd_settings(opts.spec);
   if (cspd)
     check_param(cspd->draft_len <= s.num_iter, "draft_len",
-                "must be in [1, " + std::to_string(s.num_iter) +
+                "{draft_len} must be in [1, " + std::to_string(s.num_iter) +
                     "] (MAR steps drafted per round; " + "this run has {steps} " +
                     std::to_string(s.num_iter) + "), got " + std::to_string(cspd->draft_len));
   const Mar* draft = cspd ? &d_->draft_model(opts.spec.draft_model) : nullptr;

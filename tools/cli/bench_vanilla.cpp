@@ -196,9 +196,9 @@ void bench_vanilla(const VanillaBenchOptions& o) {
                 m["weights_dtype"].get<std::string>().c_str(), threads, "cpu");
     const auto& ld = m["load"];
     std::printf("  %s\n", load_report_text({ld["seconds"].get<double>(),
-                                             ld["weight_check_bytes"].get<int64_t>(),
-                                             ld["weight_check_seconds"].get<double>()})
-                             .c_str());
+                                            ld["weight_check_bytes"].get<int64_t>(),
+                                            ld["weight_check_seconds"].get<double>()})
+                              .c_str());
     std::printf("  tokens/s        %.2f", m["tokens_per_s"].get<double>());
     if (o.repeat > 1)
       std::printf("   (median of %d rounds: %s)", o.repeat, list(m["tokens_per_s_rounds"]).c_str());
@@ -218,6 +218,11 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       sp.top_p);
   std::printf("machine read     %.2f GB/s\n", machine);
   print_model("model", j);
+  if (j["achieved_weight_gbs"].get<double>() > machine)
+    std::printf("%s\n", cache_note(j["weight_bytes_per_step"].get<double>(),
+                                   "the achieved " +
+                                       fmt(j["achieved_weight_gbs"].get<double>(), 2) + " GB/s")
+                            .c_str());
   if (models.size() > 1) {
     print_model("against", j["against"]);
     std::printf("tokens/s ratio   %.2fx model/against  (median of %d paired rounds: %s)\n",

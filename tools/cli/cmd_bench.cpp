@@ -47,7 +47,8 @@ int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
   for (const auto& x : split_list(a.draft_lens))
     mb.draft_lens.push_back(parse_int(x, "--draft-lens"));
   for (const auto& x : split_list(a.batches)) mb.batches.push_back(parse_int(x, "--batches"));
-  mb.json = a.json;
+  mb.format = a.json ? "json" : a.format;
+  mb.legend = a.legend;
   mar_bench(mo, mb);
   return 0;
 }
@@ -81,12 +82,17 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
         throw Error(std::string(f) +
                     " applies to --methods (sweeps and formats of the method "
                     "bench)");
-  if (mar && b.count("--thread-counts") + b.count("--output-format") > 0)
-    throw Error("--thread-counts and --output-format are for LlamaGen --methods benches");
+  if (mar && b.count("--thread-counts") > 0)
+    throw Error("--thread-counts is for LlamaGen --methods benches");
+  if (mar && methods.empty())
+    for (const char* f : {"--output-format", "--legend"})
+      if (b.count(f) > 0) throw Error(std::string(f) + " applies to a bench with --methods");
   if (methods.empty() || mar)
-    for (const char* f : {"--quality", "--legend", "--per-class"})
+    for (const char* f : {"--quality", "--per-class"})
       if (b.count(f) > 0)
         throw Error(std::string(f) + " applies to a LlamaGen bench with --methods");
+  if (methods.empty() && !mar && b.count("--legend") > 0)
+    throw Error("--legend applies to a bench with --methods");
   if (!mar && methods.empty())
     for (const char* f : {"--batch", "--seed"})
       if (b.count(f) > 0)

@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "tessera/file_io.h"
 #include "tessera/log.h"
 #include "tessera/mar.h"
+#include "text_format.h"
 
 namespace tessera::cli {
 
@@ -224,6 +227,19 @@ ClassNames model_class_names(const std::string& dir) {
   if (!ClassNames::present(dir))
     throw Error(dir + " has no classes.json (class names); use --class N");
   return ClassNames::load(dir, model_num_classes(dir));
+}
+
+std::string cache_note(double weight_bytes, const std::string& what) {
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "note: %s is above what the machine's memory read bandwidth allows: the %.1f MB of "
+                "weights read per step fit %s this CPU's caches%s, so some reads come from cache, "
+                "not memory; the bandwidth bound holds for weights streamed from memory",
+                what.c_str(), weight_bytes / 1e6,
+                llc > 0 && weight_bytes <= static_cast<double>(llc) ? "in" : "partly in",
+                llc > 0 ? (" (" + fmt(llc / 1e6, 1) + " MB last-level)").c_str() : "");
+  return buf;
 }
 
 std::string load_report_text(const LoadReport& r) {

@@ -81,6 +81,11 @@ void apply_model_sampling_defaults(const SamplingDefaults& d, const CLI::App& cm
 std::string load_report_text(const LoadReport& r);
 nlohmann::json load_report_json(const LoadReport& r);
 
+// For a rate above the machine's measured read bandwidth (a bench's GB/s, a verify-cost row over
+// 100% of its roofline): the weights fit, wholly or partly, in the CPU's caches, which the
+// memory-bandwidth bound does not count. One line naming the sizes.
+std::string cache_note(double weight_bytes, const std::string& what);
+
 // The class names of a model directory (classes.json); an Error when it has none.
 ClassNames model_class_names(const std::string& dir);
 
