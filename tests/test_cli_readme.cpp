@@ -525,9 +525,9 @@ TEST_F(CliReadme, MarBenchChecksFirstAndSharesTheFormat) {
             std::string::npos)
       << bad.err;
   EXPECT_EQ(bad.err.find("bench: batch"), std::string::npos) << bad.err;  // no row ran
-  const CliResult md = run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd",
-                            "--draft-lens", "2", "--steps", "4", "-n", "1", "-t", "1", "--legend",
-                            "-q"});
+  const CliResult md =
+      run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd", "--draft-lens", "2",
+           "--steps", "4", "-n", "1", "-t", "1", "--legend", "-q"});
   ASSERT_EQ(md.code, 0) << md.err;
   const size_t legend_at = md.out.find("\nmethod     ");
   ASSERT_NE(legend_at, std::string::npos) << md.out;
@@ -538,9 +538,9 @@ TEST_F(CliReadme, MarBenchChecksFirstAndSharesTheFormat) {
   for (std::string line; std::getline(in, line);)
     if (!line.empty() && line[0] != ' ') entries.insert(line.substr(0, line.find("  ")));
   EXPECT_EQ(entries, std::set<std::string>(headers.begin(), headers.end())) << md.out;
-  const CliResult csv = run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd",
-                             "--draft-lens", "2", "--steps", "4", "-n", "1", "-t", "1", "-o",
-                             "csv", "-q"});
+  const CliResult csv =
+      run({"bench", "-m", mar, "--draft", draft, "--methods", "cspd", "--draft-lens", "2",
+           "--steps", "4", "-n", "1", "-t", "1", "-o", "csv", "-q"});
   ASSERT_EQ(csv.code, 0) << csv.err;
   EXPECT_EQ(csv.out.rfind("method,batch,draft_len,", 0), 0u) << csv.out;
   EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 3) << csv.out;  // header + 2 rows

@@ -254,21 +254,22 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
   }
   const bool csv = b.format == "csv";
   if (csv) {
-    std::printf("method,batch,draft_len,s_per_image,speedup,acceptance,target_forwards,"
-                "draft_forwards,target_transformer_share,target_head_share,draft_share,"
-                "verify_share\n");
+    std::printf(
+        "method,batch,draft_len,s_per_image,speedup,acceptance,target_forwards,"
+        "draft_forwards,target_transformer_share,target_head_share,draft_share,"
+        "verify_share\n");
   } else {
     std::printf(
         "model %s, draft %s, %d image(s), %d steps, cfg %.2f (%s), T %.2f, prefill %.2f, "
         "%d threads\n",
-        o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(),
-        o.n, o.gen.sampling.num_iter, o.gen.sampling.cfg_scale,
-        o.gen.sampling.cfg_schedule.c_str(), o.gen.sampling.temperature,
-        prefill_of(o.gen.spec.params), pipe->threads());
+        o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
+        o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
+        o.gen.sampling.temperature, prefill_of(o.gen.spec.params), pipe->threads());
     // The LlamaGen bench's format: a markdown table.
-    std::printf("| method | batch | draft-len | s/image | speed-up | accept | tgt fw | dft fw | "
-                "tgt-tf%% | tgt-hd%% | draft%% | verify%% |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| method | batch | draft-len | s/image | speed-up | accept | tgt fw | dft fw | "
+        "tgt-tf%% | tgt-hd%% | draft%% | verify%% |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
   for (const auto& r : rows) {
     const double sec = std::max(r["seconds"].get<double>(), 1e-12);
@@ -278,19 +279,21 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
                               ts["draft"].get<double>() / sec, ts["verify"].get<double>() / sec};
     const std::string m = r["method"].get<std::string>();
     const int dl = r["draft_len"].get<int>();
-    const long long tf = r["target_forwards"].get<int64_t>(), df = r["draft_forwards"].get<int64_t>();
+    const long long tf = r["target_forwards"].get<int64_t>(),
+                    df = r["draft_forwards"].get<int64_t>();
     if (csv)
       std::printf("%s,%d,%d,%.6f,%.4f,%.4f,%lld,%lld,%.4f,%.4f,%.4f,%.4f\n", m.c_str(),
                   r["batch"].get<int>(), dl, r["seconds_per_image"].get<double>(),
-                  r["speedup_vs_vanilla"].get<double>(), r["acceptance_rate"].get<double>(), tf,
-                  df, shares[0], shares[1], shares[2], shares[3]);
+                  r["speedup_vs_vanilla"].get<double>(), r["acceptance_rate"].get<double>(), tf, df,
+                  shares[0], shares[1], shares[2], shares[3]);
     else
-      std::printf("| %s | %d | %s | %.3f | %.2fx | %.3f | %lld | %lld | %.1f%% | %.1f%% | %.1f%% | "
-                  "%.1f%% |\n",
-                  m.c_str(), r["batch"].get<int>(), dl > 0 ? std::to_string(dl).c_str() : "-",
-                  r["seconds_per_image"].get<double>(), r["speedup_vs_vanilla"].get<double>(),
-                  r["acceptance_rate"].get<double>(), tf, df, 100 * shares[0], 100 * shares[1],
-                  100 * shares[2], 100 * shares[3]);
+      std::printf(
+          "| %s | %d | %s | %.3f | %.2fx | %.3f | %lld | %lld | %.1f%% | %.1f%% | %.1f%% | "
+          "%.1f%% |\n",
+          m.c_str(), r["batch"].get<int>(), dl > 0 ? std::to_string(dl).c_str() : "-",
+          r["seconds_per_image"].get<double>(), r["speedup_vs_vanilla"].get<double>(),
+          r["acceptance_rate"].get<double>(), tf, df, 100 * shares[0], 100 * shares[1],
+          100 * shares[2], 100 * shares[3]);
   }
   if (b.legend && !csv)
     std::printf(
