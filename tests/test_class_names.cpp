@@ -114,3 +114,59 @@ TEST(ClassNames, HeldOutClasses) {
             }).find("held_out_classes lists class 3, out of range"),
             std::string::npos);
 }
+
+// Issue 39: the emoji itself as a prompt, words that start names, and the alias by which a name
+// matched in the list of candidates.
+TEST(ClassNames, EmojiCharactersAsPrompts) {
+  const ClassNames n = ClassNames::parse(
+      R"({"styles": ["twitter", "google"], "classes": [
+        {"name": "red apple", "style": "twitter"}, {"name": "red apple", "style": "google"},
+        {"name": "hot pepper", "style": "twitter"}, {"name": "hot pepper", "style": "google"}],
+        "emoji": {"red apple": "🍎", "hot pepper": "🌶️"}})",
+      4, "x.json");
+  EXPECT_EQ(n.classes()[0].emoji, "🍎");
+  const ClassMatch m = n.match("🍎", "google");
+  EXPECT_EQ(m.class_id, 1);
+  EXPECT_EQ(m.how, "emoji");
+  EXPECT_EQ(n.match(" 🍎 ").class_id, 0);
+  // With or without the emoji presentation selector U+FE0F, either way round.
+  EXPECT_EQ(n.match("🌶").class_id, 2);
+  EXPECT_EQ(n.match("🍎\xEF\xB8\x8F").class_id, 0);
+  EXPECT_EQ(n.find_emoji("🌶️", "google"), std::vector<int>{3});
+  EXPECT_EQ(n.find_emoji("🌶️"), (std::vector<int>{2, 3}));
+  EXPECT_TRUE(n.find_emoji("apple").empty());
+  const std::string other = error_of([&] { n.match("🚀"); });
+  EXPECT_NE(other.find("'🚀' is not one of this model's emoji"), std::string::npos) << other;
+  const std::string none = error_of(
+      [] { ClassNames::parse(R"({"classes": [{"name": "red apple"}]})", 1, "x").match("🍎"); });
+  EXPECT_NE(none.find("gives no emoji characters"), std::string::npos) << none;
+  EXPECT_EQ(none.find("empty prompt"), std::string::npos) << none;
+  // Malformed maps are refused.
+  EXPECT_NE(error_of([] {
+              ClassNames::parse(R"({"classes": [{"name": "x"}], "emoji": {"y": "🍎"}})", 1,
+                                "x.json");
+            }).find("no class's name"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              ClassNames::parse(R"({"classes": [{"name": "x"}], "emoji": {"x": 3}})", 1, "x.json");
+            }).find("1 to 64 bytes"),
+            std::string::npos);
+}
+
+TEST(ClassNames, WordStartsAndAliasesInTheList) {
+  const ClassNames n = ClassNames::parse(
+      R"({"classes": [{"name": "strawberry"}, {"name": "grinning face"}, {"name": "cat face"},
+        {"name": "dog"}, {"name": "straw hat"}], "aliases": {"dog": ["dog face"]}})",
+      5, "x.json");
+  EXPECT_EQ(n.find_words("straw"), std::vector<int>{4});  // whole words by default
+  EXPECT_EQ(n.find_words("straw", "", true), (std::vector<int>{0, 4}));
+  EXPECT_EQ(n.find_words("strawb", "", true), std::vector<int>{0});
+  const ClassMatch m = n.match("strawb");
+  EXPECT_EQ(m.class_id, 0);
+  EXPECT_EQ(m.how, "word starts");
+  EXPECT_EQ(n.match("straw").class_id, 4);  // a whole word first
+  const std::string face = error_of([&] { n.match("face"); });
+  EXPECT_NE(face.find("matches 3 emoji"), std::string::npos) << face;
+  EXPECT_NE(face.find("'dog' (as 'dog face')"), std::string::npos) << face;
+  EXPECT_NE(face.find("'cat face',"), std::string::npos) << face;  // its own name: no alias
+}

@@ -301,6 +301,22 @@ TEST(QualityReport, BootstrapRethrowsAStatisticsError) {
                Error);
 }
 
+// A recentred interval (the Frechet distance's) never reaches below 0 (issue 39): resamples
+// 1..100 around a value of 0 would recentre to [-47, 47].
+TEST(QualityReport, RecentredIntervalStopsAtZero) {
+  BootstrapOptions o;
+  o.resamples = 100;
+  double bias = 0;
+  const Interval r = percentile_bootstrap(
+      0.0, [](int b) { return static_cast<double>(b + 1); }, o, /*recentre=*/true, &bias);
+  EXPECT_DOUBLE_EQ(bias, 50.5);
+  EXPECT_EQ(r.lo, 0.0);
+  EXPECT_NEAR(r.hi, 97.525 - 50.5, 1e-9);
+  const Interval plain = percentile_bootstrap(
+      0.0, [](int b) { return static_cast<double>(b + 1); }, o, false);
+  EXPECT_NEAR(plain.lo, 3.475, 1e-9);  // not recentred: the percentiles as they are
+}
+
 namespace {
 
 // A synthetic image set: `hits` of n images classified as requested, features ~ N(mean, I).
@@ -437,7 +453,8 @@ TEST(QualitySampleSize, BinomialHelpers) {
 
 TEST(QualitySampleSize, LegendNamesEveryColumn) {
   const std::string legend = quality_legend();
-  for (const char* column : {"n ", "top-1", "FD", "diversity", "95%", "docs/quality.md"})
+  for (const char* column : {"vanilla*", "top-1 %", "FD vs vanilla", "FD vs train", "diversity",
+                             "95%", "docs/quality.md"})
     EXPECT_NE(legend.find(column), std::string::npos) << column;
 }
 

@@ -109,6 +109,59 @@ TEST(QualityConfig, RoundTripKeepsOtherKeys) {
   EXPECT_FALSE(parse_model_config(original, "m").quality.present);
 }
 
+// Issue 39: a setting replaced by tune --write is kept, newest first, in the method's history.
+TEST(QualityConfig, ReplacedSettingsGoToTheHistory) {
+  nlohmann::ordered_json shipped =
+      nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
+  shipped.erase("quality");
+  ValidatedSetting first = sample_setting(), second = sample_setting(), third = sample_setting();
+  first.params["lantern.k"] = int64_t{10};
+  second.params["lantern.k"] = int64_t{20};
+  third.params["lantern.k"] = int64_t{40};
+  std::string text = with_validated_setting(shipped.dump(2), "m", "lantern", first);
+  EXPECT_TRUE(parse_model_config(text, "m").quality.methods.at("lantern").history.empty());
+  text = with_validated_setting(text, "m", "lantern", second);
+  text = with_validated_setting(text, "m", "lantern", third);
+  const ValidatedSetting& s = parse_model_config(text, "m").quality.methods.at("lantern");
+  EXPECT_EQ(std::get<int64_t>(s.params.at("lantern.k")), 40);
+  ASSERT_EQ(s.history.size(), 2u);
+  EXPECT_EQ(std::get<int64_t>(s.history[0].params.at("lantern.k")), 20);  // newest first
+  EXPECT_EQ(std::get<int64_t>(s.history[1].params.at("lantern.k")), 10);
+  EXPECT_EQ(s.history[1].measured.images, 64);
+  EXPECT_TRUE(s.history[0].history.empty());
+  // A history entry is a setting without a history of its own.
+  auto j = nlohmann::json::parse(text);
+  j["quality"]["methods"]["lantern"]["history"][0]["history"] = nlohmann::json::array();
+  try {
+    parse_model_config(j.dump(), "m");
+    ADD_FAILURE() << "nested history accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("history[0]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TuneSelection, IntervalsMustResolveTheTolerance) {
+  const QualityTolerance t;  // 2 points of top-1, 10% of the floor
+  // -n 4: top-1 [25, 100]% around 50% reaches 50 points: (50 / 2)^2 = 625 times the images.
+  const ToleranceResolution wide =
+      tolerance_resolution({0.5, 0.25, 1.0}, {40, 35, 45}, 4, 100.0, t);
+  EXPECT_FALSE(wide.resolved);
+  EXPECT_NEAR(wide.top1_reach, 0.5, 1e-12);
+  EXPECT_NEAR(wide.top1_allowed, 0.02, 1e-12);
+  EXPECT_EQ(wide.images_needed, 2500);
+  // The Frechet interval can be the one that needs more: reach 20 against 10% of 50 = 5.
+  const ToleranceResolution fd = tolerance_resolution({0.8, 0.79, 0.81}, {50, 30, 70}, 64, 50.0, t);
+  EXPECT_FALSE(fd.resolved);
+  EXPECT_EQ(fd.images_needed, 64 * 16);
+  const ToleranceResolution ok =
+      tolerance_resolution({0.8, 0.785, 0.815}, {50, 46, 54}, 1600, 50.0, t);
+  EXPECT_TRUE(ok.resolved);
+  EXPECT_EQ(ok.images_needed, 1600);
+  QualityTolerance zero;
+  zero.top1_drop_points = 0;
+  EXPECT_FALSE(tolerance_resolution({0.8, 0.79, 0.81}, {50, 49, 51}, 64, 50.0, zero).resolved);
+}
+
 TEST(QualityConfig, StrictErrors) {
   auto base = nlohmann::json::parse(slurp(kEmoji + "/target/config.json"));
   base["quality"] = nlohmann::json::parse(nlohmann::json::parse(with_validated_setting(
@@ -245,7 +298,7 @@ TEST_F(TuneCli, NoteOnGenerate) {
   ASSERT_EQ(inside.code, 0) << inside.err;
   EXPECT_EQ(inside.err.find("validated"), std::string::npos) << inside.err;
   const CliResult jacobi = run({"generate", "-m", kEmoji + "/target", "--class", "3", "-n", "1",
-                                "--method", "amplify", "-o", tmp("c.png")});
+                                "--method", "amplify", "--draft", "none", "-o", tmp("c.png")});
   ASSERT_EQ(jacobi.code, 0) << jacobi.err;
   EXPECT_NE(jacobi.err.find("Jacobi drafts (validated with a draft model)"), std::string::npos)
       << jacobi.err;
@@ -278,12 +331,13 @@ TEST_F(TuneCli, BadInput) {
 // --points 3 of a 4-point grid; --write records the fastest point within the tolerance, which
 // then is the model's default (generate notes nothing) while a flag outside it gets the note.
 // Not under ASan (.ci/run).
-TEST_F(TuneCli, EndToEndWrite) {
+TEST_F(TuneCli, EndToEndSweep) {
   const fs::path model = tmp("target");
   fs::create_directories(model);
   for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
     fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
   fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
+  fs::create_directory_symlink(fs::path(kEmoji) / "draft", tmp("draft"));
   auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
   cfg["quality"] = {{"tolerance", {{"top1_drop_points", 0}, {"frechet_over_floor", 1}}}};
   spit(model / "config.json", cfg.dump(2));
@@ -308,7 +362,8 @@ TEST_F(TuneCli, EndToEndWrite) {
                            "1",
                            "-o",
                            "json",
-                           "--write",
+                           "--draft",
+                           "none",
                            "--plot",
                            tmp("front.png")});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -355,6 +410,68 @@ TEST_F(TuneCli, EndToEndWrite) {
                                                                                              : 1;
   EXPECT_EQ(j["fastest_within_tolerance"].get<int>(), best);
   EXPECT_TRUE(fs::is_regular_file(tmp("front.png")));
+}
+
+TEST_F(TuneCli, EndToEndWrite) {
+  const fs::path model = tmp("target");
+  fs::create_directories(model);
+  for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
+    fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
+  fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
+  fs::create_directory_symlink(fs::path(kEmoji) / "draft", tmp("draft"));
+  auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
+  // The shipped validated settings stay (amplify's is replaced below and goes to its history).
+  cfg["quality"]["tolerance"] = {{"top1_drop_points", 100}, {"frechet_over_floor", 100}};
+  spit(model / "config.json", cfg.dump(2));
+  // The draft and the classifier are the ones its config.json names (../draft, ../classifier).
+  const CliResult r = run({"tune", "-m", model.string(), "--method", "amplify", "--grid",
+                           "amplify.k=1.5,3;draft_len=3", "-n", "2", "-b", "2", "-o", "json",
+                           "--write", "--plot", tmp("front.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["images_per_point"], 2);
+  EXPECT_EQ(j["draft"], tmp("draft"));
+  EXPECT_EQ(j["classifier"], tmp("classifier"));
+  EXPECT_NE(r.err.find("drafter=model " + tmp("draft") + " (named in "), std::string::npos)
+      << r.err;
+  for (const auto& p : j["points"]) {
+    EXPECT_GT(p["speedup_vs_vanilla"].get<double>(), 0.0);
+    EXPECT_TRUE(p["within_tolerance"].get<bool>());
+    EXPECT_FALSE(p["quality"]["frechet_vs_vanilla"].is_null());
+  }
+  // The tolerance, from the reported values: the first two points within, the last not.
+  const double vanilla_top1 = j["vanilla_both_seed_sets"]["quality"]["top1"]["value"];
+  const double floor = j["vanilla_other_seeds"]["quality"]["frechet_vs_vanilla"]["value"];
+  const double vanilla_s = j["vanilla"]["seconds_per_image"];
+  std::vector<bool> within;
+  for (const auto& p : pts) {
+    const double top1 = p["quality"]["top1"]["value"],
+                 fd = p["quality"]["frechet_vs_vanilla"]["value"];
+    within.push_back(top1 >= vanilla_top1 - 1e-12 && fd <= 2 * std::max(floor, 0.0) * (1 + 1e-12));
+    EXPECT_EQ(p["within_tolerance"].get<bool>(), within.back()) << p;
+    // The speed-up is vanilla's time per image over the point's.
+    const double s = p["seconds_per_image"];
+    EXPECT_NEAR(p["speedup_vs_vanilla"].get<double>(), vanilla_s / s, 1e-9 * vanilla_s / s) << p;
+  }
+  ASSERT_EQ(within, (std::vector<bool>{true, true, false}))
+      << "the sweep's premise: delta 1e-9 keeps vanilla's images, delta 1 does not";
+  // The Pareto front of (speed-up, top-1): not dominated by another point.
+  for (size_t i = 0; i < pts.size(); ++i) {
+    bool dominated = false;
+    for (size_t k = 0; k < pts.size(); ++k) {
+      const double si = pts[i]["speedup_vs_vanilla"], sk = pts[k]["speedup_vs_vanilla"];
+      const double ti = pts[i]["quality"]["top1"]["value"], tk = pts[k]["quality"]["top1"]["value"];
+      dominated = dominated || (sk >= si && tk >= ti && (sk > si || tk > ti));
+    }
+    EXPECT_EQ(pts[i]["pareto"].get<bool>(), !dominated) << i;
+  }
+  // The fastest point within the tolerance (the lower time per image of the first two) is the
+  // one reported and the one written.
+  const int best =
+      pts[0]["seconds_per_image"].get<double>() <= pts[1]["seconds_per_image"].get<double>() ? 0
+                                                                                             : 1;
+  EXPECT_EQ(j["fastest_within_tolerance"].get<int>(), best);
+  EXPECT_TRUE(fs::is_regular_file(tmp("front.png")));
   const ModelConfig c = load_model_config(model.string());
   ASSERT_EQ(c.quality.methods.count("lantern"), 1u);
   const ValidatedSetting& s = c.quality.methods.at("lantern");
@@ -364,11 +481,12 @@ TEST_F(TuneCli, EndToEndWrite) {
   EXPECT_EQ(std::get<int64_t>(s.params.at("draft_len")), best_len);
   EXPECT_FALSE(s.draft_model);
   EXPECT_EQ(s.measured.images, 2);
-  // config.json keeps the speed-up to float precision.
-  EXPECT_NEAR(s.measured.speedup, pts[best]["speedup_vs_vanilla"].get<double>(),
-              1e-6 * s.measured.speedup);
-  EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 0);  // kept
-  EXPECT_EQ(c.gpt.dim, 384);                                  // the rest kept
+  ASSERT_EQ(s.history.size(), 1u);  // the shipped setting it replaced
+  EXPECT_DOUBLE_EQ(std::get<double>(s.history[0].params.at("amplify.k")), 1.25);
+  EXPECT_EQ(s.history[0].measured.images, 64);
+  EXPECT_NE(r.err.find("the previous one is kept"), std::string::npos) << r.err;
+  EXPECT_DOUBLE_EQ(c.quality.tolerance.top1_drop_points, 100);  // kept
+  EXPECT_EQ(c.gpt.dim, 384);                                    // the rest kept
 
   const CliResult inside = run({"generate", "-m", model.string(), "--class", "3", "-n", "1",
                                 "--method", "lantern", "-o", tmp("c.png")});
@@ -389,7 +507,23 @@ TEST_F(TuneCli, EndToEndWrite) {
   // The note is in --stats-out too.
   const auto notes = nlohmann::json::parse(slurp(tmp("d.json")))["notes"];
   ASSERT_EQ(notes.size(), 1u) << notes;
-  EXPECT_NE(notes[0].get<std::string>().find(note), std::string::npos);
+  EXPECT_NE(notes[0].get<std::string>().find("draft_len=2 (validated 3)"), std::string::npos);
+
+  // At the default tolerance (2 points of top-1), 2 images cannot resolve it: refused, the file
+  // untouched, and the message says how many images would.
+  cfg = nlohmann::ordered_json::parse(slurp(model / "config.json"));
+  cfg["quality"]["tolerance"] = {{"top1_drop_points", 2}, {"frechet_over_floor", 0.1}};
+  spit(model / "config.json", cfg.dump(2));
+  const std::string before = slurp(model / "config.json");
+  const CliResult refused =
+      run({"tune", "-m", model.string(), "--method", "amplify", "--grid",
+           "amplify.k=1.5;draft_len=3", "-n", "2", "-b", "2", "-q", "--write"});
+  EXPECT_EQ(refused.code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("--write: at -n 2 the intervals cannot resolve the tolerance"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("images per point (-n "), std::string::npos) << refused.err;
+  EXPECT_EQ(slurp(model / "config.json"), before);
 }
 
 }  // namespace

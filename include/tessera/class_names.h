@@ -12,6 +12,7 @@ struct ClassName {
   std::string style;     // "twitter" (empty when the model has no styles)
   std::string category;  // "Food & Drink" (may be empty)
   std::vector<std::string> aliases;
+  std::string emoji;  // the emoji's characters ("🍎", UTF-8), "" when classes.json has none
   // The model never saw this class's image in training (a held-out split; its other styles may
   // have been seen). Generated images of such classes are expected to be poor.
   bool held_out = false;
@@ -20,7 +21,7 @@ struct ClassName {
 // What a prompt resolved to, and how (for the log).
 struct ClassMatch {
   int class_id = -1;
-  std::string how;  // "exact", "words" or "spelling"
+  std::string how;  // "exact", "emoji", "words", "word starts" or "spelling"
 };
 
 class ClassNames {
@@ -37,15 +38,22 @@ class ClassNames {
   // "red apple (twitter)"
   std::string label(int class_id) const;
 
-  // Resolves a prompt against names and aliases: an exact match (case, spacing and punctuation
-  // ignored), else the one name containing all of the prompt's words, else the one name within a
-  // small edit distance. Several candidates, or none, throw an Error that lists the close matches.
-  // style: one of styles(), or empty for default_style().
+  // Resolves a prompt against names and aliases: the emoji itself ("🍎", with or without the
+  // emoji presentation selector U+FE0F), else an exact match (case, spacing and punctuation
+  // ignored), else the one name containing all of the prompt's words, else the one name with a
+  // word starting with each of them ("straw" -> strawberry), else the one name within a small edit
+  // distance. Several candidates, or none, throw an Error that lists the close matches (and the
+  // alias by which a name matched). style: one of styles(), or empty for default_style().
   ClassMatch match(const std::string& prompt, const std::string& style = "") const;
 
   // Class ids whose name or one alias contains every word of `text` (case and punctuation
-  // ignored), in `style` (every style when empty; an unknown style throws).
-  std::vector<int> find_words(const std::string& text, const std::string& style = "") const;
+  // ignored), or with `word_starts` a word starting with each, in `style` (every style when
+  // empty; an unknown style throws).
+  std::vector<int> find_words(const std::string& text, const std::string& style = "",
+                              bool word_starts = false) const;
+  // Class ids (in `style`, every style when empty) of the emoji that `text` is ("🍎"); empty
+  // when it is none of them.
+  std::vector<int> find_emoji(const std::string& text, const std::string& style = "") const;
 
  private:
   // The style a prompt asks for (empty: default_style()); throws for an unknown one.

@@ -124,12 +124,23 @@ struct ValidatedSetting {
   MethodParams params;
   bool draft_model = true;  // measured with a draft model (false: Jacobi drafts)
   QualityMeasurement measured;
+  // The settings this one replaced, newest first ("history"; records only, never applied):
+  // tune --write keeps the previous one here.
+  std::vector<ValidatedSetting> history;
 };
 
 struct QualitySection {
   bool present = false;  // the config.json has a "quality" object
   QualityTolerance tolerance;
   std::map<std::string, ValidatedSetting> methods;  // by method name
+};
+
+// The optional "companions" object of a config.json: the directories of the models that work with
+// this one, relative to its directory (e.g. "../draft"), so that `-m DIR` runs what the default
+// model runs. Empty: none named. (Heads and text encoders will join them.)
+struct Companions {
+  std::string draft;       // the draft model of the draft-model methods (sd, lantern, ...)
+  std::string classifier;  // the image classifier of the quality columns (bench, tune)
 };
 
 struct ModelConfig {
@@ -144,8 +155,12 @@ struct ModelConfig {
   MarConfig mar;  // mar
   bool has_vae = false;
   VaeConfig vae;
+  Companions companions;  // both families
 
   bool is_mar() const { return architecture == "mar"; }
+  // A companion's path (Companions::draft, ...) resolved against the model's directory ("" when
+  // not named); whether it holds a model is the caller's to check, when it needs it.
+  std::string companion_path(const std::string& relative) const;
 };
 
 // Reads and validates DIR/config.json; throws tessera::Error naming the missing or bad key.
@@ -156,8 +171,9 @@ ModelConfig load_model_config(const std::string& dir);
 ModelConfig parse_model_config(std::string_view json_text, const std::string& dir);
 
 // The text of a config.json with `setting` recorded for `method` in its "quality" section (created
-// with the default tolerance when missing); every other key is kept, in its order. The result is
-// checked with parse_model_config. dir: for messages.
+// with the default tolerance when missing); every other key is kept, in its order. A setting it
+// replaces moves to the front of the new one's "history" (setting.history is not written). The
+// result is checked with parse_model_config. dir: for messages.
 std::string with_validated_setting(std::string_view json_text, const std::string& dir,
                                    const std::string& method, const ValidatedSetting& setting);
 // with_validated_setting on DIR/config.json, written atomically (tessera/file_io.h).

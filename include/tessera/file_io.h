@@ -5,6 +5,7 @@
 // there before untouched, and no temporary behind.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -21,5 +22,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // behind. Throws the Error that write would ("cannot write x/out.png: directory x: No such file
 // or directory"). It cannot promise free space: that failure is write_file_atomic's to report.
 void check_writable(const std::string& path);
+
+// The bytes of a regular file of at most max_bytes (a FIFO, device or directory is refused without
+// blocking). Throws tessera::Error naming the file and the problem.
+std::string read_file(const std::string& path, size_t max_bytes);
 
 }  // namespace tessera

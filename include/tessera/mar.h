@@ -48,6 +48,8 @@ struct MarGenerateOptions {
   std::function<void(int64_t, int64_t)> progress;
   // As GenerateOptions::cancel: when set, no further batch starts; the finished images return.
   const std::atomic<bool>* cancel = nullptr;
+  // As GenerateOptions::on_image: (index among the labels, its latents) as each image finishes.
+  std::function<void(size_t, const std::vector<float>&)> on_image;
 };
 
 struct MarStats {

@@ -102,8 +102,9 @@ struct QualityReport {
 QualityReport quality_report(const ScoredImages& images, const ScoredImages* reference,
                              const BootstrapOptions& bootstrap = {});
 
-// The columns of a quality report, one line each, for a front-end's legend (`bench --legend`):
-// "n", "top-1", "FD", "diversity", with their definitions and intervals (docs/quality.md).
+// The rows and columns of a quality table, for a front-end's legend (`bench --legend`):
+// "vanilla*", "top-1 %", "FD vs vanilla", "FD vs train", "diversity", each at the start of a line,
+// with their definitions and intervals (docs/quality.md).
 std::string quality_legend();
 
 // ---- the metrics alone -------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -35,13 +36,22 @@ struct Condition {
   static Condition caption_file(const std::string& path, const GptConfig& config);
 };
 
+// A sampling setting left at these values is the model's: its config.json "sampling" when it
+// has one, else LlamaGen's default (cfg 4, temperature 1, top-k 2000, top-p 1). So a program that
+// sets nothing samples as `tessera generate` does (the emoji model: cfg 1).
+inline constexpr float kFromModel = std::numeric_limits<float>::lowest();
+inline constexpr int kFromModelInt = std::numeric_limits<int>::min();
+
 struct SamplingOptions {
-  float cfg_scale = 4.0f;
-  float cfg_interval = -1.0f;
-  float temperature = 1.0f;
-  int top_k = 2000;
-  float top_p = 1.0f;
+  float cfg_scale = kFromModel;  // classifier-free guidance scale (<= 1: off)
+  float cfg_interval = -1.0f;    // guide only while the step index <= this (-1: always)
+  float temperature = kFromModel;
+  int top_k = kFromModelInt;  // 0: off
+  float top_p = kFromModel;   // 1: off
 };
+
+// s with each setting left to the model (kFromModel) taken from d, else from LlamaGen's defaults.
+SamplingOptions resolve_sampling(const SamplingOptions& s, const SamplingDefaults& d = {});
 
 // What a speculative round costs on this machine, for --draft-len auto: verify[k - 1] is the
 // seconds of one target forward of k positions (the last token and k - 1 drafts), draft_step the
@@ -96,6 +106,10 @@ struct GenerateOptions {
   // so generate returns the grids of every finished image, in order, fewer than the conditions;
   // `stats` covers just those.
   const std::atomic<bool>* cancel = nullptr;
+  // Called as each image finishes, in order: (its index among the conditions, its token grid).
+  // A front-end writes the image at once, so that a run stopped later keeps every finished one.
+  // An exception it throws ends generate.
+  std::function<void(size_t, const std::vector<int32_t>&)> on_image;
 };
 
 // Per-image record of a generation.
@@ -176,6 +190,9 @@ class Pipeline {
   ~Pipeline();
 
   const ModelConfig& config() const;
+  // The sampling settings generate uses for those left to the model: resolve_sampling({},
+  // config().sampling).
+  SamplingOptions default_sampling() const;
   const LoadReport& load_report() const;
   // Bytes the engine's backend can still allocate (front-ends size their own buffers by it).
   int64_t available_memory() const;
@@ -191,6 +208,10 @@ class Pipeline {
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts,
                                              GenerateStats* stats = nullptr);
+  // Raises the error generate would raise for opts (a bad setting, a draft model that does not
+  // fit), without generating: a front-end checks every run of a sweep before the first starts.
+  // Loads the draft model and builds the method's tables, which generate then reuses.
+  void validate(const GenerateOptions& opts);
   // Logits [tokens.size() + 1, vocab] without guidance: row i is the next-token logits after
   // the prefix and the first i tokens.
   std::vector<float> forward_logits(const Condition& condition, std::span<const int32_t> tokens);
@@ -217,6 +238,8 @@ class Pipeline {
   std::vector<std::vector<float>> generate_latents(const std::vector<int>& labels,
                                                    const MarGenerateOptions& opts,
                                                    MarStats* stats = nullptr);
+  // The same for generate_latents.
+  void validate_latents(const MarGenerateOptions& opts);
   // MAE forward for debugging: z [seq_len, dim] of every position of one canvas (tokens
   // [seq_len * token_dim], unknown [seq_len] with 1 = masked).
   std::vector<float> forward_z(int label, std::span<const float> tokens,

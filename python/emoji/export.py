@@ -25,9 +25,12 @@ def classes_json(data):
     classes = [{"name": e["name"], "style": s, "category": e["category"]}
                for e in data.emoji for s in data.styles]
     held_out = sorted(int(c) for c in data.labels[data.indices("held_out")])
+    # Each emoji's characters (its hexcode, e.g. 1F43B-200D-2744-FE0F), so that a prompt may be the
+    # emoji itself: tessera generate "🍎".
+    chars = {e["name"]: "".join(chr(int(h, 16)) for h in e["hexcode"].split("-")) for e in data.emoji}
     return {"format": "tessera-classes-1", "styles": data.styles, "default_style": data.styles[0],
             "classes": classes, "aliases": {e["name"]: e["aliases"] for e in data.emoji if e["aliases"]},
-            "held_out_classes": held_out}
+            "held_out_classes": held_out, "emoji": chars}
 
 
 # The target's recommended sampling settings, written to its config.json "sampling" (tessera
@@ -50,17 +53,20 @@ def convert_gpt(ckpt, out, num_classes, dtype, vq=None):
         sys.exit(f"error: converting {ckpt} failed")
 
 
-def export_gpt(ckpt, vq, out, data, dtype, sampling=None):
+def export_gpt(ckpt, vq, out, data, dtype, sampling=None, companions=None):
     convert_gpt(ckpt, out, data.num_classes, dtype, vq)
-    if sampling:
+    if sampling or companions:
         path = os.path.join(out, "config.json")
         config = json.load(open(path))
-        config["sampling"] = sampling
+        if sampling:
+            config["sampling"] = sampling
+        if companions:  # so that -m DIR runs with the draft and classifier the default model uses
+            config["companions"] = companions
         with atomic_write(path, "w") as f:  # never a torn config.json: the model stays loadable
             json.dump(config, f, indent=2)
             f.write("\n")
     with atomic_write(os.path.join(out, "classes.json"), "w") as f:
-        json.dump(classes_json(data), f, indent=None, separators=(",", ":"))
+        json.dump(classes_json(data), f, indent=None, separators=(",", ":"), ensure_ascii=False)
         f.write("\n")
 
 
@@ -73,7 +79,7 @@ def main():
     a = ap.parse_args()
     data = EmojiData(a.data)
     export_gpt(os.path.join(a.runs, "target.pt"), os.path.join(a.runs, "vq.pt"), os.path.join(a.out, "target"), data, a.dtype,
-               TARGET_SAMPLING)
+               TARGET_SAMPLING, {"draft": "../draft", "classifier": "../classifier"})
     if os.path.exists(os.path.join(a.runs, "draft.pt")):
         export_gpt(os.path.join(a.runs, "draft.pt"), None, os.path.join(a.out, "draft-data"), data, a.dtype)
 

@@ -3,7 +3,8 @@
 tessera stores its settings in a PNG text chunk "parameters" as "key=value; key=value" with '\\'
 and ';' escaped by '\\' (tools/cli/run_settings.cpp, RunSettings::text). The keys used here:
 "caption" (text-conditioned models), "prompt" (the prompt as typed, for class models), "class"
-(the class id) and "model" (the model directory, whose classes.json names the classes).
+(the class id) and "model" (the model, whose classes.json names the classes: by name, such as
+"emoji/target", or in images made before models were recorded by name, its directory).
 """
 import json
 import os
@@ -104,6 +105,27 @@ def class_name(classes_json, class_id, source):
     return names[class_id]
 
 
+# The repository's models/ (python/tessera_eval/../../models).
+_MODELS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "models")
+
+
+def model_classes_json(recorded):
+    """The classes.json of the model an image records, or None: a name ("emoji/target") is looked
+    up as a path, beside $TESSERA_DEFAULT_MODEL's family and under the repository's models/; an
+    older image's absolute directory is used as it is."""
+    candidates = [recorded]
+    env = os.environ.get("TESSERA_DEFAULT_MODEL")
+    if env and not os.path.isabs(recorded):
+        candidates.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(env))), recorded))
+    if not os.path.isabs(recorded):
+        candidates.append(os.path.join(_MODELS, recorded))
+    for c in candidates:
+        if os.path.isfile(os.path.join(c, "classes.json")):
+            return os.path.join(c, "classes.json")
+    return None
+
+
 def image_text(path, classes_json=None):
     """The text an image was generated for: its caption, else the prompt as typed, else its class's
     name in classes_json (default: the classes.json of the model recorded in the image)."""
@@ -117,9 +139,10 @@ def image_text(path, classes_json=None):
             c = int(s["class"])
         except ValueError:
             raise EvalError(f"{path}: class {s['class']!r} is not a number") from None
-        cj = classes_json or (os.path.join(s["model"], "classes.json") if "model" in s else None)
+        cj = classes_json or (model_classes_json(s["model"]) if "model" in s else None)
         if cj is None:
-            raise EvalError(f"{path}: class {c} and no model recorded; give --classes-json")
+            raise EvalError(f"{path}: class {c} of model {s.get('model', '(none recorded)')!r}, whose "
+                            "classes.json was not found; give --classes-json")
         return class_name(cj, c, path)
     raise EvalError(f"{path}: no tessera settings with a caption, prompt or class (not made by "
                     "tessera generate?); give the texts with --texts")

@@ -7,7 +7,18 @@
 
 namespace tessera {
 
-SamplingParams to_sampling_params(const SamplingOptions& s) {
+SamplingOptions resolve_sampling(const SamplingOptions& in, const SamplingDefaults& d) {
+  SamplingOptions s = in;
+  if (s.cfg_scale == kFromModel) s.cfg_scale = d.cfg.value_or(4.0f);
+  if (s.temperature == kFromModel) s.temperature = d.temperature.value_or(1.0f);
+  if (s.top_k == kFromModelInt) s.top_k = d.top_k.value_or(2000);
+  if (s.top_p == kFromModel) s.top_p = d.top_p.value_or(1.0f);
+  return s;
+}
+
+SamplingParams to_sampling_params(const SamplingOptions& in) {
+  // Settings left to the model that reach here unresolved take LlamaGen's defaults.
+  const SamplingOptions s = resolve_sampling(in);
   // Non-finite settings would reach every probability (an infinite guidance scale turns the
   // logits into NaN and the sampler into garbage), so they are rejected here, once.
   check_param(std::isfinite(s.temperature) && s.temperature >= 0.0f, "temperature",

@@ -21,7 +21,8 @@ std::vector<int> bootstrap_indices(uint64_t seed, int b, BootstrapStream stream,
 // opts.resamples resamples (stat(b) computes resample b; run in parallel, so it must be
 // thread-safe). Resamples whose statistic is NaN are left out (a class-less resample).
 // recentre: move the interval by the bootstrap's bias estimate (the resamples' mean minus
-// `value`), for statistics that resampling with replacement inflates (the Frechet distance);
+// `value`), for statistics that resampling with replacement inflates (the Frechet distance), and
+// clamp it at 0 (such a statistic is a distance);
 // *bias, when given, receives that estimate.
 Interval percentile_bootstrap(double value, const std::function<double(int)>& stat,
                               const BootstrapOptions& opts, bool recentre = false,

@@ -1,6 +1,7 @@
 #include "tessera/tuning.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tessera {
 
@@ -34,6 +35,27 @@ int fastest_within_tolerance(std::span<const TunePoint> points, double vanilla_t
         (best < 0 || points[i].speedup > points[best].speedup))
       best = static_cast<int>(i);
   return best;
+}
+
+ToleranceResolution tolerance_resolution(const RecordedInterval& top1,
+                                         const RecordedInterval& frechet, int images,
+                                         double frechet_floor, const QualityTolerance& t) {
+  ToleranceResolution r;
+  r.top1_reach = std::max(top1.value - top1.lo, top1.hi - top1.value);
+  r.frechet_reach = std::max(frechet.value - frechet.lo, frechet.hi - frechet.value);
+  r.top1_allowed = t.top1_drop_points / 100.0;
+  r.frechet_allowed = t.frechet_over_floor * std::max(frechet_floor, 0.0);
+  // How many times more images each needs: (reach / allowed)^2; a zero allowance is never met.
+  auto factor = [](double reach, double allowed) {
+    if (reach <= allowed * (1.0 + 1e-12)) return 1.0;
+    return allowed > 0.0 ? (reach / allowed) * (reach / allowed) : HUGE_VAL;
+  };
+  const double f =
+      std::max(factor(r.top1_reach, r.top1_allowed), factor(r.frechet_reach, r.frechet_allowed));
+  r.resolved = f <= 1.0;
+  const double need = std::ceil(f * std::max(images, 1));
+  r.images_needed = need >= 1e9 ? 1000000000 : static_cast<int>(need);
+  return r;
 }
 
 }  // namespace tessera

@@ -19,6 +19,7 @@
 #include <system_error>
 #include <utility>
 
+#include "io/regular_file.h"
 #include "tessera/error.h"
 #include "tessera/file_io.h"
 
@@ -177,6 +178,10 @@ void check_writable(const std::string& path) {
   std::string tmp;
   ::close(create_temp(path, t.path, tmp));
   ::unlink(tmp.c_str());
+}
+
+std::string read_file(const std::string& path, size_t max_bytes) {
+  return read_small_file(path, max_bytes);
 }
 
 }  // namespace tessera

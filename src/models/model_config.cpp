@@ -290,8 +290,12 @@ ParamValue read_param_value(const json& v, const Keys& k, const std::string& key
   k.fail("\"" + printable(key) + "\" must be a switch, a number or text, got " + v.dump());
 }
 
-ValidatedSetting read_validated_setting(const json& j, const std::string& where) {
-  only_keys(j, where, {"params", "drafts", "measured"});
+ValidatedSetting read_validated_setting(const json& j, const std::string& where,
+                                        bool with_history = true) {
+  if (with_history)
+    only_keys(j, where, {"params", "drafts", "measured", "history"});
+  else
+    only_keys(j, where, {"params", "drafts", "measured"});
   const Keys k(j, where);
   ValidatedSetting s;
   const std::string drafts = k.string("drafts");
@@ -302,9 +306,9 @@ ValidatedSetting read_validated_setting(const json& j, const std::string& where)
   const Keys p(params, where + " params");
   for (const auto& [name, value] : params.items()) {
     bool ok = !name.empty() && name.size() <= 64;
-    for (const char c : name) ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
-                                          std::isdigit(static_cast<unsigned char>(c)) ||
-                                          c == '.' || c == '_');
+    for (const char c : name)
+      ok = ok && (std::islower(static_cast<unsigned char>(c)) ||
+                  std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '_');
     if (!ok) p.fail("\"" + printable(name) + "\" is not a parameter name (like lantern.k)");
     s.params[name] = name == "draft_len" ? ParamValue{int64_t{p.integer("draft_len", 1, 1 << 20)}}
                                          : read_param_value(value, p, name);
@@ -331,6 +335,14 @@ ValidatedSetting read_validated_setting(const json& j, const std::string& where)
   q.tessera_version = mk.string("tessera_version");
   if (q.tessera_version.empty() || q.tessera_version.size() > 64)
     mk.fail("\"tessera_version\" must be 1 to 64 characters");
+  if (with_history && j.contains("history")) {
+    const json& h = j["history"];
+    if (!h.is_array()) k.fail("\"history\" must be a list of earlier settings");
+    if (h.size() > 1000) k.fail("\"history\" holds more than 1000 settings");
+    for (size_t i = 0; i < h.size(); ++i)
+      s.history.push_back(
+          read_validated_setting(h[i], where + " history[" + std::to_string(i) + "]", false));
+  }
   return s;
 }
 
@@ -357,7 +369,32 @@ QualitySection read_quality_section(const json& q, const std::string& where) {
   return s;
 }
 
+// config.json "companions": {"draft": "../draft", "classifier": "../classifier"}, each optional:
+// relative paths (a model directory moves with its companions).
+Companions read_companions(const json& c, const std::string& where) {
+  const std::string w = where + " companions";
+  only_keys(c, w, {"draft", "classifier"});
+  const Keys k(c, w);
+  auto path = [&](const char* key) {
+    const std::string s = k.string(key, "");
+    if (!k.has(key)) return s;
+    bool ok = !s.empty() && s.size() <= 1024 && s.front() != '/';
+    for (const char ch : s) ok = ok && static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f;
+    if (!ok)
+      k.fail(std::string("\"") + key +
+             "\" must be a directory relative to the model's (e.g. \"../draft\"), got \"" +
+             printable(s) + "\"");
+    return s;
+  };
+  return {path("draft"), path("classifier")};
+}
+
 }  // namespace
+
+std::string ModelConfig::companion_path(const std::string& relative) const {
+  if (relative.empty()) return "";
+  return (std::filesystem::path(dir) / relative).lexically_normal().string();
+}
 
 ModelConfig parse_model_config(std::string_view json_text, const std::string& dir) {
   const std::string where = (std::filesystem::path(dir) / "config.json").string();
@@ -367,6 +404,7 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& di
   const Keys r(root, where);
   if (r.has("tessera_format")) r.integer("tessera_format", 1, 1);
   mc.architecture = r.string("architecture", "llamagen");
+  if (root.contains("companions")) mc.companions = read_companions(root["companions"], where);
   if (mc.architecture == "mar") {
     load_mar_config(root, where, mc);
     return mc;

@@ -54,6 +54,17 @@ std::string with_validated_setting(std::string_view json_text, const std::string
                      {"frechet_floor", interval(m.frechet_floor)},
                      {"date", m.date},
                      {"tessera_version", m.tessera_version}}}};
+  // The setting replaced goes to the front of the history (its own history after it).
+  if (q.contains("methods") && q["methods"].is_object() && q["methods"].contains(method) &&
+      q["methods"][method].is_object()) {
+    ordered previous = q["methods"][method];
+    ordered history = ordered::array();
+    if (previous.contains("history") && previous["history"].is_array())
+      history = previous["history"];
+    previous.erase("history");
+    history.insert(history.begin(), previous);
+    entry["history"] = history;
+  }
   q["methods"][method] = entry;
   std::string text = root.dump(2) + "\n";
   parse_model_config(text, dir);  // what is written must load

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -82,6 +83,23 @@ ClassNames ClassNames::parse(const std::string& text, int num_classes, const std
              ") has style '" + printable(x.style) + "', not one of \"styles\"");
       cn.classes_.push_back(std::move(x));
     }
+    if (j.contains("emoji")) {
+      // {"red apple": "🍎", ...}: the characters of each emoji name.
+      const auto& em = j["emoji"];
+      if (!em.is_object()) fail("\"emoji\" must map emoji names to their characters");
+      for (const auto& [name, chars] : em.items()) {
+        if (!chars.is_string() || chars.get<std::string>().empty() ||
+            chars.get<std::string>().size() > 64)
+          fail("\"emoji\" of '" + printable(name) + "' must be 1 to 64 bytes of text");
+        bool known = false;
+        for (ClassName& c : cn.classes_)
+          if (c.name == name) {
+            c.emoji = chars.get<std::string>();
+            known = true;
+          }
+        if (!known) fail("\"emoji\" names '" + printable(name) + "', which is no class's name");
+      }
+    }
     if (j.contains("held_out_classes")) {
       const auto& held = j["held_out_classes"];
       if (!held.is_array()) fail("held_out_classes must be a list of class ids");
@@ -122,6 +140,35 @@ std::vector<std::string> words(const std::string& normalized) {
   return w;
 }
 
+// An emoji as typed, for comparison: without spaces and without U+FE0F (the emoji presentation
+// selector, which some keyboards add and others do not).
+std::string emoji_key(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.compare(i, 3, "\xEF\xB8\x8F") == 0) {
+      i += 2;
+      continue;
+    }
+    if (!std::isspace(static_cast<unsigned char>(s[i]))) out += s[i];
+  }
+  return out;
+}
+
+bool has_non_ascii(const std::string& s) {
+  return std::any_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) >= 0x80; });
+}
+
+// Whether every word of `want` is a word of `key` (or starts one, with word_starts).
+bool has_words(const std::vector<std::string>& want, const std::string& key, bool word_starts) {
+  const std::vector<std::string> kw = words(normalize_name(key));
+  return std::all_of(want.begin(), want.end(), [&](const std::string& w) {
+    return std::any_of(kw.begin(), kw.end(), [&](const std::string& k) {
+      return word_starts ? k.rfind(w, 0) == 0 : k == w;
+    });
+  });
+}
+
 std::string join_quoted(const std::vector<std::string>& v, size_t max_items) {
   std::string s;
   for (size_t i = 0; i < v.size() && i < max_items; ++i) s += (i ? ", '" : "'") + v[i] + "'";
@@ -143,15 +190,11 @@ std::string ClassNames::resolve_style(const std::string& style_in) const {
   return style;
 }
 
-std::vector<int> ClassNames::find_words(const std::string& text, const std::string& style) const {
+std::vector<int> ClassNames::find_words(const std::string& text, const std::string& style,
+                                        bool word_starts) const {
   if (!style.empty()) resolve_style(style);
   const std::vector<std::string> want = words(normalize_name(text));
-  auto has_all = [&](const std::string& key) {
-    const std::vector<std::string> kw = words(normalize_name(key));
-    return std::all_of(want.begin(), want.end(), [&](const std::string& w) {
-      return std::find(kw.begin(), kw.end(), w) != kw.end();
-    });
-  };
+  auto has_all = [&](const std::string& key) { return has_words(want, key, word_starts); };
   std::vector<int> ids;
   for (size_t i = 0; i < classes_.size(); ++i) {
     const ClassName& c = classes_[i];
@@ -162,9 +205,34 @@ std::vector<int> ClassNames::find_words(const std::string& text, const std::stri
   return ids;
 }
 
+std::vector<int> ClassNames::find_emoji(const std::string& text, const std::string& style) const {
+  if (!style.empty()) resolve_style(style);
+  const std::string key = emoji_key(text);
+  std::vector<int> ids;
+  if (key.empty()) return ids;
+  for (size_t i = 0; i < classes_.size(); ++i) {
+    const ClassName& c = classes_[i];
+    if ((style.empty() || c.style == style) && !c.emoji.empty() && emoji_key(c.emoji) == key)
+      ids.push_back(static_cast<int>(i));
+  }
+  return ids;
+}
+
 ClassMatch ClassNames::match(const std::string& prompt, const std::string& style_in) const {
   const std::string style = resolve_style(style_in);
   const std::string q = normalize_name(prompt);
+  if (has_non_ascii(prompt)) {  // the emoji itself: "🍎"
+    const std::vector<int> ids = find_emoji(prompt, styles_.empty() ? "" : style);
+    if (!ids.empty()) return {ids.front(), "emoji"};
+    if (q.empty()) {
+      const bool mapped = std::any_of(classes_.begin(), classes_.end(),
+                                      [](const ClassName& c) { return !c.emoji.empty(); });
+      throw Error("'" + prompt + "' is " +
+                  (mapped ? "not one of this model's emoji"
+                          : "no name, and this model's classes.json gives no emoji characters") +
+                  "; give a name, e.g. \"red apple\" (tessera classes lists them)");
+    }
+  }
   if (q.empty()) throw Error("empty prompt: give an emoji name, e.g. \"red apple\"");
 
   // Distinct names (one entry per name, whatever its styles) and the class of the wanted style.
@@ -181,10 +249,29 @@ ClassMatch ClassNames::match(const std::string& prompt, const std::string& style
       for (const auto& a : c.aliases) k.push_back(normalize_name(a));
     }
   }
+  // The names listed when several match, each with the alias that matched where its name did not
+  // ('dog' (as 'dog face') for "face").
+  std::map<std::string, std::string> alias_of;
   auto resolve = [&](const std::vector<std::string>& hits, const char* how) -> ClassMatch {
     if (hits.size() == 1) return {class_of.at(hits[0]), how};
-    throw Error("'" + prompt + "' matches " + std::to_string(hits.size()) +
-                " emoji: " + join_quoted(hits, 12) + "; be more specific");
+    std::vector<std::string> shown;
+    for (const auto& h : hits)
+      shown.push_back(alias_of.count(h) ? h + "' (as '" + alias_of.at(h) + "')" : h + "'");
+    std::string list;
+    for (size_t i = 0; i < shown.size() && i < 12; ++i) list += (i ? ", '" : "'") + shown[i];
+    if (shown.size() > 12) list += ", ... (" + std::to_string(shown.size()) + " in all)";
+    throw Error("'" + prompt + "' matches " + std::to_string(hits.size()) + " emoji: " + list +
+                "; be more specific");
+  };
+  // The alias of `name` that `matches`, when its name does not.
+  auto note_alias = [&](const std::string& name,
+                        const std::function<bool(const std::string&)>& matches) {
+    if (matches(name)) return;
+    for (const auto& a : classes_[class_of.at(name)].aliases)
+      if (matches(a)) {
+        alias_of[name] = a;
+        return;
+      }
   };
 
   std::vector<std::string> exact;
@@ -198,15 +285,23 @@ ClassMatch ClassNames::match(const std::string& prompt, const std::string& style
     // A prompt equal to one emoji's own name wins over aliases of others.
     for (const auto& n : exact)
       if (normalize_name(n) == q) return {class_of.at(n), "exact"};
+    for (const auto& n : exact)
+      note_alias(n, [&](const std::string& k) { return normalize_name(k) == q; });
     return resolve(exact, "exact");
   }
 
-  std::vector<std::string> by_words;
-  for (int id : find_words(q, styles_.empty() ? "" : style)) {
-    const std::string& n = classes_[id].name;
-    if (std::find(by_words.begin(), by_words.end(), n) == by_words.end()) by_words.push_back(n);
+  // By words: whole words, then words that start with the prompt's ("straw" -> strawberry).
+  const std::vector<std::string> want = words(q);
+  for (const bool starts : {false, true}) {
+    std::vector<std::string> by_words;
+    for (int id : find_words(q, styles_.empty() ? "" : style, starts)) {
+      const std::string& n = classes_[id].name;
+      if (std::find(by_words.begin(), by_words.end(), n) == by_words.end()) by_words.push_back(n);
+    }
+    for (const auto& n : by_words)
+      note_alias(n, [&](const std::string& k) { return has_words(want, k, starts); });
+    if (!by_words.empty()) return resolve(by_words, starts ? "word starts" : "words");
   }
-  if (!by_words.empty()) return resolve(by_words, "words");
 
   // Spelling: the nearest names by edit distance, accepted within about one typo per 4 letters.
   std::vector<std::pair<int, std::string>> dist;

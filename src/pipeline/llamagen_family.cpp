@@ -28,16 +28,18 @@ namespace {
 std::vector<std::vector<int32_t>> generate_batches(Decoder& decoder,
                                                    const std::vector<const Condition*>& conds,
                                                    const std::vector<uint64_t>& idx,
-                                                   const std::atomic<bool>* cancel,
-                                                   GenerateStats& st) {
-  if (!cancel) return generate_all(decoder, conds, idx, st);
+                                                   const GenerateOptions& opts, GenerateStats& st) {
+  if (!opts.cancel && !opts.on_image) return generate_all(decoder, conds, idx, st);
   std::vector<std::vector<int32_t>> out;
   const size_t cap = static_cast<size_t>(std::max(decoder.capacity_images(), 1));
-  for (size_t b0 = 0; b0 < conds.size() && !cancel->load(); b0 += cap) {
+  for (size_t b0 = 0; b0 < conds.size() && !(opts.cancel && opts.cancel->load()); b0 += cap) {
     const size_t b1 = std::min(conds.size(), b0 + cap);
     auto grids = generate_all(decoder, {conds.begin() + b0, conds.begin() + b1},
                               {idx.begin() + b0, idx.begin() + b1}, st);
-    for (auto& g : grids) out.push_back(std::move(g));
+    for (auto& g : grids) {
+      if (opts.on_image) opts.on_image(out.size(), g);  // as soon as its batch is done
+      out.push_back(std::move(g));
+    }
   }
   return out;
 }
@@ -127,28 +129,55 @@ ForwardFlops LlamaGenFamily::forward_flops(int k, bool cfg) const {
   return f;
 }
 
-std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,
-                                                           const GenerateOptions& opts,
-                                                           GenerateStats* stats) {
+// What a generation with `opts` runs, checked: every ParameterError generate can raise about its
+// options is raised here, before any image starts.
+struct LlamaGenFamily::Prepared {
+  SamplingParams p;
+  const LlamaGen* draft = nullptr;
+  speculative::Method method;
+  std::string note;
+};
+
+LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   check_param(opts.batch >= 1, "batch", "must be at least 1");
-  const SamplingParams p = to_sampling_params(opts.sampling);  // validates them
-  GenerateStats local;
-  GenerateStats& st = stats ? *stats : local;
+  Prepared r;
+  // Settings left to the model take its config.json "sampling" (then LlamaGen's defaults).
+  r.p = to_sampling_params(resolve_sampling(opts.sampling, d_->config.sampling));  // validates
   const int N = d_->config.gpt.n_image_tokens();
   check_param(opts.max_tokens >= 0 && opts.max_tokens <= N, "tokens",
               "must be in [1, " + std::to_string(N) + "]");
-  const int64_t total =
-      static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
-  int64_t done = 0;
   check_param(opts.spec.max_rounds >= 0, "max_rounds", "must be >= 0");
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
-  const LlamaGen* draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
+  r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
   // The model's validated settings are its defaults (config.json "quality"); flags given win.
   const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
-  speculative::Method method = speculative::make_method(spec, d_->config.dir, d_->config.gpt);
-  const std::string note =
-      speculative::validated_settings_note(opts.spec, d_->config.quality, d_->config.dir);
+  r.method = speculative::make_method(spec, d_->config.dir, d_->config.gpt);
+  if (r.method.rule)
+    check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
+                "{tokens} (a partial grid) is only supported by {method} vanilla");
+  r.note = speculative::validated_settings_note(opts.spec, d_->config.quality, d_->config.dir);
+  return r;
+}
+
+void LlamaGenFamily::validate(const GenerateOptions& opts) {
+  prepare(opts);
+}
+
+std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,
+                                                           const GenerateOptions& opts,
+                                                           GenerateStats* stats) {
+  Prepared prep = prepare(opts);
+  const SamplingParams& p = prep.p;
+  const LlamaGen* draft = prep.draft;
+  speculative::Method& method = prep.method;
+  const std::string& note = prep.note;
+  GenerateStats local;
+  GenerateStats& st = stats ? *stats : local;
+  const int N = d_->config.gpt.n_image_tokens();
+  const int64_t total =
+      static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
+  int64_t done = 0;
   std::vector<const Condition*> conds;
   std::vector<uint64_t> idx;
   for (size_t i = 0; i < conditions.size(); ++i) {
@@ -166,10 +195,8 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
   if (!method.rule) {
     VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
-    return generate_batches(decoder, conds, idx, opts.cancel, st);  // lossless: no note
+    return generate_batches(decoder, conds, idx, opts, st);  // lossless: no note
   }
-  check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
-              "{tokens} (a partial grid) is only supported by {method} vanilla");
   std::unique_ptr<speculative::Drafter> drafter;
   if (draft)
     drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, method.draft_len,
@@ -201,7 +228,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     ls.policy = &*policy;
   }
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
-  auto grids = generate_batches(decoder, conds, idx, opts.cancel, st);
+  auto grids = generate_batches(decoder, conds, idx, opts, st);
   if (!note.empty()) st.notes.push_back(note);
   return grids;
 }

@@ -23,11 +23,14 @@ class LlamaGenFamily {
   ForwardFlops forward_flops(int k, bool cfg) const;
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts, GenerateStats* stats);
+  void validate(const GenerateOptions& opts);
   std::vector<float> forward_logits(const Condition& condition, std::span<const int32_t> tokens);
   std::vector<float> decode_float(std::span<const int32_t> tokens, int n);
   std::vector<uint8_t> decode(std::span<const int32_t> tokens, int n);
 
  private:
+  struct Prepared;
+  Prepared prepare(const GenerateOptions& opts);
   struct Data;
   std::unique_ptr<Data> d_;
 };

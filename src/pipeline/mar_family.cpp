@@ -99,9 +99,9 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
   const std::optional<CspdSettings> cspd = speculative::make_cspd_settings(opts.spec);
   if (cspd)
     check_param(cspd->draft_len <= s.num_iter, "draft_len",
-                "must be in [1, " + std::to_string(s.num_iter) + "] (MAR steps drafted per round; " +
-                    "this run has {steps} " + std::to_string(s.num_iter) + "), got " +
-                    std::to_string(cspd->draft_len));
+                "{draft_len} must be in [1, " + std::to_string(s.num_iter) +
+                    "] (MAR steps drafted per round; " + "this run has {steps} " +
+                    std::to_string(s.num_iter) + "), got " + std::to_string(cspd->draft_len));
   const Mar* draft = cspd ? &d_->draft_model(opts.spec.draft_model) : nullptr;
   {
     // A batch's largest live activations, before the first step allocates them: per image and
@@ -109,14 +109,16 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
     // diffusion head's chains over every position (x, noise, hidden, modulation).
     const int64_t images = std::min<int64_t>(static_cast<int64_t>(labels.size()), opts.batch);
     const double halves = s.cfg_scale != 1.0f ? 2.0 : 1.0;
-    const double mae = static_cast<double>(c.seq_len() + c.buffer_size) * (6.0 * c.dim + c.mlp_dim());
+    const double mae =
+        static_cast<double>(c.seq_len() + c.buffer_size) * (6.0 * c.dim + c.mlp_dim());
     const double head = static_cast<double>(c.seq_len()) * (4.0 * c.diffloss_width + 3.0 * c.dim);
     const double need = images * halves * (mae + head) * sizeof(float) * (draft ? 2.0 : 1.0);
     const int64_t available = d_->backend->available_memory();
     check_param(need <= static_cast<double>(available), "batch",
                 "not enough memory: " + std::to_string(images) + " images in flight need about " +
-                    std::to_string(static_cast<int64_t>(need / (1 << 20))) + " MiB of activations, " +
-                    std::to_string(available >> 20) + " MiB is available; lower {batch}");
+                    std::to_string(static_cast<int64_t>(need / (1 << 20))) +
+                    " MiB of activations, " + std::to_string(available >> 20) +
+                    " MiB is available; lower {batch}");
   }
 
   MarStats local;
@@ -141,7 +143,10 @@ std::vector<std::vector<float>> MarFamily::generate(const std::vector<int>& labe
                                        *cspd, noise, on_tokens, st)
                        : mar_generate(*d_->model, *d_->diffusion, *d_->backend, batch, s, noise,
                                       on_tokens, st);
-    for (auto& im : images) out.push_back(std::move(im));
+    for (auto& im : images) {
+      if (opts.on_image) opts.on_image(out.size(), im);
+      out.push_back(std::move(im));
+    }
   }
   st.seconds += now_s() - t0;
   return out;

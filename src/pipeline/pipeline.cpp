@@ -116,6 +116,12 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
                                                      GenerateStats* stats) {
   return impl_->discrete("generate").generate(conditions, opts, stats);
 }
+SamplingOptions Pipeline::default_sampling() const {
+  return resolve_sampling({}, config().sampling);
+}
+void Pipeline::validate(const GenerateOptions& opts) {
+  impl_->discrete("validate").validate(opts);
+}
 std::vector<float> Pipeline::forward_logits(const Condition& condition,
                                             std::span<const int32_t> tokens) {
   return impl_->discrete("forward_logits").forward_logits(condition, tokens);
@@ -127,6 +133,9 @@ std::vector<uint8_t> Pipeline::decode(std::span<const int32_t> tokens, int n) {
   return impl_->discrete("decode").decode(tokens, n);
 }
 
+void Pipeline::validate_latents(const MarGenerateOptions& opts) {
+  impl_->continuous("validate_latents").generate({}, opts, nullptr);  // no image: the checks only
+}
 std::vector<std::vector<float>> Pipeline::generate_latents(const std::vector<int>& labels,
                                                            const MarGenerateOptions& opts,
                                                            MarStats* stats) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <type_traits>
 #include <variant>
@@ -110,7 +111,15 @@ std::string param_value_text(const ParamValue& v, bool exact) {
         if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
         if constexpr (std::is_same_v<T, double>) {
           char buf[40];
-          std::snprintf(buf, sizeof buf, exact ? "%.17g" : "%g", x);
+          if (!exact) {
+            std::snprintf(buf, sizeof buf, "%g", x);
+            return buf;
+          }
+          // The shortest text that reads back as x: 0.1, not 0.10000000000000001.
+          for (int prec = 1; prec <= 17; ++prec) {
+            std::snprintf(buf, sizeof buf, "%.*g", prec, x);
+            if (std::strtod(buf, nullptr) == x) break;
+          }
           return buf;
         }
         if constexpr (std::is_same_v<T, std::string>) return x;

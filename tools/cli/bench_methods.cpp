@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tessera/quality.h"
 
@@ -24,6 +24,15 @@ namespace fs = std::filesystem;
 std::string resolve_classifier(const std::string& what, const std::string& model) {
   if (what == "off") return "";
   if (what == "auto") {
+    const ModelConfig mc = load_model_config(model);
+    if (!mc.companions.classifier.empty()) {
+      const std::string dir = mc.companion_path(mc.companions.classifier);
+      if (!fs::is_regular_file(fs::path(dir) / "classifier.json"))
+        throw Error((fs::path(model) / "config.json").string() + " names the classifier " +
+                    mc.companions.classifier + " (" + dir +
+                    "), which has no classifier.json; give --quality DIR or off");
+      return dir;
+    }
     const fs::path dir = fs::path(model).lexically_normal().parent_path() / "classifier";
     return fs::is_regular_file(dir / "classifier.json") ? dir.string() : "";
   }
@@ -36,6 +45,12 @@ namespace {
 
 // The speed table's columns (the quality columns' come from quality_legend()).
 constexpr const char* kSpeedLegend =
+    "method     the decoding method; vanilla, the baseline, runs first on the same classes and\n"
+    "           seeds\n"
+    "threads    CPU threads (-t, or --thread-counts)\n"
+    "batch      images generated together (-b, or --batches)\n"
+    "draft-len  drafts per round (--draft-len, or --draft-lens); auto: chosen each round; - for\n"
+    "           vanilla\n"
     "s/image    wall time of the method's generate call divided by the images (prefill, drafting,\n"
     "           verification and sampling; model load and VQ decoding excluded)\n"
     "speed-up   vanilla's s/image in this run divided by the method's (> 1: faster)\n"
@@ -45,8 +60,9 @@ constexpr const char* kSpeedLegend =
     "           images and counts once for each of them\n"
     "draft fw   batched forward passes of the draft model (Jacobi drafts: 0), over the whole run:\n"
     "           it falls as -b grows, since one pass drafts for the whole batch\n"
-    "target%    share of the wall time in target forwards; draft% in drafting; verify% in\n"
-    "           target distributions, acceptance rules and resampling\n"
+    "target%    share of the wall time in target forwards\n"
+    "draft%     share of the wall time in drafting (the draft model, or Jacobi bookkeeping)\n"
+    "verify%    share of the wall time in target distributions, acceptance rules and resampling\n"
     "acc@1      fraction of depth-1 drafts accepted\n"
     "rules/fw   time in acceptance rules and resampling per target forward, as a share of that\n"
     "           forward's time\n"
@@ -62,8 +78,7 @@ void bench_methods(const MethodsBenchOptions& b) {
   auto pipe = Pipeline::load(b.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
   std::unique_ptr<QualityModel> qm;
-  if (!b.classifier.empty())
-    qm = load_quality_model(*pipe, b.classifier, b.model, b.check_weights);
+  if (!b.classifier.empty()) qm = load_quality_model(*pipe, b.classifier, b.model, b.check_weights);
   // The training set's feature statistics, where the classifier ships them: a Frechet distance
   // against the data the model learned, not only against vanilla (docs/quality.md).
   std::optional<FeatureStatistics> train;
@@ -96,6 +111,26 @@ void bench_methods(const MethodsBenchOptions& b) {
     for (int bt : bs)
       for (int d : ds) configs.push_back({t, bt, d});
   const bool sweep = configs.size() > 1;
+  // Every run of the sweep is checked before the baseline starts: a draft length longer than the
+  // image must not cost the rows before it. The error names the sweep's flag where one was given.
+  for (const Config& c : configs)
+    for (const std::string& m : methods) {
+      if (m == "vanilla") continue;
+      GenerateOptions o = b.gen;
+      o.spec.method = m;
+      o.batch = c.batch;
+      o.spec.draft_len = c.draft_len;
+      if (!uses_draft_model(m)) o.spec.draft_model.clear();
+      try {
+        pipe->validate(o);
+      } catch (const ParameterError& e) {
+        throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
+          if (p == "draft_len" && !b.draft_lens.empty()) return std::string("--draft-lens");
+          if (p == "batch" && !b.batches.empty()) return std::string("--batches");
+          return flag_of(p);
+        }));
+      }
+    }
 
   nlohmann::json rows = nlohmann::json::array();
   std::vector<QualityReport> quality;
@@ -183,17 +218,23 @@ void bench_methods(const MethodsBenchOptions& b) {
     std::printf(
         "model %s, draft %s, %d image(s), seed %llu, cfg %.2f, T %.2f, top-k %d, top-p %.2f, "
         "%d timed run(s) per row%s\n",
-        b.model.c_str(), b.gen.spec.draft_model.empty() ? "-" : b.gen.spec.draft_model.c_str(),
+        b.model.c_str(),
+        b.gen.spec.draft_model.empty()
+            ? "-"
+            : (b.gen.spec.draft_model + (b.drafter_why.empty() ? "" : " (" + b.drafter_why + ")"))
+                  .c_str(),
         b.n, static_cast<unsigned long long>(b.gen.seed), s.cfg_scale, s.temperature, s.top_k,
         s.top_p, b.repeat, b.repeat > 1 ? " (s/image: mean ± stddev)" : "");
     std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
-    std::printf("| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
-                "| target%% | draft%% | verify%% | acc@1 | rules/fw | depth |\n");
+    std::printf(
+        "| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
+        "| target%% | draft%% | verify%% | acc@1 | rules/fw | depth |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
-    std::printf("method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
-                "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
-                "acceptance_depth1,rules_per_forward,mean_draft_depth\n");
+    std::printf(
+        "method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
+        "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
+        "acceptance_depth1,rules_per_forward,mean_draft_depth\n");
   }
   for (const auto& r : rows) {
     const double sec = r["seconds"].get<double>();
@@ -220,17 +261,16 @@ void bench_methods(const MethodsBenchOptions& b) {
       continue;
     }
     const std::string t = b.repeat > 1 ? fmt(mean, 3) + " ± " + fmt(sd, 3) : fmt(mean, 3);
-    std::printf("| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
-                "| %s | %.2f%% | %s |\n",
-                r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
-                r["batch"].get<int>(), dl.c_str(), t.c_str(),
-                r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
-                r["target_forwards_per_image"].get<double>(),
-                static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()),
-                100 * shares[0], 100 * shares[1], 100 * shares[2],
-                acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
-                100 * r["rule_overhead_vs_target_forward"].get<double>(),
-                depth > 0 ? fmt(depth, 2).c_str() : "-");
+    std::printf(
+        "| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
+        "| %s | %.2f%% | %s |\n",
+        r["method"].get<std::string>().c_str(), r["threads"].get<int>(), r["batch"].get<int>(),
+        dl.c_str(), t.c_str(), r["speedup_vs_vanilla"].get<double>(),
+        r["mean_accepted_length"].get<double>(), r["target_forwards_per_image"].get<double>(),
+        static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), 100 * shares[0],
+        100 * shares[1], 100 * shares[2], acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
+        100 * r["rule_overhead_vs_target_forward"].get<double>(),
+        depth > 0 ? fmt(depth, 2).c_str() : "-");
   }
   if (qm && !csv) {
     const double v_top1 = quality.front().top1.defined() ? quality.front().top1.value : 0.9;
@@ -241,8 +281,9 @@ void bench_methods(const MethodsBenchOptions& b) {
         b.classifier.c_str(), b.n, b.per_class,
         sweep ? "; measured at the first configuration" : "",
         static_cast<long long>(images_to_separate_top1_drop(v_top1, 0.02)));
-    std::printf("| method | top-1 %% | FD vs vanilla | FD vs train | diversity |\n"
-                "|---|---|---|---|---|\n");
+    std::printf(
+        "| method | top-1 %% | FD vs vanilla | FD vs train | diversity |\n"
+        "|---|---|---|---|---|\n");
     for (size_t i = 0; i < quality.size(); ++i)
       std::printf("| %s | %s | %s | %s | %s |\n", runs[i].c_str(),
                   interval_text(quality[i].top1, 1, 100.0).c_str(),

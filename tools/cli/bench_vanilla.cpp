@@ -254,6 +254,11 @@ void bench_vanilla(const VanillaBenchOptions& o) {
                 fmt(forked_total, 1).c_str(), forked.empty() ? "none" : forked.c_str(),
                 fmt(serial_total, 1).c_str(), serial.empty() ? "none" : serial.c_str());
   }
+  if (j["achieved_weight_gbs"].get<double>() > machine)
+    std::printf("%s\n", cache_note(j["weight_bytes_per_step"].get<double>(),
+                                   "the achieved " +
+                                       fmt(j["achieved_weight_gbs"].get<double>(), 2) + " GB/s")
+                            .c_str());
   if (models.size() > 1) {
     print_model("against", j["against"]);
     std::printf("tokens/s ratio   %.2fx model/against  (median of %d paired rounds: %s)\n",

@@ -163,6 +163,15 @@ void bench_verify_cost(const VerifyCostOptions& o) {
     if (errors > 0) std::fprintf(stderr, "warning: %d row(s) at %s\n", errors, what.c_str());
     return;
   }
+  std::vector<int> over;
+  for (const auto& r : rows)
+    if (r["fraction_of_roofline"].get<double>() > 1.0) over.push_back(r["k"].get<int>());
+  if (!over.empty())
+    std::printf("%s\n",
+                cache_note(bytes, std::to_string(over.size()) + " of the forwards (k = " +
+                                      std::to_string(over.front()) + ".." +
+                                      std::to_string(over.back()) + ") over 100% of the roofline")
+                    .c_str());
   std::printf(
       "\nA loop that only reads f32 weights and multiplies each into `rows` accumulators (FMAs, "
       "prefetched as the kernel prefetches; no other work), against max(its 1-row read time, its "

@@ -37,6 +37,7 @@ struct BenchArgs {
   double read_gbs = 0.0;  // --verify-cost: given read bandwidth (0: measured)
   std::string k_range = "1:32";
   int concurrent = 0;
+  DrafterChoice drafter;  // resolved from --draft and the model's companions
 };
 
 int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
@@ -50,7 +51,8 @@ int run_mar_bench(const BenchArgs& a, const CLI::App& b) {
   for (const auto& x : split_list(a.draft_lens))
     mb.draft_lens.push_back(parse_int(x, "--draft-lens"));
   for (const auto& x : split_list(a.batches)) mb.batches.push_back(parse_int(x, "--batches"));
-  mb.json = a.json;
+  mb.format = a.json ? "json" : a.format;
+  mb.legend = a.legend;
   mar_bench(mo, mb);
   return 0;
 }
@@ -84,12 +86,17 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
         throw Error(std::string(f) +
                     " applies to --methods (sweeps and formats of the method "
                     "bench)");
-  if (mar && b.count("--thread-counts") + b.count("--output-format") > 0)
-    throw Error("--thread-counts and --output-format are for LlamaGen --methods benches");
+  if (mar && b.count("--thread-counts") > 0)
+    throw Error("--thread-counts is for LlamaGen --methods benches");
+  if (mar && methods.empty())
+    for (const char* f : {"--output-format", "--legend"})
+      if (b.count(f) > 0) throw Error(std::string(f) + " applies to a bench with --methods");
   if (methods.empty() || mar)
-    for (const char* f : {"--quality", "--legend", "--per-class"})
+    for (const char* f : {"--quality", "--per-class"})
       if (b.count(f) > 0)
         throw Error(std::string(f) + " applies to a LlamaGen bench with --methods");
+  if (methods.empty() && !mar && b.count("--legend") > 0)
+    throw Error("--legend applies to a bench with --methods");
   if (!mar && methods.empty())
     for (const char* f : {"--batch", "--seed"})
       if (b.count(f) > 0)
@@ -163,13 +170,9 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     bench_kernels(a.repeat, a.json);
     return 0;
   }
-  // Without -m: the embedded default model, and its shipped draft for the methods that draft with
-  // a model (as generate does); the table's header names both.
-  if (a.common.model.empty()) {
-    a.common.model = default_model_dir();
-    if (a.gen.spec.draft_model.empty() && !a.methods.empty())
-      a.gen.spec.draft_model = sibling_draft_dir(a.common.model);
-  }
+  // Without -m: the embedded default model. The methods that draft with a model use --draft, else
+  // the draft the model's config.json names (as generate does); the table's header names it.
+  if (a.common.model.empty()) a.common.model = default_model_dir();
   apply_common(a.common);
   if (a.concurrent > 0) return run_concurrent_bench(a, b);
   if (b.count("--k-range") > 0 && !a.verify_cost) throw Error("--k-range applies to --verify-cost");
@@ -183,6 +186,12 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     return run_verify_cost_bench(a, b);
   }
   check_bench_flags(a, b, is_mar(a.common.model));
+  if (!a.methods.empty()) {
+    const DrafterChoice dc =
+        choose_drafter(a.common.model, split_list(a.methods), a.gen.spec.draft_model);
+    a.gen.spec.draft_model = dc.dir;
+    a.drafter = dc;
+  }
   if (is_mar(a.common.model)) return run_mar_bench(a, b);
   // Before any note is printed or anything loaded: a bad --quality is one error line.
   const std::string classifier =
@@ -212,6 +221,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     mo.classifier = classifier;
     mo.legend = a.legend;
     mo.per_class = a.per_class;
+    mo.drafter_why = a.drafter.why;
     bench_methods(mo);
     return 0;
   }
@@ -277,8 +287,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
                 "same classes and seeds in this run");
   b->add_option("--quality", a->quality,
                 "--methods: classifier directory for image-quality columns (top-1, Frechet "
-                "distance to vanilla, diversity; docs/quality.md); auto: MODEL/../classifier if "
-                "present; off: speed only")
+                "distance to vanilla, diversity; docs/quality.md); auto: the classifier "
+                "MODEL/config.json names, else MODEL/../classifier if present; off: speed only")
       ->capture_default_str();
   b->add_flag("--legend", a->legend, "--methods: print what each column means after the tables");
   b->add_option("--per-class", a->per_class,
@@ -294,8 +304,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
       ->capture_default_str();
   b->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();
   b->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
-  add_method_flags(b, a->gen.spec);
-  add_mar_options(b, a->mar);
+  add_method_flags(b, a->gen.spec, md);
+  add_mar_options(b, a->mar, md);
   b->add_option("--draft-lens", a->draft_lens,
                 "--methods: draft lengths to sweep, e.g. auto,4,8,16,32");
   b->add_option("--batches", a->batches, "--methods: batch sizes to sweep, e.g. 1,8,32");

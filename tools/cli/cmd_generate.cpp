@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "commands.h"
@@ -34,6 +35,7 @@ struct GenerateArgs {
   std::string out, tokens_out, latents_out, stats_out, heatmap_out;
   bool grid = false;
   std::string prompt, style, from_png;
+  std::vector<std::string> prompt_words;  // the positional prompt: unquoted words are one prompt
   size_t output_begin = 0;
   MarOnly mar;
 };
@@ -76,8 +78,9 @@ void check_family_flags(const CLI::App& g, bool mar) {
   const std::vector<std::string> llamagen_only = {"--top-k", "--top-p", "--cfg-interval",
                                                   "--tokens-out", "--caption"};
   if (mar && g.count("--caption") > 0)
-    throw Error("--caption is for text-conditional LlamaGen models; MAR models are "
-                "class-conditional: use --class or --uncond");
+    throw Error(
+        "--caption is for text-conditional LlamaGen models; MAR models are "
+        "class-conditional: use --class or --uncond");
   for (const std::string& f : mar ? llamagen_only : mar_only)
     if (g.count(f) > 0)
       throw Error(f + " is for " + (mar ? "LlamaGen" : "MAR") + " models only; this is a " +
@@ -100,10 +103,28 @@ std::string resolve_prompt(const std::string& dir, const std::string& prompt,
   return label;
 }
 
+// The file an image is written to without -o: its class's name where the model has class names
+// (red_apple_twitter.png), else class_N.png, uncond.png or the caption file's name.
+std::string default_output_name(const std::string& dir, const CondOpts& c) {
+  if (c.uncond) return "uncond.png";
+  if (!c.caption.empty()) return std::filesystem::path(c.caption).stem().string() + ".png";
+  if (c.class_id >= 0 && ClassNames::present(dir)) {
+    const ClassNames names = model_class_names(dir);
+    if (c.class_id < static_cast<int>(names.classes().size()))
+      return prompt_file_name(names.label(c.class_id));
+  }
+  return "class_" + std::to_string(std::max(c.class_id, 0)) + ".png";
+}
+
 int run_generate(GenerateArgs& a, const CLI::App& g) {
   // From the start: a Ctrl-C while loading then means no image is started, exit 130.
   InterruptGuard interrupt;
   GenerateOptions& gen = a.gen;
+  if (!a.prompt_words.empty()) {
+    if (!a.prompt.empty())
+      throw Error("give the prompt once: as words (generate red apple) or with -p \"red apple\"");
+    for (const auto& w : a.prompt_words) a.prompt += (a.prompt.empty() ? "" : " ") + w;
+  }
   const bool default_model = a.common.model.empty();
   if (default_model) a.common.model = default_model_dir();
   apply_common(a.common);
@@ -111,25 +132,12 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   check_family_flags(g, mar);
   check_method_flags(g, {gen.spec.method}, mar, "--method");
   gen.seed = resolve_seed(a.seed);
-  // Where the drafts come from: stored as what they are, printed with where that came from.
-  std::string drafter = "none", drafter_source;
+  // Where the drafts come from: --draft, the draft the model's config.json names, or Jacobi
+  // iteration; stored as what they are, printed with where that came from.
   const MethodInfo* method = find_method(gen.spec.method);
-  if (method->drafts != DraftSource::None) {
-    if (!gen.spec.draft_model.empty()) {
-      drafter = "model";
-      drafter_source = "--draft";
-    } else if (default_model && uses_draft_model(gen.spec.method) &&
-               !sibling_draft_dir(a.common.model).empty()) {
-      gen.spec.draft_model = sibling_draft_dir(a.common.model);
-      drafter = "model";
-      drafter_source = "the draft shipped with the default model";
-    } else {
-      drafter = "jacobi";
-      drafter_source = method->drafts == DraftSource::Jacobi
-                           ? "the method drafts by Jacobi iteration"
-                           : "no --draft given: the target drafts for itself";
-    }
-  }
+  const DrafterChoice dc = choose_drafter(a.common.model, {gen.spec.method}, gen.spec.draft_model);
+  const std::string drafter = dc.kind, drafter_source = dc.why;
+  gen.spec.draft_model = dc.dir;
   std::string prompt_label;
   if (!a.prompt.empty()) {
     if (a.cond.class_id >= 0 || !a.cond.caption.empty() || a.cond.uncond)
@@ -144,8 +152,14 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
         "give a prompt, e.g. tessera generate \"red apple\" (tessera classes lists "
         "the names), or -m DIR --class N");
   }
-  if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty())
-    throw Error("nothing to write: give -o OUT.png and/or --tokens-out T.npy");
+  if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty()) {
+    // No output named: the image is named after what it shows, in the current directory.
+    a.out = default_output_name(a.common.model, a.cond);
+    if (!a.from_png.empty() && std::filesystem::exists(a.out) &&
+        std::filesystem::equivalent(a.out, a.from_png))
+      throw Error("--from-png " + a.from_png +
+                  ": without -o the image would be written over it; give -o OUT.png");
+  }
   if (a.grid && a.out.empty()) throw Error("--grid needs -o OUT.png");
   if (g.count("--output-begin-idx") > 0 && a.out.empty() && a.heatmap_out.empty())
     throw Error("--output-begin-idx numbers the images of -o (and --heatmap-out); give -o");
@@ -161,7 +175,10 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
 
   // The settings, complete: printed now, stored in every image and in --stats-out.
   RunSettings rs;
-  rs.add("model", std::filesystem::absolute(a.common.model).lexically_normal().string());
+  // The model by name and fingerprint, not by path (a path would name this user's directories
+  // and fail on another machine): --from-png resolves it against -m or the default model.
+  rs.add("model", model_name(a.common.model));
+  rs.add("model_hash", model_hash(a.common.model));
   if (a.cond.uncond)
     rs.add("uncond", "true");
   else if (!a.cond.caption.empty())
@@ -174,14 +191,26 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   rs.add("method", gen.spec.method);
   if (method->drafts != DraftSource::None) {
     rs.add("drafter", drafter);
-    if (!gen.spec.draft_model.empty())
-      rs.add("draft", std::filesystem::absolute(gen.spec.draft_model).lexically_normal().string());
+    if (!gen.spec.draft_model.empty()) {
+      rs.add("draft", model_name(gen.spec.draft_model));
+      rs.add("draft_hash", model_hash(gen.spec.draft_model));
+    } else if (uses_draft_model(gen.spec.method))
+      rs.add("draft", kNoDraft);  // Jacobi drafts, though the model may name a draft
     rs.add("draft_len", draft_len_text(gen.spec.draft_len));
     if (!gen.spec.resample.empty()) rs.add("resample", gen.spec.resample);
-    for (const auto& [name, value] : gen.spec.params) rs.add(name, param_text(value));
   }
+  // The method's parameters go here (in name order, the model's validated ones among them once
+  // the model is loaded), so that a run and its --from-png replay store the same text.
+  const size_t params_at = rs.items.size();
+  auto add_params = [&](const MethodParams& params) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (const auto& [name, value] : params) items.emplace_back(name, param_text(value));
+    rs.items.insert(rs.items.begin() + static_cast<std::ptrdiff_t>(params_at), items.begin(),
+                    items.end());
+  };
   rs.add("seed", std::to_string(gen.seed));
   if (mar) {
+    if (method->drafts != DraftSource::None) add_params(gen.spec.params);
     MarRunOptions mo = mar_run(a.common, a.cond, a.n, gen, a.mar, &g);
     rs.add("steps", g.count("--steps") > 0 ? std::to_string(a.mar.steps) : "default");
     rs.add("cfg", exact(mo.gen.sampling.cfg_scale));
@@ -209,9 +238,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   apply_model_sampling_defaults(pipe->config().sampling, g, gen.sampling);
   // Parameters not given take the model's validated settings (config.json "quality"): store the
   // values used, so that --from-png reproduces the image after the model's settings change.
-  if (method->drafts != DraftSource::None)
-    for (const auto& [name, value] : pipe->with_model_defaults(gen.spec).params)
-      if (!gen.spec.params.count(name)) rs.add(name, param_text(value));
+  if (method->drafts != DraftSource::None) add_params(pipe->with_model_defaults(gen.spec).params);
   rs.add("cfg", exact(gen.sampling.cfg_scale));
   rs.add("cfg_interval", exact(gen.sampling.cfg_interval));
   rs.add("temperature", exact(gen.sampling.temperature));
@@ -249,6 +276,16 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   };
   GenerateStats st;
   gen.cancel = InterruptGuard::flag();
+  // Each image is decoded and written as it finishes (a --grid sheet as it grows).
+  std::optional<ImageWriter> writer;
+  if (!a.out.empty()) {
+    writer.emplace(a.out, a.grid, a.n, a.output_begin, pipe->image_size());
+    gen.on_image = [&](size_t i, const std::vector<int32_t>& grid) {
+      RunSettings one = rs;
+      one.add("image_index", std::to_string(gen.first_image_index + i));
+      writer->add(static_cast<int>(i), pipe->decode(grid, 1), one.text());
+    };
+  }
   auto grids = pipe->generate(conds, gen, &st);
   bar.finish();
   const int made = static_cast<int>(grids.size());
@@ -286,16 +323,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
     write_npy(a.tokens_out, {made, cfg.grid, cfg.grid}, flat);
     log_info("wrote " + a.tokens_out);
   }
-  if (!a.out.empty() && made > 0) {
-    std::vector<std::string> params;
-    for (int i = 0; i < made; ++i) {
-      RunSettings one = rs;
-      one.add("image_index", std::to_string(gen.first_image_index + i));
-      params.push_back(one.text());
-    }
-    write_pngs(decode_tokens(*pipe, flat), made, pipe->image_size(), a.out, a.grid, params, a.n,
-               a.output_begin);
-  }
+  if (writer) writer->finish();
   if (!InterruptGuard::interrupted()) return 0;
   log_info("interrupted: " + std::to_string(made) + " of " + std::to_string(a.n) +
            " images generated and written");
@@ -312,8 +340,11 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
       "Generate images (or token grids) from a prompt, a class or a caption; without -m it uses "
       "the embedded emoji model, e.g. tessera generate \"red apple\"");
   add_common(g, a->common, /*model_required=*/false);
-  g->add_option("prompt,-p,--prompt", a->prompt,
-                "Class name to match (models with classes.json, such as the default emoji model)");
+  g->add_option("prompt", a->prompt_words,
+                "Class name to match, or the emoji itself (models with classes.json, such as the "
+                "default emoji model); unquoted words are one prompt")
+      ->expected(0, -1);
+  g->add_option("-p,--prompt", a->prompt, "The same as the positional prompt");
   g->add_option("--style", a->style,
                 "Drawing style for a prompt (emoji model: twitter, google or openmoji)");
   g->add_option("--class", a->cond.class_id, "Class label (c2i models)")->check(int_at_least(0));
@@ -357,13 +388,13 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
                 "given after it override them");
   g->add_option("--tokens-out", a->tokens_out, "Write token grids [n, grid, grid] as int32 .npy");
   g->add_flag("--grid", a->grid, "Write all images as one grid image");
-  add_method_flags(g, a->gen.spec);
+  add_method_flags(g, a->gen.spec, md);
   g->add_option("--stats-out", a->stats_out,
                 "Write the settings and per-image and aggregate statistics (NFE, accepted "
                 "lengths, ...) as JSON");
   g->add_option("--heatmap-out", a->heatmap_out,
                 "Write each image's acceptance heatmap over the token grid (PNG)");
-  add_mar_options(g, a->mar);
+  add_mar_options(g, a->mar, md);
   g->add_option("--latents-out", a->latents_out,
                 "MAR: write the generated latents [n, seq_len, token_dim] as float32 .npy");
   return {g, [a, g] { return run_generate(*a, *g); }};

@@ -198,10 +198,9 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
     throw Error("--method " + method +
                 " is lossless: its images follow the target's distribution at every setting, so "
                 "there is no speed-quality trade-off to tune (time it with bench --methods)");
-  // As bench: the default model's shipped draft for methods that draft with a model.
-  if (a.gen.spec.draft_model.empty() && uses_draft_model(method) &&
-      cmd.count("-m") + cmd.count("--model") == 0)
-    a.gen.spec.draft_model = sibling_draft_dir(a.common.model);
+  // As generate and bench: --draft, else the draft the model's config.json names.
+  const DrafterChoice dc = choose_drafter(a.common.model, {method}, a.gen.spec.draft_model);
+  a.gen.spec.draft_model = dc.dir;
   const bool draft_model = !a.gen.spec.draft_model.empty();
   const std::vector<Axis> axes = make_axes(*m, a.grid, draft_model, cmd);
   const std::vector<std::vector<ParamValue>> points = grid_points(axes, a.points);
@@ -213,10 +212,31 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   if (a.write) check_writable(a.common.model + "/config.json");
   apply_model_sampling_defaults(load_model_config(a.common.model).sampling, cmd, a.gen.sampling);
 
+  log_info("tune: " + method + ", drafter=" + dc.kind + (dc.dir.empty() ? "" : " " + dc.dir) +
+           " (" + dc.why + ")");
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
   auto pipe = Pipeline::load(a.common.model, lo);
+  // Every point is checked before vanilla's baseline starts (a draft length longer than the
+  // image must not be found after an hour of sweeping).
+  auto point_options = [&](const std::vector<ParamValue>& values) {
+    GenerateOptions o = a.gen;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      if (axes[i].name == "draft_len")
+        o.spec.draft_len = static_cast<int>(std::get<int64_t>(values[i]));
+      else
+        o.spec.params[axes[i].name] = values[i];
+    }
+    return o;
+  };
+  for (const auto& values : points) {
+    try {
+      pipe->validate(point_options(values));
+    } catch (const ParameterError& e) {
+      throw Error("--grid point " + point_text(axes, values) + ": " + e.message(flag_of));
+    }
+  }
   auto qm = load_quality_model(*pipe, classifier, a.common.model, a.common.check_weights);
   const QualityTolerance tol = pipe->config().quality.tolerance;
   std::vector<int> requested;
@@ -280,13 +300,7 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   };
   std::vector<Row> rows;
   for (const auto& values : points) {
-    GenerateOptions o = a.gen;
-    for (size_t i = 0; i < axes.size(); ++i) {
-      if (axes[i].name == "draft_len")
-        o.spec.draft_len = static_cast<int>(std::get<int64_t>(values[i]));
-      else
-        o.spec.params[axes[i].name] = values[i];
-    }
+    GenerateOptions o = point_options(values);
     Row r{values, pipe->with_model_defaults(o.spec), {}, {}, {}};
     if (!run(method + " " + point_text(axes, values), o, &r.run)) break;
     r.q = quality_report(score_run(*pipe, *qm, r.run, requested), &vanilla_scored);
@@ -304,8 +318,9 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   const double v_top1 = pooled_q.top1.value, fd_floor = floor_q.frechet.value;
   const int best = fastest_within_tolerance(tp, v_top1, fd_floor, tol);
   const std::string tol_text =
-      "top-1 >= " + fmt(100 * (v_top1 - tol.top1_drop_points / 100), 1) + "% (vanilla, both seed sets, " +
-      fmt(100 * v_top1, 1) + "% - " + fmt(tol.top1_drop_points, 1) +
+      "top-1 >= " + fmt(100 * (v_top1 - tol.top1_drop_points / 100), 1) +
+      "% (vanilla, both seed sets, " + fmt(100 * v_top1, 1) + "% - " +
+      fmt(tol.top1_drop_points, 1) +
       " points), FD <= " + fmt((1 + tol.frechet_over_floor) * fd_floor, 2) + " (noise floor " +
       fmt(fd_floor, 2) + " + " + fmt(100 * tol.frechet_over_floor, 0) + "%)";
 
@@ -362,8 +377,9 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
         "tune %s on %s, draft %s, %d image(s) per point (%d per class), seed %llu; "
         "classifier %s, 95%% bootstrap intervals\n",
         method.c_str(), a.common.model.c_str(),
-        draft_model ? a.gen.spec.draft_model.c_str() : "- (Jacobi)", a.n, a.per_class,
-        static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
+        (draft_model ? a.gen.spec.draft_model + " (" + dc.why + ")" : "- (Jacobi: " + dc.why + ")")
+            .c_str(),
+        a.n, a.per_class, static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
     std::printf("tolerance: %s\n", tol_text.c_str());
     std::printf(
         "vanilla: %s s/image, top-1 %s%%; vanilla* (other seeds): top-1 %s%%, FD %s; both: top-1 "
@@ -409,10 +425,25 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   }
   if (a.write) {
     if (interrupted) throw Error("--write: the sweep was interrupted; nothing written");
+    if (rows.empty()) throw Error("--write: no point was measured; nothing written");
+    // Only a measurement that can tell within from outside the tolerance is recorded (nor is a
+    // verdict of "none within" worth more at that n): the fastest point within it, else the
+    // first, must have intervals narrow enough.
+    const Row& r = rows[std::max(best, 0)];
+    const ToleranceResolution res =
+        tolerance_resolution(recorded(r.q.top1), recorded(r.q.frechet), a.n, fd_floor, tol);
+    if (!res.resolved)
+      throw Error("--write: at -n " + std::to_string(a.n) + " the intervals cannot resolve the " +
+                  "tolerance (top-1 " + interval_text(r.q.top1, 1, 100) + "% reaches " +
+                  fmt(100 * res.top1_reach, 1) + " points from its value, the tolerance allows " +
+                  fmt(100 * res.top1_allowed, 1) + "; FD " + interval_text(r.q.frechet, 2) +
+                  " reaches " + fmt(res.frechet_reach, 2) + ", the tolerance allows " +
+                  fmt(res.frechet_allowed, 2) + "): about " + std::to_string(res.images_needed) +
+                  " images per point (-n " + std::to_string(res.images_needed) +
+                  ") would; nothing written to " + a.common.model + "/config.json");
     if (best < 0)
       throw Error("--write: no point is within the tolerance (" + tol_text +
                   "); nothing written to " + a.common.model + "/config.json");
-    const Row& r = rows[best];
     ValidatedSetting s;
     const MethodInfo& info = *m;
     for (const auto& [name, value] : r.spec.params)
@@ -429,9 +460,11 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
     mm.frechet_floor = recorded(floor_q.frechet);
     mm.date = today_utc();
     mm.tessera_version = kVersion;
+    const bool replaces = pipe->config().quality.methods.count(method) > 0;
     write_validated_setting(a.common.model, method, s);
     log_info("wrote " + method + "'s validated setting (" + point_text(axes, r.values) + ") to " +
-             a.common.model + "/config.json");
+             a.common.model + "/config.json" +
+             (replaces ? " (the previous one is kept in its \"history\")" : ""));
   }
   return interrupted ? kInterruptedExit : 0;
 }
@@ -446,7 +479,7 @@ Command add_tune(CLI::App& app, const ModelDefaults& md) {
       "Sweep a lossy method's parameters: speed-up and image quality against vanilla on the same "
       "classes and seeds, the Pareto front, and the fastest point within the model's tolerance");
   add_common(t, a->common, /*model_required=*/false);
-  add_method_flags(t, a->gen.spec);
+  add_method_flags(t, a->gen.spec, md);
   t->get_option("--method")->required();
   t->add_option("-n,--n", a->n, "Images per point (and for vanilla)")
       ->check(int_at_least(2))
@@ -470,8 +503,12 @@ Command add_tune(CLI::App& app, const ModelDefaults& md) {
       ->capture_default_str();
   t->add_flag("--write", a->write,
               "Record the fastest point within tolerance in MODEL/config.json's \"quality\" "
-              "section (the model's defaults for the method)");
-  t->add_option("--quality", a->quality, "Classifier directory; auto: MODEL/../classifier")
+              "section (the model's defaults for the method), if its intervals are narrow enough "
+              "to resolve the tolerance (else it says how many images would be); the setting it "
+              "replaces is kept in the method's \"history\"");
+  t->add_option("--quality", a->quality,
+                "Classifier directory; auto: the classifier MODEL/config.json names, else "
+                "MODEL/../classifier")
       ->capture_default_str();
   t->add_option("-b,--batch", a->gen.batch, "Images generated together")
       ->check(int_at_least(1))

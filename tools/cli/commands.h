@@ -20,6 +20,9 @@ struct Command {
 // before the flags are defined.
 struct ModelDefaults {
   SamplingOptions sampling;
+  QualitySection quality;    // the model's validated method settings (config.json "quality")
+  std::string draft;         // the draft its config.json names, as written ("../draft"); "": none
+  int mar_tokens = 0;        // a MAR model's tokens per image (its most --steps); 0: not MAR
   std::string model;         // the model they were read from ("" when none could be read)
   bool model_given = false;  // from -m (else the default model)
 };

@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "tessera/file_io.h"
 #include "tessera/log.h"
 #include "tessera/mar.h"
+#include "text_format.h"
 
 namespace tessera::cli {
 
@@ -154,10 +157,16 @@ bool is_mar(const std::string& dir) {
   return !dir.empty() && model_architecture(dir) == "mar";
 }
 
-void add_mar_options(CLI::App* cmd, MarOnly& o) {
-  cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (64; 256 = one token per step)")
-      ->check(int_at_least(1))
-      ->capture_default_str();
+void add_mar_options(CLI::App* cmd, MarOnly& o, const ModelDefaults& md) {
+  // MAR's default of 64 steps is capped at the model's tokens: say what applies to this model.
+  const std::string steps =
+      md.mar_tokens > 0
+          ? "default " + std::to_string(std::min(64, md.mar_tokens)) + ", at most " +
+                std::to_string(md.mar_tokens) + " (this model's tokens: one per step)"
+          : "default 64, capped at the model's tokens; at most its tokens (256 at 256 px: one per "
+            "step)";
+  cmd->add_option("--steps", o.steps, "MAR: autoregressive steps (" + steps + ")")
+      ->check(int_at_least(1));
   cmd->add_option("--cfg-schedule", o.cfg_schedule, "MAR: guidance schedule, linear or constant")
       ->capture_default_str();
 }
@@ -220,6 +229,19 @@ ClassNames model_class_names(const std::string& dir) {
   return ClassNames::load(dir, model_num_classes(dir));
 }
 
+std::string cache_note(double weight_bytes, const std::string& what) {
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "note: %s is above what the machine's memory read bandwidth allows: the %.1f MB of "
+                "weights read per step fit %s this CPU's caches%s, so some reads come from cache, "
+                "not memory; the bandwidth bound holds for weights streamed from memory",
+                what.c_str(), weight_bytes / 1e6,
+                llc > 0 && weight_bytes <= static_cast<double>(llc) ? "in" : "partly in",
+                llc > 0 ? (" (" + fmt(llc / 1e6, 1) + " MB last-level)").c_str() : "");
+  return buf;
+}
+
 std::string load_report_text(const LoadReport& r) {
   char buf[160];
   if (r.checked_bytes == 0) {
@@ -252,20 +274,20 @@ ModelDefaults model_defaults(int argc, const char* const* argv) {
     if (a.rfind("--model=", 0) == 0) md.model = a.substr(8);
   }
   md.model_given = !md.model.empty();
+  md.sampling = resolve_sampling({});  // LlamaGen's, until the model says otherwise
   // Help must not fail: a model that cannot be read leaves LlamaGen's defaults (the run itself
   // then reports what is wrong with it).
   try {
     if (md.model.empty()) md.model = default_model_dir();
     const ModelConfig mc = load_model_config(md.model);
+    md.quality = mc.quality;
+    md.draft = mc.companions.draft;
     if (mc.is_mar()) {
+      md.mar_tokens = mc.mar.seq_len();
       md.sampling.cfg_scale = 1.0f;  // MAR's own defaults (main_mar.py), see mar_run
       md.sampling.temperature = 1.0f;
     } else {
-      const SamplingDefaults& d = mc.sampling;
-      if (d.cfg) md.sampling.cfg_scale = *d.cfg;
-      if (d.temperature) md.sampling.temperature = *d.temperature;
-      if (d.top_k) md.sampling.top_k = *d.top_k;
-      if (d.top_p) md.sampling.top_p = *d.top_p;
+      md.sampling = resolve_sampling({}, mc.sampling);
     }
   } catch (const std::exception&) {
     md.model.clear();

@@ -63,7 +63,8 @@ struct MarOnly {
   int steps = 64;
   std::string cfg_schedule = "linear";
 };
-void add_mar_options(CLI::App* cmd, MarOnly& o);
+struct ModelDefaults;
+void add_mar_options(CLI::App* cmd, MarOnly& o, const ModelDefaults& md);
 
 // The MAR run options from the shared flags. MAR's own defaults (main_mar.py) apply where a shared
 // flag was not given: cfg 1.0 (no guidance), temperature 1.0, draft length 8. cmd: the parsed
@@ -79,6 +80,11 @@ void apply_model_sampling_defaults(const SamplingDefaults& d, const CLI::App& cm
 // the same as JSON.
 std::string load_report_text(const LoadReport& r);
 nlohmann::json load_report_json(const LoadReport& r);
+
+// For a rate above the machine's measured read bandwidth (a bench's GB/s, a verify-cost row over
+// 100% of its roofline): the weights fit, wholly or partly, in the CPU's caches, which the
+// memory-bandwidth bound does not count. One line naming the sizes.
+std::string cache_note(double weight_bytes, const std::string& what);
 
 // The class names of a model directory (classes.json); an Error when it has none.
 ClassNames model_class_names(const std::string& dir);

@@ -1,10 +1,16 @@
 #include "default_model.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
+#include "common.h"
+#include "tessera/config.h"
 #include "tessera/error.h"
+#include "tessera/methods.h"
 
 #ifndef TESSERA_SOURCE_DIR
 #define TESSERA_SOURCE_DIR "."
@@ -38,9 +44,98 @@ std::string default_model_dir() {
               "); give -m DIR or set TESSERA_DEFAULT_MODEL");
 }
 
-std::string sibling_draft_dir(const std::string& target_dir) {
-  const fs::path d = fs::path(target_dir).parent_path() / "draft";
-  return fs::exists(d / "config.json") ? d.string() : "";
+DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std::string>& methods,
+                             const std::string& draft_flag) {
+  std::vector<const MethodInfo*> drafting;
+  for (const std::string& name : methods)
+    if (const MethodInfo* m = find_method(name); m && m->drafts != DraftSource::None)
+      drafting.push_back(m);
+  DrafterChoice c;
+  if (drafting.empty()) return c;
+  const bool model_drafts = std::any_of(drafting.begin(), drafting.end(), [](const MethodInfo* m) {
+    return m->drafts == DraftSource::DraftModel || m->drafts == DraftSource::ModelOrJacobi;
+  });
+  if (!model_drafts) {  // sjd: the target drafts for itself
+    if (!draft_flag.empty() && draft_flag != kNoDraft)
+      throw Error("--draft: " + drafting.front()->name +
+                  " drafts by Jacobi iteration (the target drafts for itself); drop --draft, or "
+                  "with a draft model use --method sd (or lantern, ...)");
+    return {"jacobi", "", "the method drafts by Jacobi iteration"};
+  }
+  const auto needs_model = std::find_if(drafting.begin(), drafting.end(), [](const MethodInfo* m) {
+    return m->drafts == DraftSource::DraftModel;
+  });
+  if (draft_flag == kNoDraft) {
+    if (needs_model != drafting.end())
+      throw Error("--draft none: " + (*needs_model)->name +
+                  " needs a draft model (for drafts without one, use sjd)");
+    return {"jacobi", "", "--draft none: the target drafts for itself"};
+  }
+  if (!draft_flag.empty()) {
+    check_model_dir(draft_flag, "--draft " + draft_flag);
+    return {"model", draft_flag, "--draft"};
+  }
+  const ModelConfig mc = load_model_config(model_dir);
+  const std::string config = (fs::path(model_dir) / "config.json").string();
+  if (!mc.companions.draft.empty()) {
+    const std::string dir = mc.companion_path(mc.companions.draft);
+    check_model_dir(dir, config + " names the draft " + mc.companions.draft + " (" + dir + ")");
+    return {"model", dir, "named in " + config};
+  }
+  if (needs_model != drafting.end())
+    throw Error((*needs_model)->name + " needs a draft model: give --draft DIR (" + config +
+                " names none; for drafts without a model, use sjd)");
+  return {"jacobi", "",
+          "no --draft given and " + config + " names no draft: the target drafts for itself"};
+}
+
+std::string model_name(const std::string& dir) {
+  const fs::path p = fs::weakly_canonical(fs::absolute(dir));
+  const std::string parent = p.parent_path().filename().string();
+  return parent.empty() ? p.filename().string() : parent + "/" + p.filename().string();
+}
+
+std::string model_hash(const std::string& dir) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  auto mix = [&h](const char* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      h ^= static_cast<unsigned char>(data[i]);
+      h *= 1099511628211ull;
+    }
+  };
+  auto mix_file_part = [&](std::ifstream& in, uint64_t offset, size_t n) {
+    std::string buf(n, '\0');
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(buf.data(), static_cast<std::streamsize>(n));
+    mix(buf.data(), static_cast<size_t>(in.gcount()));
+    in.clear();
+  };
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec) &&
+        (e.path().filename() == "config.json" || e.path().extension() == ".safetensors"))
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    const std::string name = f.filename().string();
+    mix(name.data(), name.size());
+    const uint64_t size = fs::file_size(f, ec);
+    mix(reinterpret_cast<const char*>(&size), sizeof size);
+    std::ifstream in(f, std::ios::binary);
+    if (name == "config.json") {
+      mix_file_part(in, 0, 1 << 20);
+      continue;
+    }
+    mix_file_part(in, 0, 64 << 10);  // the safetensors header: names, shapes, offsets
+    constexpr int kBlocks = 64;
+    constexpr size_t kBlock = 4096;
+    for (int b = 0; b < kBlocks && size > kBlock; ++b)
+      mix_file_part(in, (size - kBlock) * b / (kBlocks - 1), kBlock);
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
 }
 
 std::string prompt_file_name(const std::string& label) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace tessera::cli {
 
@@ -10,8 +11,31 @@ namespace tessera::cli {
 // config.json. Throws an Error naming the places it looked when there is none.
 std::string default_model_dir();
 
-// The draft model shipped beside a target directory (its sibling "draft"), or "" if none.
-std::string sibling_draft_dir(const std::string& target_dir);
+// --draft's value that asks for Jacobi drafts even where the model names a draft.
+inline constexpr const char* kNoDraft = "none";
+
+// Which drafts a run's methods use, and why: the run's first line names both.
+struct DrafterChoice {
+  std::string kind = "none";  // none (no method drafts) | model | jacobi
+  std::string dir;            // the draft model's directory (kind "model")
+  std::string why;            // "--draft", "named in DIR/config.json", ...
+};
+
+// The drafter of `methods` on the model in model_dir: --draft DIR (`draft_flag`; "none": Jacobi
+// iteration), else the draft the model's config.json names ("companions"), else Jacobi iteration
+// where a method can draft that way. So `-m DIR` runs what the default model runs when DIR is the
+// default model. Throws, before any work, when --draft or the named draft is not a model
+// directory, or when a method needs a draft model and none is given or named.
+DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std::string>& methods,
+                             const std::string& draft_flag);
+
+// A model's name as the images it makes record it: its directory's parent and name
+// ("emoji/target"), so that a file names no home directory and another user's copy resolves.
+std::string model_name(const std::string& dir);
+// A fingerprint of a model directory (16 hex digits): FNV-1a over its config.json and, for each
+// .safetensors file, its size, its header and 64 blocks of 4 KiB spread over its data, so that a
+// model of any size is fingerprinted in about a millisecond, and retrained weights change it.
+std::string model_hash(const std::string& dir);
 
 // A file name for a prompt's image: "red apple (twitter)" -> "red_apple_twitter.png".
 std::string prompt_file_name(const std::string& label);

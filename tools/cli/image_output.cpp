@@ -1,9 +1,11 @@
 #include "image_output.h"
 
+#include <chrono>
+
 #include <jpeglib.h>
-#include <memory>
 #include <webp/encode.h>
 #include <webp/mux.h>
+#include <memory>
 
 #include <algorithm>
 #include <cctype>
@@ -151,12 +153,23 @@ std::string xmp_packet(const std::string& parameters) {
   std::string v;
   for (char c : parameters) {
     switch (c) {
-      case '&': v += "&amp;"; break;
-      case '<': v += "&lt;"; break;
-      case '>': v += "&gt;"; break;
-      case '"': v += "&quot;"; break;
-      case '\n': v += "&#10;"; break;
-      default: v += c;
+      case '&':
+        v += "&amp;";
+        break;
+      case '<':
+        v += "&lt;";
+        break;
+      case '>':
+        v += "&gt;";
+        break;
+      case '"':
+        v += "&quot;";
+        break;
+      case '\n':
+        v += "&#10;";
+        break;
+      default:
+        v += c;
     }
   }
   return "<x:xmpmeta xmlns:x=\"adobe:ns:meta/\"><rdf:RDF "
@@ -189,6 +202,95 @@ std::string encode_webp(const uint8_t* rgb, int w, int h, const std::string& par
 }
 
 }  // namespace
+
+namespace {
+
+// The text of the first COM marker before the scan data of a JPEG ("" when none).
+std::string jpeg_comment(const std::string& b, const std::string& path) {
+  auto bad = [&]() -> std::string {
+    throw Error(path + ": malformed JPEG (a marker runs past the file)");
+  };
+  size_t i = 2;
+  while (i + 4 <= b.size()) {
+    if (static_cast<unsigned char>(b[i]) != 0xFF) bad();
+    const unsigned char marker = static_cast<unsigned char>(b[i + 1]);
+    if (marker == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) {
+      i += 2;  // no length
+      continue;
+    }
+    if (marker == 0xDA || marker == 0xD9) break;  // the scan: no more header markers
+    const size_t len =
+        (static_cast<unsigned char>(b[i + 2]) << 8) | static_cast<unsigned char>(b[i + 3]);
+    if (len < 2 || i + 2 + len > b.size()) bad();
+    if (marker == 0xFE) return b.substr(i + 4, len - 2);
+    i += 2 + len;
+  }
+  return "";
+}
+
+// The tessera:parameters attribute of a WebP's XMP chunk, unescaped ("" when none).
+std::string webp_parameters(const std::string& b, const std::string& path) {
+  const WebPData data{reinterpret_cast<const uint8_t*>(b.data()), b.size()};
+  std::unique_ptr<WebPMux, void (*)(WebPMux*)> mux(WebPMuxCreate(&data, 0), WebPMuxDelete);
+  if (!mux) throw Error(path + ": malformed WebP file");
+  WebPData xmp;
+  if (WebPMuxGetChunk(mux.get(), "XMP ", &xmp) != WEBP_MUX_OK) return "";
+  const std::string packet(reinterpret_cast<const char*>(xmp.bytes), xmp.size);
+  const std::string key = "tessera:parameters=\"";
+  const size_t at = packet.find(key);
+  if (at == std::string::npos) return "";
+  const size_t end = packet.find('"', at + key.size());
+  if (end == std::string::npos) throw Error(path + ": malformed XMP packet (unterminated value)");
+  std::string v;
+  for (size_t i = at + key.size(); i < end; ++i) {
+    if (packet[i] != '&') {
+      v += packet[i];
+      continue;
+    }
+    const size_t semi = packet.find(';', i);
+    const std::string entity = semi == std::string::npos ? "" : packet.substr(i, semi - i + 1);
+    if (entity == "&amp;")
+      v += '&';
+    else if (entity == "&lt;")
+      v += '<';
+    else if (entity == "&gt;")
+      v += '>';
+    else if (entity == "&quot;")
+      v += '"';
+    else if (entity == "&#10;")
+      v += '\n';
+    else
+      throw Error(path + ": malformed XMP packet (entity " + entity.substr(0, 12) + ")");
+    i = semi;
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string read_image_parameters(const std::string& path) {
+  // The header is enough to tell the format; JPEG and WebP files are read whole (tessera's are
+  // small), PNGs by the PNG reader.
+  const std::string b = read_file(path, size_t{256} << 20);
+  if (b.rfind("\x89PNG\r\n\x1a\n", 0) == 0) {
+    int w = 0, h = 0;
+    std::vector<std::pair<std::string, std::string>> text;
+    read_png(path, w, h, &text);
+    for (const auto& [k, v] : text)
+      if (k == "parameters") return v;
+    return "";
+  }
+  if (b.size() >= 4 && static_cast<unsigned char>(b[0]) == 0xFF &&
+      static_cast<unsigned char>(b[1]) == 0xD8)
+    return jpeg_comment(b, path);
+  if (b.size() >= 12 && b.compare(0, 4, "RIFF") == 0 && b.compare(8, 4, "WEBP") == 0)
+    return webp_parameters(b, path);
+  throw Error(path + ": not a PNG, JPEG or WebP image");
+}
 
 void write_image(const std::string& path, const uint8_t* rgb, int width, int height,
                  const std::string& parameters) {
@@ -244,6 +346,53 @@ void write_numbered(const std::string& path, int count, int n, size_t first,
     written.push_back(name);
     log_info("wrote " + name);
   }
+}
+
+namespace {
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ImageWriter::ImageWriter(std::string out, bool grid, int total, size_t first, int size)
+    : out_(std::move(out)), grid_(grid), total_(total), size_(size), first_(first) {
+  last_sheet_ = seconds_now();
+}
+
+void ImageWriter::add(int i, const std::vector<uint8_t>& rgb, const std::string& parameters) {
+  if (grid_) {
+    sheet_pixels_.insert(sheet_pixels_.end(), rgb.begin(), rgb.end());
+    sheet_params_.push_back(parameters);
+    // The sheet so far, now and then: a run stopped later still leaves one.
+    if (seconds_now() - last_sheet_ >= 1.0) write_sheet();
+    return;
+  }
+  const std::string name = numbered(out_, i, total_, first_);
+  try {
+    write_image(name, rgb.data(), size_, size_, parameters);
+  } catch (const Error& e) {
+    if (total_ == 1) throw;
+    throw Error(std::string(e.what()) + " (written: " + written_list(written_) + ")");
+  }
+  written_.push_back(name);
+  log_info("wrote " + name);
+}
+
+void ImageWriter::write_sheet() {
+  const int n = static_cast<int>(sheet_params_.size());
+  if (n == 0) return;
+  int W, H;
+  std::string all;
+  for (const auto& p : sheet_params_) all += p + "\n";
+  const std::vector<uint8_t> sheet = tile(sheet_pixels_, n, size_, std::min(n, 8), W, H);
+  write_image(numbered(out_, 0, 1, first_), sheet.data(), W, H, all);
+  last_sheet_ = seconds_now();
+}
+
+void ImageWriter::finish() {
+  if (!grid_ || sheet_params_.empty()) return;
+  write_sheet();
+  log_info("wrote " + numbered(out_, 0, 1, first_));
 }
 
 DecodeImages decode_tokens(Pipeline& pipe, const std::vector<int32_t>& tokens) {

@@ -49,6 +49,37 @@ using DecodeImages = std::function<std::vector<uint8_t>(int first, int count)>;
 DecodeImages decode_tokens(Pipeline& pipe, const std::vector<int32_t>& tokens);
 DecodeImages decode_latents(Pipeline& pipe, const std::vector<float>& latents);
 
+// The "parameters" tessera stored in an image it wrote, whatever its format: a PNG's text chunk,
+// a JPEG's comment, a WebP's XMP packet (recognised by their bytes, not the name). "" when the
+// image holds none; an Error for a file that is none of the three or is malformed.
+std::string read_image_parameters(const std::string& path);
+
+// A run's images written as they finish (generate's on_image): each into its numbered file at
+// once, so that a run stopped later (a second Ctrl-C, a crash) keeps every finished image; or,
+// with --grid, into one sheet of the images so far, rewritten whole (atomically) at most once a
+// second while the run lasts and once more by finish(). A failed write says which files were
+// written before it, as write_numbered does.
+class ImageWriter {
+ public:
+  // out: -o; total, first: the names' numbering (the run's -n and --output-begin-idx).
+  ImageWriter(std::string out, bool grid, int total, size_t first, int size);
+  // Image i of the run: RGB pixels [size, size, 3] and its "parameters". In order of i.
+  void add(int i, const std::vector<uint8_t>& rgb, const std::string& parameters);
+  // Writes the sheet of every image added (--grid); nothing otherwise.
+  void finish();
+
+ private:
+  void write_sheet();
+  std::string out_;
+  bool grid_;
+  int total_, size_;
+  size_t first_;
+  std::vector<std::string> written_;
+  std::vector<uint8_t> sheet_pixels_;  // --grid: every image so far
+  std::vector<std::string> sheet_params_;
+  double last_sheet_ = 0.0;
+};
+
 // Writes n images, decoding them a few at a time so that a long run holds only a chunk's pixels
 // (a --grid sheet needs them all). params[i] goes into image i's "parameters" text chunk. total,
 // first: the names' numbering, as write_numbered's n and first (total 0: n).

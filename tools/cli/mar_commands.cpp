@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common.h"
 #include "heatmap.h"
 #include "image_output.h"
 #include "interrupt.h"
+#include "method_flags.h"
 #include "progress.h"
 #include "tessera/file_io.h"
 #include "tessera/image_io.h"
@@ -90,6 +92,16 @@ int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
   };
   MarStats st;
   g.cancel = InterruptGuard::flag();
+  // Each image is decoded and written as it finishes (a --grid sheet as it grows).
+  std::optional<ImageWriter> writer;
+  if (!out.png.empty()) {
+    writer.emplace(out.png, out.grid, o.n, out.first_name, pipe->image_size());
+    g.on_image = [&](size_t i, const std::vector<float>& latents) {
+      RunSettings one = out.settings;
+      one.add("image_index", std::to_string(g.first_image_index + i));
+      writer->add(static_cast<int>(i), pipe->decode_latents(latents, 1), one.text());
+    };
+  }
   const auto images = pipe->generate_latents(std::vector<int>(o.n, label), g, &st);
   bar.finish();
   const int made = static_cast<int>(images.size());
@@ -118,16 +130,7 @@ int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
     write_npy(out.latents, {made, c.seq_len(), c.token_dim()}, flat);
     log_info("wrote " + out.latents);
   }
-  if (!out.png.empty()) {
-    std::vector<std::string> params;
-    for (int i = 0; i < made; ++i) {
-      RunSettings one = out.settings;
-      one.add("image_index", std::to_string(g.first_image_index + i));
-      params.push_back(one.text());
-    }
-    write_pngs(decode_latents(*pipe, flat), made, pipe->image_size(), out.png, out.grid, params,
-               o.n, out.first_name);
-  }
+  if (writer) writer->finish();
   return made;
 }
 
@@ -182,6 +185,27 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
   if (o.gen.sampling.num_iter == 0) o.gen.sampling.num_iter = std::min(64, c.seq_len());
   std::vector<int> labels;
   for (int i = 0; i < o.n; ++i) labels.push_back((std::max(o.class_id, 0) + i) % c.num_classes);
+  const std::vector<int> batches = b.batches.empty() ? std::vector<int>{o.gen.batch} : b.batches;
+  const std::vector<int> lens =
+      b.draft_lens.empty() ? std::vector<int>{o.gen.spec.draft_len} : b.draft_lens;
+  // Every run is checked before the first starts, and a bad value names the sweep's flag.
+  for (int batch : batches)
+    for (const auto& m : b.methods)
+      for (int gamma : lens) {
+        MarGenerateOptions g = o.gen;
+        g.batch = batch;
+        g.spec.method = m;
+        g.spec.draft_len = gamma;
+        try {
+          pipe->validate_latents(g);
+        } catch (const ParameterError& e) {
+          throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
+            if (p == "draft_len" && !b.draft_lens.empty()) return std::string("--draft-lens");
+            if (p == "batch" && !b.batches.empty()) return std::string("--batches");
+            return flag_of(p);
+          }));
+        }
+      }
   {  // warm-up: page in the weights (and the draft's) before anything is timed
     MarGenerateOptions w = o.gen;
     w.sampling.num_iter = 1;
@@ -189,9 +213,6 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
     pipe->generate_latents({labels.front()}, w);
   }
   nlohmann::json rows = nlohmann::json::array();
-  const std::vector<int> batches = b.batches.empty() ? std::vector<int>{o.gen.batch} : b.batches;
-  const std::vector<int> lens =
-      b.draft_lens.empty() ? std::vector<int>{o.gen.spec.draft_len} : b.draft_lens;
   for (int batch : batches) {
     double vanilla_s = 0.0;
     auto run = [&](const std::string& method, int gamma) {
@@ -227,32 +248,69 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
                       {"prefill", prefill_of(o.gen.spec.params)},
                       {"seed", o.gen.seed},
                       {"runs", rows}};
-  if (b.json) {
+  if (b.format == "json") {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::printf(
-      "model %s, draft %s, %d image(s), %d steps, cfg %.2f (%s), T %.2f, prefill %.2f, "
-      "%d threads\n",
-      o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
-      o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
-      o.gen.sampling.temperature, prefill_of(o.gen.spec.params), pipe->threads());
-  std::printf("%-15s %5s %5s %9s %8s %7s %7s %7s %8s %8s %8s %8s\n", "method", "batch", "gamma",
-              "s/image", "speed-up", "accept", "tgt fw", "dft fw", "tgt-tf%", "tgt-hd%", "draft%",
-              "verify%");
+  const bool csv = b.format == "csv";
+  if (csv) {
+    std::printf(
+        "method,batch,draft_len,s_per_image,speedup,acceptance,target_forwards,"
+        "draft_forwards,target_transformer_share,target_head_share,draft_share,"
+        "verify_share\n");
+  } else {
+    std::printf(
+        "model %s, draft %s, %d image(s), %d steps, cfg %.2f (%s), T %.2f, prefill %.2f, "
+        "%d threads\n",
+        o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
+        o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
+        o.gen.sampling.temperature, prefill_of(o.gen.spec.params), pipe->threads());
+    // The LlamaGen bench's format: a markdown table.
+    std::printf(
+        "| method | batch | draft-len | s/image | speed-up | accept | tgt fw | dft fw | "
+        "tgt-tf%% | tgt-hd%% | draft%% | verify%% |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  }
   for (const auto& r : rows) {
     const double sec = std::max(r["seconds"].get<double>(), 1e-12);
     const auto& ts = r["time_split_s"];
-    std::printf("%-15s %5d %5d %9.3f %7.2fx %7.3f %7lld %7lld %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n",
-                r["method"].get<std::string>().c_str(), r["batch"].get<int>(),
-                r["draft_len"].get<int>(), r["seconds_per_image"].get<double>(),
-                r["speedup_vs_vanilla"].get<double>(), r["acceptance_rate"].get<double>(),
-                static_cast<long long>(r["target_forwards"].get<int64_t>()),
-                static_cast<long long>(r["draft_forwards"].get<int64_t>()),
-                100 * ts["target_transformer"].get<double>() / sec,
-                100 * ts["target_head"].get<double>() / sec, 100 * ts["draft"].get<double>() / sec,
-                100 * ts["verify"].get<double>() / sec);
+    const double shares[4] = {ts["target_transformer"].get<double>() / sec,
+                              ts["target_head"].get<double>() / sec,
+                              ts["draft"].get<double>() / sec, ts["verify"].get<double>() / sec};
+    const std::string m = r["method"].get<std::string>();
+    const int dl = r["draft_len"].get<int>();
+    const long long tf = r["target_forwards"].get<int64_t>(),
+                    df = r["draft_forwards"].get<int64_t>();
+    if (csv)
+      std::printf("%s,%d,%d,%.6f,%.4f,%.4f,%lld,%lld,%.4f,%.4f,%.4f,%.4f\n", m.c_str(),
+                  r["batch"].get<int>(), dl, r["seconds_per_image"].get<double>(),
+                  r["speedup_vs_vanilla"].get<double>(), r["acceptance_rate"].get<double>(), tf, df,
+                  shares[0], shares[1], shares[2], shares[3]);
+    else
+      std::printf(
+          "| %s | %d | %s | %.3f | %.2fx | %.3f | %lld | %lld | %.1f%% | %.1f%% | %.1f%% | "
+          "%.1f%% |\n",
+          m.c_str(), r["batch"].get<int>(), dl > 0 ? std::to_string(dl).c_str() : "-",
+          r["seconds_per_image"].get<double>(), r["speedup_vs_vanilla"].get<double>(),
+          r["acceptance_rate"].get<double>(), tf, df, 100 * shares[0], 100 * shares[1],
+          100 * shares[2], 100 * shares[3]);
   }
+  if (b.legend && !csv)
+    std::printf(
+        "\nmethod     the decoding method; vanilla, the baseline, runs first on the same classes "
+        "and seeds\n"
+        "batch      images generated together (-b, or --batches)\n"
+        "draft-len  MAR steps drafted per window (gamma: --draft-len, or --draft-lens); - for "
+        "vanilla\n"
+        "s/image    wall time of the generation divided by the images\n"
+        "speed-up   vanilla's s/image at this batch divided by the method's (> 1: faster)\n"
+        "accept     fraction of drafted tokens accepted\n"
+        "tgt fw     batched forward passes of the target MAE (prefill steps and verifications)\n"
+        "dft fw     batched forward passes of the draft MAE\n"
+        "tgt-tf%%    share of the wall time in the target's transformer\n"
+        "tgt-hd%%    share of the wall time in the target's diffusion head\n"
+        "draft%%     share of the wall time in drafting (the draft's transformer and head)\n"
+        "verify%%    share of the wall time in acceptance tests and residual sampling\n");
 }
 
 }  // namespace tessera::cli

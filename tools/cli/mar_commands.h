@@ -45,7 +45,8 @@ void mar_decode(const MarRunOptions& o, const std::string& latents, const std::s
 struct MarBenchOptions {
   std::vector<std::string> methods;
   std::vector<int> draft_lens, batches;
-  bool json = false;
+  std::string format = "md";  // md (table), csv or json, as the LlamaGen bench
+  bool legend = false;        // the columns' definitions after the table
 };
 void mar_bench(const MarRunOptions& o, const MarBenchOptions& b);
 

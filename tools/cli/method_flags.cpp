@@ -35,19 +35,29 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   return s;
 }
 
-// "Help (lantern, lantern++; >= 1; default 1000 for lantern, 10 for lantern++)".
-std::string flag_help(const FlagParam& f) {
-  std::vector<std::string> methods, defaults;
-  bool same = true;
+// "Help (lantern, lantern++; >= 1; default 1000 for lantern, 10 for lantern++)", with the model's
+// validated setting in place of the registry's default where it has one, since that is what runs:
+// "default 30 for lantern (the model's validated setting; 62 without one), 10 for lantern++".
+std::string flag_help(const FlagParam& f, const QualitySection& q) {
+  std::vector<std::string> methods, values;
   for (const auto& [m, d] : f.defaults) {
     methods.push_back(m);
-    defaults.push_back(d + " for " + m);
-    same = same && d == f.defaults.front().second;
+    std::string value = d;
+    if (const auto s = q.methods.find(m); s != q.methods.end())
+      if (const auto v = s->second.params.find(f.info.name); v != s->second.params.end())
+        if (const std::string t = param_value_text(v->second); t != d)
+          value = t + " (the model's validated setting; " + d + " without one)";
+    values.push_back(value);
   }
   std::string h = f.info.help + " (" + join(methods, ", ");
   if (!f.info.range.empty()) h += "; " + f.info.range;
-  if (f.info.type != ParamType::Switch)
-    h += "; default " + (same ? f.defaults.front().second : join(defaults, ", "));
+  if (f.info.type != ParamType::Switch) {
+    const bool same = std::all_of(values.begin(), values.end(),
+                                  [&](const std::string& v) { return v == values.front(); });
+    std::vector<std::string> each;
+    for (size_t i = 0; i < values.size(); ++i) each.push_back(values[i] + " for " + methods[i]);
+    h += "; default " + (same ? values.front() : join(each, ", "));
+  }
   return h + ")";
 }
 
@@ -181,15 +191,20 @@ bool uses_draft_model(const std::string& method) {
   return m && (m->drafts == DraftSource::DraftModel || m->drafts == DraftSource::ModelOrJacobi);
 }
 
-void add_method_flags(CLI::App* cmd, SpeculativeOptions& o) {
+void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults& md) {
   cmd->add_option(
          "--method", o.method,
          "Decoding method (docs/methods.md); LlamaGen: " + methods_for(TokenKind::Discrete) +
              "; MAR: " + methods_for(TokenKind::Continuous))
       ->capture_default_str();
-  cmd->add_option("--draft", o.draft_model,
-                  "Draft model directory (same VQ vocabulary); without it drafts come from "
-                  "Jacobi iteration");
+  cmd->add_option(
+         "--draft", o.draft_model,
+         "Draft model directory (same VQ vocabulary) for the methods that draft with a "
+         "model; none: Jacobi iteration (the target drafts for itself); default: " +
+             (md.draft.empty() ? std::string("the draft the model's config.json names, else Jacobi "
+                                             "iteration")
+                               : md.draft + ", named in the model's config.json"))
+      ->type_name("DIR|none");
   o.draft_len = kDraftLenAuto;  // the CLI's default: cost-aware lengths
   cmd->add_option_function<std::string>(
          "--draft-len",
@@ -211,7 +226,7 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o) {
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
   MethodParams& params = o.params;
   for (const FlagParam& f : flag_params()) {
-    const std::string name = f.info.name, flag = flag_of(name), help = flag_help(f);
+    const std::string name = f.info.name, flag = flag_of(name), help = flag_help(f, md.quality);
     switch (f.info.type) {
       case ParamType::Switch:
         cmd->add_flag_function(

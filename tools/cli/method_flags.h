@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
@@ -16,8 +17,9 @@ namespace tessera::cli {
 std::string flag_of(const std::string& param);
 
 // Parsed flags fill o.method, o.draft_model, o.draft_len, o.resample, and o.params with the
-// method parameters given on the command line (typed as the registry declares them).
-void add_method_flags(CLI::App* cmd, SpeculativeOptions& o);
+// method parameters given on the command line (typed as the registry declares them). The help
+// shows the defaults that apply to md's model: its draft and its validated settings.
+void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults& md);
 
 // --draft-len's value: "auto" (kDraftLenAuto) or a positive integer; a one-line error naming
 // `flag` otherwise.

@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <set>
 
+#include "default_model.h"
+#include "image_output.h"
+#include "method_flags.h"
 #include "tessera/error.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
@@ -12,7 +15,7 @@ namespace tessera::cli {
 
 namespace {
 // Keys that describe a run but are not flags: read by people, skipped by --from-png.
-const std::set<std::string> kNotFlags = {"drafter", "tessera"};
+const std::set<std::string> kNotFlags = {"drafter", "tessera", "model_hash", "draft_hash"};
 }  // namespace
 
 std::string RunSettings::text() const {
@@ -83,25 +86,60 @@ std::vector<std::pair<std::string, std::string>> parse_settings(const std::strin
   return out;
 }
 
-std::vector<std::string> settings_to_args(const std::string& png_path) {
-  int w = 0, h = 0;
-  std::vector<std::pair<std::string, std::string>> text;
-  read_png(png_path, w, h, &text);
-  const std::pair<std::string, std::string>* params = nullptr;
-  for (const auto& t : text)
-    if (t.first == "parameters") params = &t;
-  if (!params) throw Error("--from-png " + png_path + ": no 'parameters' text chunk");
+std::string StoredRun::value(const std::string& key) const {
+  for (const auto& [k, v] : items)
+    if (k == key) return v;
+  return "";
+}
+
+StoredRun read_stored_run(const std::string& path) {
+  const std::string text = read_image_parameters(path);
+  if (text.empty()) throw Error("--from-png " + path + ": no tessera settings in it");
+  StoredRun run;
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    const std::string line = text.substr(start, end == std::string::npos ? end : end - start);
+    if (!line.empty()) lines.push_back(line);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  // A sheet holds one line per image: the same run, consecutive image indices.
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto items = parse_settings(lines[i], "--from-png " + path);
+    auto without_index = items;
+    std::erase_if(without_index, [](const auto& kv) { return kv.first == "image_index"; });
+    if (i == 0) {
+      run.items = items;
+      continue;
+    }
+    auto first = run.items;
+    std::erase_if(first, [](const auto& kv) { return kv.first == "image_index"; });
+    const std::string want = std::to_string(std::stoull("0" + run.value("image_index")) + i);
+    std::string index;
+    for (const auto& [k, v] : items)
+      if (k == "image_index") index = v;
+    if (without_index != first || index != want)
+      throw Error("--from-png " + path + ": a sheet whose images are not one run (image " +
+                  std::to_string(i) + " differs from the first in more than its index)");
+  }
+  run.images = static_cast<int>(lines.size());
+  return run;
+}
+
+std::vector<std::string> settings_to_args(const StoredRun& run, const std::string& source) {
   std::vector<std::string> args;
-  const auto items = parse_settings(params->second, "--from-png " + png_path);
+  const auto& items = run.items;
   // A prompt is matched again (to the same class), so the class is not given beside it.
-  const bool has_prompt =
-      std::any_of(items.begin(), items.end(), [](const auto& kv) { return kv.first == "prompt"; });
+  const bool has_prompt = !run.value("prompt").empty();
   for (const auto& [k, v] : items) {
     if (has_prompt && k == "class") continue;
     if (k == "tessera" && v != kVersion)
-      log_info("note: " + png_path + " was made by tessera " + v + ", this is " + kVersion +
+      log_info("note: " + source + " was made by tessera " + v + ", this is " + kVersion +
                "; the image may differ");
     if (kNotFlags.count(k) || v == "default") continue;
+    if (k == "model" || (k == "draft" && v != kNoDraft)) continue;  // resolved by the caller
     std::string flag = "--" + k;
     for (char& c : flag)
       if (c == '.' || c == '_') c = '-';
@@ -112,7 +150,18 @@ std::vector<std::string> settings_to_args(const std::string& png_path) {
     args.push_back(flag);
     args.push_back(v);
   }
-  if (args.empty()) throw Error("--from-png " + png_path + ": no settings in its parameters");
+  // Jacobi drafts recorded before a model could name its draft: keep them Jacobi drafts.
+  if (run.value("drafter") == "jacobi" && run.value("draft").empty() &&
+      uses_draft_model(run.value("method"))) {
+    args.push_back("--draft");
+    args.push_back(kNoDraft);
+  }
+  if (run.images > 1) {
+    args.push_back("-n");
+    args.push_back(std::to_string(run.images));
+    args.push_back("--grid");
+  }
+  if (args.empty()) throw Error("--from-png " + source + ": no settings in its parameters");
   return args;
 }
 

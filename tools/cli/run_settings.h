@@ -32,8 +32,20 @@ std::string exact(float v);
 std::vector<std::pair<std::string, std::string>> parse_settings(const std::string& text,
                                                                 const std::string& source);
 
-// The command-line words that reproduce an image from its PNG's parameters: "--seed 42", ...
-// Informational keys are skipped; a setting left at its default ("default") gives no flag.
-std::vector<std::string> settings_to_args(const std::string& png_path);
+// What an image tessera wrote says about the run that made it (--from-png): one image's settings,
+// or a grid sheet's, whose images differ only in their index.
+struct StoredRun {
+  std::vector<std::pair<std::string, std::string>> items;  // one image's (a sheet's first)
+  int images = 1;                                          // a sheet's images
+  std::string value(const std::string& key) const;         // "" when absent
+};
+// Reads it from a PNG, JPEG or WebP file (read_image_parameters); an Error naming the file when
+// it holds none or they do not parse, or a sheet's images are not one run.
+StoredRun read_stored_run(const std::string& path);
+
+// The command-line words that reproduce a stored run: "--seed 42", ... (a sheet: -n N --grid).
+// Informational keys are skipped, and so are the model and its draft ("model", "draft"), which the
+// caller resolves to directories; a setting left at its default ("default") gives no flag.
+std::vector<std::string> settings_to_args(const StoredRun& run, const std::string& source);
 
 }  // namespace tessera::cli
