@@ -449,7 +449,7 @@ TEST_F(CliReadme, FromPngResolvesTheModelByName) {
   const CliResult m =
       run({"generate", "--from-png", tmp("a.png"), "-m", copy.string(), "-o", tmp("b.png")});
   ASSERT_EQ(m.code, 0) << m.err;
-  EXPECT_EQ(m.err.find("note:"), std::string::npos) << m.err;  // the same fingerprint
+  EXPECT_EQ(m.err.find("note: --from-png"), std::string::npos) << m.err;  // the same fingerprint
   EXPECT_TRUE(slurp(tmp("a.png")) == slurp(tmp("b.png")));
   // The default model, found by name.
   const CliResult d = run({"generate", "--from-png", tmp("a.png"), "-o", tmp("c.png")});
