@@ -281,7 +281,20 @@ TEST(QualityConfig, DefaultsAndNote) {
   EXPECT_EQ(speculative::validated_settings_note(SpeculativeOptions{}, q, "M"), "");
 }
 
-class TuneCli : public CliTest {};
+class TuneCli : public CliTest {
+ protected:
+  // The shipped emoji target in tmp("target") (weights linked; config.json for the test to
+  // write), with the classifier and draft its config names (../classifier, ../draft) beside it.
+  fs::path emoji_target_copy() const {
+    const fs::path model = tmp("target");
+    fs::create_directories(model);
+    for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
+      fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
+    fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
+    fs::create_directory_symlink(fs::path(kEmoji) / "draft", tmp("draft"));
+    return model;
+  }
+};
 
 TEST_F(TuneCli, NoteOnGenerate) {
   // The shipped emoji target has a validated cool-sd setting (δ 1.3, measured with its
@@ -328,16 +341,10 @@ TEST_F(TuneCli, BadInput) {
 // and an FD equal to the floor's, vanilla on other seeds being the same images under greedy
 // decoding); at delta 1 over 1000 latent neighbours it accepts random Jacobi drafts (other images,
 // an FD far above the floor). The tolerance admits no top-1 drop and at most twice the floor.
-// --points 3 of a 4-point grid; --write records the fastest point within the tolerance, which
-// then is the model's default (generate notes nothing) while a flag outside it gets the note.
-// Not under ASan (.ci/run).
+// --points 3 of a 4-point grid; the fastest point within the tolerance is the one reported
+// (EndToEndWrite records one). Not under ASan (.ci/run).
 TEST_F(TuneCli, EndToEndSweep) {
-  const fs::path model = tmp("target");
-  fs::create_directories(model);
-  for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
-    fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
-  fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
-  fs::create_directory_symlink(fs::path(kEmoji) / "draft", tmp("draft"));
+  const fs::path model = emoji_target_copy();
   auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
   cfg["quality"] = {{"tolerance", {{"top1_drop_points", 0}, {"frechet_over_floor", 1}}}};
   spit(model / "config.json", cfg.dump(2));
@@ -413,12 +420,7 @@ TEST_F(TuneCli, EndToEndSweep) {
 }
 
 TEST_F(TuneCli, EndToEndWrite) {
-  const fs::path model = tmp("target");
-  fs::create_directories(model);
-  for (const char* f : {"gpt.safetensors", "vq.safetensors", "classes.json"})
-    fs::create_symlink(fs::path(kEmoji) / "target" / f, model / f);
-  fs::create_directory_symlink(fs::path(kEmoji) / "classifier", tmp("classifier"));
-  fs::create_directory_symlink(fs::path(kEmoji) / "draft", tmp("draft"));
+  const fs::path model = emoji_target_copy();
   auto cfg = nlohmann::ordered_json::parse(slurp(kEmoji + "/target/config.json"));
   // The shipped validated settings stay (amplify's is replaced below and goes to its history).
   cfg["quality"]["tolerance"] = {{"top1_drop_points", 100}, {"frechet_over_floor", 100}};
