@@ -122,7 +122,7 @@ TEST(QualityConfig, ReplacedSettingsGoToTheHistory) {
   EXPECT_TRUE(parse_model_config(text, "m").quality.methods.at("lantern").history.empty());
   text = with_validated_setting(text, "m", "lantern", second);
   text = with_validated_setting(text, "m", "lantern", third);
-  const ValidatedSetting& s = parse_model_config(text, "m").quality.methods.at("lantern");
+  const ValidatedSetting s = parse_model_config(text, "m").quality.methods.at("lantern");
   EXPECT_EQ(std::get<int64_t>(s.params.at("lantern.k")), 40);
   ASSERT_EQ(s.history.size(), 2u);
   EXPECT_EQ(std::get<int64_t>(s.history[0].params.at("lantern.k")), 20);  // newest first
