@@ -15,8 +15,8 @@
 //   batched_matmul, conv2d                              order: a few sqrt(K) u of the largest
 //   linear bf16 weights when    1e-2   1e-6   normwise  bf16 activations (2^-9 each) against f32
 //   only one side rounds x                              ones: the 1e-2 bf16 logit target
-//   rms_norm, layer_norm,       1e-5   1e-6   element   a reduction, rsqrt/exp/erf/tanh from another
-//   group_norm, softmax, l2,                            math library (a few ulp) and fma
+//   rms_norm, layer_norm,       1e-5   1e-6   element   a reduction; rsqrt/exp/erf/tanh of
+//   group_norm, softmax, l2,                            another math library (a few ulp), fma
 //   silu, gelu_*, swiglu*, rope
 //   modulate, add_gated,        1e-6   1e-6   element   two roundings, maybe fused into one fma
 //   avg_pool
@@ -168,7 +168,8 @@ TEST_P(Ops, LinearEveryDtype) {
       for (bool with_bias : {false, true}) {
         SCOPED_TRACE(dtype_label(dt) + " M " + std::to_string(c.M) + " K " + std::to_string(c.K) +
                      " N " + std::to_string(c.N) + (with_bias ? " bias" : ""));
-        const Vec x = rng.normal(c.M * c.K), w = rng.normal(c.N * c.K, 0.2f), bias = rng.normal(c.N);
+        const Vec x = rng.normal(c.M * c.K), w = rng.normal(c.N * c.K, 0.2f),
+                  bias = rng.normal(c.N);
         const Tol tol = dt == DType::BF16 && rounds_differ ? kDotBf16Rounded : kDot;
         check("linear", tol, [&](Backend& b) {
           // Packed as a model packs its weights at load.
@@ -334,8 +335,8 @@ TEST_P(Ops, Rope) {
 struct AttnStep {
   Ids seq, past;
   int n_new = 1;
-  bool tree = false;    // an explicit random tree mask (else causal)
-  bool attend = true;   // false: kv_store only (filling a long context)
+  bool tree = false;   // an explicit random tree mask (else causal)
+  bool attend = true;  // false: kv_store only (filling a long context)
 };
 
 struct AttnCase {
@@ -368,16 +369,33 @@ const std::vector<AttnCase> kAttnCases = {
     {"causal prefill+decode", 3, 3, 5, 1, 19, false, {{{0}, {0}, 7}, {{0}, {7}, 1}, {{0}, {8}, 3}}},
     {"causal hd64 two seqs", 4, 4, 64, 2, 70, false, {{{0, 1}, {0, 0}, 37}, {{1, 0}, {37, 37}, 6}}},
     {"gqa 6/2, pasts differ",
-     6, 2, 7, 3, 23, false,
+     6,
+     2,
+     7,
+     3,
+     23,
+     false,
      {{{2, 0}, {0, 0}, 5}, {{0}, {5}, 2}, {{2, 0}, {5, 7}, 3}, {{1, 2, 0}, {0, 8, 10}, 1}}},
     {"mqa 4/1 hd48", 4, 1, 48, 2, 41, false, {{{1, 0}, {0, 0}, 19}, {{0, 1}, {19, 19}, 1}}},
-    {"tree mask", 4, 2, 6, 2, 32, false,
+    {"tree mask",
+     4,
+     2,
+     6,
+     2,
+     32,
+     false,
      {{{1, 0}, {0, 0}, 4}, {{0, 1}, {4, 4}, 6, true}, {{1, 0}, {6, 5}, 5, true}}},
     {"tree hd96", 2, 1, 96, 1, 44, false, {{{0}, {0}, 21}, {{0}, {21}, 5, true}}},
     {"key_visible causal", 2, 1, 5, 2, 15, true, {{{0, 1}, {0, 0}, 6}, {{1, 0}, {6, 6}, 2}}},
     {"key_visible tree", 4, 2, 4, 2, 24, true, {{{1, 0}, {0, 0}, 5}, {{0, 1}, {5, 5}, 7, true}}},
     // A few thousand keys (split over keys on a GPU): filled by kv_store, then verified.
-    {"long context gqa", 4, 2, 64, 2, 3001, false,
+    {"long context gqa",
+     4,
+     2,
+     64,
+     2,
+     3001,
+     false,
      {{{0, 1}, {0, 0}, 2987, false, false}, {{1, 0}, {2987, 2987}, 5}, {{0}, {2992}, 3, true}}},
 };
 
@@ -417,8 +435,8 @@ TEST_P(Ops, KvStoreAndAttention) {
         ab.seq = upload_ids(b, st.seq);
         ab.past = upload_ids(b, st.past);
         if (st.tree) {
-          ab.mask = b.upload(host[i].mask.data(), DType::U8,
-                             {static_cast<int64_t>(host[i].mask.size())});
+          ab.mask =
+              b.upload(host[i].mask.data(), DType::U8, {static_cast<int64_t>(host[i].mask.size())});
           ab.mask_stride = host[i].stride;
         }
         ab.key_visible = c.key_visible ? &vis : nullptr;
@@ -436,7 +454,8 @@ TEST_P(Ops, KvStoreAndAttention) {
     const auto want = run(ref()), got = run(backend());
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i + 2 < want.size(); ++i)
-      EXPECT_TRUE(same("attention (output " + std::to_string(i) + ")", got[i], want[i], kAttention));
+      EXPECT_TRUE(
+          same("attention (output " + std::to_string(i) + ")", got[i], want[i], kAttention));
     EXPECT_TRUE(same("kv_store k cache", got[want.size() - 2], want[want.size() - 2], kExact));
     EXPECT_TRUE(same("kv_store v cache", got[want.size() - 1], want[want.size() - 1], kExact));
   }
@@ -449,7 +468,8 @@ TEST_P(Ops, SelfAttentionAndRowBroadcast) {
   struct Case {
     int batch, N, H, hd;
   };
-  for (const Case& c : {Case{1, 1, 1, 3}, Case{2, 17, 3, 7}, Case{1, 65, 2, 64}, Case{3, 9, 5, 16}}) {
+  for (const Case& c :
+       {Case{1, 1, 1, 3}, Case{2, 17, 3, 7}, Case{1, 65, 2, 64}, Case{3, 9, 5, 16}}) {
     SCOPED_TRACE("batch " + std::to_string(c.batch) + " N " + std::to_string(c.N) + " H " +
                  std::to_string(c.H) + " hd " + std::to_string(c.hd));
     const int64_t rows = static_cast<int64_t>(c.batch) * c.N, D = c.H * c.hd;
@@ -487,8 +507,8 @@ TEST_P(Ops, Conv2dGroupNormUpsample) {
     const int64_t Ho = c.H + 2 * c.pad - c.kh + 1, Wo = c.W + 2 * c.pad - c.kw + 1;
     check("conv2d", kDot, [&](Backend& b) {
       Tensor y = b.empty(DType::F32, {c.B, c.O, Ho, Wo});
-      b.conv2d(up(b, x, {c.B, c.C, c.H, c.W}), up(b, w, {c.O, c.C, c.kh, c.kw}),
-               up(b, bias, {c.O}), static_cast<int>(c.pad), y);
+      b.conv2d(up(b, x, {c.B, c.C, c.H, c.W}), up(b, w, {c.O, c.C, c.kh, c.kw}), up(b, bias, {c.O}),
+               static_cast<int>(c.pad), y);
       return down(b, y);
     });
     for (bool swish : {false, true})
