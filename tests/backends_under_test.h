@@ -31,15 +31,16 @@ inline Backend* backend_named(const std::string& name, std::string& why) {
     static CpuBackend cpu2;
     return &cpu2;
   }
-  static std::unique_ptr<Backend> cuda;
+  // Never destroyed: freeing device memory after the CUDA runtime has unloaded at exit fails.
+  static Backend* cuda = nullptr;
   static std::string cuda_why;
   static bool tried = false;
   if (!tried) {
     tried = true;
-    if (!cuda_devices(&cuda_why).empty()) cuda = make_cuda_backend(0);
+    if (!cuda_devices(&cuda_why).empty()) cuda = make_cuda_backend(0).release();
   }
   why = cuda_why;
-  return cuda.get();
+  return cuda;
 }
 
 // |got - want| <= abs + rel * scale. Element-wise ops scale by |want[i]|; ops whose outputs are
