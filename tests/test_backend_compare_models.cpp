@@ -53,27 +53,37 @@ struct GptCase {
   const char* name;
   std::string dir;
   bool bf16;
+  bool t2i =
+      false;  // conditioned on the fixtures' caption (padding: key_visible) instead of a class
 };
 
 const std::vector<GptCase>& gpt_cases() {
   static const std::vector<GptCase> cases = {
       {"c2i_f32", kFixtures + "/llamagen/c2i_f32", false},
       {"c2i_bf16", kFixtures + "/llamagen/c2i_bf16", true},
+      {"t2i_f32", kFixtures + "/llamagen/t2i_f32", false, true},
+      {"t2i_bf16", kFixtures + "/llamagen/t2i_bf16", true, true},
       {"emoji target", kEmojiTarget, false},
   };
   return cases;
 }
 
-// Class `label`'s prefix, then `tokens` appended in chunks of 1, 3 and the rest (decode and
+// The case's condition: class `label`, or the caption for a t2i model.
+Condition condition(const GptCase& gc, const ModelConfig& mc, int label) {
+  return gc.t2i ? Condition::caption_file(kFixtures + "/llamagen/golden/caption.npy", mc.gpt)
+                : Condition::label(label % mc.gpt.num_classes);
+}
+
+// Condition `c`'s prefix, then `tokens` appended in chunks of 1, 3 and the rest (decode and
 // verification windows): the logits of every appended token.
-Vec llamagen_logits(Backend& b, const ModelConfig& mc, int label, std::span<const int32_t> tokens) {
+Vec llamagen_logits(Backend& b, const ModelConfig& mc, const Condition& c,
+                    std::span<const int32_t> tokens) {
   LlamaGen model(mc, b);
   SessionOptions o;
   o.max_new = static_cast<int>(tokens.size());
   o.max_outputs_per_seq = o.max_new;
   Session s(model, o);
   const int32_t slot = s.acquire_slot();
-  const Condition c = Condition::label(label);
   const Condition* cp = &c;
   Vec all, part;
   s.read(s.prefill(std::span(&cp, 1), false, std::span(&slot, 1)).logits, part);
@@ -96,12 +106,12 @@ Vec llamagen_logits(Backend& b, const ModelConfig& mc, int label, std::span<cons
   return all;
 }
 
-// `steps` greedy tokens after class `label`'s prefix, one forward per token.
-std::vector<int32_t> greedy_tokens(Backend& b, const ModelConfig& mc, int label, int steps) {
+// `steps` greedy tokens after condition `c`'s prefix, one forward per token.
+std::vector<int32_t> greedy_tokens(Backend& b, const ModelConfig& mc, const Condition& c,
+                                   int steps) {
   LlamaGen model(mc, b);
   Session s(model, SessionOptions{});
   const int32_t slot = s.acquire_slot();
-  const Condition c = Condition::label(label);
   const Condition* cp = &c;
   Vec logits;
   s.read(s.prefill(std::span(&cp, 1), false, std::span(&slot, 1)).logits, logits);
@@ -130,9 +140,9 @@ TEST_P(Models, LlamaGenLogits) {
     std::vector<int32_t> tokens(11);
     for (size_t i = 0; i < tokens.size(); ++i)
       tokens[i] = static_cast<int32_t>((i * 7919 + 13) % mc.gpt.vocab_size);
-    const int label = 3 % mc.gpt.num_classes;
-    const Vec want = llamagen_logits(ref(), mc, label, tokens);
-    const Vec got = llamagen_logits(backend(), mc, label, tokens);
+    const Condition c = condition(gc, mc, 3);
+    const Vec want = llamagen_logits(ref(), mc, c, tokens);
+    const Vec got = llamagen_logits(backend(), mc, c, tokens);
     EXPECT_TRUE(
         same(std::string("logits ") + gc.name, got, want, gc.bf16 ? kLogitsBf16 : kLogitsF32));
   }
@@ -143,9 +153,11 @@ TEST_P(Models, GreedyTokenStreamsEqual) {
     SCOPED_TRACE(gc.name);
     const ModelConfig mc = load_model_config(gc.dir);
     const int steps = std::min(24, mc.gpt.n_image_tokens());
-    for (int label : {0, 1 % mc.gpt.num_classes})
-      EXPECT_EQ(greedy_tokens(backend(), mc, label, steps), greedy_tokens(ref(), mc, label, steps))
+    for (int label : {0, 1}) {
+      const Condition c = condition(gc, mc, label);
+      EXPECT_EQ(greedy_tokens(backend(), mc, c, steps), greedy_tokens(ref(), mc, c, steps))
           << "label " << label;
+    }
   }
 }
 
