@@ -113,8 +113,10 @@ __global__ void attention_partial_kernel(AttentionArgs a) {
   const bool bad_seq = seq < 0 || seq >= a.n_seq_cache, full = own >= a.cap;
   if (bad_seq || full || s0 >= s1) {  // nothing to see here: an empty partial
     if (threadIdx.x == 0) {
-      if (bad_seq) raise_flag(a.flag, kFlagKvSequence, seq);
-      else if (full) raise_flag(a.flag, kFlagKvFull, static_cast<int>(n_keys));
+      if (bad_seq)
+        raise_flag(a.flag, kFlagKvSequence, seq);
+      else if (full)
+        raise_flag(a.flag, kFlagKvFull, static_cast<int>(n_keys));
       out[a.head_dim] = -INFINITY;
       out[a.head_dim + 1] = 0.0f;
     }
@@ -161,11 +163,12 @@ __global__ void attention_partial_kernel(AttentionArgs a) {
 }
 
 // Block row * n_head + h, threads over head_dim: merges the slices in order, then normalises.
-__global__ void attention_combine_kernel(const float* part, int n_slices, int n_head,
-                                         int head_dim, float* out) {
+__global__ void attention_combine_kernel(const float* part, int n_slices, int n_head, int head_dim,
+                                         float* out) {
   const int64_t rh = blockIdx.x, row = rh / n_head;
   const int h = static_cast<int>(rh % n_head);
-  float* o = out + row * static_cast<int64_t>(n_head) * head_dim + static_cast<int64_t>(h) * head_dim;
+  float* o =
+      out + row * static_cast<int64_t>(n_head) * head_dim + static_cast<int64_t>(h) * head_dim;
   for (int e = threadIdx.x; e < head_dim; e += blockDim.x) {
     SoftmaxPartial run{-INFINITY, 0.0f};
     float acc = 0.0f;
@@ -208,17 +211,16 @@ void CudaBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int hea
   if (b.n_seq == 0 || b.n_new == 0 || n_kv_head == 0) return;
   const dim3 grid(static_cast<unsigned>(int64_t{b.n_seq} * b.n_new),
                   static_cast<unsigned>(n_kv_head));
-  kv_store_kernel<<<grid, 64, 0, stream_>>>(qkv.ptr<float>(), width, q_dim, kv_dim, n_kv_head,
-                                            head_dim, b.n_new, b.seq.ptr<int32_t>(),
-                                            b.past.ptr<int32_t>(), k_cache.dim(0), k_cache.dim(2),
-                                            k_cache.ptr<float>(), v_cache.ptr<float>(),
-                                            error_flag_);
+  kv_store_kernel<<<grid, 64, 0, stream_>>>(
+      qkv.ptr<float>(), width, q_dim, kv_dim, n_kv_head, head_dim, b.n_new, b.seq.ptr<int32_t>(),
+      b.past.ptr<int32_t>(), k_cache.dim(0), k_cache.dim(2), k_cache.ptr<float>(),
+      v_cache.ptr<float>(), error_flag_);
   TESSERA_CUDA_LAUNCHED("kv_store");
 }
 
 void CudaBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
-                            const AttentionBatch& b, const Tensor& k_cache,
-                            const Tensor& v_cache, Tensor& out) {
+                            const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
+                            Tensor& out) {
   check(n_kv_head > 0 && n_head % n_kv_head == 0, "internal: attention heads vs KV heads");
   check(k_cache.dim(1) == n_kv_head && k_cache.dim(3) == head_dim && v_cache.shape == k_cache.shape,
         "internal: KV cache layout");

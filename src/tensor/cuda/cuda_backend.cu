@@ -151,16 +151,14 @@ void CudaBackend::upload_into(const void* host, Tensor& dst) {
 void CudaBackend::download(const Tensor& t, void* host) {
   check(t.layout == Layout::RowMajor, "internal: download of a packed weight");
   if (t.nbytes())
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
   synchronize();
 }
 
 void CudaBackend::download_async(const Tensor& t, void* host) {
   check(t.layout == Layout::RowMajor, "internal: download of a packed weight");
   if (t.nbytes())
-    TESSERA_CUDA_CHECK(
-        cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
 }
 
 void CudaBackend::synchronize() {
@@ -175,16 +173,20 @@ void CudaBackend::check_device_flags() {
   TESSERA_CUDA_CHECK(cudaMemset(error_flag_, 0, sizeof flag));
   const std::string v = std::to_string(flag[1]);
   switch (flag[0]) {
-    case kFlagRowId: throw Error("internal: row id " + v + " out of range (get_rows on " + name_ + ")");
-    case kFlagRopePosition: throw Error("internal: rope position " + v + " out of table");
-    case kFlagKvSequence: throw Error("internal: KV sequence " + v + " out of range");
-    case kFlagKvFull: throw Error("KV cache full: a sequence needs " + v + " slots");
-    default: throw Error("internal: device error code " + std::to_string(flag[0]));
+    case kFlagRowId:
+      throw Error("internal: row id " + v + " out of range (get_rows on " + name_ + ")");
+    case kFlagRopePosition:
+      throw Error("internal: rope position " + v + " out of table");
+    case kFlagKvSequence:
+      throw Error("internal: KV sequence " + v + " out of range");
+    case kFlagKvFull:
+      throw Error("KV cache full: a sequence needs " + v + " slots");
+    default:
+      throw Error("internal: device error code " + std::to_string(flag[0]));
   }
 }
 
-Tensor CudaBackend::adopt_host(const void* host, DType dtype, Shape shape,
-                               std::shared_ptr<void>) {
+Tensor CudaBackend::adopt_host(const void* host, DType dtype, Shape shape, std::shared_ptr<void>) {
   return upload(host, dtype, std::move(shape));  // a device cannot read the mapping in place
 }
 
@@ -201,7 +203,9 @@ void CudaBackend::layer_norm(const Tensor& x, const Tensor* g, const Tensor* b, 
                              Tensor& y) {
   cuda::layer_norm(stream_, x, g, b, eps, y);
 }
-void CudaBackend::gelu_erf(Tensor& x) { cuda::gelu_erf(stream_, x); }
+void CudaBackend::gelu_erf(Tensor& x) {
+  cuda::gelu_erf(stream_, x);
+}
 void CudaBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
                                  Tensor& out) {
   cuda::self_attention(stream_, qkv, batch, n_head, head_dim, out);
@@ -215,8 +219,7 @@ void CudaBackend::add_gated(Tensor& h, const Tensor& gate, const Tensor& u) {
 void CudaBackend::add_rows_broadcast(Tensor& x, const Tensor& table) {
   cuda::add_rows_broadcast(stream_, x, table);
 }
-void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad,
-                         Tensor& y) {
+void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, int pad, Tensor& y) {
   cuda::conv2d(stream_, blas_, x, w, bias, pad, y);
 }
 void CudaBackend::group_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, int groups,
@@ -230,16 +233,24 @@ void CudaBackend::batched_matmul(const Tensor& a, bool ta, const Tensor& b, bool
                                  Tensor& c) {
   cuda::batched_matmul(stream_, blas_, a, ta, b, tb, alpha, c);
 }
-void CudaBackend::softmax_rows(Tensor& x) { cuda::softmax_rows(stream_, x); }
+void CudaBackend::softmax_rows(Tensor& x) {
+  cuda::softmax_rows(stream_, x);
+}
 void CudaBackend::l2_normalize_rows(Tensor& x, float eps) {
   cuda::l2_normalize_rows(stream_, x, eps);
 }
 void CudaBackend::transpose_last2(const Tensor& x, Tensor& y) {
   cuda::transpose_last2(stream_, x, y);
 }
-void CudaBackend::relu(Tensor& x) { cuda::relu(stream_, x); }
-void CudaBackend::max_pool2x2(const Tensor& x, Tensor& y) { cuda::max_pool2x2(stream_, x, y); }
-void CudaBackend::avg_pool2x2(const Tensor& x, Tensor& y) { cuda::avg_pool2x2(stream_, x, y); }
+void CudaBackend::relu(Tensor& x) {
+  cuda::relu(stream_, x);
+}
+void CudaBackend::max_pool2x2(const Tensor& x, Tensor& y) {
+  cuda::max_pool2x2(stream_, x, y);
+}
+void CudaBackend::avg_pool2x2(const Tensor& x, Tensor& y) {
+  cuda::avg_pool2x2(stream_, x, y);
+}
 
 }  // namespace cuda
 }  // namespace tessera

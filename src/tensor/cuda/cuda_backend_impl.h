@@ -46,8 +46,8 @@ class CudaBackend final : public Backend {
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
             const Tensor& pos) override;
-  void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
-                const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) override;
+  void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim, const AttentionBatch& b,
+                Tensor& k_cache, Tensor& v_cache) override;
   void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                  const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                  Tensor& out) override;
@@ -55,8 +55,7 @@ class CudaBackend final : public Backend {
   void layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
                   Tensor& y) override;
   void gelu_erf(Tensor& x) override;
-  void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
-                      Tensor& out) override;
+  void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim, Tensor& out) override;
   void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) override;
   void add_gated(Tensor& h, const Tensor& gate, const Tensor& u) override;
   void add_rows_broadcast(Tensor& x, const Tensor& table) override;

@@ -7,10 +7,10 @@ namespace tessera::cuda {
 
 enum FlagCode : int {
   kFlagNone = 0,
-  kFlagRowId = 1,        // get_rows: value = the id
-  kFlagRopePosition = 2, // rope: value = the position
-  kFlagKvSequence = 3,   // kv_store / attention: value = the cache sequence id
-  kFlagKvFull = 4,       // kv_store / attention: value = the slots needed
+  kFlagRowId = 1,         // get_rows: value = the id
+  kFlagRopePosition = 2,  // rope: value = the position
+  kFlagKvSequence = 3,    // kv_store / attention: value = the cache sequence id
+  kFlagKvFull = 4,        // kv_store / attention: value = the slots needed
 };
 
 #if defined(__CUDACC__)

@@ -156,8 +156,8 @@ void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
   require_same_numel(gate, y, "swiglu");
   const int64_t n = gate.numel();
   if (n == 0) return;
-  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(gate.ptr<float>(), up.ptr<float>(), n,
-                                                         n, y.ptr<float>(), n);
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(gate.ptr<float>(), up.ptr<float>(), n, n,
+                                                         y.ptr<float>(), n);
   TESSERA_CUDA_LAUNCHED("swiglu");
 }
 

@@ -14,6 +14,7 @@
 
 #include "tensor/cuda/cuda_backend_impl.h"
 #include "tensor/cuda/device_math.h"
+#include "tensor/cuda/linear_cublaslt.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
@@ -56,8 +57,8 @@ __device__ inline float load1(const void* w, int64_t at) {
 
 template <DType kW, bool kVector>
 __global__ void __launch_bounds__(kWarps * 32)
-    linear_kernel(const float* x, int64_t M, int64_t K, const void* w, int64_t N,
-                  const float* bias, float* y) {
+    linear_kernel(const float* x, int64_t M, int64_t K, const void* w, int64_t N, const float* bias,
+                  float* y) {
   extern __shared__ float xs[];  // [mc][kTile]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
@@ -150,16 +151,16 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   const int64_t M = K ? x.numel() / K : 0;
   if (M == 0 || N == 0) return;  // K = 0 runs the kernel: empty sums, y = bias or 0
   const float* b = bias ? bias->ptr<float>() : nullptr;
+  if (M > kChunkRows && w.dtype == DType::F32 && cublaslt_linear_requested())
+    return linear_cublaslt(blas_lt_, stream_, x.ptr<float>(), M, K, w.ptr<float>(), N, b,
+                           y.ptr<float>());
   switch (w.dtype) {
     case DType::F32:
-      return launch_dtype<DType::F32>(stream_, x.ptr<float>(), M, K, w.data, N, b,
-                                      y.ptr<float>());
+      return launch_dtype<DType::F32>(stream_, x.ptr<float>(), M, K, w.data, N, b, y.ptr<float>());
     case DType::F16:
-      return launch_dtype<DType::F16>(stream_, x.ptr<float>(), M, K, w.data, N, b,
-                                      y.ptr<float>());
+      return launch_dtype<DType::F16>(stream_, x.ptr<float>(), M, K, w.data, N, b, y.ptr<float>());
     case DType::BF16:
-      return launch_dtype<DType::BF16>(stream_, x.ptr<float>(), M, K, w.data, N, b,
-                                       y.ptr<float>());
+      return launch_dtype<DType::BF16>(stream_, x.ptr<float>(), M, K, w.data, N, b, y.ptr<float>());
     default:
       throw Error(std::string("internal: linear weight must be f32, f16 or bf16, got ") +
                   dtype_name(w.dtype));
