@@ -1,0 +1,189 @@
+// Row-wise and element-wise transformer ops on the device: get_rows, rms_norm, add, SwiGLU,
+// GELU (tanh), SiLU and to_f32. Semantics as src/tensor/cpu/cpu_backend.cpp.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "tensor/cuda/cuda_backend_impl.h"
+#include "tensor/cuda/device_flags.h"
+#include "tensor/cuda/device_math.h"
+#include "tessera/error.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
+}
+
+void require_f32(const Tensor& t, const char* what) {
+  check(t.dtype == DType::F32, [&] {
+    return std::string("internal: ") + what + " must be f32, got " + dtype_name(t.dtype);
+  });
+}
+void require_same_numel(const Tensor& a, const Tensor& b, const char* what) {
+  check(a.numel() == b.numel(), [&] {
+    return std::string("internal: ") + what + ": " + shape_str(a.shape) + " vs " +
+           shape_str(b.shape);
+  });
+}
+
+__device__ inline float load_f32(const void* p, DType dt, int64_t i) {
+  if (dt == DType::F32) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  return dt == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+__global__ void to_f32_kernel(const void* src, DType dt, float* dst, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] = load_f32(src, dt, i);
+}
+
+// One block per id; a bad id is recorded in the flag (device_flags.h) and its row left as is.
+__global__ void get_rows_kernel(const void* table, DType dt, int64_t n_rows, int64_t width,
+                                const int32_t* ids, float* out, int* flag) {
+  const int64_t i = blockIdx.x;
+  const int32_t id = ids[i];
+  if (id < 0 || id >= n_rows) {
+    if (threadIdx.x == 0) raise_flag(flag, kFlagRowId, id);
+    return;
+  }
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x)
+    out[i * width + c] = load_f32(table, dt, id * width + c);
+}
+
+// One block per row: a fixed-shape tree reduction of x^2, then the scaled row.
+__global__ void rms_norm_kernel(const float* x, const float* w, float eps, int64_t D, float* y) {
+  __shared__ float part[kThreads];
+  const float* xr = x + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
+  part[threadIdx.x] = ss;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float inv = 1.0f / sqrtf(part[0] / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y[blockIdx.x * D + i] = xr[i] * inv * w[i];
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = a[i] + b[i];
+}
+
+__device__ inline float silu_of(float g) {
+  return g / (1.0f + expf(-g));
+}
+
+// y[r, c] = silu(gate[r*gs + c]) * up[r*us + c]: swiglu (strides F) and swiglu_stacked (2F).
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t in_stride, int64_t F,
+                              float* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const int64_t r = i / F, c = i % F;
+  y[i] = silu_of(gate[r * in_stride + c]) * up[r * in_stride + c];
+}
+
+__global__ void silu_kernel(float* x, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = silu_of(x[i]);
+}
+
+__global__ void gelu_tanh_kernel(float* x, int64_t n, float c) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float v = x[i];
+  x[i] = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+}
+
+}  // namespace
+
+Tensor CudaBackend::to_f32(const Tensor& t) {
+  check(t.layout == Layout::RowMajor, "internal: to_f32 of a packed weight");
+  check(t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16,
+        [&] { return std::string("internal: to_f32 of ") + dtype_name(t.dtype); });
+  Tensor out = empty(DType::F32, t.shape);
+  const int64_t n = t.numel();
+  if (n == 0) return out;
+  to_f32_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(t.data, t.dtype, out.ptr<float>(), n);
+  TESSERA_CUDA_LAUNCHED("to_f32");
+  return out;
+}
+
+void CudaBackend::get_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
+  check(table.layout == Layout::RowMajor, "internal: get_rows of a packed weight");
+  require_f32(out, "get_rows output");
+  check(ids.dtype == DType::I32, "internal: get_rows ids must be i32");
+  check(table.dtype == DType::F32 || table.dtype == DType::F16 || table.dtype == DType::BF16,
+        "internal: get_rows table must be f32, f16 or bf16");
+  const int64_t n = ids.numel(), width = table.dim(-1), n_rows = table.dim(0);
+  check(out.numel() == n * width, "internal: get_rows shape");
+  if (n == 0 || width == 0) return;
+  // The ids live on the device: a bad one is reported at the next synchronize().
+  get_rows_kernel<<<static_cast<unsigned>(n), 128, 0, stream_>>>(
+      table.data, table.dtype, n_rows, width, ids.ptr<int32_t>(), out.ptr<float>(), error_flag_);
+  TESSERA_CUDA_LAUNCHED("get_rows");
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& y) {
+  require_f32(x, "rms_norm input");
+  require_f32(w, "rms_norm weight");
+  const int64_t D = x.dim(-1), rows = D ? x.numel() / D : 0;
+  check(w.numel() == D && y.numel() == x.numel(), "internal: rms_norm shapes");
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(
+      x.ptr<float>(), w.ptr<float>(), eps, D, y.ptr<float>());
+  TESSERA_CUDA_LAUNCHED("rms_norm");
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& y) {
+  require_same_numel(a, b, "add");
+  require_same_numel(a, y, "add");
+  const int64_t n = a.numel();
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(a.ptr<float>(), b.ptr<float>(),
+                                                      y.ptr<float>(), n);
+  TESSERA_CUDA_LAUNCHED("add");
+}
+
+void CudaBackend::swiglu(const Tensor& gate, const Tensor& up, Tensor& y) {
+  require_same_numel(gate, up, "swiglu");
+  require_same_numel(gate, y, "swiglu");
+  const int64_t n = gate.numel();
+  if (n == 0) return;
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(gate.ptr<float>(), up.ptr<float>(), n, n,
+                                                         y.ptr<float>(), n);
+  TESSERA_CUDA_LAUNCHED("swiglu");
+}
+
+void CudaBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
+  const int64_t F = y.dim(-1), n = y.numel();
+  check(gate_up.dim(-1) == 2 * F && gate_up.numel() == 2 * n,
+        "internal: swiglu_stacked needs [rows, 2F] into [rows, F]");
+  if (n == 0) return;
+  const float* g = gate_up.ptr<float>();
+  swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(g, g + F, 2 * F, F, y.ptr<float>(), n);
+  TESSERA_CUDA_LAUNCHED("swiglu_stacked");
+}
+
+void CudaBackend::gelu_tanh(Tensor& x) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+  gelu_tanh_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.ptr<float>(), n, c);
+  TESSERA_CUDA_LAUNCHED("gelu_tanh");
+}
+
+void CudaBackend::silu(Tensor& x) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  silu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.ptr<float>(), n);
+  TESSERA_CUDA_LAUNCHED("silu");
+}
+
+}  // namespace tessera::cuda
