@@ -155,6 +155,10 @@ TEST(SamplingRules, ArgmaxAndGuidanceMatchTheSampler) {
   EXPECT_FALSE(finite_logit(NAN));
   EXPECT_FALSE(finite_logit(-INFINITY));
   EXPECT_TRUE(finite_logit(-3e38f));
+  for (float x : {-2.5f, 0.0f, 1e-40f, 3.0f, -INFINITY})
+    EXPECT_EQ(float_from_order_key(float_order_key(x)), x);
+  EXPECT_EQ(float_order_key(-0.0f), float_order_key(0.0f));
+  EXPECT_LT(float_order_key(-1e-40f), float_order_key(0.0f));
   // The CPU distribution with guidance equals the shared combine then the CPU steps without it.
   std::mt19937 g(3);
   std::normal_distribution<float> n(0.0f, 3.0f);
