@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/vector_math.h"
+#include "sampling/sampling_rules.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -57,7 +58,7 @@ void target_distribution(std::span<const float> cond, std::span<const float> unc
   std::vector<float> l(V);
   bool finite = true;
   for (size_t i = 0; i < V; ++i) {
-    l[i] = uncond.empty() ? cond[i] : uncond[i] + (cond[i] - uncond[i]) * scale;
+    l[i] = uncond.empty() ? cond[i] : guided_logit(cond[i], uncond[i], scale);
     finite &= std::isfinite(l[i]);
   }
   // A NaN or Inf here (broken weights, an overflowing activation) would silently become a
@@ -68,35 +69,26 @@ void target_distribution(std::span<const float> cond, std::span<const float> unc
     probs[static_cast<size_t>(argmax(l))] = 1.0f;
     return;
   }
-  const float t = std::max(p.temperature, 1e-5f);
+  const float t = temperature_divisor(p.temperature);
   for (float& v : l) v /= t;
   filter_top_k_top_p(l, p.top_k, p.top_p);
   const float mx = *std::max_element(l.begin(), l.end());
   for (float& v : l) v -= mx;  // -inf stays -inf
-  simd_blocks("softmax", exp_block, l.data(), nullptr, probs.data(), static_cast<int64_t>(V), false);
+  simd_blocks("softmax", exp_block, l.data(), nullptr, probs.data(), static_cast<int64_t>(V),
+              false);
   float total = 0.0f;  // in vocabulary order
   for (size_t i = 0; i < V; ++i) total += (probs[i] = l[i] == -INFINITY ? 0.0f : probs[i]);
   for (float& v : probs) v /= total;
 }
 
 int sample_index(std::span<const float> probs, double u) {
-  double total = 0.0;
-  for (float v : probs) total += v;
-  const double target = u * total;
-  double cum = 0.0;
-  int last = -1;
-  for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] <= 0.0f) continue;
-    cum += probs[i];
-    last = static_cast<int>(i);
-    if (cum > target) return last;
-  }
-  check(last >= 0, "internal: sampling from an empty distribution");
-  return last;  // rounding at the very top of the range
+  const int i = draw_row(probs.data(), static_cast<int>(probs.size()), u);
+  check(i >= 0, "internal: sampling from an empty distribution");
+  return i;
 }
 
 int argmax(std::span<const float> values) {
-  return static_cast<int>(std::max_element(values.begin(), values.end()) - values.begin());
+  return argmax_row(values.data(), static_cast<int>(values.size()));
 }
 
 }  // namespace tessera

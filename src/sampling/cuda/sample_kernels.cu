@@ -1,0 +1,271 @@
+// Device sampling: the CPU sampler's rules (sampling/sampling_rules.h) run by one block per row,
+// with block-wide reductions and scans in a fixed order (replays draw the same tokens). Differences
+// from the CPU, all float rounding: expf instead of libmvec's exp (a few ulp); sums reduced as a
+// tree, not in sequence; the draw sums unnormalised exp in double instead of normalised
+// probabilities. The token is the CPU's unless u * total, or the top-p cumulative mass, lies within
+// ~1e-6 relative of a boundary.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <string>
+
+#include "sampling/cuda/sample_kernels.h"
+#include "sampling/philox.h"
+#include "sampling/sampling_rules.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+namespace {
+
+constexpr int kThreads = 1024, kWarps = kThreads / 32;
+
+struct BlockScratch {
+  double d[kWarps];
+  float f[kWarps];
+  int i[kWarps];
+  uint32_t u[kWarps];
+  float hist_mass[kWarps][kRadixBins];
+  uint32_t hist_count[kWarps][kRadixBins];
+  float mass[kRadixBins];
+  uint32_t count[kRadixBins];
+  uint32_t prefix, k_left, count_above, keep;
+  float mass_above, budget;
+  int flag;
+};
+
+// Warp sums with __shfl_down_sync: lane 0 gets a result in a fixed order (xor butterflies would
+// give lanes differently rounded sums).
+template <typename T>
+__device__ T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block sum, the same value to every thread. `slot` is a kWarps array in shared memory.
+template <typename T>
+__device__ T block_sum(T v, T* slot) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) slot[warp] = v;
+  __syncthreads();
+  T total = T(0);
+  for (int w = 0; w < kWarps; ++w) total += slot[w];
+  __syncthreads();
+  return total;
+}
+
+__device__ float block_max(float v, float* slot) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
+  if (lane == 0) slot[warp] = v;
+  __syncthreads();
+  float m = slot[0];
+  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, slot[w]);
+  __syncthreads();
+  return m;
+}
+
+// Min (want_min) or max of an int over the block.
+__device__ int block_extreme(int v, bool want_min, int* slot) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const int other = __shfl_down_sync(0xffffffffu, v, o);
+    v = want_min ? min(v, other) : max(v, other);
+  }
+  if (lane == 0) slot[warp] = v;
+  __syncthreads();
+  int m = slot[0];
+  for (int w = 1; w < kWarps; ++w) m = want_min ? min(m, slot[w]) : max(m, slot[w]);
+  __syncthreads();
+  return m;
+}
+
+// Exclusive prefix sum over threads in thread order; *total gets the block's sum.
+template <typename T>
+__device__ T block_exclusive_scan(T v, T* slot, T* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T inclusive = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += up;
+  }
+  if (lane == 31) slot[warp] = inclusive;
+  __syncthreads();
+  T before = T(0), all = T(0);
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) before += slot[w];
+    all += slot[w];
+  }
+  __syncthreads();
+  *total = all;
+  return before + inclusive - v;
+}
+
+// The 16-bin histograms of one radix pass summed over the block into s.count / s.mass.
+__device__ void block_histogram(const uint32_t* count, const float* mass, BlockScratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int b = 0; b < kRadixBins; ++b) {
+    const uint32_t c = warp_sum(count[b]);
+    const float m = warp_sum(mass[b]);
+    if (lane == 0) s.hist_count[warp][b] = c, s.hist_mass[warp][b] = m;
+  }
+  __syncthreads();
+  if (threadIdx.x < kRadixBins) {
+    uint32_t c = 0;
+    float m = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      c += s.hist_count[w][threadIdx.x], m += s.hist_mass[w][threadIdx.x];
+    s.count[threadIdx.x] = c;
+    s.mass[threadIdx.x] = m;
+  }
+  __syncthreads();
+}
+
+__device__ bool dropped(float x) {
+  return x == -INFINITY;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(const float* __restrict__ cond, const float* __restrict__ uncond, int V,
+                       const DeviceSampleParams* __restrict__ params, int32_t* __restrict__ tokens,
+                       int* __restrict__ error_flag) {
+  extern __shared__ float l[];  // the row's logits, later its unnormalised probabilities
+  __shared__ BlockScratch s;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const DeviceSampleParams p = params[row];
+  const float* c = cond + static_cast<size_t>(row) * V;
+  const float* u = uncond && p.guided ? uncond + static_cast<size_t>(row) * V : nullptr;
+
+  // Guidance, coalesced; the finiteness check of target_distribution.
+  int bad = 0;
+  for (int i = tid; i < V; i += kThreads) {
+    const float x = u ? guided_logit(c[i], u[i], p.cfg_scale) : c[i];
+    bad |= !finite_logit(x);
+    l[i] = x;
+  }
+  if (block_extreme(bad, false, s.i)) {
+    if (tid == 0) {
+      tokens[row] = 0;
+      atomicExch(error_flag, 1);
+    }
+    return;
+  }
+  // Each thread owns a contiguous chunk, so thread order is vocabulary order for scans.
+  const int per = (V + kThreads - 1) / kThreads;
+  const int begin = min(V, tid * per), end = min(V, begin + per);
+
+  if (p.temperature <= 0.0f) {  // greedy: argmax, the first maximal index
+    float best = -INFINITY;
+    int best_i = INT_MAX;
+    for (int i = begin; i < end; ++i)
+      if (argmax_prefers(l[i], i, best, best_i)) best = l[i], best_i = i;
+    const float mx = block_max(best, s.f);
+    const int first = block_extreme(best == mx ? best_i : INT_MAX, true, s.i);
+    if (tid == 0) tokens[row] = first;
+    return;
+  }
+  const float t = temperature_divisor(p.temperature);
+  for (int i = begin; i < end; ++i) l[i] = __fdiv_rn(l[i], t);
+  __syncthreads();
+
+  if (p.top_k > 0 && p.top_k < V) {  // radix select of the k-th largest value
+    if (tid == 0) s.prefix = 0, s.k_left = static_cast<uint32_t>(p.top_k);
+    __syncthreads();
+    for (int pass = 0; pass < kRadixPasses; ++pass) {
+      uint32_t count[kRadixBins] = {};
+      float mass[kRadixBins] = {};
+      const uint32_t prefix = s.prefix;
+      for (int i = begin; i < end; ++i) {
+        const uint32_t key = float_order_key(l[i]);
+        if (radix_matches(key, prefix, pass)) ++count[radix_digit(key, pass)];
+      }
+      block_histogram(count, mass, s);
+      if (tid == 0) s.prefix |= top_k_pick(s.count, &s.k_left) << (32 - kRadixBits * (pass + 1));
+      __syncthreads();
+    }
+    for (int i = begin; i < end; ++i)
+      if (float_order_key(l[i]) < s.prefix) l[i] = -INFINITY;  // ties with the k-th survive
+    __syncthreads();
+  }
+  float local_max = -INFINITY;
+  for (int i = begin; i < end; ++i) local_max = fmaxf(local_max, l[i]);
+  const float mx = block_max(local_max, s.f);
+
+  if (p.top_p < 1.0f) {  // radix search of the last survivor in (logit desc, index) order
+    float part = 0.0f;
+    for (int i = begin; i < end; ++i) part += dropped(l[i]) ? 0.0f : expf(l[i] - mx);
+    const float total = block_sum(part, s.f);
+    if (tid == 0) s.prefix = 0, s.count_above = 0, s.mass_above = 0.0f, s.budget = p.top_p * total;
+    __syncthreads();
+    for (int pass = 0; pass < kRadixPasses; ++pass) {
+      uint32_t count[kRadixBins] = {};
+      float mass[kRadixBins] = {};
+      const uint32_t prefix = s.prefix;
+      for (int i = begin; i < end; ++i) {
+        const uint32_t key = float_order_key(l[i]);
+        if (dropped(l[i]) || !radix_matches(key, prefix, pass)) continue;
+        ++count[radix_digit(key, pass)];
+        mass[radix_digit(key, pass)] += expf(l[i] - mx);
+      }
+      block_histogram(count, mass, s);
+      if (tid == 0) {
+        const uint32_t d = top_p_pick(s.count, s.mass, s.budget, &s.mass_above, &s.count_above);
+        s.prefix |= d << (32 - kRadixBits * (pass + 1));
+        if (pass == kRadixPasses - 1) {
+          const float e = expf(float_from_order_key(s.prefix) - mx);
+          s.keep = top_p_group_keep(s.mass_above, s.count_above, e, s.count[d], s.budget);
+        }
+      }
+      __syncthreads();
+    }
+    const uint32_t cut = s.prefix, keep = s.keep;
+    uint32_t mine = 0, all;
+    for (int i = begin; i < end; ++i) mine += !dropped(l[i]) && float_order_key(l[i]) == cut;
+    uint32_t rank = block_exclusive_scan(mine, s.u, &all);
+    for (int i = begin; i < end; ++i) {
+      if (dropped(l[i])) continue;
+      const uint32_t key = float_order_key(l[i]);
+      if (key < cut || (key == cut && rank++ >= keep)) l[i] = -INFINITY;
+    }
+    __syncthreads();
+  }
+
+  // Softmax numerators and the inverse-CDF draw in vocabulary order.
+  double part = 0.0;
+  for (int i = begin; i < end; ++i) {
+    l[i] = dropped(l[i]) ? 0.0f : expf(l[i] - mx);
+    part += l[i];
+  }
+  double total;
+  const double before = block_exclusive_scan(part, s.d, &total);
+  const double target = counter_uniform(p.seed, p.image_index, p.token_index, p.stream) * total;
+  int last = -1;
+  const int hit = draw_in_chunk(l + begin, end - begin, begin, before, target, &last);
+  const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
+  const int last_positive = block_extreme(last, false, s.i);
+  if (tid == 0) tokens[row] = first_hit != INT_MAX ? first_hit : last_positive;
+}
+
+}  // namespace
+
+void launch_sample_rows(const float* cond, const float* uncond, int n_rows, int vocab,
+                        const DeviceSampleParams* params, int32_t* tokens, int* error_flag,
+                        CUstream_st* stream) {
+  if (vocab < 1 || vocab > kMaxDeviceSampleVocab || n_rows < 0)
+    throw Error("device sampling: vocabulary " + std::to_string(vocab) + " (1.." +
+                std::to_string(kMaxDeviceSampleVocab) + " supported), " + std::to_string(n_rows) +
+                " rows");
+  if (n_rows == 0) return;
+  const size_t shared = static_cast<size_t>(vocab) * sizeof(float);
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (not a stream operation, so it is
+  // allowed during graph capture).
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(
+      sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  sample_rows_kernel<<<n_rows, kThreads, shared, stream>>>(cond, uncond, vocab, params, tokens,
+                                                           error_flag);
+  TESSERA_CUDA_LAUNCHED("sample_rows_kernel");
+}
+
+}  // namespace tessera
