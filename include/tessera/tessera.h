@@ -161,7 +161,7 @@ struct LoadOptions {
   // a corrupt checkpoint then yields noise images with exit code 0.
   bool check_weights = true;
   // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". A CUDA device that this build
-  // or machine lacks is an Error before anything is read.
+  // or machine lacks is a ParameterError("device") before anything is read.
   std::string device = "cpu";
 };
 

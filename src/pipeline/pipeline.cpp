@@ -56,7 +56,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
   check_param(opts.threads >= 0, "threads", "must be >= 0 (0: every CPU this process may use)");
   if (opts.threads > 0) use_threads(opts.threads);
   // The device first: a CUDA device this build or machine lacks fails before any file is read.
-  Backend& backend = backend_for(Device::parse(opts.device));
+  Backend& backend = backend_for(opts.device);
   const double t0 = now_s();
   const WeightCheckTotals checked0 = weight_check_totals();
   auto impl = std::make_unique<Impl>();

@@ -10,13 +10,17 @@
 namespace tessera {
 
 Device Device::parse(const std::string& text) {
-  const std::string bad = "device '" + text + "' is not one of: cpu, cuda, cuda:N (N a device number >= 0)";
+  const std::string bad =
+      "{device} " + text + ": not a device (one of: cpu, cuda, cuda:N with N a device number)";
   if (text == "cpu") return cpu();
   if (text == "cuda") return cuda(0);
   const std::string prefix = "cuda:";
-  check(text.size() > prefix.size() && text.compare(0, prefix.size(), prefix) == 0, bad);
-  const std::string num = text.substr(prefix.size());
-  check(num.size() <= 4 && num.find_first_not_of("0123456789") == std::string::npos, bad);
+  const std::string num = text.size() > prefix.size() && text.compare(0, prefix.size(), prefix) == 0
+                              ? text.substr(prefix.size())
+                              : "";
+  check_param(
+      !num.empty() && num.size() <= 4 && num.find_first_not_of("0123456789") == std::string::npos,
+      "device", bad);
   return cuda(std::stoi(num));
 }
 
@@ -28,20 +32,15 @@ namespace {
 
 // Checks before the backend is made, so the user sees the numbers rather than a driver error.
 void check_cuda_device(const Device& d) {
-  const std::string head = "--device " + d.str() + ": ";
-  if (!cuda_built()) {
-    std::string why;
-    cuda_devices(&why);
-    throw Error(head + why);
-  }
   std::string why;
   const std::vector<CudaDeviceInfo> devs = cuda_devices(&why);
-  if (devs.empty()) throw Error(head + "no CUDA device found (" + why + ")");
+  if (!cuda_built()) throw Error(why);
+  if (devs.empty()) throw Error("no CUDA device found (" + why + ")");
   const int n = static_cast<int>(devs.size());
   if (d.ordinal >= n) {
     std::string list;
     for (int i = 0; i < n; ++i) list += (i ? ", cuda:" : "cuda:") + std::to_string(i);
-    throw Error(head + "this machine has " + std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") +
+    throw Error("this machine has " + std::to_string(n) + " CUDA device" + (n == 1 ? "" : "s") +
                 " (" + list + ")");
   }
 }
@@ -53,14 +52,24 @@ Backend& backend_for(const Device& device) {
   // One backend per device for the process: made once, kept until exit.
   static std::mutex mu;
   static std::map<int, std::unique_ptr<Backend>> made;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = made.find(device.ordinal);
-  if (it != made.end()) return *it->second;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (auto it = made.find(device.ordinal); it != made.end()) return *it->second;
   check_cuda_device(device);
-  auto be = make_cuda_backend(device.ordinal);
+  std::unique_ptr<Backend> be = make_cuda_backend(device.ordinal);
   Backend& ref = *be;
   made.emplace(device.ordinal, std::move(be));
   return ref;
+}
+
+Backend& backend_for(const std::string& device) {
+  const Device d = Device::parse(device);
+  try {
+    return backend_for(d);
+  } catch (const ParameterError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ParameterError("device", "{device} " + device + ": " + e.what());
+  }
 }
 
 }  // namespace tessera

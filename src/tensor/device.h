@@ -15,7 +15,8 @@ struct Device {
 
   static Device cpu() { return {}; }
   static Device cuda(int n) { return {Kind::Cuda, n}; }
-  // "cpu", "cuda" (= cuda:0) or "cuda:N"; throws Error naming the bad text and the accepted forms.
+  // "cpu", "cuda" (= cuda:0) or "cuda:N"; throws ParameterError("device") naming the bad text
+  // and the accepted forms.
   static Device parse(const std::string& text);
   std::string str() const;  // "cpu" or "cuda:N"
   bool operator==(const Device&) const = default;
@@ -23,7 +24,11 @@ struct Device {
 
 // The process-wide backend of `device`, made on first use (thread-safe). For CUDA, throws Error
 // before any work when the build has no CUDA backend, there is no device, or the ordinal is out
-// of range; the message starts with "--device <text>: ".
+// of range, with the numbers ("this machine has 1 CUDA device (cuda:0)").
 Backend& backend_for(const Device& device);
+
+// The same for the device as a user wrote it (LoadOptions::device, --device): every error is a
+// ParameterError("device") that starts with that text ("{device} cuda:3: this machine has ...").
+Backend& backend_for(const std::string& device);
 
 }  // namespace tessera
