@@ -2,9 +2,11 @@
 // per device for the process, and the errors a build without CUDA gives before any work.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "cli_harness.h"
+#include "pipeline/device_memory.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/device.h"
 #include "tessera/devices.h"
@@ -88,6 +90,31 @@ TEST(DevicePipeline, KnowsItsDevice) {
   const auto pipe = tessera::Pipeline::load(fixture("c2i_f32"), lo);
   EXPECT_EQ(pipe->device(), "cpu");
   EXPECT_EQ(pipe->available_memory(), tessera::cpu_backend().available_memory());
+}
+
+// What a device must hold before the upload: the weights files the pipeline loads, plus a guided
+// image's f32 KV cache for LlamaGen (MAR has none).
+TEST(DevicePipeline, MemoryNeededIsTheWeightsAndOneImagesKvCache) {
+  namespace fs = std::filesystem;
+  const tessera::ModelConfig c = tessera::load_model_config(fixture("c2i_f32"));
+  const int64_t gpt = static_cast<int64_t>(fs::file_size(fixture("c2i_f32") + "/gpt.safetensors"));
+  const int64_t vq = static_cast<int64_t>(fs::file_size(fixture("c2i_f32") + "/vq.safetensors"));
+  const tessera::GptConfig& g = c.gpt;
+  const int64_t kv =
+      int64_t{16} * g.n_layer * g.n_kv_head * (g.cls_token_num + g.n_image_tokens()) * g.head_dim();
+  int64_t w = 0, k = 0;
+  EXPECT_EQ(tessera::device_bytes_needed(c, true, &w, &k), gpt + vq + kv);
+  EXPECT_EQ(w, gpt + vq);
+  EXPECT_EQ(k, kv);
+  EXPECT_EQ(tessera::device_bytes_needed(c, false, &w, &k), gpt + kv);
+  // The CPU has room for a fixture: no error.
+  EXPECT_NO_THROW(tessera::check_device_memory(c, true, tessera::cpu_backend(), "cpu"));
+
+  const std::string mar_dir = fixture("../mar/target_f32");
+  const tessera::ModelConfig m = tessera::load_model_config(mar_dir);
+  EXPECT_EQ(tessera::device_bytes_needed(m, false, &w, &k),
+            static_cast<int64_t>(fs::file_size(mar_dir + "/mar.safetensors")));
+  EXPECT_EQ(k, 0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "models/weights.h"
+#include "pipeline/device_memory.h"
 #include "pipeline/llamagen_family.h"
 #include "pipeline/mar_family.h"
 #include "speculative/model_defaults.h"
@@ -62,6 +63,9 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
   auto impl = std::make_unique<Impl>();
   impl->config = load_model_config(model_dir);
   impl->config.check_weights = opts.check_weights;
+  // A device's memory is checked before any weight is uploaded; the CPU keeps its own checks.
+  if (&backend != &backend_for(Device::cpu()))
+    check_device_memory(impl->config, opts.load_decoder, backend, opts.device);
   impl->backend = &backend;
   if (impl->config.is_mar())
     impl->mar = std::make_unique<MarFamily>(impl->config, backend, opts.load_decoder);
