@@ -33,6 +33,7 @@ int run_decode(DecodeArgs& a) {
     mo.model = a.common.model;
     mo.threads = a.common.threads;
     mo.check_weights = a.common.check_weights;
+    mo.device = a.common.device;
     mar_decode(mo, a.latents, a.out, a.grid);
     return 0;
   }
