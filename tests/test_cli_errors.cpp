@@ -20,6 +20,7 @@
 
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "tensor/cuda/cuda_backend.h"
 #include "tessera/image_io.h"
 #include "tessera/methods.h"
 
@@ -456,6 +457,63 @@ TEST_F(CliOutput, TokensFromModelWithoutVq) {
   const NpyArray a = read_npy(tmp("t.npy"));
   EXPECT_EQ(a.shape, (Shape{2, 4, 4}));
   for (int32_t t : a.as_i32()) EXPECT_TRUE(t >= 0 && t < 256) << t;
+}
+
+// ---- --device ----------------------------------------------------------------------------------
+
+// Every command that loads a model refuses a CUDA device this build lacks before any work: one
+// line naming the device and how to get one, a non-zero exit.
+TEST_F(CliErrors, DeviceCudaWithoutTheCudaBackend) {
+  if (cuda_built()) GTEST_SKIP() << "this build has the CUDA backend";
+  const std::string mar = fixture("../mar/target_f32");
+  const std::vector<std::vector<std::string>> commands = {
+      {"generate", "-m", fixture("c2i_f32"), "--class", "3", "--tokens-out", tmp("t.npy")},
+      {"generate", "-m", mar, "--class", "1", "--latents-out", tmp("z.npy")},
+      {"bench", "-m", fixture("c2i_f32")},
+      {"bench", "-m", fixture("c2i_f32"), "--methods", "sjd"},
+      {"bench", "-m", mar},
+      {"tune", "-m", fixture("c2i_f32"), "--method", "lantern"},
+      {"forward", "-m", fixture("c2i_f32"), "--class", "1", "--logits-out", tmp("l.npy")},
+      {"decode", "-m", fixture("c2i_f32"), "--tokens", fixture("golden/vq_tokens.npy"), "-o",
+       tmp("d.png")}};
+  for (const std::string dev : {"cuda", "cuda:1"})
+    for (const auto& c : commands)
+      expect_error(
+          with(c, {"--device", dev}),
+          {"--device " + dev + ": this build of tessera has no CUDA backend", "-DTESSERA_CUDA=ON"});
+  EXPECT_FALSE(fs::exists(tmp("t.npy")));
+}
+
+TEST_F(CliErrors, DeviceNotADevice) {
+  for (const std::string dev : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", "cuda:0:1"})
+    expect_error(with(kGenC2i, {"--class", "3", "--device", dev}),
+                 {"--device " + dev + ": not a device", "cpu, cuda, cuda:N"});
+}
+
+// --device cpu is the default: the same tokens, bit for bit.
+TEST_F(CliOutput, DeviceCpuIsTheDefault) {
+  const auto gen = [&](const std::string& out, std::vector<std::string> more) {
+    std::vector<std::string> a = {"generate",     "-m",    fixture("c2i_f32"), "--class", "3",
+                                  "--tokens-out", tmp(out)};
+    a.insert(a.end(), more.begin(), more.end());
+    return run(a);
+  };
+  ASSERT_EQ(gen("a.npy", {}).code, 0);
+  const CliResult r = gen("b.npy", {"--device", "cpu", "-v"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("threads, device cpu"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(tmp("a.npy")), slurp(tmp("b.npy")));
+}
+
+TEST_F(CliOutput, DevicesListsTheCpuAndWhyNoGpu) {
+  const CliResult r = run({"devices"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("cpu\n", 0), 0u) << r.out;
+  if (!cuda_built()) {
+    EXPECT_NE(r.out.find("no CUDA device: this build of tessera has no CUDA backend"),
+              std::string::npos)
+        << r.out;
+  }
 }
 
 // ---- good paths ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ TEST_F(CostCache, MeasuredOnceReusedAndRebuiltWhenCorrupt) {
   const auto j = nlohmann::json::parse(slurp(files[0]));
   EXPECT_EQ(j["verify"].size(), 16u);  // a Jacobi window as long as the 16-token image
   EXPECT_NE(j["key"].get<std::string>().find("|threads "), std::string::npos);
+  EXPECT_NE(j["key"].get<std::string>().find("|device cpu"), std::string::npos);
 
   r = generate("b.npy");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -86,6 +87,18 @@ TEST_F(CostCache, ANewWeightsFileConfigOrThreadCountIsMeasuredAgain) {
   EXPECT_FALSE(measured("2"));
   EXPECT_FALSE(measured("1"));
   EXPECT_EQ(cached(), 4u);
+}
+
+// A calibration belongs to the device it was measured on: the CPU's is never used for a GPU.
+TEST(CostCacheKey, TheDeviceIsPartOfTheKey) {
+  const tessera::ModelConfig c = tessera::load_model_config(fixture("c2i_f32"));
+  const tessera::CostModel target{nullptr, &c};
+  const std::string cpu = tessera::draft_costs_key(target, {}, false, 4, "cpu");
+  EXPECT_EQ(cpu, tessera::draft_costs_key(target, {}, false, 4, "cpu"));
+  EXPECT_NE(cpu, tessera::draft_costs_key(target, {}, false, 4, "cuda:0"));
+  EXPECT_NE(tessera::draft_costs_key(target, {}, false, 4, "cuda:0"),
+            tessera::draft_costs_key(target, {}, false, 4, "cuda:1"));
+  EXPECT_NE(cpu.find("|device cpu"), std::string::npos) << cpu;
 }
 
 // A calibration whose costs fall with k (a shorter forward timed dearer than a longer one: the

@@ -8,6 +8,7 @@
 
 #include "speculative/method.h"
 #include "speculative/method_registry.h"
+#include "tensor/backend.h"
 #include "tessera/error.h"
 #include "tessera/methods.h"
 
@@ -32,7 +33,7 @@ SpeculativeOptions options(const std::string& method, MethodParams params) {
 // The ParameterError that make_method throws for `o` (fails the test when there is none).
 ParameterError discrete_error(const SpeculativeOptions& o) {
   try {
-    speculative::make_method(o, "/nonexistent", target_config());
+    speculative::make_method(o, "/nonexistent", target_config(), cpu_backend());
   } catch (const ParameterError& e) {
     return e;
   }
@@ -161,25 +162,25 @@ TEST(MethodRegistry, AutoDraftLengthResolvesToItsMaximum) {
   SpeculativeOptions o = options("sjd", {});
   o.draft_len = kDraftLenAuto;
   const int n = target_config().n_image_tokens();
-  speculative::Method m = speculative::make_method(o, "/x", target_config());
+  speculative::Method m = speculative::make_method(o, "/x", target_config(), cpu_backend());
   EXPECT_TRUE(m.auto_len);
   EXPECT_EQ(m.draft_len, std::min(32, n));
   o.max_auto_len = 4;
-  EXPECT_EQ(speculative::make_method(o, "/x", target_config()).draft_len, 4);
+  EXPECT_EQ(speculative::make_method(o, "/x", target_config(), cpu_backend()).draft_len, 4);
   o.max_auto_len = 1;  // a Jacobi window needs 2 positions
   EXPECT_EQ(discrete_error(o).param(), "max_auto_len");
   o = options("sjd", {});
-  EXPECT_FALSE(speculative::make_method(o, "/x", target_config()).auto_len);
+  EXPECT_FALSE(speculative::make_method(o, "/x", target_config(), cpu_backend()).auto_len);
 }
 
 TEST(MethodRegistry, OtherMethodsParametersAreIgnoredUnknownOnesRefused) {
   // gsd.g = 1 would be refused by gsd; sjd has no such parameter and ignores it.
   const auto m =
-      speculative::make_method(options("sjd", {{"gsd.g", int64_t{1}}}), "/x", target_config());
+      speculative::make_method(options("sjd", {{"gsd.g", int64_t{1}}}), "/x", target_config(), cpu_backend());
   EXPECT_NE(m.rule, nullptr);
   EXPECT_EQ(m.draft_len, 16);
   try {
-    speculative::make_method(options("sjd", {{"gsd.gg", int64_t{1}}}), "/x", target_config());
+    speculative::make_method(options("sjd", {{"gsd.gg", int64_t{1}}}), "/x", target_config(), cpu_backend());
     ADD_FAILURE() << "an unknown parameter name was accepted";
   } catch (const ParameterError&) {
     ADD_FAILURE() << "an unknown name is no parameter to name";

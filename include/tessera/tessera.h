@@ -160,6 +160,9 @@ struct LoadOptions {
   // Scan every weight for NaN/Inf at load (an error names the tensor). Turning it off is unsafe:
   // a corrupt checkpoint then yields noise images with exit code 0.
   bool check_weights = true;
+  // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". A CUDA device that this build
+  // or machine lacks is a ParameterError("device") before anything is read.
+  std::string device = "cpu";
 };
 
 // What Pipeline::load took: wall time, and the part spent scanning weights for NaN/Inf.
@@ -196,6 +199,8 @@ class Pipeline {
   const LoadReport& load_report() const;
   // Bytes the engine's backend can still allocate (front-ends size their own buffers by it).
   int64_t available_memory() const;
+  // The name of the backend the model runs on ("cpu", or the CUDA backend's name).
+  std::string device() const;
   const std::string& architecture() const;  // "llamagen" | "mar"
   bool continuous_tokens() const;           // MAR: latents instead of token ids
   bool has_decoder() const;                 // a VQ (LlamaGen) or VAE (MAR) decoder was loaded

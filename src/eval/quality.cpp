@@ -1,8 +1,10 @@
-// QualityModel: the public face of the classifier (models/emoji_classifier.h) on the CPU backend.
+// QualityModel: the public face of the classifier (models/emoji_classifier.h). It runs on the CPU
+// (through the device factory) whatever device the pipeline uses: it scores a few images, and its
+// figures then do not depend on the device.
 #include <algorithm>
 
 #include "models/emoji_classifier.h"
-#include "tensor/cpu/cpu_backend.h"
+#include "tensor/device.h"
 #include "tessera/error.h"
 #include "tessera/quality.h"
 
@@ -16,7 +18,7 @@ QualityModel::QualityModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 QualityModel::~QualityModel() = default;
 
 std::unique_ptr<QualityModel> QualityModel::load(const std::string& dir, bool check_weights) {
-  auto impl = std::make_unique<Impl>(Impl{EmojiClassifier(dir, cpu_backend(), check_weights)});
+  auto impl = std::make_unique<Impl>(Impl{EmojiClassifier(dir, backend_for(Device::cpu()), check_weights)});
   return std::unique_ptr<QualityModel>(new QualityModel(std::move(impl)));
 }
 

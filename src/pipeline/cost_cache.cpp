@@ -119,16 +119,24 @@ std::string user_cache_dir() {
   return "";
 }
 
-DraftCosts calibrated_draft_costs(const CostModel& target, const CostModel& draft, bool cfg,
-                                  int max_k) {
+std::string draft_costs_key(const CostModel& target, const CostModel& draft, bool cfg, int max_k,
+                            const std::string& device) {
   std::string key = "v";
   for (const std::string& part :
        {std::to_string(kFormat), std::string("|target "), model_key(*target.config),
         std::string("|draft "), draft.model ? model_key(*draft.config) : std::string("-"),
         std::string(cfg ? "|cfg 1" : "|cfg 0"), std::string("|k "), std::to_string(max_k),
         std::string("|cpu "), cpu_model_name(), std::string("|kernels "), linear_kernel_isa(),
-        std::string("|threads "), std::to_string(cpu_pool().threads())})
+        std::string("|threads "), std::to_string(cpu_pool().threads()), std::string("|device "),
+        device})
     key += part;
+  return key;
+}
+
+DraftCosts calibrated_draft_costs(const CostModel& target, const CostModel& draft, bool cfg,
+                                  int max_k) {
+  const std::string key =
+      draft_costs_key(target, draft, cfg, max_k, target.model->backend().name());
   // One measurement per process and key even without a cache directory: the images of one run
   // must not depend on its calls.
   static std::mutex mutex;
@@ -164,7 +172,7 @@ DraftCosts cached_or_measured(const std::string& key, const CostModel& target,
                "); measuring again");
     }
   }
-  log_info("--draft-len auto: measuring this model's forward costs (once per model and CPU)");
+  log_info("--draft-len auto: measuring this model's forward costs (once per model and device)");
   DraftCosts c;
   c.verify = measure(*target.model, cfg, max_k);
   if (draft.model) c.draft_step = measure(*draft.model, cfg, 1)[0];

@@ -1,7 +1,8 @@
 // The round costs of --draft-len auto (speculative/draft_length.h) for one target, its draft
 // model and CFG setting on this machine: measured at the first use (pipeline/forward_cost.h, about
 // a second) and cached in the user's cache directory, keyed by the models (their config.json
-// and weights file's size and modification time) and the CPU (model name, thread count).
+// and weights file's size and modification time), the device they run on (the backend's name) and
+// the CPU (model name, kernels, thread count).
 #pragma once
 
 #include <functional>
@@ -21,6 +22,11 @@ struct CostModel {
 // verify for k = 1..max_k; draft_step from `draft` (0 when draft.model is null).
 DraftCosts calibrated_draft_costs(const CostModel& target, const CostModel& draft, bool cfg,
                                   int max_k);
+
+// The cache key of those costs; `device`: the target's backend's name ("cpu", "cuda:0"), so that a
+// calibration on one device is never used on another.
+std::string draft_costs_key(const CostModel& target, const CostModel& draft, bool cfg, int max_k,
+                            const std::string& device);
 
 // The largest factor by which a shorter k's measured cost exceeds a longer k's (1 when the costs
 // never fall with k). A forward of more positions does all the work of one of fewer, and timing

@@ -152,7 +152,7 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
   // The model's validated settings are its defaults (config.json "quality"); flags given win.
   const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
-  r.method = speculative::make_method(spec, d_->config.dir, d_->config.gpt);
+  r.method = speculative::make_method(spec, d_->config.dir, d_->config.gpt, *d_->backend);
   if (r.method.rule)
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");

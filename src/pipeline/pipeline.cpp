@@ -5,10 +5,12 @@
 
 #include "common/clock.h"
 #include "models/weights.h"
+#include "pipeline/device_memory.h"
 #include "pipeline/llamagen_family.h"
 #include "pipeline/mar_family.h"
 #include "speculative/model_defaults.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/device.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 #include "tessera/mar.h"
@@ -19,6 +21,7 @@ namespace tessera {
 struct Pipeline::Impl {
   ModelConfig config;
   LoadReport report;
+  Backend* backend = nullptr;
   std::unique_ptr<LlamaGenFamily> llamagen;
   std::unique_ptr<MarFamily> mar;
 
@@ -53,12 +56,17 @@ Pipeline::~Pipeline() = default;
 std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const LoadOptions& opts) {
   check_param(opts.threads >= 0, "threads", "must be >= 0 (0: every CPU this process may use)");
   if (opts.threads > 0) use_threads(opts.threads);
+  // The device first: a CUDA device this build or machine lacks fails before any file is read.
+  Backend& backend = backend_for(opts.device);
   const double t0 = now_s();
   const WeightCheckTotals checked0 = weight_check_totals();
   auto impl = std::make_unique<Impl>();
   impl->config = load_model_config(model_dir);
   impl->config.check_weights = opts.check_weights;
-  Backend& backend = cpu_backend();
+  // A device's memory is checked before any weight is uploaded; the CPU keeps its own checks.
+  if (&backend != &backend_for(Device::cpu()))
+    check_device_memory(impl->config, opts.load_decoder, backend, opts.device);
+  impl->backend = &backend;
   if (impl->config.is_mar())
     impl->mar = std::make_unique<MarFamily>(impl->config, backend, opts.load_decoder);
   else
@@ -71,7 +79,10 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
 }
 
 int64_t Pipeline::available_memory() const {
-  return cpu_backend().available_memory();
+  return impl_->backend->available_memory();
+}
+std::string Pipeline::device() const {
+  return impl_->backend->name();
 }
 const LoadReport& Pipeline::load_report() const {
   return impl_->report;

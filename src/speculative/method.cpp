@@ -37,7 +37,7 @@ int default_draft_len(bool draft_model) {
 }
 
 Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
-                   const GptConfig& target) {
+                   const GptConfig& target, Backend& backend) {
   check_param_names(o.params);
   const MethodEntry* e = find_method_entry(o.method);
   if (!e)
@@ -96,7 +96,7 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
   check_param(!e->exact || o.resample != "optimal", "resample",
               "{resample} optimal only applies to relaxed rules (for exact SD, G* = Norm([p - "
               "q]+))");
-  m.rule = e->make_rule(o.params, TargetModel{target_dir, target});
+  m.rule = e->make_rule(o.params, TargetModel{target_dir, target, backend});
   m.optimal_resampling = o.resample.empty() ? e->optimal_by_default : o.resample == "optimal";
   if (m.optimal_resampling) m.rule = with_optimal_resampling(std::move(m.rule));
   return m;

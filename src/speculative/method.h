@@ -9,6 +9,7 @@
 
 #include "speculative/continuous/cspd_loop.h"
 #include "speculative/rules/acceptance_rule.h"
+#include "tensor/backend.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
 
@@ -28,9 +29,10 @@ struct Method {
 // window (make_method clamps it to the image).
 int default_draft_len(bool draft_model);
 
-// target_dir: the target model directory (LANTERN's codebook, GSD's embeddings).
+// target_dir: the target model directory (LANTERN's codebook, GSD's embeddings); backend: the
+// target's, for the work a rule's tables need (GSD normalises its codebook on it).
 Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
-                   const GptConfig& target);
+                   const GptConfig& target, Backend& backend);
 
 // The CSpD settings of a continuous method; nullopt for vanilla.
 std::optional<CspdSettings> make_cspd_settings(const ContinuousSpecOptions& o);

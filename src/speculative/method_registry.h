@@ -10,6 +10,7 @@
 
 #include "speculative/continuous/cspd_loop.h"
 #include "speculative/rules/acceptance_rule.h"
+#include "tensor/backend.h"
 #include "tessera/config.h"
 #include "tessera/methods.h"
 
@@ -19,6 +20,7 @@ namespace tessera::speculative {
 struct TargetModel {
   const std::string& dir;  // its directory (LANTERN's codebook, GSD's embeddings)
   const GptConfig& config;
+  Backend& backend;  // the target's backend
 };
 
 struct MethodEntry {

@@ -50,6 +50,7 @@ std::vector<std::string> generate_args(const ConcurrentBenchOptions& o, const st
                                 "--method",
                                 method};
   if (o.threads > 0) a.insert(a.end(), {"-t", std::to_string(o.threads)});
+  if (o.device != "cpu") a.insert(a.end(), {"--device", o.device});
   // sjd drafts by Jacobi iteration and refuses a draft model.
   if (!o.draft.empty() && method != "vanilla" && method != "sjd")
     a.insert(a.end(), {"--draft", o.draft});

@@ -14,7 +14,8 @@ struct ConcurrentBenchOptions {
   std::string model, draft;          // draft: for the draft-based methods ("" = none)
   int threads = 0, n = 1, class_id = 0, repeat = 1;
   long long seed = 0;
-  std::string format = "md";  // md | json
+  std::string device = "cpu";  // passed on to each copy
+  std::string format = "md";   // md | json
 };
 
 void bench_concurrent(const ConcurrentBenchOptions& o);

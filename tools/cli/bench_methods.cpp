@@ -74,6 +74,7 @@ void bench_methods(const MethodsBenchOptions& b) {
   LoadOptions lo;
   lo.threads = b.threads;
   lo.check_weights = b.check_weights;
+  lo.device = b.device;
   lo.load_decoder = !b.classifier.empty();  // quality needs pixels
   auto pipe = Pipeline::load(b.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
@@ -198,6 +199,7 @@ void bench_methods(const MethodsBenchOptions& b) {
   }
   const SamplingOptions& s = b.gen.sampling;
   nlohmann::json j = {{"model", b.model},
+                      {"device", pipe->device()},
                       {"draft", b.gen.spec.draft_model},
                       {"load", load_report_json(pipe->load_report())},
                       {"images", b.n},
@@ -216,9 +218,9 @@ void bench_methods(const MethodsBenchOptions& b) {
   const bool csv = b.format == "csv";
   if (!csv) {
     std::printf(
-        "model %s, draft %s, %d image(s), seed %llu, cfg %.2f, T %.2f, top-k %d, top-p %.2f, "
-        "%d timed run(s) per row%s\n",
-        b.model.c_str(),
+        "model %s on %s, draft %s, %d image(s), seed %llu, cfg %.2f, T %.2f, top-k %d, "
+        "top-p %.2f, %d timed run(s) per row%s\n",
+        b.model.c_str(), pipe->device().c_str(),
         b.gen.spec.draft_model.empty()
             ? "-"
             : (b.gen.spec.draft_model + (b.drafter_why.empty() ? "" : " (" + b.drafter_why + ")"))

@@ -12,7 +12,8 @@ namespace tessera::cli {
 struct MethodsBenchOptions {
   std::string model;
   int threads = 0;
-  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
+  bool check_weights = true;   // --no-check-weights turns the NaN/Inf scan off
+  std::string device = "cpu";  // --device
   bool quiet = false;
   int n = 1;  // images; image i has class (class_id + i / per_class) % num_classes
   int class_id = 0;

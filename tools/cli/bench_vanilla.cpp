@@ -83,6 +83,7 @@ nlohmann::json model_json(const Timed& t, double machine_gbs) {
   std::vector<double> tps;
   for (const Round& x : t.rounds) tps.push_back(x.tokens_per_s);
   return {{"model", t.dir},
+          {"device", t.pipe->device()},
           {"weights_dtype", t.pipe->config().gpt.dtype},
           {"load", load_report_json(t.pipe->load_report())},
           {"tokens_per_s", r.tokens_per_s},
@@ -123,6 +124,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   LoadOptions lo;
   lo.threads = o.threads;
   lo.check_weights = o.check_weights;
+  lo.device = o.device;
   lo.load_decoder = false;
   std::vector<Timed> models;
   for (const std::string& dir : {o.model, o.against}) {
@@ -216,7 +218,8 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   auto print_model = [&](const char* label, const nlohmann::json& m) {
     std::printf("%-16s %s (%s weights, %d threads, %s kernels)\n", label,
                 m["model"].get<std::string>().c_str(),
-                m["weights_dtype"].get<std::string>().c_str(), threads, "cpu");
+                m["weights_dtype"].get<std::string>().c_str(), threads,
+                m["device"].get<std::string>().c_str());
     const auto& ld = m["load"];
     std::printf("  %s\n", load_report_text({ld["seconds"].get<double>(),
                                             ld["weight_check_bytes"].get<int64_t>(),

@@ -13,9 +13,10 @@ struct VanillaBenchOptions {
   std::string model;
   std::string against;  // a second model directory timed in the same rounds ("" = none)
   int threads = 0;
-  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
-  int n = 1;       // images, generated as one batch
-  int tokens = 0;  // per image; 0 = the whole grid
+  bool check_weights = true;   // --no-check-weights turns the NaN/Inf scan off
+  std::string device = "cpu";  // --device
+  int n = 1;                   // images, generated as one batch
+  int tokens = 0;              // per image; 0 = the whole grid
   int class_id = 0;
   SamplingOptions sampling;  // cfg (2 rows per image when > 1), temperature, top-k, top-p
   int repeat = 1;            // measured rounds; each round times every model once

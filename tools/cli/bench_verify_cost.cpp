@@ -27,6 +27,7 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   LoadOptions lo;
   lo.threads = o.threads;
   lo.check_weights = o.check_weights;
+  lo.device = o.device;
   lo.load_decoder = false;
   auto pipe = Pipeline::load(o.model, lo);
   const int n_tokens = pipe->config().gpt.n_image_tokens();

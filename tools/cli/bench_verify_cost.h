@@ -11,7 +11,8 @@ struct VerifyCostOptions {
   std::string model;
   int threads = 0;
   bool check_weights = true;
-  float cfg_scale = 1.0f;  // > 1: both CFG halves, 2k rows
+  std::string device = "cpu";  // --device
+  float cfg_scale = 1.0f;      // > 1: both CFG halves, 2k rows
   int k_from = 1, k_to = 32;
   int repeat = 3;             // timed forwards per k (minimum kept)
   double read_gbs = 0.0;      // the roofline's read bandwidth; 0: measured

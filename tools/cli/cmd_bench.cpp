@@ -119,6 +119,7 @@ int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
   vo.model = a.common.model;
   vo.threads = a.common.threads;
   vo.check_weights = a.common.check_weights;
+  vo.device = a.common.device;
   vo.cfg_scale = a.gen.sampling.cfg_scale;
   parse_k_range(a.k_range, vo.k_from, vo.k_to);
   vo.repeat = b.count("--repeat") > 0 ? a.repeat : 3;
@@ -131,14 +132,16 @@ int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
 // --concurrent N: whole `generate` processes, N at once against one alone, per method.
 int run_concurrent_bench(const BenchArgs& a, const CLI::App& b) {
   const std::vector<std::string> allowed = {
-      "--concurrent", "--model",   "--threads", "--quiet",  "--verbose",       "--n",   "--class",
-      "--seed",       "--methods", "--draft",   "--repeat", "--output-format", "--json"};
+      "--concurrent", "--model",         "--threads", "--quiet",   "--verbose",
+      "--n",          "--class",         "--seed",    "--methods", "--draft",
+      "--repeat",     "--output-format", "--json",    "--device"};
   for (const auto* opt : b.get_options())
     if (opt->count() > 0 &&
         std::find(allowed.begin(), allowed.end(), opt->get_name()) == allowed.end())
-      throw Error(opt->get_name() +
-                  " does not apply to --concurrent (it takes -m, -t, -n, --class, --seed, "
-                  "--methods, --draft, -r and -o md|json)");
+      throw Error(
+          opt->get_name() +
+          " does not apply to --concurrent (it takes -m, -t, --device, -n, --class, --seed, "
+          "--methods, --draft, -r and -o md|json)");
   if (a.format == "csv") throw Error("--concurrent prints md or json, not csv");
   if (is_mar(a.common.model))
     throw Error("--concurrent is for LlamaGen models; this is a MAR model");
@@ -147,6 +150,7 @@ int run_concurrent_bench(const BenchArgs& a, const CLI::App& b) {
   co.model = a.common.model;
   co.draft = a.gen.spec.draft_model;
   co.threads = a.common.threads;
+  co.device = a.common.device;
   co.n = a.n;
   co.class_id = a.class_id;
   co.seed = static_cast<long long>(a.gen.seed);
@@ -206,6 +210,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     mo.model = a.common.model;
     mo.threads = a.common.threads;
     mo.check_weights = a.common.check_weights;
+    mo.device = a.common.device;
     mo.quiet = a.common.quiet;
     mo.n = a.n;
     mo.class_id = a.class_id;
@@ -232,6 +237,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   vo.against = a.against;
   vo.threads = a.common.threads;
   vo.check_weights = a.common.check_weights;
+  vo.device = a.common.device;
   vo.n = a.n;
   vo.tokens = a.tokens;
   vo.class_id = a.class_id;

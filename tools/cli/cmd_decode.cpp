@@ -2,8 +2,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "default_model.h"
 #include "common.h"
+#include "default_model.h"
 #include "image_output.h"
 #include "mar_commands.h"
 #include "tessera/image_io.h"
@@ -25,6 +25,7 @@ int run_decode(DecodeArgs& a) {
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
+  lo.device = a.common.device;
   check_output_path(a.out, "-o");
   if (is_mar(a.common.model)) {
     if (a.latents.empty()) throw Error("decode on a MAR model needs --latents L.npy");
@@ -32,6 +33,7 @@ int run_decode(DecodeArgs& a) {
     mo.model = a.common.model;
     mo.threads = a.common.threads;
     mo.check_weights = a.common.check_weights;
+    mo.device = a.common.device;
     mar_decode(mo, a.latents, a.out, a.grid);
     return 0;
   }

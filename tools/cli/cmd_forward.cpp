@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "commands.h"
-#include "default_model.h"
 #include "common.h"
+#include "default_model.h"
 #include "mar_commands.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
@@ -48,6 +48,7 @@ int run_forward(ForwardArgs& a) {
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
+  lo.device = a.common.device;
   lo.load_decoder = false;
   check_output_path(a.logits_out, "--logits-out");
   check_output_path(a.z_out, "--z-out");

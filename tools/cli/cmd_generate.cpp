@@ -229,12 +229,13 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
+  lo.device = a.common.device;
   lo.load_decoder = !a.out.empty();
   auto pipe = Pipeline::load(a.common.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
   if (verbose())
     log_info(load_report_text(pipe->load_report()) + ", " + std::to_string(pipe->threads()) +
-             " threads");
+             " threads, device " + pipe->device());
   apply_model_sampling_defaults(pipe->config().sampling, g, gen.sampling);
   // Parameters not given take the model's validated settings (config.json "quality"): store the
   // values used, so that --from-png reproduces the image after the model's settings change.

@@ -217,6 +217,7 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
+  lo.device = a.common.device;
   auto pipe = Pipeline::load(a.common.model, lo);
   // Every point is checked before vanilla's baseline starts (a draft length longer than the
   // image must not be found after an hour of sweeping).

@@ -32,6 +32,7 @@ Command add_generate(CLI::App& app, const ModelDefaults& md);
 Command add_forward(CLI::App& app);
 Command add_decode(CLI::App& app);
 Command add_classes(CLI::App& app);
+Command add_devices(CLI::App& app);
 Command add_bench(CLI::App& app, const ModelDefaults& md);
 Command add_tune(CLI::App& app, const ModelDefaults& md);
 

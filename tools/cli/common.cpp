@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "default_model.h"
 #include "image_output.h"
+#include "tessera/devices.h"
 #include "tessera/file_io.h"
 #include "tessera/log.h"
 #include "tessera/mar.h"
@@ -25,6 +26,8 @@ void add_common(CLI::App* cmd, CommonOpts& o, bool model_required) {
   cmd->add_option("-t,--threads", o.threads,
                   "CPU threads (default: all cores; more than the machine has are clamped)")
       ->check(int_at_least(0));
+  cmd->add_option("--device", o.device, "Where the model runs: cpu, cuda (= cuda:0) or cuda:N")
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No progress or info messages on stderr");
   cmd->add_flag("-v,--verbose", o.verbose,
                 "More detail on stderr: load time and weight scan, threads, time split");
@@ -53,6 +56,7 @@ int physical_cores() {
 void apply_common(const CommonOpts& o) {
   if (o.quiet && o.verbose) throw Error("give -q (quiet) or -v (verbose), not both");
   set_log_level(o.quiet ? LogLevel::Quiet : o.verbose ? LogLevel::Debug : LogLevel::Info);
+  check_device(o.device);  // before any work: a CUDA device this build or machine lacks
   if (!o.model.empty()) check_model_dir(o.model, "-m " + o.model);
   if (const int cores = physical_cores(); o.threads > cores && cores > 0)
     log_info("note: -t " + std::to_string(o.threads) + " is more threads than this machine's " +
@@ -179,6 +183,7 @@ MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
   o.model = common.model;
   o.threads = common.threads;
   o.check_weights = common.check_weights;
+  o.device = common.device;
   o.quiet = common.quiet;
   o.class_id = cond.class_id;
   o.uncond = cond.uncond;

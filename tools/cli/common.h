@@ -17,7 +17,8 @@ namespace tessera::cli {
 struct CommonOpts {
   std::string model;
   int threads = 0;
-  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
+  bool check_weights = true;   // --no-check-weights turns the NaN/Inf scan off
+  std::string device = "cpu";  // --device
   bool quiet = false;
   bool verbose = false;
 };

@@ -168,7 +168,8 @@ int main(int argc, char** argv) {
   const cli::ModelDefaults md = cli::model_defaults(argc, argv);
   const std::vector<cli::Command> commands = {cli::add_generate(app, md), cli::add_forward(app),
                                               cli::add_decode(app),       cli::add_classes(app),
-                                              cli::add_bench(app, md),    cli::add_tune(app, md)};
+                                              cli::add_bench(app, md),    cli::add_tune(app, md),
+                                              cli::add_devices(app)};
   std::vector<std::string> args(argv + 1, argv + argc);
   // `tessera` alone and `tessera help [COMMAND]` are asking for the help.
   if (args.empty() || args.front() == "help") {

@@ -40,6 +40,7 @@ std::unique_ptr<Pipeline> load(const MarRunOptions& o, bool decoder) {
   LoadOptions lo;
   lo.threads = o.threads;
   lo.check_weights = o.check_weights;
+  lo.device = o.device;
   lo.load_decoder = decoder;
   return Pipeline::load(o.model, lo);
 }
@@ -238,6 +239,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
         for (int gamma : lens) run(m, gamma);
   }
   nlohmann::json j = {{"model", o.model},
+                      {"device", pipe->device()},
                       {"draft", o.gen.spec.draft_model},
                       {"threads", pipe->threads()},
                       {"images", o.n},
@@ -260,9 +262,10 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
         "verify_share\n");
   } else {
     std::printf(
-        "model %s, draft %s, %d image(s), %d steps, cfg %.2f (%s), T %.2f, prefill %.2f, "
+        "model %s on %s, draft %s, %d image(s), %d steps, cfg %.2f (%s), T %.2f, prefill %.2f, "
         "%d threads\n",
-        o.model.c_str(), o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
+        o.model.c_str(), pipe->device().c_str(),
+        o.gen.spec.draft_model.empty() ? "-" : o.gen.spec.draft_model.c_str(), o.n,
         o.gen.sampling.num_iter, o.gen.sampling.cfg_scale, o.gen.sampling.cfg_schedule.c_str(),
         o.gen.sampling.temperature, prefill_of(o.gen.spec.params), pipe->threads());
     // The LlamaGen bench's format: a markdown table.

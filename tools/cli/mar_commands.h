@@ -14,7 +14,8 @@ namespace tessera::cli {
 struct MarRunOptions {
   std::string model;
   int threads = 0;
-  bool check_weights = true;  // --no-check-weights turns the NaN/Inf scan off
+  bool check_weights = true;   // --no-check-weights turns the NaN/Inf scan off
+  std::string device = "cpu";  // --device
   bool quiet = false;
   int class_id = -1;  // -1 with uncond: the unconditional embedding
   bool uncond = false;

@@ -38,7 +38,8 @@ std::vector<ParamSpec<GsdOptions>> specs() {
 
 // The GSD distance embedding, [V, dim] f32.
 std::shared_ptr<const std::vector<float>> gsd_embedding(const std::string& dir,
-                                                        const std::string& which, int V, int* dim) {
+                                                        const std::string& which, int V, int* dim,
+                                                        Backend& be) {
   const bool tokens = which == "tokens";
   const std::string path = dir + (tokens ? "/gpt.safetensors" : "/vq.safetensors");
   const std::string name = tokens ? "tok_embeddings.weight" : "quantize.embedding.weight";
@@ -50,7 +51,6 @@ std::shared_ptr<const std::vector<float>> gsd_embedding(const std::string& dir,
   std::vector<float> e = f.read_f32(name);
   e.resize(static_cast<size_t>(V) * *dim);
   if (!tokens) {  // LlamaGen looks codes up L2-normalised (as VqDecoder); compare them the same way
-    Backend& be = cpu_backend();
     Tensor c = be.upload(e.data(), DType::F32, {V, *dim});
     be.l2_normalize_rows(c, 1e-12f);
     be.download(c, e.data());
@@ -67,7 +67,7 @@ std::vector<MethodEntry> gsd_methods() {
   e.make_rule = [](const MethodParams& given, const TargetModel& target) {
     const GsdOptions o = read_params(specs(), given, GsdOptions{});
     int dim = 0;
-    auto emb = gsd_embedding(target.dir, o.embedding, target.config.vocab_size, &dim);
+    auto emb = gsd_embedding(target.dir, o.embedding, target.config.vocab_size, &dim, target.backend);
     const int g = given.count("gsd.g") || !o.reference ? o.g : 14;
     return make_gsd_rule({g, o.d, o.delta, o.reference}, emb, dim);
   };
