@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from tessera_ref.dedupe import link_identical  # noqa: E402
 from tessera_ref.mar import (MAR, KLDecoder, MarArgs, VAEArgs, diffusion_tables, mask_schedule,  # noqa: E402
                              net_output, sample_diffusion, sample_tokens, to_uint8, vae_decode)
 
@@ -322,6 +323,7 @@ def main():
     convert(os.path.join(OUT, "pt", "target.pth"), os.path.join(OUT, "target_f32"), TARGET)
     convert(os.path.join(OUT, "pt", "target.pth"), os.path.join(OUT, "target_f16"), TARGET, "f16")
     convert(os.path.join(OUT, "pt", "draft.pth"), os.path.join(OUT, "draft_f32"), DRAFT)
+    link_identical(os.path.join(OUT, "target_f32", "vae.safetensors"), os.path.join(OUT, "draft_f32", "vae.safetensors"))
 
     # ---- goldens
     manifest = {

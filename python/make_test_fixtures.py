@@ -18,6 +18,7 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from tessera_ref.dedupe import link_identical  # noqa: E402
 from tessera_ref.llamagen import (ModelArgs, Transformer, VQArgs, VQModel, VQDecoderModel,  # noqa: E402
                                   caption_mask, forward_logits, generate, to_uint8)
 
@@ -269,6 +270,8 @@ def build(seed, min_margin):
     for d, mt, dt in (("c2i_f32", "c2i", "f32"), ("c2i_bf16", "c2i", "bf16"), ("c2i_f16", "c2i", "f16"),
                       ("t2i_f32", "t2i", "f32"), ("t2i_bf16", "t2i", "bf16")):
         convert(os.path.join(OUT, "pt", f"{mt}_gpt.pt"), os.path.join(OUT, d), mt, dt)
+    for d in ("c2i_bf16", "c2i_f16", "t2i_f32", "t2i_bf16"):  # one VQ for all: share its bytes
+        link_identical(os.path.join(OUT, "c2i_f32", "vq.safetensors"), os.path.join(OUT, d, "vq.safetensors"))
     for name, arr in goldens.items():
         np.save(os.path.join(OUT, "golden", name), np.ascontiguousarray(arr))
     manifest["model_dirs"] = {"c2i_f32": "c2i GPT, f32 storage", "c2i_bf16": "c2i GPT, bf16 storage",

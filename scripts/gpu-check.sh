@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# One unattended check of the CUDA backend on a fresh GPU machine (issue 40): unpack the carried
+# -dev packages, build -DTESSERA_CUDA=ON, run the `cuda` tests, then time tessera on the GPU
+# against the PyTorch reference (eager and torch.compile) and print one markdown table.
+#
+# The device call (a session holding a GPU; first, here: scripts/gpu-deps.sh):
+#   run(command="bash scripts/gpu-check.sh --report $OUT/gpu-check.md", carry=[".gpu-deps"],
+#       timeout_s=600)
+#   quick subset (~4 min): command="bash scripts/gpu-check.sh --quick --report $OUT/gpu-check.md"
+#
+# Options: --report FILE (table and logs as markdown), --quick, --budget SECONDS (default 450:
+# rows that would start past it are skipped and named), --dry-run (print the commands only),
+# --build-dir DIR (default build-cuda). CUDA_ARCH (default 90) overrides the architectures.
+# Exit status: non-zero when the build, a test or any timed run failed; each failure is named in
+# the table in place of its number.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+REPORT="" QUICK=0 DRY=0 BUDGET=450 BUILD=build-cuda
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --report) REPORT=${2:?--report needs a file}; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    --dry-run) DRY=1; shift ;;
+    --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
+    --build-dir) BUILD=${2:?--build-dir needs a directory}; shift 2 ;;
+    *) echo "gpu-check.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "gpu-check.sh: --budget must be whole seconds, got '$BUDGET'" >&2; exit 2; }
+ARCH=${CUDA_ARCH:-90}
+PY=${PYTHON:-python3}
+READ_GBS=3107  # H100 read bandwidth measured 2026-11-26 (../shared/notes/gpu_machine.md)
+WORK=/tmp/gpu-check LOG=/tmp/gpu-check/log.txt
+mkdir -p "$WORK" && : >"$LOG"
+START=$SECONDS FAILED=0
+ROWS=()   # markdown table rows, printed once at the end
+
+left() { echo $((BUDGET - (SECONDS - START))); }
+row() { ROWS+=("| $* |"); }
+fail() { FAILED=1; echo "FAILED: $*" | tee -a "$LOG" >&2; }
+# Runs a command, its output to the log; in --dry-run, prints it instead.
+run() {
+  if [[ $DRY == 1 ]]; then echo "+ $*"; return 0; fi
+  echo "+ $*" >>"$LOG"
+  local t=$(left); [[ $t -gt 5 ]] || { echo "budget spent before: $*" >>"$LOG"; return 124; }
+  timeout "$t" "$@" >"$LOG.cur" 2>&1; local rc=$?
+  cat "$LOG.cur" >>"$LOG"; return $rc
+}
+# The last JSON line of the last run's output, one field.
+field() { grep '^{' "$LOG.cur" | tail -1 | $PY -c "import json,sys; print(json.load(sys.stdin)$1)" 2>/dev/null; }
+
+# 1. Dependencies carried as .deb files (scripts/gpu-deps.sh), unpacked under /tmp/deps.
+CMAKE_EXTRA=()
+if [[ -d .gpu-deps ]]; then
+  D=/tmp/deps/usr A=x86_64-linux-gnu
+  if [[ $DRY == 0 ]]; then
+    for f in .gpu-deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+    mkdir -p $D/include/openblas && cp .gpu-deps/blas/*.h $D/include/openblas/
+    # .pc files say prefix=/usr: point them at the unpacked tree.
+    sed -i "s|^prefix=/usr\$|prefix=$D|" $D/lib/$A/pkgconfig/*.pc
+  else echo "+ dpkg -x .gpu-deps/*.deb /tmp/deps (and the BLAS headers)"; fi
+  export PATH=$D/bin:$PATH LD_LIBRARY_PATH=$D/lib/$A${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_PATH=$D/lib/$A/pkgconfig CMAKE_PREFIX_PATH=$D
+  CMAKE_EXTRA+=(-DPKG_CONFIG_EXECUTABLE=$D/bin/pkgconf -DCBLAS_INCLUDE_DIR=$D/include/openblas
+                -DJPEG_INCLUDE_DIR=$D/include -DJPEG_LIBRARY=$D/lib/$A/libjpeg.so)
+  # The image has OpenBLAS's shared library but no libopenblas.so link to build against.
+  blas=$(ldconfig -p 2>/dev/null | grep -o '/[^ ]*libopenblas[^ ]*\.so[.0-9]*$' | head -1)
+  [[ -n $blas ]] && CMAKE_EXTRA+=(-DOPENBLAS_LIBRARY=$blas)
+fi
+
+# 2. Build (all cores) and the `cuda` tests.
+if run cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${CMAKE_EXTRA[@]}" &&
+   run cmake --build "$BUILD" -j "$(nproc)"; then
+  row "build (sm_$ARCH) | ok in $((SECONDS - START)) s | | | |"
+  BUILT=1
+else
+  fail "build"; row "build (sm_$ARCH) | **FAILED** (see log) | | | |"; BUILT=0
+fi
+if [[ $BUILT == 1 ]]; then
+  run ctest --test-dir "$BUILD" -L cuda --output-on-failure -j 4; rc=$?
+  if [[ $DRY == 1 ]]; then :
+  elif grep -q 'No tests were found' "$LOG.cur"; then fail "no cuda tests"; row "ctest -L cuda | **FAILED: no cuda tests found** | | | |"
+  elif [[ $rc != 0 ]]; then
+    fail "cuda tests"; row "ctest -L cuda | **FAILED**: $(grep -E '^[[:space:]]*[0-9]+ - ' "$LOG.cur" | sed 's/ *([^)]*)//' | awk '{print $3}' | head -8 | paste -sd, -) | | | |"
+  else row "ctest -L cuda | $(grep -o '[0-9]* tests passed\|100% tests passed.*' "$LOG.cur" | head -1) | | | |"; fi
+fi
+TESSERA=$BUILD/tessera
+HAS_DEVICE=0
+if [[ $BUILT == 1 && $DRY == 0 ]]; then
+  if "$TESSERA" bench --help 2>&1 | grep -q -- '--device'; then HAS_DEVICE=1
+  else fail "tessera bench has no --device flag"; fi
+fi
+[[ $DRY == 1 ]] && HAS_DEVICE=1
+
+# 3. Models: the emoji target as shipped; GPT-B and GPT-XL random, official layout, converted.
+declare -A DIR=([emoji]=models/emoji/target [GPT-B]=$WORK/gpt-b [GPT-XL]=$WORK/gpt-xl)
+declare -A CFG=([emoji]=1 [GPT-B]=4 [GPT-XL]=4)
+for m in GPT-B GPT-XL; do
+  [[ -f ${DIR[$m]}/config.json ]] ||
+    run $PY python/make_random_model.py --gpt-model $m --dtype bf16 --out "${DIR[$m]}" || fail "make $m"
+done
+
+# 4. Tokens/s and bandwidth. Batch 1 of every model first: a spent budget cuts the larger ones.
+if [[ $QUICK == 1 ]]; then PLAN="emoji:1 GPT-B:1 GPT-XL:1"; EAGER="emoji:1"
+else PLAN="emoji:1 GPT-B:1 GPT-XL:1 GPT-B:8 emoji:16 GPT-XL:8 GPT-B:16 emoji:8 GPT-XL:16"
+  EAGER="emoji:1 GPT-B:1 GPT-XL:1 GPT-B:8"; fi
+TOK=128  # timed decode steps of the PyTorch runs (of 256), after 3 untimed ones
+gbs() { awk -v b="$1" -v ms="$2" -v r=$READ_GBS 'BEGIN{ if (ms > 0) { g = b / (ms * 1e6); printf "%.0f (%.0f%%)", g, 100 * g / r } }'; }
+for item in $PLAN; do
+  m=${item%:*} b=${item#*:} d=${DIR[$m]} c=${CFG[$m]}
+  if [[ $(left) -lt 30 && $DRY == 0 ]]; then row "$m cfg $c batch $b | skipped: time budget | | | |"; continue; fi
+  t="—" e="—" k="—" ratio="" tg="" kg=""
+  if [[ $DRY == 1 ]]; then
+    run "$TESSERA" bench -m "$d" -n "$b" --cfg "$c" --json --device cuda
+    [[ " $EAGER " == *" $item "* ]] && run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens 32 --warmup 3
+    run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile
+    continue
+  fi
+  if [[ $HAS_DEVICE == 0 ]]; then t="**FAILED: no --device in tessera bench**"
+  elif run "$TESSERA" bench -m "$d" -n "$b" --cfg "$c" --json --device cuda; then
+    t=$(field '["tokens_per_s"]'); tg=$(field '["achieved_weight_gbs"]')
+    [[ -n $t ]] && tg="$(printf '%.0f (%.0f%%)' "$tg" "$(awk -v g="$tg" -v r=$READ_GBS 'BEGIN{print 100*g/r}')")" || { t="**FAILED: no JSON**"; fail "tessera $item"; }
+  else t="**FAILED** (rc $?)"; fail "tessera $item"; fi
+  if [[ " $EAGER " == *" $item "* ]]; then
+    if run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens 32 --warmup 3; then
+      e=$(field '["tokens_per_s"]')
+    else e="**FAILED** (rc $?)"; fail "eager $item"; fi
+  fi
+  if run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile; then
+    k=$(field '["tokens_per_s"]'); kg=$(gbs "$(field '["weight_bytes"]')" "$(field '["ms_per_step"]')")
+  else k="**FAILED** (rc $?)"; fail "torch.compile $item"; fi
+  [[ $t =~ ^[0-9.]+$ && $k =~ ^[0-9.]+$ ]] && ratio=$(awk -v a="$t" -v b="$k" 'BEGIN{printf "%.2fx", a/b}')
+  row "$m cfg $c batch $b | $t | $e | $k | $ratio | $tg / $kg"
+done
+
+# 5. Verification cost on GPT-XL: a forward of k positions against k = 1.
+if [[ $HAS_DEVICE == 1 && ( $(left) -ge 30 || $DRY == 1 ) ]]; then
+  if run "$TESSERA" bench -m "${DIR[GPT-XL]}" --cfg 4 --verify-cost --k-range 1:32 -o csv --device cuda; then
+    [[ $DRY == 1 ]] && r="(dry run)" || r=$(awk -F, '$1 ~ /^(2|4|8|16|32)$/ {printf "%sk=%s: %.2fx", (n++ ? ", " : ""), $1, $4}' "$LOG.cur")
+    [[ -n $r || $DRY == 1 ]] && row "GPT-XL verify cost vs k=1 | $r | | | |" ||
+      { fail "verify cost output"; row "GPT-XL verify cost | **FAILED: no csv rows** | | | |"; }
+  else fail "verify cost"; row "GPT-XL verify cost | **FAILED** | | | |"; fi
+elif [[ $HAS_DEVICE == 1 ]]; then row "GPT-XL verify cost | skipped: time budget | | | |"; fi
+
+# 6. The table.
+{
+  echo "## gpu-check $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  echo "tokens/s (bf16 torch, 256-token images; tessera as stored); GB/s = weight bytes per step / step time, % of $READ_GBS"
+  echo
+  echo "| row | tessera | torch eager | torch.compile | tessera / compile | GB/s tessera / compile |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "total $((SECONDS - START)) s; $([[ $FAILED == 0 ]] && echo 'all passed' || echo 'FAILURES: see rows and log')"
+} | tee "$WORK/table.md"
+if [[ -n $REPORT && $DRY == 0 ]]; then
+  { cat "$WORK/table.md"; echo; echo '<details><summary>log</summary>'; echo; echo '```'; cat "$LOG"; echo '```'; echo '</details>'; } >"$REPORT"
+fi
+exit $FAILED
