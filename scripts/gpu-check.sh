@@ -3,7 +3,8 @@
 # -dev packages, build -DTESSERA_CUDA=ON, run the `cuda` tests, then time tessera on the GPU
 # against the PyTorch reference (eager and torch.compile) and print one markdown table.
 #
-# The device call (a session holding a GPU; first, here: scripts/gpu-deps.sh):
+# The device call (a session holding a GPU; first, here: scripts/gpu-deps.sh, then
+# scripts/gpu-trip.sh pack to fit the 64 MiB that travels, and scripts/gpu-trip.sh unpack after):
 #   run(command="bash scripts/gpu-check.sh --report $OUT/gpu-check.md", carry=[".gpu-deps"],
 #       timeout_s=600)
 #   quick subset (~4 min): command="bash scripts/gpu-check.sh --quick --report $OUT/gpu-check.md"
