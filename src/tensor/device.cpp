@@ -49,15 +49,16 @@ void check_cuda_device(const Device& d) {
 
 Backend& backend_for(const Device& device) {
   if (device.kind == Device::Kind::Cpu) return cpu_backend();
-  // One backend per device for the process: made once, kept until exit.
+  // One backend per device for the process: made once and never destroyed, since static
+  // destructors may run after the CUDA runtime has unloaded (freeing then is an error).
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<Backend>> made;
+  static auto* made = new std::map<int, std::unique_ptr<Backend>>;
   const std::lock_guard<std::mutex> lock(mu);
-  if (auto it = made.find(device.ordinal); it != made.end()) return *it->second;
+  if (auto it = made->find(device.ordinal); it != made->end()) return *it->second;
   check_cuda_device(device);
   std::unique_ptr<Backend> be = make_cuda_backend(device.ordinal);
   Backend& ref = *be;
-  made.emplace(device.ordinal, std::move(be));
+  made->emplace(device.ordinal, std::move(be));
   return ref;
 }
 
