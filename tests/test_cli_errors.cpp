@@ -463,8 +463,19 @@ TEST_F(CliOutput, TokensFromModelWithoutVq) {
 
 // Every command that loads a model refuses a CUDA device this build lacks before any work: one
 // line naming the device and how to get one, a non-zero exit.
-TEST_F(CliErrors, DeviceCudaWithoutTheCudaBackend) {
-  if (cuda_built()) GTEST_SKIP() << "this build has the CUDA backend";
+TEST_F(CliErrors, DeviceCudaThisProcessCannotUse) {
+  // The CPU build: how to get the backend; a CUDA build without a GPU: none found; with a GPU:
+  // an ordinal past the last.
+  std::string why;
+  const auto devs = cuda_devices(&why);
+  std::vector<std::string> devices = {"cuda", "cuda:1"};
+  std::vector<std::string> says = {"this build of tessera has no CUDA backend",
+                                   "-DTESSERA_CUDA=ON"};
+  if (cuda_built() && devs.empty()) says = {"no CUDA device found (" + why + ")"};
+  if (!devs.empty()) {
+    devices = {"cuda:99"};
+    says = {"this machine has " + std::to_string(devs.size()) + " CUDA device"};
+  }
   const std::string mar = fixture("../mar/target_f32");
   const std::vector<std::vector<std::string>> commands = {
       {"generate", "-m", fixture("c2i_f32"), "--class", "3", "--tokens-out", tmp("t.npy")},
@@ -476,11 +487,12 @@ TEST_F(CliErrors, DeviceCudaWithoutTheCudaBackend) {
       {"forward", "-m", fixture("c2i_f32"), "--class", "1", "--logits-out", tmp("l.npy")},
       {"decode", "-m", fixture("c2i_f32"), "--tokens", fixture("golden/vq_tokens.npy"), "-o",
        tmp("d.png")}};
-  for (const std::string dev : {"cuda", "cuda:1"})
-    for (const auto& c : commands)
-      expect_error(
-          with(c, {"--device", dev}),
-          {"--device " + dev + ": this build of tessera has no CUDA backend", "-DTESSERA_CUDA=ON"});
+  for (const std::string& dev : devices)
+    for (const auto& c : commands) {
+      std::vector<std::string> expected = says;
+      expected.front() = "--device " + dev + ": " + expected.front();
+      expect_error(with(c, {"--device", dev}), expected);
+    }
   EXPECT_FALSE(fs::exists(tmp("t.npy")));
 }
 
@@ -509,10 +521,16 @@ TEST_F(CliOutput, DevicesListsTheCpuAndWhyNoGpu) {
   const CliResult r = run({"devices"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("cpu\n", 0), 0u) << r.out;
+  std::string why;
+  const auto devs = cuda_devices(&why);
   if (!cuda_built()) {
     EXPECT_NE(r.out.find("no CUDA device: this build of tessera has no CUDA backend"),
               std::string::npos)
         << r.out;
+  } else if (devs.empty()) {
+    EXPECT_NE(r.out.find("no CUDA device: " + why), std::string::npos) << r.out;
+  } else {
+    EXPECT_NE(r.out.find(devs.front().name), std::string::npos) << r.out;
   }
 }
 
@@ -804,12 +822,16 @@ TEST_F(CliPrompt, NoDefaultModelIsAClearError) {
 INSTANTIATE_TEST_SUITE_P(
     CliRanges, CliFlagErrors,
     ::testing::Values(
-        FlagCase{"CfgInfinite", with(kGenC2i, {"--class", "3", "--cfg", "inf"}), {"--cfg", "finite"}},
+        FlagCase{
+            "CfgInfinite", with(kGenC2i, {"--class", "3", "--cfg", "inf"}), {"--cfg", "finite"}},
         FlagCase{"CfgNan", with(kGenC2i, {"--class", "3", "--cfg", "nan"}), {"--cfg", "finite"}},
-        FlagCase{"TemperatureInfinite", with(kGenC2i, {"--class", "3", "--temperature", "inf"}),
+        FlagCase{"TemperatureInfinite",
+                 with(kGenC2i, {"--class", "3", "--temperature", "inf"}),
                  {"--temperature", "finite"}},
-        FlagCase{"TopPNan", with(kGenC2i, {"--class", "3", "--top-p", "nan"}), {"--top-p", "(0, 1]"}},
-        FlagCase{"CfgIntervalNan", with(kGenC2i, {"--class", "3", "--cfg-interval", "nan"}),
+        FlagCase{
+            "TopPNan", with(kGenC2i, {"--class", "3", "--top-p", "nan"}), {"--top-p", "(0, 1]"}},
+        FlagCase{"CfgIntervalNan",
+                 with(kGenC2i, {"--class", "3", "--cfg-interval", "nan"}),
                  {"--cfg-interval", "finite"}},
         FlagCase{"MethodParamInfinite",
                  with(kGenC2i, {"--class", "3", "--method", "lantern", "--lantern-delta", "inf"}),
@@ -820,8 +842,8 @@ INSTANTIATE_TEST_SUITE_P(
                  with(kGenC2i, {"--class", "3", "--method", "sjd", "--draft-len", "1000000000"}),
                  {"--draft-len", "[2, 16]", "16 tokens"}},
         FlagCase{"DraftModelDraftLenLongerThanTheImage",
-                 with(kGenC2i,
-                      {"--class", "3", "--method", "sd", "--draft", "@/c2i_f32", "--draft-len", "16"}),
+                 with(kGenC2i, {"--class", "3", "--method", "sd", "--draft", "@/c2i_f32",
+                                "--draft-len", "16"}),
                  {"--draft-len", "[1, 15]"}},
         FlagCase{"NegativeThreads", with(kGenC2i, {"--class", "3", "-t", "-2"}), {"--threads"}}),
     [](const auto& info) { return std::string(info.param.name); });
@@ -902,8 +924,8 @@ class CliBadInput : public CliTest {
 TEST_F(CliBadInput, NonFiniteWeightsNameTheTensor) {
   const fs::path dir = copy_emoji();
   poison_tensor(dir / "gpt.safetensors", "output.weight", 12345, /*nan=*/true);
-  const std::vector<std::string> args = {"generate", "-m", dir.string(), "--class", "3", "-o",
-                                         tmp("x.png")};
+  const std::vector<std::string> args = {"generate", "-m", dir.string(), "--class",
+                                         "3",        "-o", tmp("x.png")};
   expect_one_error_line(run_bounded(args), {"gpt.safetensors", "'output.weight'", "NaN or Inf"});
   EXPECT_FALSE(fs::exists(tmp("x.png")));
 
@@ -974,9 +996,9 @@ TEST_F(CliBadInput, FifoOrDirectoryInsteadOfAModelFileFailsFast) {
 TEST_F(CliBadInput, FifoAsTokensInputFailsFast) {
   ASSERT_EQ(::mkfifo(tmp("tokens.npy").c_str(), 0600), 0);
   double seconds = 0.0;
-  const CliResult r = run_bounded({"decode", "-m", fixture("c2i_f32"), "--tokens",
-                                   tmp("tokens.npy"), "-o", tmp("x.png")},
-                                  &seconds);
+  const CliResult r = run_bounded(
+      {"decode", "-m", fixture("c2i_f32"), "--tokens", tmp("tokens.npy"), "-o", tmp("x.png")},
+      &seconds);
   expect_one_error_line(r, {"tokens.npy"});
   EXPECT_LT(seconds, 10.0);
   EXPECT_FALSE(fs::exists(tmp("x.png")));

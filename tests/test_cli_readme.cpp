@@ -330,9 +330,11 @@ TEST_F(CliReadme, BenchLegendExplainsEveryColumn) {
   std::istringstream in(legend);
   for (std::string line; std::getline(in, line);)
     if (!line.empty() && line[0] != ' ') entries.insert(line.substr(0, line.find("  ")));
-  for (const std::string& h : headers)
-    if (h != "method" || !entries.count("method"))
+  for (const std::string& h : headers) {
+    if (h != "method" || !entries.count("method")) {
       EXPECT_TRUE(entries.count(h)) << h << "\n" << legend;
+    }
+  }
   for (const std::string& e : entries)
     EXPECT_TRUE(e == "vanilla*" || std::find(headers.begin(), headers.end(), e) != headers.end())
         << "the legend explains '" << e << "', which no table has";

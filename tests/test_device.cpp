@@ -47,35 +47,55 @@ TEST(Device, TheCpuIsTheProcessWideCpuBackend) {
   EXPECT_NO_THROW(tessera::check_device("cpu"));
 }
 
-TEST(Device, CudaInABuildWithoutItSaysHowToGetIt) {
-  if (tessera::cuda_built()) GTEST_SKIP() << "this build has the CUDA backend";
-  for (const std::string dev : {"cuda", "cuda:2"}) {
+// A CUDA device this process cannot use, and the start of the error it gets, in any build: the
+// CPU build says how to get the backend; a CUDA build without a GPU says none was found; with a
+// GPU, an ordinal past the last is refused with the count.
+struct UnusableCuda {
+  std::vector<std::string> devices;
+  std::string error;  // what the message says after "device <text>: "
+};
+UnusableCuda unusable_cuda() {
+  std::string why;
+  const auto devs = tessera::list_cuda_devices(&why);
+  if (!tessera::cuda_built())
+    return {{"cuda", "cuda:2"},
+            "this build of tessera has no CUDA backend (configure with -DTESSERA_CUDA=ON)"};
+  if (devs.empty()) return {{"cuda", "cuda:2"}, "no CUDA device found (" + why + ")"};
+  return {{"cuda:99"}, "this machine has " + std::to_string(devs.size()) + " CUDA device"};
+}
+
+TEST(Device, AnUnusableCudaDeviceIsRefusedWithTheReason) {
+  const UnusableCuda u = unusable_cuda();
+  for (const std::string& dev : u.devices) {
     try {
       tessera::check_device(dev);
       ADD_FAILURE() << dev << " was accepted";
     } catch (const tessera::ParameterError& e) {
-      EXPECT_EQ(std::string(e.what()),
-                "device " + dev +
-                    ": this build of tessera has no CUDA backend (configure with "
-                    "-DTESSERA_CUDA=ON)");
+      EXPECT_EQ(std::string(e.what()).rfind("device " + dev + ": " + u.error, 0), 0u) << e.what();
     }
   }
   std::string why;
-  EXPECT_TRUE(tessera::list_cuda_devices(&why).empty());
-  EXPECT_NE(why.find("-DTESSERA_CUDA=ON"), std::string::npos) << why;
+  const auto devs = tessera::list_cuda_devices(&why);
+  if (!tessera::cuda_built()) {
+    EXPECT_TRUE(devs.empty());
+    EXPECT_NE(why.find("-DTESSERA_CUDA=ON"), std::string::npos) << why;
+  }
+  if (devs.empty()) {
+    EXPECT_FALSE(why.empty());
+  }
 }
 
-TEST(DevicePipeline, LoadOnCudaWithoutItThrowsBeforeReading) {
-  if (tessera::cuda_built()) GTEST_SKIP() << "this build has the CUDA backend";
+TEST(DevicePipeline, LoadOnAnUnusableCudaDeviceThrowsBeforeReading) {
+  const UnusableCuda u = unusable_cuda();
   tessera::LoadOptions lo;
-  lo.device = "cuda";
+  lo.device = u.devices.front();
   // A directory that does not exist: the device error comes first, before any file is read.
   EXPECT_THROW(
       {
         try {
           tessera::Pipeline::load("/nonexistent/model", lo);
         } catch (const tessera::Error& e) {
-          EXPECT_NE(std::string(e.what()).find("device cuda: this build of tessera has no CUDA"),
+          EXPECT_NE(std::string(e.what()).find("device " + lo.device + ": " + u.error),
                     std::string::npos)
               << e.what();
           throw;
