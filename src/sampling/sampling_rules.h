@@ -61,14 +61,7 @@ TESSERA_HD inline uint32_t float_order_key(float x) {
 
 // The float of an order key (its inverse, +0 for either zero).
 TESSERA_HD inline float float_from_order_key(uint32_t key) {
-  const uint32_t u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-#endif
+  return float_from_bits((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
 TESSERA_HD inline uint32_t radix_digit(uint32_t key, int pass) {

@@ -12,13 +12,7 @@
 namespace tessera::cuda {
 
 TESSERA_HD inline float bits_to_f32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
+  return float_from_bits(u);
 }
 
 // bf16 is the high half of an f32.
