@@ -2,6 +2,7 @@
 // through the shell from a scratch directory per test, and the check of its one-line errors.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/image_io.h"
 #include "io/safetensors.h"
+#include "tessera/image_io.h"
 
 namespace fs = std::filesystem;
 
@@ -50,6 +51,21 @@ inline void spit(const fs::path& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << p;
+}
+
+// Runs the CLI in the background, stderr to a file; returns its pid.
+inline pid_t spawn(const std::vector<std::string>& args, const std::string& err_path) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> argv = {const_cast<char*>(TESSERA_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(TESSERA_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 inline std::string shell_quote(const std::string& s) {

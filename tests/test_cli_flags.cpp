@@ -188,21 +188,6 @@ TEST_F(CliFlags, FromPngReproducesAnImageExactly) {
   EXPECT_NE(slurp(tmp("c.png")), slurp(tmp("a_0001.png")));
 }
 
-// Runs the CLI in the background, stderr to a file; returns its pid.
-pid_t spawn(const std::vector<std::string>& args, const std::string& err_path) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDERR_FILENO);
-    std::vector<char*> argv = {const_cast<char*>(TESSERA_BINARY)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(TESSERA_BINARY, argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
 // Waits until `needle` shows in the file (true) or the time is up.
 bool wait_for(const std::string& path, const std::string& needle, double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

@@ -125,11 +125,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       try {
         pipe->validate(o);
       } catch (const ParameterError& e) {
-        throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
-          if (p == "draft_len" && !b.draft_lens.empty()) return std::string("--draft-lens");
-          if (p == "batch" && !b.batches.empty()) return std::string("--batches");
-          return flag_of(p);
-        }));
+        throw_sweep_error(m, e, !b.draft_lens.empty(), !b.batches.empty());
       }
     }
 

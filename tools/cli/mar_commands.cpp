@@ -200,11 +200,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
         try {
           pipe->validate_latents(g);
         } catch (const ParameterError& e) {
-          throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
-            if (p == "draft_len" && !b.draft_lens.empty()) return std::string("--draft-lens");
-            if (p == "batch" && !b.batches.empty()) return std::string("--batches");
-            return flag_of(p);
-          }));
+          throw_sweep_error(m, e, !b.draft_lens.empty(), !b.batches.empty());
         }
       }
   {  // warm-up: page in the weights (and the draft's) before anything is timed

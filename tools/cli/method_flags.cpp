@@ -171,6 +171,15 @@ std::string flag_of(const std::string& param) {
   return f;
 }
 
+void throw_sweep_error(const std::string& m, const ParameterError& e, bool swept_draft_lens,
+                       bool swept_batches) {
+  throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
+    if (p == "draft_len" && swept_draft_lens) return std::string("--draft-lens");
+    if (p == "batch" && swept_batches) return std::string("--batches");
+    return flag_of(p);
+  }));
+}
+
 int parse_draft_len(const std::string& v, const char* flag) {
   if (v == "auto") return kDraftLenAuto;
   try {

@@ -16,6 +16,11 @@ namespace tessera::cli {
 // ("lantern.k" -> --lantern-k, "draft_len" -> --draft-len, "top_p" -> --top-p).
 std::string flag_of(const std::string& param);
 
+// `bench --methods` found method m's settings invalid: the error names the sweep's flags
+// (--draft-lens, --batches) where the sweep set the parameter, else the parameter's own flag.
+[[noreturn]] void throw_sweep_error(const std::string& m, const ParameterError& e,
+                                    bool swept_draft_lens, bool swept_batches);
+
 // Parsed flags fill o.method, o.draft_model, o.draft_len, o.resample, and o.params with the
 // method parameters given on the command line (typed as the registry declares them). The help
 // shows the defaults that apply to md's model: its draft and its validated settings.
