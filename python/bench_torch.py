@@ -87,7 +87,13 @@ def main():
             return sample(lg, **skw)[0]
 
         if a.compile:
-            step = torch.compile(step, mode="reduce-overhead", fullgraph=False)
+            graphed = torch.compile(step, mode="reduce-overhead", fullgraph=False)
+
+            def step(tok, pos):
+                # A CUDA-graph replay reuses its output buffers: mark each step and keep a copy of
+                # the token (as the official generate() does with next_token.clone()).
+                torch.compiler.cudagraph_mark_step_begin()
+                return graphed(tok, pos).clone()
         tc = time.perf_counter()
         for _ in range(W):  # warm-up decode steps (and compilation)
             tok = step(tok, pos)

@@ -92,7 +92,9 @@ fi
 TESSERA=$BUILD/tessera
 HAS_DEVICE=0
 if [[ $BUILT == 1 && $DRY == 0 ]]; then
-  if "$TESSERA" bench --help 2>&1 | grep -q -- '--device'; then HAS_DEVICE=1
+  # Into a variable first: under pipefail, `| grep -q` fails when grep's early exit kills the writer.
+  help=$("$TESSERA" bench --help 2>&1)
+  if grep -q -- '--device' <<<"$help"; then HAS_DEVICE=1
   else fail "tessera bench has no --device flag"; fi
 fi
 [[ $DRY == 1 ]] && HAS_DEVICE=1
@@ -119,21 +121,22 @@ for m in GPT-B GPT-XL; do
     run $PY python/make_random_model.py --gpt-model $m --dtype bf16 --out "${DIR[$m]}" || fail "make $m"
 done
 
-# 4. Tokens/s and bandwidth. Batch 1 of every model first: a spent budget cuts the larger ones.
+# 4. Tokens/s and bandwidth.
 if [[ $QUICK == 1 ]]; then PLAN="emoji:1 GPT-B:1 GPT-XL:1"; EAGER="emoji:1"
 else PLAN="emoji:1 GPT-B:1 GPT-XL:1 GPT-B:8 emoji:16 GPT-XL:8 GPT-B:16 emoji:8 GPT-XL:16"
   EAGER="emoji:1 GPT-B:1 GPT-XL:1 GPT-B:8"; fi
 TOK=128  # timed decode steps of the PyTorch runs (of 256), after 3 untimed ones
 gbs() { awk -v b="$1" -v ms="$2" -v r=$READ_GBS 'BEGIN{ if (ms > 0) { g = b / (ms * 1e6); printf "%.0f (%.0f%%)", g, 100 * g / r } }'; }
-for item in $PLAN; do
+timed_row() {
+  local item=$1
   m=${item%:*} b=${item#*:} d=${DIR[$m]} c=${CFG[$m]}
-  if [[ $(left) -lt 30 && $DRY == 0 ]]; then row "$m cfg $c batch $b | skipped: time budget | | | |"; continue; fi
+  if [[ $(left) -lt 30 && $DRY == 0 ]]; then row "$m cfg $c batch $b | skipped: time budget | | | |"; return; fi
   t="—" e="—" k="—" ratio="" tg="" kg=""
   if [[ $DRY == 1 ]]; then
     run "$TESSERA" bench -m "$d" -n "$b" --cfg "$c" --json --device cuda
     [[ " $EAGER " == *" $item "* ]] && run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens 32 --warmup 3
     run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile
-    continue
+    return
   fi
   if [[ $HAS_DEVICE == 0 ]]; then t="**FAILED: no --device in tessera bench**"
   elif run "$TESSERA" bench -m "$d" -n "$b" --cfg "$c" --json --device cuda; then
@@ -150,16 +153,24 @@ for item in $PLAN; do
   else k="**FAILED** (rc $?)"; fail "torch.compile $item"; fi
   [[ $t =~ ^[0-9.]+$ && $k =~ ^[0-9.]+$ ]] && ratio=$(awk -v a="$t" -v b="$k" 'BEGIN{printf "%.2fx", a/b}')
   row "$m cfg $c batch $b | $t | $e | $k | $ratio | $tg / $kg"
-done
+}
 
 # 5. Verification cost on GPT-XL: a forward of k positions against k = 1.
-if [[ $HAS_DEVICE == 1 && ( $(left) -ge 30 || $DRY == 1 ) ]]; then
-  if run "$TESSERA" bench -m "${DIR[GPT-XL]}" --cfg 4 --verify-cost --k-range 1:32 -o csv --device cuda; then
-    [[ $DRY == 1 ]] && r="(dry run)" || r=$(awk -F, '$1 ~ /^(2|4|8|16|32)$/ {printf "%sk=%s: %.2fx", (n++ ? ", " : ""), $1, $4}' "$LOG.cur")
-    [[ -n $r || $DRY == 1 ]] && row "GPT-XL verify cost vs k=1 | $r | | | |" ||
-      { fail "verify cost output"; row "GPT-XL verify cost | **FAILED: no csv rows** | | | |"; }
-  else fail "verify cost"; row "GPT-XL verify cost | **FAILED** | | | |"; fi
-elif [[ $HAS_DEVICE == 1 ]]; then row "GPT-XL verify cost | skipped: time budget | | | |"; fi
+verify_cost() {
+  if [[ $HAS_DEVICE == 1 && ( $(left) -ge 30 || $DRY == 1 ) ]]; then
+    if run "$TESSERA" bench -m "${DIR[GPT-XL]}" --cfg 4 --verify-cost --k-range 1:32 -o csv --device cuda; then
+      [[ $DRY == 1 ]] && r="(dry run)" || r=$(awk -F, '$1 ~ /^(2|4|8|16|32)$/ {printf "%sk=%s: %.2fx", (n++ ? ", " : ""), $1, $4}' "$LOG.cur")
+      [[ -n $r || $DRY == 1 ]] && row "GPT-XL verify cost vs k=1 | $r | | | |" ||
+        { fail "verify cost output"; row "GPT-XL verify cost | **FAILED: no csv rows** | | | |"; }
+    else fail "verify cost"; row "GPT-XL verify cost | **FAILED** | | | |"; fi
+  elif [[ $HAS_DEVICE == 1 ]]; then row "GPT-XL verify cost | skipped: time budget | | | |"; fi
+}
+
+# Batch 1 of every model first, then the verification cost, then the larger batches: a spent
+# budget cuts the latter.
+for item in $PLAN; do [[ $item == *:1 ]] && timed_row "$item"; done
+verify_cost
+for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
 
 # 6. The table.
 {
