@@ -341,7 +341,9 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
       "Generate images (or token grids) from a prompt, a class or a caption; without -m it uses "
       "the embedded emoji model, e.g. tessera generate \"red apple\"");
   add_common(g, a->common, /*model_required=*/false);
-  g->add_option("prompt", a->prompt_words,
+  // Named in capitals: CLI11 >= 2.4 refuses a positional whose name is also a long option's
+  // (--prompt below) and throws at start-up.
+  g->add_option("PROMPT", a->prompt_words,
                 "Class name to match, or the emoji itself (models with classes.json, such as the "
                 "default emoji model); unquoted words are one prompt")
       ->expected(0, -1);

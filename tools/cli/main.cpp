@@ -165,11 +165,17 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag(
       "--version", std::string("tessera ") + cli::kVersion + " (commit " + TESSERA_COMMIT + ")");
-  const cli::ModelDefaults md = cli::model_defaults(argc, argv);
-  const std::vector<cli::Command> commands = {cli::add_generate(app, md), cli::add_forward(app),
-                                              cli::add_decode(app),       cli::add_classes(app),
-                                              cli::add_bench(app, md),    cli::add_tune(app, md),
-                                              cli::add_devices(app)};
+  std::vector<cli::Command> commands;
+  try {
+    const cli::ModelDefaults md = cli::model_defaults(argc, argv);
+    commands = {cli::add_generate(app, md), cli::add_forward(app),   cli::add_decode(app),
+                cli::add_classes(app),      cli::add_bench(app, md), cli::add_tune(app, md),
+                cli::add_devices(app)};
+  } catch (const std::exception& e) {  // a CLI11 release stricter than the ones tested, say
+    std::fprintf(stderr, "error: setting up the command line (CLI11 %s): %s\n", CLI11_VERSION,
+                 e.what());
+    return 1;
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   // `tessera` alone and `tessera help [COMMAND]` are asking for the help.
   if (args.empty() || args.front() == "help") {
