@@ -337,7 +337,7 @@ TEST_F(CliReadme, ProgramNameHelpAndVersion) {
   }
   const CliResult g = run({"help", "generate"});
   EXPECT_EQ(g.code, 0) << g.err;
-  EXPECT_NE(g.out.find("tessera generate [OPTIONS] [prompt...]"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("tessera generate [OPTIONS] [PROMPT...]"), std::string::npos) << g.out;
   expect_error({"help", "bogus"}, {"unknown command 'bogus'"});
   const CliResult v = run({"--version"});
   EXPECT_EQ(v.code, 0);
