@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "tessera/image_io.h"
@@ -52,6 +55,35 @@ TEST_F(CliFlags, HelpShowsTheDefaultsThatApply) {
   EXPECT_TRUE(shows_default(m.out, "--cfg FLOAT", "4")) << m.out;
   const CliResult b = run({"bench", "--help"});
   EXPECT_TRUE(shows_default(b.out, "--cfg FLOAT", "1")) << b.out;
+}
+
+// CLI11 >= 2.4 throws at start-up when a positional is named like an option of its command (it
+// could not tell them apart in a config file); 2.1, which CI builds with, accepts it. Read every
+// command's help and hold the names apart, so a newer CLI11 (Ubuntu 24.04's) still starts.
+TEST_F(CliFlags, PositionalNamesAreNotOptionNames) {
+  for (const std::string cmd :
+       {"generate", "forward", "decode", "classes", "bench", "tune", "devices"}) {
+    const CliResult r = run({cmd, "--help"});
+    ASSERT_EQ(r.code, 0) << cmd << ": " << r.err;
+    std::istringstream in(r.out);
+    std::vector<std::string> positionals, options;
+    std::string line, section;
+    while (std::getline(in, line)) {
+      if (line == "Positionals:" || line == "Options:") section = line;
+      if (line.rfind("  ", 0) != 0 || line.size() < 3 || line[2] == ' ') continue;
+      const std::string names = line.substr(2, line.find(' ', 2) - 2);
+      if (section == "Positionals:") {
+        positionals.push_back(names);
+      } else {
+        std::istringstream parts(names);  // "-n,--n" -> n, n
+        for (std::string part; std::getline(parts, part, ',');)
+          options.push_back(part.substr(part.find_first_not_of('-')));
+      }
+    }
+    for (const std::string& p : positionals)
+      EXPECT_EQ(std::count(options.begin(), options.end(), p), 0)
+          << "tessera " << cmd << ": the positional '" << p << "' is also an option's name";
+  }
 }
 
 TEST_F(CliFlags, DidYouMean) {
