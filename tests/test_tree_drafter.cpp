@@ -14,6 +14,7 @@
 #include "decode/session.h"
 #include "models/llamagen.h"
 #include "speculative/drafters/model_drafter.h"
+#include "speculative/rules/acceptance_rule.h"
 #include "speculative/tree_shape.h"
 #include "tensor/backend.h"
 
@@ -30,11 +31,11 @@ LlamaGen& draft_model() {
   return model;
 }
 
-SamplingParams sampling(bool greedy, float cfg = 3.0f) {
+SamplingParams sampling(bool greedy, float cfg = 3.0f, int top_k = 40) {
   SamplingOptions s;
   s.cfg_scale = cfg;
   s.temperature = greedy ? 0.0f : 1.5f;
-  s.top_k = 40;
+  s.top_k = top_k;
   return to_sampling_params(s);
 }
 
@@ -185,7 +186,9 @@ TEST(TreeDrafter, ChainShapeDraftsTheChainBitForBit) {
 // (P without its elder siblings, renormalised, when sampling; P or none when greedy), its token
 // (the draw from q with its uniform, or the rank-th most likely token) and distinct siblings.
 void check_tree_against_fresh_chains(const TreeShape& shape, bool greedy) {
-  const SamplingParams p = sampling(greedy);
+  // No top-k: a fresh forward differs from the batched, masked one by rounding, which could move
+  // a token across a top-k threshold and change the distribution by that token's mass.
+  const SamplingParams p = sampling(greedy, 3.0f, 0);
   SamplingParams ranking = p;
   ranking.temperature = 1.0f;
   const int V = draft_model().info().vocab_size, N = draft_model().info().n_tokens;
@@ -211,7 +214,7 @@ void check_tree_against_fresh_chains(const TreeShape& shape, bool greedy) {
       ImageState& im = *active[j];
       const DraftTree& tree = trees[j];
       SCOPED_TRACE("round " + std::to_string(r) + " image " + std::to_string(im.id));
-      // The tree is the shape cut at the image's depth (nothing dropped at top-k 40).
+      // The tree is the shape cut at the image's depth (nothing dropped without top-k).
       int expected = 0;
       for (int d : shape.depth) expected += d <= depth[j];
       EXPECT_EQ(static_cast<int>(tree.size()), expected);
@@ -236,7 +239,9 @@ void check_tree_against_fresh_chains(const TreeShape& shape, bool greedy) {
           if (greedy) {
             EXPECT_EQ(n.token, argmax(q)) << "rank " << k;
             if (k == 0) expect_near(n.q, P, "q of rank 0");
-            if (k > 0) EXPECT_TRUE(n.q.empty()) << "greedy later siblings are one-hot";
+            if (k > 0) {
+              EXPECT_TRUE(n.q.empty()) << "greedy later siblings are one-hot";
+            }
           } else {
             expect_near(n.q, q, "q of rank " + std::to_string(k));
             // The draw with this node's uniform from the fresh q.
@@ -276,6 +281,47 @@ TEST(TreeDrafter, EagleTreeAcrossRounds) {
   // mc_sim_7b_63: depth 5 on a 16-token image, uneven branching; a later round's root
   // distribution is only right when the cache kept the accepted path.
   check_tree_against_fresh_chains(load_tree_shape("mc_sim_7b_63"), false);
+}
+
+// Rejects every draft and records the q each node was tested with.
+class RejectAll : public AcceptanceRule {
+ public:
+  std::string name() const override { return "reject-all"; }
+  double accept_probability(const NodeView& n) const override {
+    seen.emplace_back(n.token, std::vector<float>(n.q.begin(), n.q.end()));
+    return 0.0;
+  }
+  void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
+  mutable std::vector<std::pair<int, std::vector<float>>> seen;
+};
+
+TEST(TreeDrafter, StoredQIsTheQTheVerifierWalksSiblingsWith) {
+  // verify_draft tests the root's children in order and, after each rejection, removes the
+  // rejected token from the q it used: each child must be tested with exactly its stored q.
+  ModelDrafter drafter(draft_model(), sampling(false), 2, 1, load_tree_shape("kary:4,2"));
+  auto ims = images(1);
+  std::vector<ImageState*> ptrs = {&ims[0]};
+  drafter.start(ptrs);
+  std::vector<DraftTree> trees;
+  const std::vector<int> depth = {2};
+  drafter.propose(ptrs, depth, trees);
+  const DraftTree& tree = trees[0];
+  ASSERT_EQ(tree.size(), 4u + 8u);
+  const int V = draft_model().info().vocab_size;
+  const std::vector<float> uniform(V, 1.0f / V);
+  RejectAll rule;
+  VerifySettings vs;
+  vs.rule = &rule;
+  vs.draft_len = 2;
+  ImageStats stats;
+  const VerifyOutcome out = verify_draft(
+      vs, tree, [&](int) { return std::span<const float>(uniform); }, ims[0].rng, 0, 1, stats);
+  EXPECT_TRUE(out.accepted.empty());
+  ASSERT_EQ(rule.seen.size(), 4u);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(rule.seen[c].first, tree[c].token);
+    EXPECT_TRUE(rule.seen[c].second == tree[c].q) << "child " << c;
+  }
 }
 
 TEST(TreeDrafter, SiblingsStopWhenNoTokenIsLeft) {
