@@ -283,6 +283,10 @@ TEST(TreeDrafter, EagleTreeAcrossRounds) {
   check_tree_against_fresh_chains(load_tree_shape("mc_sim_7b_63"), false);
 }
 
+TEST(TreeDrafter, LanternDefaultTreeGreedy) {
+  check_tree_against_fresh_chains(load_tree_shape("naive_extend_57"), true);
+}
+
 // Rejects every draft and records the q each node was tested with.
 class RejectAll : public AcceptanceRule {
  public:

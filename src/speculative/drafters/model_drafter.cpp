@@ -267,12 +267,14 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
     const ImageState& im = *active[who[i]];
     check(static_cast<int>(im.tokens.size()) >= feed, "internal: drafter catch-up");
     const int keep = T + static_cast<int>(im.tokens.size()) - feed;
-    for (int h = 0; h < (cfg ? 2 : 1); ++h) {
-      const int s = b.slots[h * m + i];
-      check(session_.length(s) >= keep, "internal: draft cache behind");
-      session_.remove(s, keep);
-    }
     Slots& s = slots_.at(im.id);
+    for (int h = 0; h < (cfg ? 2 : 1); ++h) {
+      const int slot = b.slots[h * m + i];
+      // A tree that finish_round never compacted: its rows are no path; drop them all.
+      if (s.tree_base >= 0) session_.remove(slot, std::min(s.tree_base, session_.length(slot)));
+      check(session_.length(slot) >= keep, "internal: draft cache behind");
+      session_.remove(slot, keep);
+    }
     s.tree_base = T + static_cast<int>(im.tokens.size());
     s.fed_at.clear();
   }
