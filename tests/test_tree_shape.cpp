@@ -238,10 +238,15 @@ TEST(TreeShape, JsonFile) {
   std::string text = "[";
   for (const auto& p : named.choices()) {
     text += text.size() > 1 ? ",[" : "[";
-    for (size_t i = 0; i < p.size(); ++i) text += (i ? "," : "") + std::to_string(p[i]);
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (i) text += ",";
+      text += std::to_string(p[i]);
+    }
     text += "]";
   }
-  const TreeShape back = load_tree_shape(write_file("named.json", text + "]"));
+  const std::string named_path = write_file("named.json", text + "]");
+  const TreeShape back = load_tree_shape(named_path);
+  std::filesystem::remove(named_path);
   EXPECT_EQ(back.parent, named.parent);
   EXPECT_EQ(back.rank, named.rank);
   std::filesystem::remove(path);
