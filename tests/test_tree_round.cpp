@@ -7,13 +7,14 @@
 //   causal forward of the committed tokens (what a chain-only run that accepted the same path
 //   would see);
 // - greedy verification of trees equals greedy vanilla token for token;
-// - chains keep the causal path: a chain drafted by the tree drafter gives the same images as
-//   before.
+// - chains drafted by the tree drafter give the same images whatever the batch.
 #include <gtest/gtest.h>
 
 #include "spec_analysis.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <numeric>
 
@@ -125,7 +126,7 @@ TEST_F(TreeRound, NodesSeeTheirPathAndCompactionKeepsIt) {
   run(drafter, s, 8, 4, &st);
   std::printf("  %d rows compared (%d later rounds, %d accepted nodes moved), max |dp| %.3g\n",
               rows, later_rounds, moved, worst);
-  EXPECT_LT(worst, 1e-5);
+  EXPECT_LT(worst, 1e-4);  // float rounding (8.8e-6 measured); a wrong mask gives > 0.01
   EXPECT_GT(later_rounds, 10);
   EXPECT_GT(moved, 5);  // compaction moved accepted nodes that were not at their depth's row
 }
@@ -142,8 +143,11 @@ TEST_F(TreeRound, GreedyTreesEqualGreedyVanilla) {
   test::TreeDrafter drafter({3, 3, 1}, test::Children::TopK,
                             [&](const ImageState& im, const std::vector<int32_t>& prefix) {
                               std::vector<float> q = (*p[im.condition.class_id])(prefix);
-                              const auto best = std::max_element(q.begin(), q.end());
-                              *best = -1.0f;  // drafted last of the top-3 (only a tree finds it)
+                              std::vector<float> sorted = q;
+                              std::sort(sorted.begin(), sorted.end(), std::greater<>());
+                              // The argmax just below the third: drafted last of the top-3.
+                              *std::max_element(q.begin(), q.end()) =
+                                  std::nextafter(sorted[2], -1.0f);
                               return q;
                             });
   GenerateStats st;
@@ -162,8 +166,8 @@ TEST_F(TreeRound, GreedyTreesEqualGreedyVanilla) {
   EXPECT_GT(accepted, 20);  // third children accepted: the tree was used
 }
 
-// A one-child-per-node tree is a chain: the loop takes the causal path (no mask), and the
-// results do not depend on the batch.
+// A one-child-per-node tree is a chain (the loop's causal path): the results do not depend on
+// the batch.
 TEST_F(TreeRound, ChainsFromTheTreeDrafterKeepTheCausalPath) {
   const SamplingOptions s = sampling(1.0f);
   std::vector<std::unique_ptr<Conditionals>> p;
