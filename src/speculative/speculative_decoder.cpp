@@ -111,22 +111,15 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   const int rows = width + 1, halves = cfg() ? 2 : 1;
 
   // One target forward over [root, draft..., padding] for both halves. Chains run causally; a
-  // batch with a tree gets an ancestor mask (each row sees the past, the root, its ancestors and
-  // itself; a padding row the past, the root and itself) and positions by depth.
+  // batch with a tree gets an ancestor mask, as parent rows the session expands (each row sees
+  // the past, the root, its ancestors and itself; a padding row the past, the root and itself),
+  // and positions by depth.
   StepBatch b;
   b.n_new = rows;
   b.slots.resize(static_cast<size_t>(halves) * m);
   b.tokens.assign(b.slots.size() * rows, 0);
   b.positions.assign(b.tokens.size(), 0);
-  int stride = 0;
-  if (!chains) {
-    for (int j = 0; j < m; ++j) {
-      stride = std::max(stride, session_.length(active[j]->slot) + rows);
-      if (cfg()) stride = std::max(stride, session_.length(active[j]->uncond_slot) + rows);
-    }
-    b.mask_stride = stride;
-    b.mask.assign(b.tokens.size() * stride, 0);
-  }
+  if (!chains) b.parents.assign(b.tokens.size(), 0);
   for (int h = 0; h < halves; ++h)
     for (int j = 0; j < m; ++j) {
       const ImageState& im = *active[j];
@@ -134,7 +127,6 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
       const int slot = h == 0 ? im.slot : im.uncond_slot;
       b.slots[h * m + j] = slot;
       const int root = static_cast<int>(im.tokens.size()) - 1;
-      const int past = session_.length(slot);
       for (int r = 0; r < rows; ++r) {
         const size_t row = static_cast<size_t>(h * m + j) * rows + r;
         const bool real = r == 0 || r <= static_cast<int>(tree.size());
@@ -144,11 +136,9 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
           continue;
         }
         b.positions[row] = model_.token_position(r > 0 && real ? root + tree[r - 1].depth : root);
-        uint8_t* mrow = b.mask.data() + row * stride;
-        std::fill_n(mrow, past + 1, uint8_t{1});  // the past and the root
-        mrow[past + r] = 1;
-        if (real)
-          for (int a = r - 1; a >= 0; a = tree[a].parent) mrow[past + a + 1] = 1;
+        // Row 0 (the root) hangs below the past; node j's parent row is its parent's index + 1;
+        // padding rows hang below the root.
+        b.parents[row] = r == 0 ? -1 : (real ? tree[r - 1].parent + 1 : 0);
       }
     }
   b.output_at.resize(rows);
