@@ -35,18 +35,19 @@ const AutoregressiveModel& Session::fits_in_memory(const AutoregressiveModel& mo
                     m.head_dim * sizeof(float);
   const bool addressable = z.max_rows <= std::numeric_limits<int>::max() / 4 &&
                            z.max_out <= std::numeric_limits<int>::max() / 4;
-  const double work = addressable ? static_cast<double>(model.workspace_bytes(
-                                        static_cast<int>(z.max_rows), static_cast<int>(z.max_out)))
-                                  : 1e30;
+  const double work =
+      addressable ? static_cast<double>(model.workspace_bytes(static_cast<int>(z.max_rows),
+                                                              static_cast<int>(z.max_out)))
+                  : 1e30;
   const double need = kv + work;
   const int64_t available = model.backend().available_memory();
   if (need > static_cast<double>(available))
-    throw ParameterError("batch",
-                         "not enough memory: " + std::to_string(z.slots) +
-                             " sequences (images in flight, two per image with guidance) of " +
-                             std::to_string(z.capacity) + " positions need " + gib(kv) +
-                             " of KV cache and " + gib(work) + " of activations, but " +
-                             gib(static_cast<double>(available)) + " is available; lower {batch}");
+    throw ParameterError(
+        "batch", "not enough memory: " + std::to_string(z.slots) +
+                     " sequences (images in flight, two per image with guidance) of " +
+                     std::to_string(z.capacity) + " positions need " + gib(kv) +
+                     " of KV cache and " + gib(work) + " of activations, but " +
+                     gib(static_cast<double>(available)) + " is available; lower {batch}");
   return model;
 }
 
