@@ -101,12 +101,13 @@ TEST_F(TreeRound, NodesSeeTheirPathAndCompactionKeepsIt) {
                             [&](const ImageState& im, const std::vector<int32_t>& prefix) {
                               return (*p[im.condition.class_id])(prefix);
                             });
-  int rows = 0, later_rounds = 0, moved = 0;
+  int rows = 0, later_rounds = 0, moved = 0, max_nodes = 0;
   double worst = 0.0;
   drafter.on_round = [&](const ImageState& im, const std::vector<int32_t>& before,
                          const speculative::DraftTree& tree, const speculative::VerifyOutcome& out,
                          const speculative::TargetRound& target) {
     if (before.size() > 1) ++later_rounds;  // the KV came from earlier, compacted, rounds
+    max_nodes = std::max(max_nodes, static_cast<int>(tree.size()));
     for (size_t a = 0; a < out.accepted.size(); ++a)
       moved += out.accepted[a] != static_cast<int>(a) ? 1 : 0;
     for (int r = 0; r <= static_cast<int>(tree.size()); ++r) {
@@ -129,6 +130,14 @@ TEST_F(TreeRound, NodesSeeTheirPathAndCompactionKeepsIt) {
   EXPECT_LT(worst, 1e-4);  // float rounding (8.8e-6 measured); a wrong mask gives > 0.01
   EXPECT_GT(later_rounds, 10);
   EXPECT_GT(moved, 5);  // compaction moved accepted nodes that were not at their depth's row
+  // Statistics by depth (at most 3 here), not by node count (up to 14).
+  EXPECT_EQ(max_nodes, 14);
+  for (const ImageStats& im : st.per_image) {
+    EXPECT_LE(im.rounds_by_depth.size(), 4u);
+    EXPECT_EQ(std::accumulate(im.rounds_by_depth.begin(), im.rounds_by_depth.end(), int64_t{0}),
+              im.rounds);
+    EXPECT_LE(im.accepted.size(), 3u);
+  }
 }
 
 // Greedy: a node survives iff it is the argmax of its row, so tree rounds give greedy vanilla's
