@@ -142,4 +142,21 @@ TEST_F(SpecTrees, IidChildrenOfAFixedQSampleTheTargetJoint) {
   expect_exact(drafter, "tree {3,3} i.i.d. from a fixed q");
 }
 
+// A test of the test: i.i.d. children not marked `with_replacement` are verified as if drawn
+// without replacement (rejected tokens removed from q), which is not exact for i.i.d. draws
+// (SpecInfer's multi-step sampling keeps q). The same proof must reject those samples.
+TEST_F(SpecTrees, IidChildrenVerifiedAsWithoutReplacementFailTheTest) {
+  test::TreeDrafter drafter({3, 3}, test::Children::Iid,
+                            [](const ImageState&, const std::vector<int32_t>&) {
+                              return std::vector<float>{0.4f, 0.3f, 0.2f, 0.1f};
+                            });
+  drafter.flag_replacement = false;
+  const GenerateOptions o = sampling_options("sd");
+  const Joint joint = target_joint(2, o.sampling);
+  const Run run = sample(drafter, o, 2, samples_for(joint, kTv, kPower, 3000));
+  const ChiSquare r = chi_square(joint, run.samples);
+  std::printf("  unmarked i.i.d. siblings: chi2 %.1f df %d p %.3g\n", r.stat, r.df, r.p_value);
+  EXPECT_LT(r.p_value, 1e-6) << "chi2 " << r.stat << " df " << r.df;
+}
+
 }  // namespace

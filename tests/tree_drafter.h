@@ -81,6 +81,9 @@ class TreeDrafter : public speculative::Drafter {
   void release(const ImageState&) override {}
 
   OnRound on_round;
+  // false: i.i.d. children are not marked with_replacement (a deliberately wrong drafter: the
+  // walk then removes rejected tokens from q as for draws without replacement).
+  bool flag_replacement = true;
 
  private:
   void add_children(const ImageState& im, int depth, int parent, const std::vector<float>& q,
@@ -116,7 +119,7 @@ class TreeDrafter : public speculative::Drafter {
       for (size_t t = 0; t < left.size(); ++t) norm[t] = static_cast<float>(left[t] / mass);
       speculative::DraftNode n = node(sample_index(norm, u));
       n.q = q;
-      n.with_replacement = children_ == Children::Iid;
+      n.with_replacement = children_ == Children::Iid && flag_replacement;
       if (children_ == Children::WithoutReplacement) left[n.token] = 0.0f;
       tree.push_back(std::move(n));
     }
