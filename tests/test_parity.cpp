@@ -341,6 +341,38 @@ TEST_F(KVCacheTest, TreeMaskThenCompactKeepsTheAcceptedPath) {
   for (size_t i = 0; i < rest.size(); ++i) ASSERT_NEAR(rest[i], ref[8 * V + i], 1e-4) << i;
 }
 
+// The compact form of a tree mask (StepBatch::parents, expanded by the session) gives the
+// logits of the explicit mask, bit for bit: the tree above, rows 2 and 3 below row 1.
+TEST_F(KVCacheTest, ParentRowsEqualTheExplicitTreeMask) {
+  auto a = prefilled(), b = prefilled();
+  append(*a, std::span(tokens_).subspan(0, 6), 0);
+  append(*b, std::span(tokens_).subspan(0, 6), 0);
+  const std::vector<int32_t> tree = {7, tokens_[6], 7, tokens_[7]};
+  const std::vector<int> pos = {6, 6, 7, 7};
+  const int stride = 7 + 4;
+  std::vector<uint8_t> mask(4 * stride, 0);
+  const std::vector<std::vector<int>> sees = {{7}, {8}, {8, 9}, {8, 10}};
+  for (int j = 0; j < 4; ++j) {
+    for (int t = 0; t < 7; ++t) mask[j * stride + t] = 1;
+    for (int t : sees[j]) mask[j * stride + t] = 1;
+  }
+  const auto explicit_mask = append(*a, tree, 0, mask, pos);
+  StepBatch sb;
+  sb.n_new = 4;
+  sb.slots = {0};
+  sb.tokens = tree;
+  sb.parents = {-1, -1, 1, 1};
+  for (int j = 0; j < 4; ++j) {
+    sb.positions.push_back(model_.token_position(pos[j]));
+    sb.output_at.push_back(j);
+  }
+  std::vector<float> from_parents;
+  b->read(b->forward(sb).logits, from_parents);
+  EXPECT_EQ(from_parents, explicit_mask);
+  sb.parents = {-1, 2, -1, 1};  // a parent after its child
+  EXPECT_THROW(b->forward(sb), Error);
+}
+
 // Slots are acquired until none is left, and a released slot comes back empty.
 TEST_F(KVCacheTest, SlotsAreAcquiredReleasedAndCleared) {
   auto s = prefilled(2);

@@ -150,16 +150,38 @@ ForwardOutputs Session::forward(const StepBatch& b) {
   in.output_rows = used.rows(2 * rows + 2 * n_seq, n_out);
   in.embeddings = b.embeddings;
   in.output_hidden = b.output_hidden;
-  if (!b.mask.empty()) {
-    check(b.mask.size() == static_cast<size_t>(rows) * b.mask_stride,
-          "internal: forward mask size");
+  const std::vector<uint8_t>* mask = b.mask.empty() ? nullptr : &b.mask;
+  int stride = b.mask_stride;
+  if (!b.parents.empty()) {
+    check(!mask && static_cast<int>(b.parents.size()) == rows, "internal: forward parents size");
+    stride = 0;
+    for (int r = 0; r < n_seq; ++r)
+      stride = std::max(stride, staging_[2 * rows + n_seq + r] + n_new);
+    mask_host_.assign(static_cast<size_t>(rows) * stride, 0);
+    for (int r = 0; r < n_seq; ++r) {
+      const int past = staging_[2 * rows + n_seq + r];
+      for (int j = 0; j < n_new; ++j) {
+        uint8_t* m = mask_host_.data() + static_cast<size_t>(r * n_new + j) * stride;
+        std::fill_n(m, past, uint8_t{1});
+        for (int a = j; a >= 0;) {
+          m[past + a] = 1;
+          const int up = b.parents[static_cast<size_t>(r) * n_new + a];
+          check(up < a, "internal: a row's parent must come before it");
+          a = up;
+        }
+      }
+    }
+    mask = &mask_host_;
+  }
+  if (mask) {
+    check(mask->size() == static_cast<size_t>(rows) * stride, "internal: forward mask size");
     const int64_t max_mask =
         static_cast<int64_t>(workspace_->max_rows()) * capacity();  // rows x slots of a sequence
-    check(static_cast<int64_t>(b.mask.size()) <= max_mask, "internal: forward mask too large");
+    check(static_cast<int64_t>(mask->size()) <= max_mask, "internal: forward mask too large");
     if (!mask_buffer_.data) mask_buffer_ = be.empty(DType::U8, {max_mask});
-    in.attn.mask = mask_buffer_.rows(0, static_cast<int64_t>(b.mask.size()));
-    be.upload_into(b.mask.data(), in.attn.mask);
-    in.attn.mask_stride = b.mask_stride;
+    in.attn.mask = mask_buffer_.rows(0, static_cast<int64_t>(mask->size()));
+    be.upload_into(mask->data(), in.attn.mask);
+    in.attn.mask_stride = stride;
   }
   in.attn.key_visible = cache_.key_visible();
 

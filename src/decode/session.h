@@ -32,6 +32,10 @@ struct StepBatch {
   std::vector<int32_t> output_at;      // indices j in [0, n_new) whose outputs each slot returns
   std::vector<uint8_t> mask;           // optional [slots][n_new][mask_stride] (tree attention)
   int mask_stride = 0;
+  // Optional tree attention in compact form (instead of `mask`): per row, the index j' < j of
+  // the row (of the same sequence) it hangs below, or -1. A row sees the sequence's cached
+  // slots, its ancestors and itself; the session expands this into the mask.
+  std::vector<int32_t> parents;  // [slots * n_new]
   bool output_hidden = false;
 };
 
@@ -77,9 +81,10 @@ class Session {
   KVCache cache_;
   std::unique_ptr<ForwardWorkspace> workspace_;
   std::vector<uint8_t> in_use_;
-  Tensor index_buffer_;           // I32: tokens | positions | seq | past | output rows
-  Tensor mask_buffer_;            // U8, reserved on first use
-  std::vector<int32_t> staging_;  // host side of index_buffer_
+  Tensor index_buffer_;             // I32: tokens | positions | seq | past | output rows
+  Tensor mask_buffer_;              // U8, reserved on first use
+  std::vector<uint8_t> mask_host_;  // StepBatch::parents expanded (reused between forwards)
+  std::vector<int32_t> staging_;    // host side of index_buffer_
   bool hidden_states_ = false;
   int64_t forwards_ = 0;
 };

@@ -17,11 +17,18 @@ struct DraftNode {
   int parent = -1;       // index into the tree; -1 = the root
   int depth = 1;         // 1 = a child of the root
   std::vector<float> q;  // distribution the token was drawn from; empty = one-hot at token
+  // Siblings drawn i.i.d. from q (with replacement): the walk tests this node against its own q
+  // (SpecInfer's multi-step speculative sampling). false: drawn without replacement after its
+  // earlier siblings, and the walk removes their tokens from q (recursive rejection sampling).
+  bool with_replacement = false;
 };
 // Nodes in topological order (parents first); siblings in the order they are to be verified.
 using DraftTree = std::vector<DraftNode>;
 
 bool is_chain(const DraftTree& tree);
+// The tree's depth (0 when empty); throws unless every node's parent comes before it and its depth
+// is its parent's plus one.
+int tree_depth(const DraftTree& tree);
 
 // The per-image state a drafter and the verification walk see (decode/image_state.h).
 using tessera::ImageState;

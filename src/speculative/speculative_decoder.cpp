@@ -15,8 +15,13 @@ int depth_cap(const LoopSettings& loop) {
   return std::max(0, loop.drafter->draft_depth(loop.draft_len));
 }
 
+// Most draft nodes of one round: the tree the drafter may propose (a chain: its depth).
+int node_cap(const LoopSettings& loop) {
+  return std::max(depth_cap(loop), loop.drafter->max_nodes(loop.draft_len));
+}
+
 SessionOptions target_session(const LoopSettings& loop, const SamplingParams& p, int max_images) {
-  const int width = depth_cap(loop) + 1;  // root + draft nodes
+  const int width = node_cap(loop) + 1;  // root + draft nodes (the tree's, not its depth)
   SessionOptions o;
   o.n_slots = max_images * (p.uses_cfg() ? 2 : 1);
   o.extra_capacity = width;
@@ -33,6 +38,7 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
     : Decoder(target, target_session(loop, settings.sampling, max_images), settings, stats),
       loop_(loop),
       depth_cap_(depth_cap(loop)),
+      node_cap_(node_cap(loop)),
       verify_params_(settings.sampling) {
   check(settings.max_tokens == 0 || settings.max_tokens == target.info().n_tokens,
         "internal: speculative decoding generates whole images");
@@ -90,30 +96,49 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   double te = now_s();
   stats_.draft_seconds += te - ts;
   const int m = static_cast<int>(active.size());
-  int width = 0;  // draft nodes per image in this forward (shorter drafts are padded)
+  int width = 0;  // draft nodes per image in this forward (smaller drafts are padded)
+  bool chains = true;
+  depths_.clear();
   for (int j = 0; j < m; ++j) {
-    check(is_chain(trees_[j]) && static_cast<int>(trees_[j].size()) <= max_depth_[j],
-          "internal: the target pass verifies chains of at most the requested depth");
-    width = std::max(width, static_cast<int>(trees_[j].size()));
+    const DraftTree& tree = trees_[j];
+    const int depth = tree_depth(tree);
+    check(depth <= max_depth_[j] && static_cast<int>(tree.size()) <= node_cap_,
+          "internal: the target pass verifies trees of at most the requested depth and nodes");
+    depths_.push_back(depth);
+    chains = chains && is_chain(tree);
+    width = std::max(width, static_cast<int>(tree.size()));
   }
   const int rows = width + 1, halves = cfg() ? 2 : 1;
 
-  // One target forward over [root, draft..., padding] for both halves.
+  // One target forward over [root, draft..., padding] for both halves. Chains run causally; a
+  // batch with a tree gets an ancestor mask, as parent rows the session expands (each row sees
+  // the past, the root, its ancestors and itself; a padding row the past, the root and itself),
+  // and positions by depth.
   StepBatch b;
   b.n_new = rows;
   b.slots.resize(static_cast<size_t>(halves) * m);
   b.tokens.assign(b.slots.size() * rows, 0);
   b.positions.assign(b.tokens.size(), 0);
+  if (!chains) b.parents.assign(b.tokens.size(), 0);
   for (int h = 0; h < halves; ++h)
     for (int j = 0; j < m; ++j) {
       const ImageState& im = *active[j];
-      b.slots[h * m + j] = h == 0 ? im.slot : im.uncond_slot;
+      const DraftTree& tree = trees_[j];
+      const int slot = h == 0 ? im.slot : im.uncond_slot;
+      b.slots[h * m + j] = slot;
       const int root = static_cast<int>(im.tokens.size()) - 1;
       for (int r = 0; r < rows; ++r) {
         const size_t row = static_cast<size_t>(h * m + j) * rows + r;
-        const bool real = r == 0 || r <= static_cast<int>(trees_[j].size());
-        b.tokens[row] = r == 0 ? im.tokens.back() : (real ? trees_[j][r - 1].token : 0);
-        b.positions[row] = model_.token_position(real ? root + r : root);
+        const bool real = r == 0 || r <= static_cast<int>(tree.size());
+        b.tokens[row] = r == 0 ? im.tokens.back() : (real ? tree[r - 1].token : 0);
+        if (chains) {
+          b.positions[row] = model_.token_position(real ? root + r : root);
+          continue;
+        }
+        b.positions[row] = model_.token_position(r > 0 && real ? root + tree[r - 1].depth : root);
+        // Row 0 (the root) hangs below the past; node j's parent row is its parent's index + 1;
+        // padding rows hang below the root.
+        b.parents[row] = r == 0 ? -1 : (real ? tree[r - 1].parent + 1 : 0);
       }
     }
   b.output_at.resize(rows);
@@ -132,7 +157,8 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     const DraftTree& tree = trees_[j];
     const int base = static_cast<int>(im.tokens.size());  // token index of row 0's prediction
     // Target distributions are computed when first asked for: a draft-model round rejected
-    // early never needs the rows after the rejection.
+    // early never needs the rows after the rejection. Row r predicts the token at its node's
+    // depth below the root (r on a chain).
     const int used = static_cast<int>(tree.size()) + 1;
     computed_.assign(used, 0);
     double dist_s = 0.0;
@@ -144,7 +170,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
         guided_distribution(
             logits_.data() + (static_cast<size_t>(j) * rows + r) * V,
             cfg() ? logits_.data() + (static_cast<size_t>(m + j) * rows + r) * V : nullptr, V,
-            verify_params_, base + r, out);
+            verify_params_, base + (r == 0 ? 0 : tree[r - 1].depth), out);
         computed_[r] = 1;
         dist_s += now_s() - td;
       }
@@ -164,15 +190,22 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     }
     im.tokens.push_back(out.next_token);
     const int kept = static_cast<int>(out.accepted.size()) + 1;  // root + accepted drafts
-    session_.remove(im.slot, T + base - 1 + kept);
-    if (cfg()) session_.remove(im.uncond_slot, T + base - 1 + kept);
+    if (chains) {
+      session_.remove(im.slot, T + base - 1 + kept);
+      if (cfg()) session_.remove(im.uncond_slot, T + base - 1 + kept);
+    } else {
+      // The root stays at T + base - 1; the accepted nodes' rows (ascending: parents come first)
+      // move up behind it, and everything else of the round is dropped.
+      keep_.clear();
+      for (int a : out.accepted) keep_.push_back(T + base + a);
+      session_.compact(im.slot, T + base, keep_);
+      if (cfg()) session_.compact(im.uncond_slot, T + base, keep_);
+    }
     loop_.drafter->finish_round(im, tree, out, target);
-    if (loop_.policy)
-      loop_.policy->observe(acceptance_[im.id], static_cast<int>(tree.size()), carried_[j],
-                            kept - 1);
-    if (im.stats.rounds_by_depth.size() <= tree.size())
-      im.stats.rounds_by_depth.resize(tree.size() + 1, 0);
-    im.stats.rounds_by_depth[tree.size()]++;
+    if (loop_.policy) loop_.policy->observe(acceptance_[im.id], depths_[j], carried_[j], kept - 1);
+    const size_t depth = static_cast<size_t>(depths_[j]);  // by depth: a tree has more nodes
+    if (im.stats.rounds_by_depth.size() <= depth) im.stats.rounds_by_depth.resize(depth + 1, 0);
+    im.stats.rounds_by_depth[depth]++;
     im.stats.rounds++;
     im.stats.target_forwards++;
     im.stats.tokens = static_cast<int64_t>(im.tokens.size());

@@ -1,10 +1,11 @@
 // The draft-and-verify loop shared by every speculative method (docs/methods.md), as a Decoder:
 // each step is one round for every image in flight. Per round and image the drafter proposes a
 // draft below the last committed token (the root); one batched target forward over
-// [root, draft...] (both CFG halves) gives the target distribution at every node; verify_draft
-// walks the draft with the method's rule; the target's KV slots are cut back to the accepted
-// prefix. Images keep their own lengths and may join or leave between steps; a result depends
-// only on (models, settings, seed, image index), not on the batch it was generated in.
+// [root, draft...] (both CFG halves; a tree under an ancestor mask) gives the target
+// distribution at every node; verify_draft walks the draft with the method's rule; the target's
+// KV slots are cut back (chains) or compacted (trees) to the accepted path. Images keep their own
+// lengths and may join or leave between steps; a result depends only on (models, settings, seed,
+// image index), not on the batch it was generated in.
 #pragma once
 
 #include <functional>
@@ -41,12 +42,15 @@ class SpeculativeDecoder final : public Decoder {
  private:
   LoopSettings loop_;
   int depth_cap_ = 0;
+  int node_cap_ = 0;              // most draft nodes per image and round (the session's width - 1)
   SamplingParams verify_params_;  // greedy verification sees the untempered distribution
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
   std::vector<ImageAcceptance> acceptance_;  // by image id (--draft-len auto)
   std::vector<int> carried_;  // per active image this round: drafts carried into its window
   std::vector<DraftTree> trees_;
+  std::vector<int> depths_;  // per active image: this round's tree depth
+  std::vector<int> keep_;    // cache positions of a tree's accepted path
   std::vector<float> dists_;
   std::vector<uint8_t> computed_;
 };

@@ -1,5 +1,6 @@
 #include "speculative/verify.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "sampling/sampler.h"
@@ -12,6 +13,18 @@ bool is_chain(const DraftTree& tree) {
     if (tree[i].parent != static_cast<int>(i) - 1 || tree[i].depth != static_cast<int>(i) + 1)
       return false;
   return true;
+}
+
+int tree_depth(const DraftTree& tree) {
+  int depth = 0;
+  for (size_t i = 0; i < tree.size(); ++i) {
+    const int parent = tree[i].parent;
+    check(parent >= -1 && parent < static_cast<int>(i) &&
+              tree[i].depth == (parent < 0 ? 1 : tree[parent].depth + 1),
+          "internal: a draft tree's nodes must follow their parents, one depth below them");
+    depth = std::max(depth, tree[i].depth);
+  }
+  return depth;
 }
 
 namespace {
@@ -56,7 +69,8 @@ VerifyOutcome verify_draft(const VerifySettings& s, const DraftTree& tree,
       v.position = depth;
       v.draft_len = s.draft_len;
       v.p = p;
-      v.q = q_work.empty() ? std::span<const float>(d.q) : std::span<const float>(q_work);
+      v.q = d.with_replacement || q_work.empty() ? std::span<const float>(d.q)
+                                                 : std::span<const float>(q_work);
       const int token_index = base_token + depth - 1;
       bump(stats.proposed, depth);
       bool ok;
@@ -82,8 +96,8 @@ VerifyOutcome verify_draft(const VerifySettings& s, const DraftTree& tree,
         if (normalise(residual)) p.swap(residual);
         modified = true;
         // The next sibling was drawn from q without this token (sampling without replacement);
-        // one-hot drafts carry their own q.
-        if (!d.q.empty()) {
+        // one-hot drafts and drafts drawn with replacement carry their own q.
+        if (!d.q.empty() && !d.with_replacement) {
           if (q_work.empty()) q_work = d.q;
           q_work[d.token] = 0.0f;
           if (!normalise(q_work)) std::fill(q_work.begin(), q_work.end(), 0.0f);

@@ -2,7 +2,8 @@
 // to trees as SpecInfer/EAGLE do): starting at the root, the children of the current node are
 // tested in order against the target distribution p with the method's rule; the first accepted
 // child becomes the current node. A rejected child turns p into the rule's resampling distribution
-// (and removes the child from q) before its next sibling is tested. When every child is rejected,
+// (and removes the child from q, unless the siblings were drawn with replacement:
+// DraftNode::with_replacement) before its next sibling is tested. When every child is rejected,
 // or the node has no children, the next token is drawn from the current p: the residual after a
 // rejection, the target itself (the bonus token) otherwise.
 #pragma once

@@ -28,6 +28,9 @@ class Drafter {
   virtual std::string name() const = 0;
   // Draft depth per round for --draft-len L.
   virtual int draft_depth(int draft_len) const = 0;
+  // Most nodes of one round's tree for --draft-len L (the target verifies root + nodes in one
+  // forward: its session is sized by this). Chains: the depth.
+  virtual int max_nodes(int draft_len) const { return draft_depth(draft_len); }
   // Whether the target's forwards should return hidden states for finish_round.
   virtual bool wants_hidden_states() const { return false; }
   // Whether the drafts a round leaves unverified are re-drafted by the target and carried into
@@ -38,7 +41,8 @@ class Drafter {
   virtual int carried_drafts(const ImageState&) const { return 0; }
   // Images whose prefill just drew their first token (images join between steps).
   virtual void start(std::span<ImageState* const> images) = 0;
-  // Writes a tree of depth <= max_depth[j] for each image active[j] (max_depth 0: empty tree).
+  // Writes a tree of depth <= max_depth[j] and at most max_nodes(draft_len) nodes for each image
+  // active[j] (max_depth 0: empty tree).
   virtual void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees) = 0;
   // After verification: `outcome` of `tree`; image.tokens already holds this round's tokens.
