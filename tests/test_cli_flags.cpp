@@ -86,6 +86,27 @@ TEST_F(CliFlags, PositionalNamesAreNotOptionNames) {
   }
 }
 
+// --tree chain:N is the chain; a static tree runs, is stored in the image and reproduces from it.
+TEST_F(CliFlags, TreeDraftsRunAndChainTreesAreChains) {
+  const std::vector<std::string> sd = {"--method", "sd", "--draft", fixture("c2i_f32"), "-s", "5"};
+  auto gen = [&](std::vector<std::string> extra, const std::string& name) {
+    std::vector<std::string> args = fixture_run(sd);
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--tokens-out", tmp(name + ".npy"), "-o", tmp(name + ".png")});
+    const CliResult r = run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return slurp(tmp(name + ".npy"));
+  };
+  EXPECT_EQ(gen({"--draft-len", "3", "--tree", "chain:3"}, "tree"),
+            gen({"--draft-len", "3"}, "chain"));
+  const std::string tree = gen({"--tree", "kary:2,2,1"}, "kary");
+  EXPECT_NE(png_text(tmp("kary.png"), "parameters").find("tree=kary:2,2,1;"), std::string::npos);
+  const CliResult again = run({"generate", "--from-png", tmp("kary.png"), "-m", fixture("c2i_f32"),
+                               "--tokens-out", tmp("again.npy"), "-o", tmp("again.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(slurp(tmp("again.npy")), tree);
+}
+
 TEST_F(CliFlags, DidYouMean) {
   expect_error({"generat", "red apple"}, {"unknown command 'generat'", "did you mean 'generate'"});
   expect_error({"generate", "--sead", "3", "red apple"}, {"--sead", "did you mean --seed"});

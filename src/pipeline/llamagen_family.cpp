@@ -18,6 +18,7 @@
 #include "speculative/method.h"
 #include "speculative/model_defaults.h"
 #include "speculative/speculative_decoder.h"
+#include "speculative/tree_shape.h"
 
 namespace tessera {
 
@@ -136,6 +137,7 @@ struct LlamaGenFamily::Prepared {
   const LlamaGen* draft = nullptr;
   speculative::Method method;
   std::string note;
+  std::optional<speculative::TreeShape> tree;  // --tree: the draft model's static tree
 };
 
 LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
@@ -156,6 +158,21 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   if (r.method.rule)
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");
+  if (r.method.rule && !opts.spec.tree.empty()) {
+    // Only exact verification is proven on trees (tests/test_spec_trees.cpp); the relaxed rules'
+    // tree forms are not yet checked against their papers (issue 41).
+    check_param(opts.spec.method == "sd", "tree",
+                "{tree}: only {method} sd verifies draft trees so far, not " + opts.spec.method);
+    check_param(r.draft != nullptr, "tree",
+                "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
+    try {
+      r.tree = speculative::load_tree_shape(opts.spec.tree);
+    } catch (const ParameterError&) {
+      throw;
+    } catch (const Error& e) {
+      throw ParameterError("tree", e.what());
+    }
+  }
   r.note = speculative::validated_settings_note(opts.spec, d_->config.quality, d_->config.dir);
   return r;
 }
@@ -197,19 +214,22 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
     return generate_batches(decoder, conds, idx, opts, st);  // lossless: no note
   }
+  // A static tree: a fixed draft length cuts it at that depth; auto drafts the whole tree (the
+  // length policy models chains only).
+  const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
   std::unique_ptr<speculative::Drafter> drafter;
   if (draft)
-    drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, method.draft_len,
-                                                          std::max(max_images, 1));
+    drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, draft_len,
+                                                          std::max(max_images, 1), prep.tree);
   else
     drafter = std::make_unique<speculative::JacobiDrafter>(d_->config.gpt.vocab_size, p);
   speculative::LoopSettings ls;
   ls.rule = method.rule.get();
   ls.drafter = drafter.get();
-  ls.draft_len = method.draft_len;
+  ls.draft_len = draft_len;
   ls.max_rounds = opts.spec.max_rounds;
   std::optional<speculative::DraftLengthPolicy> policy;
-  if (method.auto_len) {
+  if (method.auto_len && !prep.tree) {
     const int depth = drafter->draft_depth(method.draft_len);
     DraftCosts costs = opts.spec.auto_costs;
     if (costs.verify.empty())

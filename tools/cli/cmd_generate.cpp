@@ -198,6 +198,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
       rs.add("draft", kNoDraft);  // Jacobi drafts, though the model may name a draft
     rs.add("draft_len", draft_len_text(gen.spec.draft_len));
     if (!gen.spec.resample.empty()) rs.add("resample", gen.spec.resample);
+    if (!gen.spec.tree.empty()) rs.add("tree", gen.spec.tree);
   }
   // The method's parameters go here (in name order, the model's validated ones among them once
   // the model is loaded), so that a run and its --from-png replay store the same text.

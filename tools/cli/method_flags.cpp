@@ -110,7 +110,7 @@ std::string param_text(const ParamValue& v) {
 
 std::vector<std::string> given_method_flags(const CLI::App& cmd) {
   std::vector<std::string> out;
-  for (const char* f : {"--draft", "--draft-len", "--resample"})
+  for (const char* f : {"--draft", "--draft-len", "--resample", "--tree"})
     if (cmd.count(f) > 0) out.push_back(f);
   for (const FlagParam& f : flag_params())
     if (cmd.count(flag_of(f.info.name)) > 0) out.push_back(flag_of(f.info.name));
@@ -140,13 +140,15 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
     return m->drafts != DraftSource::None;
   });
   std::string names = join(methods, ",");
-  for (const char* f : {"--draft", "--draft-len", "--resample"}) {
+  for (const char* f : {"--draft", "--draft-len", "--resample", "--tree"}) {
     if (cmd.count(f) == 0) continue;
     if (!any_drafts)
       throw Error(std::string(f) + " is for speculative methods; " + what + " " + names +
                   " drafts nothing");
     if (mar && std::string(f) == "--resample")
       throw Error("--resample is for LlamaGen methods; MAR's cspd methods resample their own way");
+    if (mar && std::string(f) == "--tree")
+      throw Error("--tree is for LlamaGen methods; MAR's cspd methods draft continuous windows");
   }
   for (const FlagParam& f : flag_params()) {
     const std::string flag = flag_of(f.info.name);
@@ -233,6 +235,13 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
   cmd->add_option("--resample", o.resample,
                   "Resampling at a rejection: vanilla (the method's own) or optimal (G*, COOL-SD "
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
+  cmd->add_option(
+         "--tree", o.tree,
+         "Draft a static tree and verify it in one target forward (sd with a draft model): "
+         "chain:N, kary:B1,B2,..., naive_extend_57 (LANTERN++), mc_sim_7b_63 (EAGLE-1), "
+         "medusa_2_7b_63, or a JSON file of EAGLE choices; --draft-len N cuts it at depth "
+         "N, auto drafts it whole")
+      ->type_name("SPEC");
   MethodParams& params = o.params;
   for (const FlagParam& f : flag_params()) {
     const std::string name = f.info.name, flag = flag_of(name), help = flag_help(f, md.quality);

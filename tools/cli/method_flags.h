@@ -1,5 +1,5 @@
 // The speculative-decoding flags of generate and bench, built from the method registry
-// (tessera/methods.h): --method, --draft, --draft-len, --resample and one flag per method
+// (tessera/methods.h): --method, --draft, --draft-len, --resample, --tree and one flag per method
 // parameter, named after it ("lantern.k" -> --lantern-k), so a new method needs no CLI change.
 #pragma once
 
@@ -21,7 +21,7 @@ std::string flag_of(const std::string& param);
 [[noreturn]] void throw_sweep_error(const std::string& m, const ParameterError& e,
                                     bool swept_draft_lens, bool swept_batches);
 
-// Parsed flags fill o.method, o.draft_model, o.draft_len, o.resample, and o.params with the
+// Parsed flags fill o.method, o.draft_model, o.draft_len, o.resample, o.tree, and o.params with the
 // method parameters given on the command line (typed as the registry declares them). The help
 // shows the defaults that apply to md's model: its draft and its validated settings.
 void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults& md);
@@ -36,7 +36,7 @@ std::string draft_len_text(int draft_len);
 bool uses_draft_model(const std::string& method);
 
 // Before any work: every method exists and runs on this model family ("--method cspd is for MAR
-// models only"), and every speculative flag given on `cmd` (--draft, --draft-len, --resample, a
+// models only"), and every speculative flag given on `cmd` (--draft, --draft-len, --resample, --tree, a
 // method parameter) is used by at least one of them. what: how the methods were given
 // ("--method", "--methods").
 void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& methods, bool mar,

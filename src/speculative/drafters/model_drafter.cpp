@@ -226,6 +226,13 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
 // Uniforms: node c of depth d draws with token index t(d) and stream (Draft, round, its index i
 // among the shape's nodes of depth d, low 8 bits), the high bits of i folded into the token
 // index's top byte; a chain's only node per depth has i = 0: the chain's draw.
+int ModelDrafter::max_nodes(int draft_len) const {
+  if (!shape_) return draft_depth(draft_len);
+  const int depth = draft_depth(draft_len);
+  return static_cast<int>(
+      std::count_if(shape_->depth.begin(), shape_->depth.end(), [&](int d) { return d <= depth; }));
+}
+
 void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<const int> max_depth,
                                 std::vector<DraftTree>& trees) {
   const TreeShape& shape = *shape_;

@@ -29,6 +29,8 @@ class ModelDrafter : public Drafter {
                int max_images, std::optional<TreeShape> shape = std::nullopt);
   std::string name() const override { return "draft model"; }
   int draft_depth(int draft_len) const override { return draft_len; }
+  // With a shape: its nodes down to the round's depth (the target's session is sized by this).
+  int max_nodes(int draft_len) const override;
   void start(std::span<ImageState* const> images) override;
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<DraftTree>& trees) override;
