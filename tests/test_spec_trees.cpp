@@ -15,8 +15,10 @@
 #include <numeric>
 
 #include "models/llamagen.h"
+#include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
+#include "speculative/tree_shape.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tree_drafter.h"
 
@@ -35,18 +37,21 @@ class SpecTrees : public MicroModels {
 
   // n images of class `cls` drafted by `drafter` and verified by the exact rule, from three
   // seeds (n / 3 each, the seeds of spec_analysis.h's generate), in batches of 1000.
-  static Run sample(test::TreeDrafter& drafter, const GenerateOptions& o, int cls, int n) {
+  // `observed`: the test drafter whose rounds report the node counts (null: not counted).
+  static Run sample(speculative::Drafter& drafter, int depth, const GenerateOptions& o, int cls,
+                    int n, test::TreeDrafter* observed) {
     const ModelConfig tc = load_model_config(kSpec + "micro_target");
     set_cpu_threads(1);
     LlamaGen target(tc, cpu_backend());
     const SamplingParams params = to_sampling_params(o.sampling);
     const auto rule = speculative::make_exact_rule();
     int max_nodes = 0;
-    drafter.on_round = [&](const ImageState&, const std::vector<int32_t>&,
-                           const speculative::DraftTree& tree, const speculative::VerifyOutcome&,
-                           const speculative::TargetRound&) {
-      max_nodes = std::max(max_nodes, static_cast<int>(tree.size()));
-    };
+    if (observed)
+      observed->on_round = [&](const ImageState&, const std::vector<int32_t>&,
+                               const speculative::DraftTree& tree,
+                               const speculative::VerifyOutcome&, const speculative::TargetRound&) {
+        max_nodes = std::max(max_nodes, static_cast<int>(tree.size()));
+      };
     Run run;
     uint64_t seed = o.seed;
     constexpr int kSeeds = 3, kBatch = 1000;
@@ -61,7 +66,7 @@ class SpecTrees : public MicroModels {
         speculative::LoopSettings ls;
         ls.rule = rule.get();
         ls.drafter = &drafter;
-        ls.draft_len = drafter.draft_depth(0);
+        ls.draft_len = depth;
         GenerateStats st;
         auto grids =
             speculative::generate_speculative(target, conds, idx, params, seed, ls, {}, st);
@@ -77,7 +82,7 @@ class SpecTrees : public MicroModels {
       seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
     }
     run.max_nodes = max_nodes;
-    drafter.on_round = nullptr;
+    if (observed) observed->on_round = nullptr;
     return run;
   }
 
@@ -85,10 +90,14 @@ class SpecTrees : public MicroModels {
   // also checks that the rounds really verified trees (several depth-1 siblings per round, more
   // nodes than depth) and that the statistics count depths, not nodes.
   static void expect_exact(test::TreeDrafter& drafter, const std::string& what, int cls = 2) {
+    expect_exact(drafter, drafter.draft_depth(0), &drafter, what, cls);
+  }
+  static void expect_exact(speculative::Drafter& drafter, int depth, test::TreeDrafter* observed,
+                           const std::string& what, int cls = 2) {
     const GenerateOptions o = sampling_options("sd");
     const Joint joint = target_joint(cls, o.sampling);
     const int n = samples_for(joint, kTv, kPower, 3000);
-    const Run run = sample(drafter, o, cls, n);
+    const Run run = sample(drafter, depth, o, cls, n, observed);
     const ChiSquare r = chi_square(joint, run.samples);
     const double power =
         test_stats::chi_square_power(n, r.df, std::max(0.0, kTv - r.pooled_mass), kAlpha);
@@ -102,8 +111,10 @@ class SpecTrees : public MicroModels {
     EXPECT_GT(r.df, 10);
     EXPECT_GE(power, kPower);
     EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
-    EXPECT_GT(run.max_nodes, drafter.draft_depth(0));  // a tree, not a chain
-    EXPECT_LE(run.max_nodes, drafter.max_nodes(0));
+    if (observed) {
+      EXPECT_GT(run.max_nodes, depth);  // a tree, not a chain
+      EXPECT_LE(run.max_nodes, drafter.max_nodes(depth));
+    }
     // Second siblings were tested in more than 2% of the rounds (1.06-1.55 measured).
     EXPECT_GT(static_cast<double>(run.verified_depth1) / run.rounds, 1.02);
     // By depth: a 4-token image drafts at most 2 below its first root, whatever the node count.
@@ -142,6 +153,17 @@ TEST_F(SpecTrees, IidChildrenOfAFixedQSampleTheTargetJoint) {
   expect_exact(drafter, "tree {3,3} i.i.d. from a fixed q");
 }
 
+// The shipped drafter: ModelDrafter drafting a static shape (`--tree kary:3,2`), children sampled
+// without replacement from the draft model, verified through the same loop.
+TEST_F(SpecTrees, ModelDrafterStaticTreeSamplesTheTargetJoint) {
+  LlamaGen draft(load_model_config(kSpec + "micro_draft"), cpu_backend());
+  const SamplingParams params = to_sampling_params(sampling_options("sd").sampling);
+  speculative::ModelDrafter drafter(draft, params, 2, 1000,
+                                    speculative::load_tree_shape("kary:3,2"));
+  EXPECT_EQ(drafter.max_nodes(2), 9);
+  expect_exact(drafter, 2, nullptr, "ModelDrafter kary:3,2 (without replacement)");
+}
+
 // A test of the test: i.i.d. children not marked `with_replacement` are verified as if drawn
 // without replacement (rejected tokens removed from q), which is not exact for i.i.d. draws
 // (SpecInfer's multi-step sampling keeps q). The same proof must reject those samples.
@@ -153,7 +175,8 @@ TEST_F(SpecTrees, IidChildrenVerifiedAsWithoutReplacementFailTheTest) {
   drafter.flag_replacement = false;
   const GenerateOptions o = sampling_options("sd");
   const Joint joint = target_joint(2, o.sampling);
-  const Run run = sample(drafter, o, 2, samples_for(joint, kTv, kPower, 3000));
+  const Run run = sample(drafter, drafter.draft_depth(0), o, 2,
+                         samples_for(joint, kTv, kPower, 3000), &drafter);
   const ChiSquare r = chi_square(joint, run.samples);
   std::printf("  unmarked i.i.d. siblings: chi2 %.1f df %d p %.3g\n", r.stat, r.df, r.p_value);
   EXPECT_LT(r.p_value, 1e-6) << "chi2 " << r.stat << " df " << r.df;
