@@ -115,15 +115,6 @@ void expect_near(const std::vector<float>& a, const std::vector<float>& b,
   EXPECT_LT(worst, 2e-5f) << what;
 }
 
-bool normalise(std::vector<float>& r) {  // as verify_draft does
-  double total = 0.0;
-  for (float v : r) total += v;
-  if (!(total > 0.0)) return false;
-  const double inv = 1.0 / total;
-  for (float& v : r) v = static_cast<float>(v * inv);
-  return true;
-}
-
 // Runs `rounds` rounds of `drafter` over 3 images with depth caps that differ per image and
 // round; returns every round's trees.
 std::vector<std::vector<DraftTree>> run_rounds(ModelDrafter& drafter, int rounds, int cap,

@@ -38,5 +38,9 @@ void filter_top_k_top_p(std::span<float> logits, int top_k, float top_p);
 // Inverse-CDF draw: the first index whose cumulative probability exceeds u * total. u in [0, 1).
 int sample_index(std::span<const float> probs, double u);
 int argmax(std::span<const float> values);  // first maximal index
+// Scales weights in place to sum to 1 (summed in double, in index order: the speculative walk and
+// the drafters that predict its residuals must agree bit for bit); returns false, leaving them
+// untouched, when their mass is zero.
+bool normalise(std::span<float> weights);
 
 }  // namespace tessera

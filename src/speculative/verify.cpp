@@ -34,16 +34,6 @@ void bump(std::vector<int64_t>& v, int depth) {
   v[depth - 1]++;
 }
 
-// Normalises `r` in place; returns false (leaving it untouched) when its mass is zero.
-bool normalise(std::vector<float>& r) {
-  double total = 0.0;
-  for (float v : r) total += v;
-  if (!(total > 0.0)) return false;
-  const double inv = 1.0 / total;
-  for (float& v : r) v = static_cast<float>(v * inv);
-  return true;
-}
-
 }  // namespace
 
 VerifyOutcome verify_draft(const VerifySettings& s, const DraftTree& tree,

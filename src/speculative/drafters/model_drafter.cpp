@@ -34,17 +34,6 @@ SessionOptions draft_session(const SamplingParams& params, int max_depth, int ma
   return o;
 }
 
-// Normalises `r` in place as verify_draft does (speculative/verify.cpp), so that the q stored for
-// a later sibling is bit for bit the q the walk derives after rejecting the earlier ones; returns
-// false when its mass is zero.
-bool normalise(std::vector<float>& r) {
-  double total = 0.0;
-  for (float v : r) total += v;
-  if (!(total > 0.0)) return false;
-  const double inv = 1.0 / total;
-  for (float& v : r) v = static_cast<float>(v * inv);
-  return true;
-}
 }  // namespace
 
 ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params,
