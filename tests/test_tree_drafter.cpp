@@ -290,17 +290,22 @@ class RejectAll : public AcceptanceRule {
   mutable std::vector<std::pair<int, std::vector<float>>> seen;
 };
 
+// The first round's tree of one image, drafted to `depth`.
+DraftTree first_tree(ModelDrafter& drafter, ImageState& image, int depth) {
+  std::vector<ImageState*> ptrs = {&image};
+  drafter.start(ptrs);
+  std::vector<DraftTree> trees;
+  const std::vector<int> depths = {depth};
+  drafter.propose(ptrs, depths, trees);
+  return trees.at(0);
+}
+
 TEST(TreeDrafter, StoredQIsTheQTheVerifierWalksSiblingsWith) {
   // verify_draft tests the root's children in order and, after each rejection, removes the
   // rejected token from the q it used: each child must be tested with exactly its stored q.
   ModelDrafter drafter(draft_model(), sampling(false), 2, 1, load_tree_shape("kary:4,2"));
   auto ims = images(1);
-  std::vector<ImageState*> ptrs = {&ims[0]};
-  drafter.start(ptrs);
-  std::vector<DraftTree> trees;
-  const std::vector<int> depth = {2};
-  drafter.propose(ptrs, depth, trees);
-  const DraftTree& tree = trees[0];
+  const DraftTree tree = first_tree(drafter, ims[0], 2);
   ASSERT_EQ(tree.size(), 4u + 8u);
   const int V = draft_model().info().vocab_size;
   const std::vector<float> uniform(V, 1.0f / V);
@@ -327,13 +332,7 @@ TEST(TreeDrafter, SiblingsStopWhenNoTokenIsLeft) {
   s.top_k = 2;
   ModelDrafter drafter(draft_model(), to_sampling_params(s), 2, 1, load_tree_shape("kary:3,2"));
   auto ims = images(1);
-  std::vector<ImageState*> ptrs = {&ims[0]};
-  drafter.start(ptrs);
-  std::vector<DraftTree> trees;
-  const std::vector<int> depth = {2};
-  drafter.propose(ptrs, depth, trees);
-  ASSERT_EQ(trees.size(), 1u);
-  const DraftTree& tree = trees[0];
+  const DraftTree tree = first_tree(drafter, ims[0], 2);
   ASSERT_EQ(tree.size(), 2u + 4u);  // 2 children of the root, 2 children each
   EXPECT_EQ(tree[0].parent, -1);
   EXPECT_EQ(tree[1].parent, -1);

@@ -34,6 +34,17 @@ SessionOptions draft_session(const SamplingParams& params, int max_depth, int ma
   return o;
 }
 
+// The images that draft this round (max_depth > 0), and the deepest draft among them.
+std::vector<int> drafting(std::span<const int> max_depth, int& depth) {
+  std::vector<int> who;
+  depth = 0;
+  for (size_t j = 0; j < max_depth.size(); ++j)
+    if (max_depth[j] > 0) {
+      who.push_back(static_cast<int>(j));
+      depth = std::max(depth, max_depth[j]);
+    }
+  return who;
+}
 }  // namespace
 
 ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params,
@@ -96,45 +107,33 @@ void ModelDrafter::release(const ImageState& image) {
   slots_.erase(it);
 }
 
-void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
-                           std::vector<DraftTree>& trees) {
-  if (shape_) {
-    propose_tree(active, max_depth, trees);
-    return;
-  }
-  const ArModelInfo& info = model_.info();
-  const int T = info.prefix_len, V = info.vocab_size;
+// Catch-up: the cache holds at least the committed tokens but the last two (see docs); cut it
+// there (and drop the rows of a tree finish_round never compacted: they are no path) and fill `b`
+// with the slots of the images `who` (cond, then uncond) and those tokens, so every image appends
+// the same number of rows.
+void ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vector<int>& who,
+                            StepBatch& b) {
+  const int T = model_.info().prefix_len;
   const bool cfg = params_.uses_cfg();
-  trees.assign(active.size(), {});
-  // Images that draft this round.
-  std::vector<int> who;
-  int depth = 0;
-  for (size_t j = 0; j < active.size(); ++j)
-    if (max_depth[j] > 0) {
-      who.push_back(static_cast<int>(j));
-      depth = std::max(depth, max_depth[j]);
-    }
-  if (who.empty()) return;
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
-  StepBatch b;
   b.slots.resize(R);
   for (int i = 0; i < m; ++i) {
     const Slots& s = slots_.at(active[who[i]]->id);
     b.slots[i] = s.cond;
     if (cfg) b.slots[m + i] = s.uncond;
   }
-  // Catch-up: the cache holds at least the committed tokens but the last two (see docs); cut it
-  // there and feed those two, so every image appends the same number of rows.
   int feed = 2;
   for (int j : who) feed = std::min(feed, static_cast<int>(active[j]->tokens.size()));
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
     check(static_cast<int>(im.tokens.size()) >= feed, "internal: drafter catch-up");
     const int keep = T + static_cast<int>(im.tokens.size()) - feed;
+    const Slots& s = slots_.at(im.id);
     for (int h = 0; h < (cfg ? 2 : 1); ++h) {
-      const int s = b.slots[h * m + i];
-      check(session_.length(s) >= keep, "internal: draft cache behind");
-      session_.remove(s, keep);
+      const int slot = b.slots[h * m + i];
+      if (s.tree_base >= 0) session_.remove(slot, std::min(s.tree_base, session_.length(slot)));
+      check(session_.length(slot) >= keep, "internal: draft cache behind");
+      session_.remove(slot, keep);
     }
   }
   b.n_new = feed;
@@ -150,6 +149,23 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
         b.positions[row] = model_.token_position(nt - feed + f);
       }
     }
+}
+
+void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+                           std::vector<DraftTree>& trees) {
+  if (shape_) {
+    propose_tree(active, max_depth, trees);
+    return;
+  }
+  const int V = model_.info().vocab_size;
+  const bool cfg = params_.uses_cfg();
+  trees.assign(active.size(), {});
+  int depth = 0;
+  const std::vector<int> who = drafting(max_depth, depth);
+  if (who.empty()) return;
+  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
+  StepBatch b;
+  catch_up(active, who, b);
   std::vector<int32_t> next(R);
   for (int step = 0; step < depth; ++step) {
     b.output_at = {b.n_new - 1};
@@ -189,7 +205,7 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
       for (int i = 0; i < m; ++i) {
         const ImageState& im = *active[who[i]];
         const int t = static_cast<int>(im.tokens.size()) + step;  // index of the token fed now
-        b.positions[h * m + i] = model_.token_position(std::min(t, info.n_tokens - 1));
+        b.positions[h * m + i] = model_.token_position(std::min(t, model_.info().n_tokens - 1));
       }
   }
 }
@@ -229,13 +245,8 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   const int T = info.prefix_len, V = info.vocab_size, N = shape.nodes();
   const bool cfg = params_.uses_cfg(), greedy = params_.temperature <= 0.0f;
   trees.assign(active.size(), {});
-  std::vector<int> who;
   int depth = 0;
-  for (size_t j = 0; j < active.size(); ++j)
-    if (max_depth[j] > 0) {
-      who.push_back(static_cast<int>(j));
-      depth = std::max(depth, max_depth[j]);
-    }
+  const std::vector<int> who = drafting(max_depth, depth);
   if (who.empty()) return;
   depth = std::min(depth, shape.max_depth());
   const std::vector<std::vector<int>> fed = fed_per_depth(shape);
@@ -250,43 +261,13 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   }
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
   StepBatch b;
-  b.slots.resize(R);
-  for (int i = 0; i < m; ++i) {
-    const Slots& s = slots_.at(active[who[i]]->id);
-    b.slots[i] = s.cond;
-    if (cfg) b.slots[m + i] = s.uncond;
-  }
-  // Catch-up, as the chain's (propose).
-  int feed = 2;
-  for (int j : who) feed = std::min(feed, static_cast<int>(active[j]->tokens.size()));
+  catch_up(active, who, b);
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
-    check(static_cast<int>(im.tokens.size()) >= feed, "internal: drafter catch-up");
-    const int keep = T + static_cast<int>(im.tokens.size()) - feed;
     Slots& s = slots_.at(im.id);
-    for (int h = 0; h < (cfg ? 2 : 1); ++h) {
-      const int slot = b.slots[h * m + i];
-      // A tree that finish_round never compacted: its rows are no path; drop them all.
-      if (s.tree_base >= 0) session_.remove(slot, std::min(s.tree_base, session_.length(slot)));
-      check(session_.length(slot) >= keep, "internal: draft cache behind");
-      session_.remove(slot, keep);
-    }
     s.tree_base = T + static_cast<int>(im.tokens.size());
     s.fed_at.clear();
   }
-  b.n_new = feed;
-  b.tokens.resize(static_cast<size_t>(R) * feed);
-  b.positions.resize(b.tokens.size());
-  for (int h = 0; h < (cfg ? 2 : 1); ++h)
-    for (int i = 0; i < m; ++i) {
-      const ImageState& im = *active[who[i]];
-      const int nt = static_cast<int>(im.tokens.size());
-      for (int f = 0; f < feed; ++f) {
-        const size_t row = static_cast<size_t>(h * m + i) * feed + f;
-        b.tokens[row] = im.tokens[nt - feed + f];
-        b.positions[row] = model_.token_position(nt - feed + f);
-      }
-    }
   b.output_at = {b.n_new - 1};
   // node_of[i][u]: image i's tree index of shape node u (-1: not in its tree).
   std::vector<std::vector<int>> node_of(m, std::vector<int>(N, -1));

@@ -49,6 +49,7 @@ class ModelDrafter : public Drafter {
   };
   void propose_tree(std::span<ImageState* const> active, std::span<const int> max_depth,
                     std::vector<DraftTree>& trees);
+  void catch_up(std::span<ImageState* const> active, const std::vector<int>& who, StepBatch& b);
   const AutoregressiveModel& model_;
   SamplingParams params_;
   Session session_;
