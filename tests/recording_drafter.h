@@ -32,10 +32,13 @@ class RecordingDrafter : public speculative::Drafter {
       : inner_(inner), depth_cap_(depth_cap), n_tokens_(n_tokens), reject_(reject) {}
   std::string name() const override { return inner_.name(); }
   int draft_depth(int draft_len) const override { return inner_.draft_depth(draft_len); }
-  bool wants_hidden_states() const override { return inner_.wants_hidden_states(); }
+  HiddenState hidden_state() const override { return inner_.hidden_state(); }
   bool carries_drafts() const override { return inner_.carries_drafts(); }
   int carried_drafts(const ImageState& im) const override { return inner_.carried_drafts(im); }
-  void start(std::span<ImageState* const> images) override { inner_.start(images); }
+  void start(std::span<ImageState* const> images,
+             const speculative::TargetPrefill& prefill) override {
+    inner_.start(images, prefill);
+  }
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     std::vector<int> carried;

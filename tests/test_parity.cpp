@@ -231,7 +231,7 @@ class KVCacheTest : public ::testing::Test {
     o.extra_capacity = 4;
     o.max_new = mc_.gpt.n_image_tokens();
     o.max_outputs_per_seq = o.max_new;
-    o.hidden_states = true;
+    o.hidden_states = HiddenState::PreNorm;
     auto s = std::make_unique<Session>(model_, o);
     const int32_t slot = s->acquire_slot();
     const Condition c = Condition::label(3);

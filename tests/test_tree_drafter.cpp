@@ -122,7 +122,7 @@ std::vector<std::vector<DraftTree>> run_rounds(ModelDrafter& drafter, int rounds
   const int V = draft_model().info().vocab_size, N = draft_model().info().n_tokens;
   std::vector<ImageState*> ptrs;
   for (auto& im : ims) ptrs.push_back(&im);
-  drafter.start(ptrs);
+  drafter.start(ptrs, {});
   std::vector<std::vector<DraftTree>> all;
   for (int r = 0; r < rounds; ++r) {
     std::vector<ImageState*> active;
@@ -187,7 +187,7 @@ void check_tree_against_fresh_chains(const TreeShape& shape, bool greedy) {
   auto ims = images(3);
   std::vector<ImageState*> ptrs;
   for (auto& im : ims) ptrs.push_back(&im);
-  drafter.start(ptrs);
+  drafter.start(ptrs, {});
   int checked = 0, later_siblings = 0, deep = 0;
   for (int r = 0; r < 6; ++r) {
     std::vector<ImageState*> active;
@@ -293,7 +293,7 @@ class RejectAll : public AcceptanceRule {
 // The first round's tree of one image, drafted to `depth`.
 DraftTree first_tree(ModelDrafter& drafter, ImageState& image, int depth) {
   std::vector<ImageState*> ptrs = {&image};
-  drafter.start(ptrs);
+  drafter.start(ptrs, {});
   std::vector<DraftTree> trees;
   const std::vector<int> depths = {depth};
   drafter.propose(ptrs, depths, trees);

@@ -44,7 +44,7 @@ class TreeDrafter : public speculative::Drafter {
     for (int b : branching_) nodes += level *= b;
     return nodes;
   }
-  void start(std::span<ImageState* const>) override {}
+  void start(std::span<ImageState* const>, const speculative::TargetPrefill&) override {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     trees.resize(active.size());

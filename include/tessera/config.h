@@ -143,11 +143,28 @@ struct Companions {
   std::string classifier;  // the image classifier of the quality columns (bench, tune)
 };
 
+// An EAGLE drafter (Li et al., 2024, as LANTERN trains it for LlamaGen): one decoder layer over
+// (the target's feature, the next token's embedding), read through the target's LM head. It
+// drafts for the target its config.json was converted against (tools/convert_eagle.py).
+struct EagleConfig {
+  int dim = 0, n_head = 0, n_kv_head = 0, ffn_dim = 0, vocab_size = 0;
+  float norm_eps = 1e-6f, rope_base = 10000.0f;
+  int grid = 0;
+  int prefix_len = 0;     // drafter prefix rows: the target's prefix length - 1
+  bool post_norm = true;  // the feature read: the target's last hidden state after its final norm
+  int prefix_token = 0;   // token id paired with the target's prefix features (LANTERN: 0)
+  std::string dtype = "f32";
+  std::string file = "eagle.safetensors";
+
+  int head_dim() const { return dim / n_head; }
+};
+
 struct ModelConfig {
   std::string dir;
   bool check_weights = true;  // set by the loader, not config.json: scan weights for NaN/Inf
-  std::string architecture = "llamagen";  // llamagen | mar
+  std::string architecture = "llamagen";  // llamagen | mar | eagle
   GptConfig gpt;                          // llamagen
+  EagleConfig eagle;                      // eagle (a drafter, not a model of its own)
   SamplingDefaults sampling;              // llamagen
   QualitySection quality;                 // llamagen
   bool has_vq = false;
@@ -158,6 +175,7 @@ struct ModelConfig {
   Companions companions;  // both families
 
   bool is_mar() const { return architecture == "mar"; }
+  bool is_eagle() const { return architecture == "eagle"; }
   // A companion's path (Companions::draft, ...) resolved against the model's directory ("" when
   // not named); whether it holds a model is the caller's to check, when it needs it.
   std::string companion_path(const std::string& relative) const;

@@ -83,13 +83,19 @@ void Decoder::prefill(std::vector<ImageState*>& fresh) {
   }
   if (cfg())
     for (ImageState* im : fresh) slots.push_back(im->uncond_slot);
-  session_.read(session_.prefill(conds, cfg(), slots).logits, logits_);
+  const ForwardOutputs out = session_.prefill(conds, cfg(), slots);
+  session_.read(out.logits, logits_);
+  prefill_hidden_ = out.hidden;
   stats_.forward_passes++;
-  // The first token of every method is drawn exactly as vanilla sampling draws it.
+  // The first token of every method is drawn exactly as vanilla sampling draws it, from the last
+  // prefix row of each slot.
+  const size_t rows = static_cast<size_t>(session_.prefill_rows());
   for (int i = 0; i < n; ++i) {
     ImageState& im = *fresh[i];
-    const float* u = cfg() ? logits_.data() + static_cast<size_t>(n + i) * V : nullptr;
-    im.tokens.push_back(sample(im, logits_.data() + static_cast<size_t>(i) * V, u, 0));
+    const float* c = logits_.data() + (static_cast<size_t>(i) * rows + rows - 1) * V;
+    const float* u = cfg() ? logits_.data() + (static_cast<size_t>(n + i) * rows + rows - 1) * V
+                           : nullptr;
+    im.tokens.push_back(sample(im, c, u, 0));
     im.prefilled = true;
     im.stats.tokens = 1;
     im.stats.target_forwards = 1;

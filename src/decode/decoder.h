@@ -57,6 +57,10 @@ class Decoder {
   GenerateStats& stats_;
   std::vector<std::unique_ptr<ImageState>> images_;  // by id; removed ones are null
   std::vector<float> logits_, probs_;
+  // The last prefill's hidden states ([slots * prefill_rows, dim], the slots as prefilled: every
+  // image's conditional one, then its unconditional one) when the session returns them; valid
+  // until the next forward.
+  Tensor prefill_hidden_;
 };
 
 // Vanilla autoregressive sampling (LlamaGen's generate.py): one token per forward per image.

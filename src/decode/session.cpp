@@ -17,8 +17,12 @@ SessionSizes session_sizes(const AutoregressiveModel& model, const SessionOption
   const ArModelInfo& m = model.info();
   const int64_t slots = std::max(o.n_slots, 1);
   const int64_t per_seq = std::max({m.prefix_len, o.max_new, 1});
+  // With hidden states a prefill returns every prefix row.
+  const int per_out = std::max(o.max_outputs_per_seq, o.hidden_states != HiddenState::None
+                                                          ? std::max(m.prefix_len, 1)
+                                                          : 1);
   return {slots, static_cast<int64_t>(m.prefix_len) + m.n_tokens + o.extra_capacity,
-          slots * per_seq, slots * std::max(o.max_outputs_per_seq, 1)};
+          slots * per_seq, slots * per_out};
 }
 std::string gib(double bytes) {
   char buf[32];
@@ -101,8 +105,14 @@ ForwardOutputs Session::prefill(std::span<const Condition* const> conds, bool wi
   b.positions.resize(R * T);
   for (size_t r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) b.positions[r * T + t] = model_.prefix_position(t);
-  b.output_at = {T - 1};
+  b.output_at.resize(prefill_rows());
+  for (int j = 0; j < prefill_rows(); ++j) b.output_at[j] = T - prefill_rows() + j;
+  b.output_hidden = hidden_states_ != HiddenState::None;
   return forward(b);
+}
+
+int Session::prefill_rows() const {
+  return hidden_states_ != HiddenState::None ? std::max(model_.info().prefix_len, 1) : 1;
 }
 
 ForwardOutputs Session::forward(const StepBatch& b) {
@@ -114,7 +124,11 @@ ForwardOutputs Session::forward(const StepBatch& b) {
   check(static_cast<int>(b.positions.size()) == rows &&
             (b.embeddings || static_cast<int>(b.tokens.size()) == rows),
         "internal: forward inputs size");
-  check(!b.output_hidden || hidden_states_, "internal: session made without hidden states");
+  check(!b.output_hidden || hidden_states_ != HiddenState::None,
+        "internal: session made without hidden states");
+  const int fd = model_.info().feature_dim;
+  check(static_cast<int64_t>(b.features.size()) == (fd > 0 ? int64_t{rows} * fd : 0),
+        "internal: forward features size");
 
   // Pack every index array into one host buffer and upload it in one transfer.
   staging_.assign(static_cast<size_t>(2 * rows + 2 * n_seq + n_out), 0);
@@ -150,6 +164,15 @@ ForwardOutputs Session::forward(const StepBatch& b) {
   in.output_rows = used.rows(2 * rows + 2 * n_seq, n_out);
   in.embeddings = b.embeddings;
   in.output_hidden = b.output_hidden;
+  in.hidden_after_norm = hidden_states_ == HiddenState::PostNorm;
+  Tensor features;
+  if (fd > 0) {
+    if (!feature_buffer_.data)
+      feature_buffer_ = be.empty(DType::F32, {static_cast<int64_t>(workspace_->max_rows()), fd});
+    features = feature_buffer_.rows(0, rows);
+    be.upload_into(b.features.data(), features);
+    in.features = &features;
+  }
   const std::vector<uint8_t>* mask = b.mask.empty() ? nullptr : &b.mask;
   int stride = b.mask_stride;
   if (!b.parents.empty()) {

@@ -18,7 +18,9 @@ struct SessionOptions {
   int extra_capacity = 0;       // positions per slot beyond prefix + tokens (draft nodes)
   int max_new = 1;              // most rows one sequence appends in one decoding forward
   int max_outputs_per_seq = 1;  // most output rows per sequence in one forward
-  bool hidden_states = false;   // forwards may return hidden states (drafters that read them)
+  // Which hidden state forwards may return (drafters that read them); with one, a prefill returns
+  // every prefix row's.
+  HiddenState hidden_states = HiddenState::None;
 };
 
 // One forward, described on the host. Rows are (sequence, new token) pairs: row r*n_new + j is
@@ -28,6 +30,7 @@ struct StepBatch {
   std::vector<int32_t> slots;
   std::vector<int32_t> tokens;         // [slots * n_new]; ignored when `embeddings` is set
   const Tensor* embeddings = nullptr;  // f32 [slots * n_new, dim]
+  std::vector<float> features;         // [slots * n_new, feature_dim] (models that read them)
   std::vector<int32_t> positions;      // [slots * n_new] position ids
   std::vector<int32_t> output_at;      // indices j in [0, n_new) whose outputs each slot returns
   std::vector<uint8_t> mask;           // optional [slots][n_new][mask_stride] (tree attention)
@@ -60,9 +63,12 @@ class Session {
   void compact(int slot, int from, std::span<const int> keep) { cache_.compact(slot, from, keep); }
 
   // Runs the condition prefixes of `conds` into `slots` (conditional rows first, then with_uncond
-  // the unconditional ones, one slot each); outputs are the last prefix position of every slot.
+  // the unconditional ones, one slot each); outputs are the last prefix position of every slot,
+  // or with hidden states every prefix position's (prefill_rows() per slot, the last one last).
   ForwardOutputs prefill(std::span<const Condition* const> conds, bool with_uncond,
                          std::span<const int32_t> slots);
+  int prefill_rows() const;
+  HiddenState hidden_states() const { return hidden_states_; }
   // Uploads the batch's inputs (one transfer per buffer), runs the model, advances the slots.
   ForwardOutputs forward(const StepBatch& batch);
   // Copies t to `host` (resized) and waits for it.
@@ -83,9 +89,10 @@ class Session {
   std::vector<uint8_t> in_use_;
   Tensor index_buffer_;             // I32: tokens | positions | seq | past | output rows
   Tensor mask_buffer_;              // U8, reserved on first use
+  Tensor feature_buffer_;           // F32 [max rows, feature_dim], reserved on first use
   std::vector<uint8_t> mask_host_;  // StepBatch::parents expanded (reused between forwards)
   std::vector<int32_t> staging_;    // host side of index_buffer_
-  bool hidden_states_ = false;
+  HiddenState hidden_states_ = HiddenState::None;
   int64_t forwards_ = 0;
 };
 

@@ -25,7 +25,13 @@ struct ArModelInfo {
   int vocab_size = 0;  // logits per output row
   int prefix_len = 0;  // condition positions before the first generated token
   int n_tokens = 0;    // tokens generated per sequence (an image's token grid)
+  int feature_dim = 0; // width of the features every input row reads beside its token (EAGLE: the
+                       // target's hidden state); 0: none
 };
+
+// Which hidden state a forward returns beside the logits, for drafters that read the target: the
+// last layer's residual stream (the final norm's input) or the final norm's output (EAGLE's f).
+enum class HiddenState { None, PreNorm, PostNorm };
 
 // One forward's inputs, all backend tensors: views into buffers a session reserved once and
 // writes once per step, so their addresses are stable and a device backend can replay the call.
@@ -33,17 +39,20 @@ struct ForwardInputs {
   AttentionBatch attn;                 // batch sequences, their cached lengths, optional mask
   Tensor tokens;                       // I32 [rows]: token ids (unused when `embeddings` is set)
   const Tensor* embeddings = nullptr;  // f32 [rows, dim]: input embeddings (condition prefixes)
+  const Tensor* features = nullptr;    // f32 [rows, info().feature_dim]: models that read them
   Tensor positions;                    // I32 [rows]: position ids (LlamaGen: RoPE table rows)
   Tensor output_rows;                  // I32 [n_out]: batch rows whose outputs are returned
   bool output_hidden = false;          // also return those rows' hidden states
+  bool hidden_after_norm = false;      // ... after the final norm (HiddenState::PostNorm)
   int rows() const { return attn.n_seq * attn.n_new; }
 };
 
 // Views into the workspace, valid until its next forward.
 struct ForwardOutputs {
   Tensor logits;  // f32 [n_out, vocab]
-  // f32 [n_out, dim]: the last layer's residual stream (the final norm's input), the features
-  // draft heads read (EAGLE, Medusa, Hawk); undefined unless asked for.
+  // f32 [n_out, dim]: the last layer's residual stream (the final norm's input, or its output with
+  // hidden_after_norm), the features draft heads read (EAGLE, Medusa, Hawk); undefined unless
+  // asked for.
   Tensor hidden;
 };
 
@@ -82,6 +91,9 @@ class AutoregressiveModel {
 
   // Bytes of weights one decode step streams (the bandwidth roofline of a step).
   virtual int64_t streamed_weight_bytes() const = 0;
+
+  // The LM head [vocab, dim] (a linear weight): drafters that share it (EAGLE, Medusa) read it.
+  virtual const Tensor& output_head() const = 0;
 };
 
 }  // namespace tessera

@@ -256,7 +256,7 @@ ForwardOutputs LlamaGen::forward(const ForwardInputs& in, KVCache& cache,
   be.rms_norm(picked, norm, c.norm_eps, normed);
   out.logits = ws.logits.rows(0, n_out);
   be.linear(normed, output, nullptr, out.logits);
-  if (in.output_hidden) out.hidden = picked;
+  if (in.output_hidden) out.hidden = in.hidden_after_norm ? normed : picked;
   return out;
 }
 

@@ -33,6 +33,7 @@ class LlamaGen final : public AutoregressiveModel {
   ForwardOutputs forward(const ForwardInputs& in, KVCache& cache,
                          ForwardWorkspace& workspace) const override;
   int64_t streamed_weight_bytes() const override;
+  const Tensor& output_head() const override { return output; }
   // Weights multiplied per row in a forward (the matrices and the head): 2 flops each.
   int64_t streamed_weight_params() const;
 

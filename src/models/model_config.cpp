@@ -234,6 +234,36 @@ void load_mar_config(const json& root, const std::string& where, ModelConfig& mc
 }
 
 // config.json "sampling": {"cfg": F, "temperature": F, "top_k": K, "top_p": P}, all optional.
+void load_eagle_config(const json& root, const std::string& where, ModelConfig& mc) {
+  if (!root.contains("eagle") || !root["eagle"].is_object()) Keys(root, where).fail("missing object \"eagle\"");
+  const Keys e(root["eagle"], where + " eagle");
+  EagleConfig& c = mc.eagle;
+  c.dim = e.integer("dim", 1, kMaxDim);
+  c.n_head = e.integer("n_head", 1, kMaxDepth);
+  c.n_kv_head = e.integer("n_kv_head", 1, kMaxDepth, c.n_head);
+  c.ffn_dim = e.integer("ffn_dim", 1, 1 << 20);
+  c.vocab_size = e.integer("vocab_size", 1, kMaxVocab);
+  c.norm_eps = e.real("norm_eps", 0.0, 1.0, true, 1e-6f);
+  c.rope_base = e.real("rope_base", 1.0, 1e9, false, 10000.0f);
+  c.grid = e.integer("grid", 1, kMaxTokenSide);
+  c.prefix_len = e.integer("prefix_len", 0, 4095);
+  const std::string feature = e.string("feature", "post_norm");
+  if (feature != "post_norm" && feature != "pre_norm")
+    e.fail("feature must be post_norm or pre_norm, got \"" + printable(feature) + "\"");
+  c.post_norm = feature == "post_norm";
+  c.prefix_token = e.integer("prefix_token", 0, kMaxVocab, 0);
+  c.dtype = e.float_dtype("dtype");
+  c.file = e.file_name("file", "eagle.safetensors");
+  if (c.prefix_token >= c.vocab_size) e.fail("prefix_token is not below vocab_size");
+  if (c.dim % c.n_head) e.fail("dim is not divisible by n_head");
+  if (c.n_head % c.n_kv_head) e.fail("n_head is not divisible by n_kv_head");
+  if (c.head_dim() % 4)
+    e.fail("head dim " + std::to_string(c.head_dim()) + " is not a multiple of 4 (2D RoPE needs it)");
+  e.product_fits({{"vocab_size", c.vocab_size}, {"dim", c.dim}});
+  e.product_fits({{"ffn_dim", c.ffn_dim}, {"dim", c.dim}});
+  e.product_fits({{"3 x dim", 3 * int64_t{c.dim}}, {"dim", c.dim}});
+}
+
 SamplingDefaults read_sampling_defaults(const json& s, const std::string& where) {
   if (!s.is_object()) throw Error(where + ": \"sampling\" must be an object");
   for (const auto& [key, value] : s.items())
@@ -409,9 +439,13 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& di
     load_mar_config(root, where, mc);
     return mc;
   }
+  if (mc.architecture == "eagle") {
+    load_eagle_config(root, where, mc);
+    return mc;
+  }
   if (mc.architecture != "llamagen")
     r.fail("unsupported architecture \"" + printable(mc.architecture) +
-           "\" (supported: llamagen, mar)");
+           "\" (supported: llamagen, mar, eagle)");
   if (!root.contains("gpt") || !root["gpt"].is_object()) r.fail("missing object \"gpt\"");
   const Keys g(root["gpt"], where + " gpt");
   GptConfig& c = mc.gpt;

@@ -1,6 +1,7 @@
 #include "models/weights.h"
 
 #include <atomic>
+#include <cstring>
 
 #include "common/clock.h"
 #include "tensor/finite_scan.h"
@@ -66,6 +67,21 @@ Tensor WeightLoader::linear_stacked(const std::vector<std::string>& names, const
     backend_.copy(matrix(names[i], each), rows);
   }
   return backend_.pack_linear_weight(stacked);
+}
+
+Tensor WeightLoader::linear_columns(const std::string& name, const Shape& shape, int64_t begin,
+                                    int64_t width) {
+  check(shape.size() == 2 && begin >= 0 && width > 0 && begin + width <= shape[1],
+        "internal: linear_columns outside the matrix");
+  matrix(name, shape);  // validates name, shape, dtype and values
+  const SafeTensorInfo& info = file_.get(name);
+  const size_t es = dtype_size(info.dtype);
+  std::vector<uint8_t> block(static_cast<size_t>(shape[0] * width) * es);
+  const auto* src = static_cast<const uint8_t*>(info.data);
+  for (int64_t r = 0; r < shape[0]; ++r)
+    std::memcpy(block.data() + static_cast<size_t>(r * width) * es,
+                src + static_cast<size_t>(r * shape[1] + begin) * es, static_cast<size_t>(width) * es);
+  return backend_.pack_linear_weight(backend_.upload(block.data(), info.dtype, {shape[0], width}));
 }
 
 Tensor WeightLoader::adopt(const SafeTensorInfo& info) {

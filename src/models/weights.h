@@ -34,6 +34,10 @@ class WeightLoader {
   // Linear layers that read the same input, each of shape `each` ([N, K]), stacked by output rows
   // into one [names.size() * N, K] weight: one kernel call computes all of them, in order.
   Tensor linear_stacked(const std::vector<std::string>& names, const Shape& each);
+  // Columns [begin, begin + width) of the linear weight `name` of shape `shape` ([N, K]), as the
+  // weight of a linear layer of its own ([N, width]): the halves of a layer that reads two
+  // concatenated inputs (EAGLE's fc over [embedding, feature]), applied to each input apart.
+  Tensor linear_columns(const std::string& name, const Shape& shape, int64_t begin, int64_t width);
   // A tensor converted to f32 (norm weights, biases, small tables): any float dtype.
   Tensor f32(const std::string& name, const Shape& shape);
   // After loading: throws when the file holds tensors the model does not use.

@@ -56,7 +56,7 @@ std::string cpu_model_name() {
 std::string model_key(const ModelConfig& c) {
   std::string key = std::to_string(fnv1a(read_small_file(c.dir + "/config.json", 1 << 20)));
   struct stat st {};
-  const std::string weights = c.dir + "/" + c.gpt.file;
+  const std::string weights = c.dir + "/" + (c.is_eagle() ? c.eagle.file : c.gpt.file);
   if (::stat(weights.c_str(), &st) == 0) {
     // Appended piece by piece: GCC 12 misreports "literal" + std::string&& (-Wrestrict, bug
     // 105329).

@@ -31,7 +31,10 @@ std::vector<double> measure_forward_seconds(const AutoregressiveModel& model,
   const Condition cond = Condition::unconditional();
   const Condition* conds[] = {&cond};
   std::vector<float> host;
-  session.read(session.prefill(conds, s.cfg, slots).logits, host);
+  // A model that reads features (an EAGLE drafter) has no prefix of its own to prefill; its rows
+  // read any feature (zeros) beside their tokens.
+  const size_t fd = static_cast<size_t>(info.feature_dim);
+  if (fd == 0) session.read(session.prefill(conds, s.cfg, slots).logits, host);
 
   // A forward of n rows per slot for tokens [from, from + n), returning the last `outputs` rows.
   auto step = [&](int from, int n, int outputs) {
@@ -43,6 +46,7 @@ std::vector<double> measure_forward_seconds(const AutoregressiveModel& model,
         b.tokens.push_back((from + r) * 7919 % info.vocab_size);  // any valid tokens
         b.positions.push_back(model.token_position(from + r));
       }
+    b.features.assign(fd * b.tokens.size(), 0.0f);
     for (int r = n - outputs; r < n; ++r) b.output_at.push_back(r);
     session.read(session.forward(b).logits, host);
   };

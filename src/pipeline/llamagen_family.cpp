@@ -9,6 +9,7 @@
 #include "decode/decoder.h"
 #include "decode/guidance.h"
 #include "decode/teacher_forcing.h"
+#include "models/eagle_drafter.h"
 #include "models/llamagen.h"
 #include "models/vq_decoder.h"
 #include "pipeline/cost_cache.h"
@@ -53,17 +54,26 @@ struct LlamaGenFamily::Data {
   std::unique_ptr<VqDecoder> vq;
   // The draft model of the last speculative call (reloaded when --draft changes).
   std::string draft_dir;
-  std::unique_ptr<LlamaGen> draft;
+  std::unique_ptr<AutoregressiveModel> draft;
   ModelConfig draft_config;
 
-  const LlamaGen& draft_model(const std::string& dir);
+  const AutoregressiveModel& draft_model(const std::string& dir);
 };
 
-const LlamaGen& LlamaGenFamily::Data::draft_model(const std::string& dir) {
+// A draft model over the target's vocabulary (a smaller LlamaGen), or an EAGLE drafter converted
+// for this target.
+const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& dir) {
   if (draft && draft_dir == dir) return *draft;
   draft.reset();
   ModelConfig dc = load_model_config(dir);
   dc.check_weights = config.check_weights;
+  if (dc.is_eagle()) {
+    draft = std::make_unique<EagleDrafterModel>(dc, *gpt);  // checks that it fits the target
+    draft_dir = dir;
+    draft_config = dc;
+    return *draft;
+  }
+  check_param(!dc.is_mar(), "draft", "{draft} " + dir + " is a MAR model, not a draft model");
   const GptConfig &t = config.gpt, &d = dc.gpt;
   auto same = [&](const char* what, long a, long b) {
     check_param(a == b, "draft",
@@ -134,7 +144,7 @@ ForwardFlops LlamaGenFamily::forward_flops(int k, bool cfg) const {
 // options is raised here, before any image starts.
 struct LlamaGenFamily::Prepared {
   SamplingParams p;
-  const LlamaGen* draft = nullptr;
+  const AutoregressiveModel* draft = nullptr;
   speculative::Method method;
   std::string note;
   std::optional<speculative::TreeShape> tree;  // --tree: the draft model's static tree
@@ -186,7 +196,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
                                                            GenerateStats* stats) {
   Prepared prep = prepare(opts);
   const SamplingParams& p = prep.p;
-  const LlamaGen* draft = prep.draft;
+  const AutoregressiveModel* draft = prep.draft;
   speculative::Method& method = prep.method;
   const std::string& note = prep.note;
   GenerateStats local;
@@ -218,9 +228,14 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   // length policy models chains only).
   const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
   std::unique_ptr<speculative::Drafter> drafter;
-  if (draft)
+  if (draft) {
+    speculative::FeatureInputs features;
+    if (const auto* eagle = dynamic_cast<const EagleDrafterModel*>(draft))
+      features = {eagle->feature(), eagle->prefix_token()};
     drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, draft_len,
-                                                          std::max(max_images, 1), prep.tree);
+                                                          std::max(max_images, 1), prep.tree,
+                                                          features);
+  }
   else
     drafter = std::make_unique<speculative::JacobiDrafter>(d_->config.gpt.vocab_size, p);
   speculative::LoopSettings ls;

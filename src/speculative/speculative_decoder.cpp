@@ -27,7 +27,7 @@ SessionOptions target_session(const LoopSettings& loop, const SamplingParams& p,
   o.extra_capacity = width;
   o.max_new = width;
   o.max_outputs_per_seq = width;
-  o.hidden_states = loop.drafter->wants_hidden_states();
+  o.hidden_states = loop.drafter->hidden_state();
   return o;
 }
 }  // namespace
@@ -65,7 +65,12 @@ void SpeculativeDecoder::prefill(std::vector<ImageState*>& fresh) {
     }
   const double t0 = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
-  loop_.drafter->start(fresh);
+  TargetPrefill prefill;
+  if (loop_.drafter->hidden_state() != HiddenState::None) {
+    prefill.hidden = prefill_hidden_;
+    prefill.rows = session_.prefill_rows();
+  }
+  loop_.drafter->start(fresh, prefill);
   stats_.draft_forward_passes += loop_.drafter->batched_forwards() - f0;
   stats_.draft_seconds += now_s() - t0;
 }
@@ -143,7 +148,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     }
   b.output_at.resize(rows);
   for (int r = 0; r < rows; ++r) b.output_at[r] = r;
-  b.output_hidden = loop_.drafter->wants_hidden_states();
+  b.output_hidden = loop_.drafter->hidden_state() != HiddenState::None;
   const ForwardOutputs outputs = session_.forward(b);
   session_.read(outputs.logits, logits_);
   stats_.forward_passes++;
@@ -176,7 +181,10 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
       }
       return std::span<const float>(out);
     };
-    if (b.output_hidden) target.hidden = outputs.hidden.rows(static_cast<int64_t>(j) * rows, rows);
+    if (b.output_hidden) {
+      target.hidden = outputs.hidden.rows(static_cast<int64_t>(j) * rows, rows);
+      if (cfg()) target.hidden_uncond = outputs.hidden.rows(static_cast<int64_t>(m + j) * rows, rows);
+    }
     VerifySettings vs;
     vs.rule = loop_.rule;
     vs.draft_len = std::max(1, round_len_[j]);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/autoregressive_model.h"
 #include "speculative/draft.h"
 #include "speculative/verify.h"
 #include "tensor/tensor.h"
@@ -19,7 +20,17 @@ namespace tessera::speculative {
 // j + 1: the token after draft node j).
 struct TargetRound {
   std::function<std::span<const float>(int)> dist;  // target distribution of row r
-  Tensor hidden;  // [rows, dim] backend tensor when wants_hidden_states(), else undefined
+  // [rows, dim] backend tensors of the conditional and (with CFG) unconditional half when
+  // hidden_state() asks for them, else undefined; valid until the next target forward.
+  Tensor hidden, hidden_uncond;
+};
+
+// The target's prefill of the images start() receives: with hidden_state(), the hidden states of
+// every prefix row, [slots * rows, dim]: the images' conditional slots in order, then (with CFG)
+// their unconditional ones, `rows` prefix positions each (the last one predicts the first token).
+struct TargetPrefill {
+  Tensor hidden;
+  int rows = 0;
 };
 
 class Drafter {
@@ -31,8 +42,8 @@ class Drafter {
   // Most nodes of one round's tree for --draft-len L (the target verifies root + nodes in one
   // forward: its session is sized by this). Chains: the depth.
   virtual int max_nodes(int draft_len) const { return draft_depth(draft_len); }
-  // Whether the target's forwards should return hidden states for finish_round.
-  virtual bool wants_hidden_states() const { return false; }
+  // Which hidden state of the target start() and finish_round() receive (None: none).
+  virtual HiddenState hidden_state() const { return HiddenState::None; }
   // Whether the drafts a round leaves unverified are re-drafted by the target and carried into
   // the next window (Jacobi iteration): --draft-len auto's policy then models the window
   // (DraftLengthPolicy, JacobiAcceptance) instead of the depths alone.
@@ -40,7 +51,7 @@ class Drafter {
   // How many drafts the next window of `image` starts with that were carried over.
   virtual int carried_drafts(const ImageState&) const { return 0; }
   // Images whose prefill just drew their first token (images join between steps).
-  virtual void start(std::span<ImageState* const> images) = 0;
+  virtual void start(std::span<ImageState* const> images, const TargetPrefill& prefill) = 0;
   // Writes a tree of depth <= max_depth[j] and at most max_nodes(draft_len) nodes for each image
   // active[j] (max_depth 0: empty tree).
   virtual void propose(std::span<ImageState* const> active, std::span<const int> max_depth,

@@ -24,7 +24,7 @@ class JacobiDrafter : public Drafter {
     const auto it = carried_.find(image.id);
     return it == carried_.end() ? 0 : static_cast<int>(it->second.size());
   }
-  void start(std::span<ImageState* const>) override {}
+  void start(std::span<ImageState* const>, const TargetPrefill&) override {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<DraftTree>& trees) override;
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,

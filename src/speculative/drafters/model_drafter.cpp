@@ -18,8 +18,8 @@ std::vector<std::vector<int>> fed_per_depth(const TreeShape& shape) {
   return fed;
 }
 
-SessionOptions draft_session(const SamplingParams& params, int max_depth, int max_images,
-                             const std::optional<TreeShape>& shape) {
+SessionOptions draft_session(const AutoregressiveModel& model, const SamplingParams& params,
+                             int max_depth, int max_images, const std::optional<TreeShape>& shape) {
   SessionOptions o;
   o.n_slots = max_images * (params.uses_cfg() ? 2 : 1);
   o.extra_capacity = max_depth + 2;
@@ -30,6 +30,14 @@ SessionOptions draft_session(const SamplingParams& params, int max_depth, int ma
     for (const auto& f : fed_per_depth(*shape))
       o.max_new = std::max(o.max_new, static_cast<int>(f.size()));
     o.max_outputs_per_seq = o.max_new;
+  }
+  if (model.info().feature_dim > 0) {
+    // The catch-up feeds a round's committed pairs (accepted drafts + 1), or the prefix's at the
+    // start, padded to the longest; its padding rows sit in the cache until it removes them.
+    o.max_new = std::max({o.max_new, max_depth + 1, model.info().prefix_len + 1});
+    o.max_outputs_per_seq = o.max_new;
+    o.extra_capacity += o.max_new;
+    o.hidden_states = HiddenState::PreNorm;  // its hidden output: the predicted feature f^
   }
   return o;
 }
@@ -48,11 +56,16 @@ std::vector<int> drafting(std::span<const int> max_depth, int& depth) {
 }  // namespace
 
 ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params,
-                           int max_depth, int max_images, std::optional<TreeShape> shape)
+                           int max_depth, int max_images, std::optional<TreeShape> shape,
+                           FeatureInputs features)
     : model_(model),
       params_(params),
-      session_(model, draft_session(params, max_depth, max_images, shape)),
-      shape_(std::move(shape)) {
+      session_(model, draft_session(model, params, max_depth, max_images, shape)),
+      shape_(std::move(shape)),
+      features_(features) {
+  check((model.info().feature_dim > 0) == reads_features(),
+        "internal: a drafter model reads features exactly when FeatureInputs names them");
+  max_new_ = draft_session(model, params, max_depth, max_images, shape_).max_new;
   if (shape_) {
     children_.assign(shape_->nodes() + 1, {});
     for (int u = 0; u < shape_->nodes(); ++u) {
@@ -62,8 +75,39 @@ ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParam
   }
 }
 
+HiddenState ModelDrafter::hidden_state() const {
+  return features_.feature;
+}
+
+void ModelDrafter::queue_pairs(Slots& s, std::span<const int32_t> tokens, std::span<const int> rows,
+                               const float* cond, const float* uncond) {
+  const size_t fd = static_cast<size_t>(model_.info().feature_dim);
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    s.pending.push_back(tokens[k]);
+    const size_t at = static_cast<size_t>(rows[k]) * fd;
+    s.pending_cond.insert(s.pending_cond.end(), cond + at, cond + at + fd);
+    if (s.uncond >= 0) s.pending_uncond.insert(s.pending_uncond.end(), uncond + at, uncond + at + fd);
+  }
+}
+
 void ModelDrafter::finish_round(ImageState& image, const DraftTree&, const VerifyOutcome& outcome,
-                                const TargetRound&) {
+                                const TargetRound& target) {
+  if (reads_features()) {
+    // The round's committed tokens, each with the target's feature at the row that predicted it:
+    // row 0 (the root's) predicted the first, the row of accepted node a the one after it.
+    Slots& s = slots_.at(image.id);
+    std::vector<int> rows = {0};
+    for (int a : outcome.accepted) rows.push_back(a + 1);
+    const int n = static_cast<int>(rows.size());
+    check(target.hidden.data && (s.uncond < 0 || target.hidden_uncond.data) &&
+              static_cast<int>(image.tokens.size()) >= n,
+          "internal: the EAGLE drafter needs the target's hidden states");
+    session_.read(target.hidden, host_cond_);
+    if (s.uncond >= 0) session_.read(target.hidden_uncond, host_uncond_);
+    queue_pairs(s, std::span<const int32_t>(image.tokens).last(n), rows, host_cond_.data(),
+                s.uncond >= 0 ? host_uncond_.data() : nullptr);
+    return;
+  }
   if (!shape_) return;  // the chain: the next catch-up cuts the cache after the accepted drafts
   auto it = slots_.find(image.id);
   if (it == slots_.end() || it->second.tree_base < 0) return;
@@ -81,8 +125,32 @@ void ModelDrafter::finish_round(ImageState& image, const DraftTree&, const Verif
   s.fed_at.clear();
 }
 
-void ModelDrafter::start(std::span<ImageState* const> images) {
+void ModelDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {
   const bool cfg = params_.uses_cfg();
+  if (reads_features()) {
+    // The prefix pairs: the target's prefix features, each with the token after it (the prefix
+    // token, LANTERN's zero id, then the first image token); fed by the first catch-up.
+    const int n = static_cast<int>(images.size()), rows = prefill.rows;
+    check(prefill.hidden.data && rows == model_.info().prefix_len + 1,
+          "internal: the EAGLE drafter needs the target's prefix hidden states");
+    session_.read(prefill.hidden, host_cond_);
+    const size_t fd = static_cast<size_t>(model_.info().feature_dim);
+    for (int i = 0; i < n; ++i) {
+      ImageState* im = images[i];
+      Slots s;
+      s.cond = session_.acquire_slot();
+      if (cfg) s.uncond = session_.acquire_slot();
+      std::vector<int32_t> tokens(rows, features_.prefix_token);
+      tokens.back() = im->tokens.at(0);
+      std::vector<int> at(rows);
+      for (int k = 0; k < rows; ++k) at[k] = i * rows + k;
+      // The unconditional slots' rows follow the n conditional slots' rows.
+      const float* uncond = cfg ? host_cond_.data() + static_cast<size_t>(n * rows) * fd : nullptr;
+      queue_pairs(s, tokens, at, host_cond_.data(), uncond);
+      slots_[im->id] = std::move(s);
+    }
+    return;
+  }
   std::vector<const Condition*> conds;
   std::vector<int32_t> slots, uncond;
   for (ImageState* im : images) {
@@ -107,12 +175,19 @@ void ModelDrafter::release(const ImageState& image) {
   slots_.erase(it);
 }
 
+void ModelDrafter::run(const StepBatch& b) {
+  const ForwardOutputs out = session_.forward(b);
+  session_.read(out.logits, logits_);
+  if (b.output_hidden) session_.read(out.hidden, hidden_);
+}
+
 // Catch-up: the cache holds at least the committed tokens but the last two (see docs); cut it
-// there (and drop the rows of a tree finish_round never compacted: they are no path) and fill `b`
-// with the slots of the images `who` (cond, then uncond) and those tokens, so every image appends
-// the same number of rows.
-void ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vector<int>& who,
-                            StepBatch& b) {
+// there (and drop the rows of a tree finish_round never compacted: they are no path) and feed
+// those tokens for the images `who` (cond, then uncond), so every image appends the same number
+// of rows; the last one's outputs are the root's.
+int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vector<int>& who,
+                           StepBatch& b, std::vector<int>& out_row) {
+  if (reads_features()) return catch_up_features(active, who, b, out_row);
   const int T = model_.info().prefix_len;
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
@@ -149,6 +224,93 @@ void ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vect
         b.positions[row] = model_.token_position(nt - feed + f);
       }
     }
+  b.output_at = {feed - 1};
+  run(b);
+  out_row.assign(m, 0);
+  return 1;
+}
+
+// Feature mode: drop the last round's draft rows (the cache keeps the `fed` pairs with the
+// target's features) and feed the pending pairs, at most max_new_ rows per forward: first the
+// pairs beyond each image's last max_new_, then the last ones, whose forward gives the roots'
+// outputs. Images with fewer pairs are padded (token 0, feature 0, after their real rows, so no
+// real row sees them); padding rows are removed after each forward.
+int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
+                                    const std::vector<int>& who, StepBatch& b,
+                                    std::vector<int>& out_row) {
+  const bool cfg = params_.uses_cfg();
+  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, P = model_.info().prefix_len;
+  const size_t fd = static_cast<size_t>(model_.info().feature_dim);
+  b.slots.resize(R);
+  std::vector<Slots*> st(m);
+  for (int i = 0; i < m; ++i) {
+    st[i] = &slots_.at(active[who[i]]->id);
+    b.slots[i] = st[i]->cond;
+    if (cfg) b.slots[m + i] = st[i]->uncond;
+    for (int h = 0; h < (cfg ? 2 : 1); ++h) session_.remove(b.slots[h * m + i], st[i]->fed);
+    check(!st[i]->pending.empty(), "internal: an EAGLE catch-up without a committed pair");
+  }
+  const int last_pair = P + model_.info().n_tokens - 1;
+  auto pair_position = [&](int k) {
+    k = std::min(k, last_pair);
+    return k < P ? model_.prefix_position(k) : model_.token_position(k - P);
+  };
+  std::vector<int> taken(m, 0);
+  int n_out = 0;
+  for (bool last = false; !last;) {
+    // Rows each image feeds now: its excess over the last max_new_ pairs, then those.
+    std::vector<int> take(m);
+    int n = 0;
+    for (int i = 0; i < m; ++i) {
+      const int left = static_cast<int>(st[i]->pending.size()) - taken[i];
+      take[i] = std::max(0, std::min(max_new_, left - max_new_));
+      n = std::max(n, take[i]);
+    }
+    last = n == 0;
+    if (last)
+      for (int i = 0; i < m; ++i) {
+        take[i] = static_cast<int>(st[i]->pending.size()) - taken[i];
+        n = std::max(n, take[i]);
+      }
+    b.n_new = n;
+    b.tokens.assign(static_cast<size_t>(R) * n, 0);
+    b.positions.assign(b.tokens.size(), 0);
+    b.features.assign(b.tokens.size() * fd, 0.0f);
+    for (int h = 0; h < (cfg ? 2 : 1); ++h)
+      for (int i = 0; i < m; ++i) {
+        const Slots& s = *st[i];
+        const std::vector<float>& f = h == 0 ? s.pending_cond : s.pending_uncond;
+        for (int r = 0; r < n; ++r) {
+          const size_t row = static_cast<size_t>(h * m + i) * n + r;
+          // A padding row takes the position of the image's last real row.
+          const int j = std::min(r, std::max(take[i] - 1, 0)), k = taken[i] + j;
+          b.positions[row] = pair_position(s.fed + j);
+          if (r >= take[i]) continue;
+          b.tokens[row] = s.pending[k];
+          std::copy_n(f.begin() + static_cast<ptrdiff_t>(k * fd), fd,
+                      b.features.begin() + static_cast<ptrdiff_t>(row * fd));
+        }
+      }
+    b.output_at.assign(last ? n : 1, 0);
+    for (size_t r = 0; r < b.output_at.size(); ++r) b.output_at[r] = static_cast<int>(r);
+    b.output_hidden = last;
+    run(b);
+    out_row.resize(m);
+    for (int i = 0; i < m; ++i) {
+      st[i]->fed += take[i];
+      taken[i] += take[i];
+      out_row[i] = take[i] - 1;  // the last forward's: the root pair's row
+      for (int h = 0; h < (cfg ? 2 : 1); ++h) session_.remove(b.slots[h * m + i], st[i]->fed);
+    }
+    n_out = static_cast<int>(b.output_at.size());
+  }
+  for (Slots* s : st) {
+    s->pending.clear();
+    s->pending_cond.clear();
+    s->pending_uncond.clear();
+  }
+  b.output_hidden = true;
+  return n_out;
 }
 
 void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
@@ -165,11 +327,17 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   if (who.empty()) return;
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
   StepBatch b;
-  catch_up(active, who, b);
+  std::vector<int> out_row;
+  int n_out = catch_up(active, who, b, out_row);
+  const size_t fd = static_cast<size_t>(model_.info().feature_dim);
   std::vector<int32_t> next(R);
   for (int step = 0; step < depth; ++step) {
-    b.output_at = {b.n_new - 1};
-    session_.read(session_.forward(b).logits, logits_);
+    if (step > 0) {
+      b.output_at = {0};
+      run(b);
+      n_out = 1;
+      out_row.assign(m, 0);
+    }
     for (int i = 0; i < m; ++i) {
       ImageState& im = *active[who[i]];
       const int d = step + 1;  // depth of the node drawn now
@@ -183,8 +351,9 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
       node.parent = d - 2;
       node.depth = d;
       node.q.resize(V);
-      guided_distribution(logits_.data() + static_cast<size_t>(i) * V,
-                          cfg ? logits_.data() + static_cast<size_t>(m + i) * V : nullptr, V,
+      const size_t row = static_cast<size_t>(i) * n_out + out_row[i];
+      const size_t urow = static_cast<size_t>(m + i) * n_out + out_row[i];
+      guided_distribution(logits_.data() + row * V, cfg ? logits_.data() + urow * V : nullptr, V,
                           params_, t, node.q);
       node.token =
           params_.temperature <= 0.0f
@@ -206,6 +375,17 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
         const ImageState& im = *active[who[i]];
         const int t = static_cast<int>(im.tokens.size()) + step;  // index of the token fed now
         b.positions[h * m + i] = model_.token_position(std::min(t, model_.info().n_tokens - 1));
+      }
+    // Feature mode: each fed token reads the drafter's predicted feature at the row it was drawn
+    // from (EAGLE's f^).
+    b.output_hidden = reads_features();
+    b.features.assign(reads_features() ? static_cast<size_t>(R) * fd : 0, 0.0f);
+    if (reads_features())
+      for (int r = 0; r < R; ++r) {
+        const int i = r % m;
+        const size_t from = (static_cast<size_t>(r) * n_out + out_row[i]) * fd;
+        std::copy_n(hidden_.begin() + static_cast<ptrdiff_t>(from), fd,
+                    b.features.begin() + static_cast<ptrdiff_t>(r * fd));
       }
   }
 }
@@ -260,15 +440,21 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
       for (int u : f) tree_row[u] = row++;
   }
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
+  const size_t fd = static_cast<size_t>(info.feature_dim);
   StepBatch b;
-  catch_up(active, who, b);
+  std::vector<int> out_row;
+  int n_out = catch_up(active, who, b, out_row);
   for (int i = 0; i < m; ++i) {
-    const ImageState& im = *active[who[i]];
-    Slots& s = slots_.at(im.id);
-    s.tree_base = T + static_cast<int>(im.tokens.size());
+    Slots& s = slots_.at(active[who[i]]->id);
+    s.tree_base = session_.length(s.cond);
+    check(reads_features() || s.tree_base == T + static_cast<int>(active[who[i]]->tokens.size()),
+          "internal: draft cache after the catch-up");
     s.fed_at.clear();
   }
-  b.output_at = {b.n_new - 1};
+  // Each fed node's index among the fed nodes of its depth (its output row when fed).
+  std::vector<int> fed_index(N, -1);
+  for (const auto& f : fed)
+    for (size_t k = 0; k < f.size(); ++k) fed_index[f[k]] = static_cast<int>(k);
   // node_of[i][u]: image i's tree index of shape node u (-1: not in its tree).
   std::vector<std::vector<int>> node_of(m, std::vector<int>(N, -1));
   std::vector<int> rows_of = {-1};  // the shape node of each output row (-1: the root)
@@ -278,22 +464,25 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   const bool masked = !shape.is_chain();  // a chain attends causally, as the chain drafter does
   int tree_rows = 0;  // tree rows already in the cache (the same for every image)
   for (int d = 1; d <= depth; ++d) {
-    session_.read(session_.forward(b).logits, logits_);
-    const int n_out = static_cast<int>(b.output_at.size());
+    if (d > 1) {
+      run(b);
+      n_out = static_cast<int>(b.output_at.size());
+    }
     for (int i = 0; i < m; ++i) {
       ImageState& im = *active[who[i]];
       if (d > max_depth[who[i]]) continue;
       im.stats.draft_forwards++;
       DraftTree& tree = trees[who[i]];
       const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
-      for (int k = 0; k < n_out; ++k) {
+      for (size_t k = 0; k < rows_of.size(); ++k) {
         const int u = rows_of[k];
         const int parent = u < 0 ? -1 : node_of[i][u];
         if (u >= 0 && parent < 0) continue;  // a filler row
         const std::vector<int>& kids = children_[u < 0 ? N : u];
         if (kids.empty()) continue;
-        const size_t row = static_cast<size_t>(i) * n_out + k;
-        const size_t urow = static_cast<size_t>(m + i) * n_out + k;
+        const size_t kk = d == 1 ? static_cast<size_t>(out_row[i]) : k;  // the root: catch-up row
+        const size_t row = static_cast<size_t>(i) * n_out + kk;
+        const size_t urow = static_cast<size_t>(m + i) * n_out + kk;
         const float* cond = logits_.data() + row * V;
         const float* uncond = cfg ? logits_.data() + urow * V : nullptr;
         guided_distribution(cond, uncond, V, params_, t, dist);
@@ -344,6 +533,8 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
     for (int r = 0; r < R; ++r) stride = std::max(stride, session_.length(b.slots[r]) + w);
     b.mask.clear();
     b.mask_stride = 0;
+    b.output_hidden = reads_features();
+    b.features.assign(reads_features() ? static_cast<size_t>(R) * w * fd : 0, 0.0f);
     if (masked) {
       b.mask.assign(static_cast<size_t>(R) * w * stride, 0);
       b.mask_stride = stride;
@@ -362,6 +553,14 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
           const size_t row = static_cast<size_t>(r) * w + k;
           b.tokens[row] = node >= 0 ? trees[who[i]][node].token : 0;
           b.positions[row] = pos;
+          if (reads_features() && node >= 0) {
+            // The predicted feature at the row the node was drawn from (its parent's).
+            const int pu = shape.parent[u];
+            const size_t kk = pu < 0 ? static_cast<size_t>(out_row[i]) : fed_index[pu];
+            const size_t from = (static_cast<size_t>(r) * n_out + kk) * fd;
+            std::copy_n(hidden_.begin() + static_cast<ptrdiff_t>(from), fd,
+                        b.features.begin() + static_cast<ptrdiff_t>(row * fd));
+          }
           const int at = s.tree_base + tree_rows + k;  // the row's cache position
           if (h == 0 && node >= 0) {
             if (static_cast<int>(s.fed_at.size()) <= node) s.fed_at.resize(node + 1, -1);

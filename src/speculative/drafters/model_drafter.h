@@ -8,6 +8,14 @@
 // mask, positions by depth), each node's children being the shape's ranks of the draft
 // distribution at that node (see propose_tree). The draft KV then keeps the accepted path
 // (finish_round compacts it). Without a shape, or with a chain shape, the drafts are the chain's.
+//
+// A model that reads features (ArModelInfo::feature_dim > 0: EAGLE, models/eagle_drafter.h) drafts
+// from the target's hidden states: every committed token x is fed as the pair (f, x), f the
+// target's feature at the row that predicted x (the prefill's rows for the prefix, each round's
+// verified rows after it), and every drafted node as (f^, x~), f^ the drafter's own prediction at
+// the row its token was drawn from (EAGLE §3.1). Its cache keeps only the pairs with the target's
+// features (EAGLE-2's stable_kv): a round's draft rows are dropped before the next catch-up, which
+// feeds the round's committed pairs.
 #pragma once
 
 #include <map>
@@ -21,17 +29,25 @@
 
 namespace tessera::speculative {
 
+// What a model that reads features reads (ModelDrafter's feature mode).
+struct FeatureInputs {
+  HiddenState feature = HiddenState::None;  // the target's hidden state it reads
+  int32_t prefix_token = 0;                 // the token paired with the target's prefix features
+};
+
 class ModelDrafter : public Drafter {
  public:
   // max_images: images in flight at once (the session's slots). shape: draft this static tree
-  // (cut at the round's depth) instead of a chain.
+  // (cut at the round's depth) instead of a chain. features: required when the model reads them.
   ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params, int max_depth,
-               int max_images, std::optional<TreeShape> shape = std::nullopt);
-  std::string name() const override { return "draft model"; }
+               int max_images, std::optional<TreeShape> shape = std::nullopt,
+               FeatureInputs features = {});
+  std::string name() const override { return reads_features() ? "EAGLE drafter" : "draft model"; }
   int draft_depth(int draft_len) const override { return draft_len; }
   // With a shape: its nodes down to the round's depth (the target's session is sized by this).
   int max_nodes(int draft_len) const override;
-  void start(std::span<ImageState* const> images) override;
+  HiddenState hidden_state() const override;
+  void start(std::span<ImageState* const> images, const TargetPrefill& prefill) override;
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<DraftTree>& trees) override;
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
@@ -42,6 +58,11 @@ class ModelDrafter : public Drafter {
  private:
   struct Slots {
     int cond = -1, uncond = -1;
+    // Feature mode: pairs in the cache (all with the target's features), and the committed pairs
+    // not fed yet (tokens; features [pairs, feature_dim] of each half).
+    int fed = 0;
+    std::vector<int32_t> pending;
+    std::vector<float> pending_cond, pending_uncond;
     // Tree drafting: the cache length before the round's tree rows, and the cache position of
     // each node of the last DraftTree (-1: not fed, a leaf).
     int tree_base = -1;
@@ -49,14 +70,29 @@ class ModelDrafter : public Drafter {
   };
   void propose_tree(std::span<ImageState* const> active, std::span<const int> max_depth,
                     std::vector<DraftTree>& trees);
-  void catch_up(std::span<ImageState* const> active, const std::vector<int>& who, StepBatch& b);
+  bool reads_features() const { return features_.feature != HiddenState::None; }
+  // Brings the cache of the images `who` up to their committed tokens and runs the forward whose
+  // outputs give every image's root distribution: logits_ (and hidden_) of n_out rows per slot,
+  // image i's at row out_row[i]. Leaves b's slots set (cond, then uncond). Returns n_out.
+  int catch_up(std::span<ImageState* const> active, const std::vector<int>& who, StepBatch& b,
+               std::vector<int>& out_row);
+  int catch_up_features(std::span<ImageState* const> active, const std::vector<int>& who,
+                        StepBatch& b, std::vector<int>& out_row);
+  // Runs b; reads the logits (and in feature mode the hidden outputs) to the host.
+  void run(const StepBatch& b);
+  // Feature mode: appends the pairs (tokens[k], features of row rows[k] of the host arrays cond /
+  // uncond, [*, feature_dim]) to image `s`'s pending ones.
+  void queue_pairs(Slots& s, std::span<const int32_t> tokens, std::span<const int> rows,
+                   const float* cond, const float* uncond);
   const AutoregressiveModel& model_;
   SamplingParams params_;
   Session session_;
   std::map<int, Slots> slots_;  // by image id
-  std::vector<float> logits_;
+  std::vector<float> logits_, hidden_, host_cond_, host_uncond_;
   std::optional<TreeShape> shape_;
   std::vector<std::vector<int>> children_;  // shape node -> its children (index nodes: the root)
+  FeatureInputs features_;
+  int max_new_ = 2;  // most rows per slot of one forward
 };
 
 }  // namespace tessera::speculative
