@@ -99,6 +99,22 @@ TEST_F(SpecMicro, SdSamplesTheTargetJointDistribution) {
   expect_exact(*target_, target_joint(2, o.sampling), o, 2);
 }
 
+// The EAGLE drafter (models/eagle_drafter.h, a random one in LANTERN's layout) through the
+// pipeline: chains of 2, and the static tree kary:3,2 (children sampled without replacement).
+TEST_F(SpecMicro, EagleSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("eagle", false);
+  o.spec.draft_model = kSpec + "micro_eagle";
+  o.spec.draft_len = 2;
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
+TEST_F(SpecMicro, EagleStaticTreeSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("eagle", false);
+  o.spec.draft_model = kSpec + "micro_eagle";
+  o.spec.tree = "kary:3,2";
+  expect_exact(*target_, target_joint(1, o.sampling), o, 1);
+}
+
 TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = 3;

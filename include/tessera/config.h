@@ -140,6 +140,7 @@ struct QualitySection {
 // model runs. Empty: none named. (Heads and text encoders will join them.)
 struct Companions {
   std::string draft;       // the draft model of the draft-model methods (sd, lantern, ...)
+  std::string eagle;       // the EAGLE drafter (tools/convert_eagle.py) of method eagle
   std::string classifier;  // the image classifier of the quality columns (bench, tune)
 };
 

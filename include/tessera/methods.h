@@ -60,6 +60,9 @@ struct MethodInfo {
   // The images follow the target's distribution exactly (vanilla, sd, sjd); lossy methods trade
   // image quality for speed and are measured against a model's tolerance (docs/quality.md).
   bool lossless = false;
+  // DraftModel methods: the model's companion that drafts by default ("draft": a smaller GPT;
+  // "eagle": an EAGLE drafter reading the target's features) and must draft without --draft.
+  std::string drafter = "draft";
 };
 
 // Every method, in documentation order (LlamaGen's, then MAR's).

@@ -403,7 +403,7 @@ QualitySection read_quality_section(const json& q, const std::string& where) {
 // relative paths (a model directory moves with its companions).
 Companions read_companions(const json& c, const std::string& where) {
   const std::string w = where + " companions";
-  only_keys(c, w, {"draft", "classifier"});
+  only_keys(c, w, {"draft", "eagle", "classifier"});
   const Keys k(c, w);
   auto path = [&](const char* key) {
     const std::string s = k.string(key, "");
@@ -416,7 +416,11 @@ Companions read_companions(const json& c, const std::string& where) {
              printable(s) + "\"");
     return s;
   };
-  return {path("draft"), path("classifier")};
+  Companions out;
+  out.draft = path("draft");
+  out.eagle = path("eagle");
+  out.classifier = path("classifier");
+  return out;
 }
 
 }  // namespace

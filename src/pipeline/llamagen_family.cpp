@@ -162,6 +162,10 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
   r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
+  if (const MethodInfo* mi = find_method(opts.spec.method); mi && mi->drafter == "eagle" && r.draft)
+    check_param(dynamic_cast<const EagleDrafterModel*>(r.draft) != nullptr, "draft",
+                "{method} " + opts.spec.method + " drafts with an EAGLE drafter (tools/convert_eagle.py); " +
+                    opts.spec.draft_model + " is a draft GPT (for it use {method} sd)");
   // The model's validated settings are its defaults (config.json "quality"); flags given win.
   const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
   r.method = speculative::make_method(spec, d_->config.dir, d_->config.gpt, *d_->backend);
@@ -171,8 +175,9 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   if (r.method.rule && !opts.spec.tree.empty()) {
     // Only exact verification is proven on trees (tests/test_spec_trees.cpp); the relaxed rules'
     // tree forms are not yet checked against their papers (issue 41).
-    check_param(opts.spec.method == "sd", "tree",
-                "{tree}: only {method} sd verifies draft trees so far, not " + opts.spec.method);
+    check_param(opts.spec.method == "sd" || opts.spec.method == "eagle", "tree",
+                "{tree}: only {method} sd and eagle verify draft trees so far, not " +
+                    opts.spec.method);
     check_param(r.draft != nullptr, "tree",
                 "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
     try {

@@ -122,6 +122,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       o.batch = c.batch;
       o.spec.draft_len = c.draft_len;
       if (!uses_draft_model(m)) o.spec.draft_model.clear();
+      if (b.draft_dirs.count(m)) o.spec.draft_model = b.draft_dirs.at(m);
       try {
         pipe->validate(o);
       } catch (const ParameterError& e) {
@@ -150,6 +151,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       o.spec.draft_len = m == "vanilla" ? 0 : c.draft_len;
       if (floor) o.seed = b.gen.seed + kNoiseFloorSeedOffset;
       if (!uses_draft_model(m)) o.spec.draft_model.clear();
+      if (b.draft_dirs.count(m)) o.spec.draft_model = b.draft_dirs.at(m);
       if (!b.quiet)
         std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s) ...\n", run.c_str(),
                      pipe->threads(), c.batch, draft_len_text(o.spec.draft_len).c_str());

@@ -2,6 +2,7 @@
 // same classes and seeds in one run, with speed-ups over that vanilla run.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ struct MethodsBenchOptions {
   std::string classifier;
   bool legend = false;      // print the columns' definitions after the table
   std::string drafter_why;  // where the draft model came from (the header says)
+  // Drafter directories of methods drafted by another companion than the run's (eagle).
+  std::map<std::string, std::string> draft_dirs;
 };
 
 // The classifier for `--quality WHAT` on MODEL: "off" -> none, "auto" -> the classifier MODEL's

@@ -227,6 +227,11 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     mo.legend = a.legend;
     mo.per_class = a.per_class;
     mo.drafter_why = a.drafter.why;
+    for (const std::string& m : mo.methods) {
+      const std::string dir = method_draft_dir(
+          a.common.model, m, a.drafter.why == "--draft" ? a.gen.spec.draft_model : "", a.drafter);
+      if (uses_draft_model(m) && dir != a.gen.spec.draft_model) mo.draft_dirs[m] = dir;
+    }
     bench_methods(mo);
     return 0;
   }

@@ -29,6 +29,12 @@ struct DrafterChoice {
 DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std::string>& methods,
                              const std::string& draft_flag);
 
+// The drafter directory of one method in a run whose drafter choice is `run`: --draft when given,
+// else for a method drafted by another companion (eagle: the model's "eagle" EAGLE drafter) that
+// companion, else run.dir. Throws when the method needs a companion the model does not name.
+std::string method_draft_dir(const std::string& model_dir, const std::string& method,
+                             const std::string& draft_flag, const DrafterChoice& run);
+
 // A model's name as the images it makes record it: its directory's parent and name
 // ("emoji/target"), so that a file names no home directory and another user's copy resolves.
 std::string model_name(const std::string& dir);

@@ -8,7 +8,7 @@ namespace tessera::speculative {
 
 std::vector<MethodEntry> exact_methods() {
   auto rule = [](const MethodParams&, const TargetModel&) { return make_exact_rule(); };
-  MethodEntry sd, sjd;
+  MethodEntry sd, sjd, eagle;
   sd.info = {
       "sd",
       "Exact speculative decoding with a draft model (Leviathan et al., 2023; COOL-SD Alg. 1)",
@@ -20,11 +20,20 @@ std::vector<MethodEntry> exact_methods() {
               TokenKind::Discrete,
               DraftSource::Jacobi,
               {}};
-  for (MethodEntry* e : {&sd, &sjd}) {
+  // sd verified against drafts of an EAGLE drafter (models/eagle_drafter.h): EAGLE-1/2 are lossless
+  // ("strict speculative sampling", SafeAILab/EAGLE #148, #289).
+  eagle.info = {"eagle",
+                "Exact speculative decoding with an EAGLE drafter on the target's features (Li et al., "
+                "2024)",
+                TokenKind::Discrete,
+                DraftSource::DraftModel,
+                {}};
+  eagle.info.drafter = "eagle";
+  for (MethodEntry* e : {&sd, &sjd, &eagle}) {
     e->make_rule = rule;
     e->exact = true;
   }
-  return {sd, sjd};
+  return {sd, sjd, eagle};
 }
 
 }  // namespace tessera::speculative
