@@ -98,17 +98,18 @@ def convert(args):
     if target.get("architecture") != "llamagen" or "gpt" not in target:
         raise UserError(f"target: {args.target} is not a tessera LlamaGen directory")
     c = drafter_config(hf, target, os.path.join(args.drafter, "config.json"))
-    sd = load_pt(weights_file(args.drafter), "drafter")
+    wpath = weights_file(args.drafter)
+    sd = load_pt(wpath, "drafter")
     exp = expected(c)
     for k, shape in exp.items():
         if k not in sd:
-            raise UserError(f"drafter: missing tensor {k}")
+            raise UserError(f"drafter: {wpath}: missing tensor {k}")
         if list(sd[k].shape) != shape:
-            raise UserError(f"drafter: {k} has shape {shape_str(sd[k].shape)}, expected {shape_str(shape)}")
+            raise UserError(f"drafter: {wpath}: {k} has shape {shape_str(sd[k].shape)}, expected {shape_str(shape)}")
     extra = sorted(k for k in sd if k not in exp)
     if extra:
-        raise UserError(f"drafter: unexpected tensor {extra[0]} (an EAGLE drafter has one layer and no "
-                        f"input_layernorm; {len(extra)} extra)")
+        raise UserError(f"drafter: {wpath}: unexpected tensor {extra[0]} (an EAGLE drafter has one layer and "
+                        f"no input_layernorm; {len(extra)} extra)")
     c["dtype"] = args.dtype
     os.makedirs(args.out, exist_ok=True)
     dt = DTYPES[args.dtype][1]
