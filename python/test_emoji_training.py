@@ -4,8 +4,9 @@ still runs end to end, on a synthetic dataset small enough for seconds of CPU:
 
   dataset (build_dataset.py's format) -> train_vq.py -> encode_dataset.py -> train_classifier.py
   -> train_gpt.py (draft in bf16; target in f32, stopped and resumed) -> export.py ->
-  distill_draft.py (the draft distilled from the target) -> tessera generate on the exported
-  target, and speculative generation with the exported and the distilled drafts.
+  distill_draft.py (the draft distilled from the target) -> train_eagle.py (an EAGLE drafter)
+  -> tessera generate on the exported target, and speculative generation with the exported and
+  the distilled drafts and the EAGLE drafter.
 
 It checks what a broken script would get wrong: every step exits 0 and writes its file, a resumed
 run continues from the saved step instead of restarting, the exported models load in the engine
@@ -127,9 +128,21 @@ def main():
             assert st["acceptance"] > summary["init_acceptance"], (name, st, summary["init_acceptance"])
             assert os.path.exists(os.path.join(distill, name, "gpt.safetensors")), name
 
+        # train_eagle.py: an EAGLE drafter on the teacher's engine-drawn samples and features must
+        # raise its held-out depth-1 acceptance, and the exported drafter must draft in the engine.
+        eagle_run, eagle = os.path.join(runs, "eagle"), os.path.join(models, "eagle")
+        run("train_eagle.py", "--target", teacher, "--tessera", tessera, "--out", eagle_run,
+            "--samples-per-class", "2", "--batch", "4", "--steps", "30", "--warmup", "2", "--lr", "1e-2",
+            "--eval-every", "10", "--eval-fraction", "0.2", "--export", eagle)
+        es = json.load(open(os.path.join(eagle_run, "summary.json")))
+        assert es["steps"] == 30 and es["sequences"] == 2 * 11, es
+        assert es["acceptance"] > es["initial_acceptance"], es
+        assert os.path.exists(os.path.join(eagle, "eagle.safetensors")), eagle
+
         png = os.path.join(tmp, "square.png")
         for extra in ([], ["--draft", os.path.join(models, "draft-data"), "--method", "sd"],
-                      ["--draft", os.path.join(distill, "draft_tv1"), "--method", "sd"]):
+                      ["--draft", os.path.join(distill, "draft_tv1"), "--method", "sd"],
+                      ["--draft", eagle, "--method", "eagle", "--tree", "kary:2,2"]):
             r = subprocess.run([tessera, "generate", "-m", os.path.join(models, "target"), "red square",
                                 "-o", png, "--seed", "1", *extra], capture_output=True, text=True)
             assert r.returncode == 0, f"tessera generate {extra} failed:\n{r.stdout}\n{r.stderr}"

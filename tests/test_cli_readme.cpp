@@ -49,9 +49,11 @@ TEST(ModelCompanions, ParsedResolvedAndChecked) {
   EXPECT_TRUE(none.companions.draft.empty());
   EXPECT_EQ(none.companion_path(none.companions.draft), "");
   const ModelConfig mc = parse_model_config(
-      base + R"(, "companions": {"draft": "../draft", "classifier": "../classifier"}})",
+      base +
+          R"(, "companions": {"draft": "../draft", "eagle": "../eagle", "classifier": "../classifier"}})",
       "/m/target");
   EXPECT_EQ(mc.companions.draft, "../draft");
+  EXPECT_EQ(mc.companion_path(mc.companions.eagle), "/m/eagle");
   EXPECT_EQ(mc.companion_path(mc.companions.draft), "/m/draft");
   EXPECT_EQ(mc.companion_path(mc.companions.classifier), "/m/classifier");
   auto refused = [&](const std::string& companions, const std::string& needle) {
@@ -95,6 +97,19 @@ TEST_F(CliReadme, ModelDirectoryRunsWhatTheDefaultRuns) {
                             "--draft-len", "4", "-t", "1", "--tokens-out", tmp("c.npy")});
   ASSERT_EQ(sd.code, 0) << sd.err;
   EXPECT_NE(sd.err.find("drafter=model"), std::string::npos) << sd.err;
+}
+
+// The shipped target names its EAGLE drafter: --method eagle drafts with it, says so, stores it,
+// and --from-png repeats the run byte for byte.
+TEST_F(CliReadme, EagleRunsTheNamedEagleDrafter) {
+  const CliResult e = run({"generate", "-m", kTarget, "--class", "3", "--method", "eagle",
+                           "--draft-len", "4", "-t", "1", "-o", tmp("e.png")});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(run_line(e.err).find("draft=emoji/eagle;"), std::string::npos) << e.err;
+  EXPECT_NE(run_line(e.err).find("the EAGLE drafter named in"), std::string::npos) << e.err;
+  const CliResult again = run({"generate", "--from-png", tmp("e.png"), "-o", tmp("f.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(slurp(tmp("e.png")) == slurp(tmp("f.png")));
 }
 
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {

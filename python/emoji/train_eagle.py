@@ -160,6 +160,7 @@ def main():
     ap.add_argument("--noise", type=float, default=0.2, help="width of the uniform input-feature noise")
     ap.add_argument("--norm-eps", type=float, default=1e-6)
     ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--init", help="start from this drafter state dict (LANTERN layout, e.g. an earlier RUN/lantern/pytorch_model.bin)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
@@ -184,12 +185,22 @@ def main():
     tr_tok = torch.cat([tr_tok, tr_tok[null]])
     tr_lab = torch.cat([tr_lab, torch.full((len(null),), gpt.num_classes, dtype=torch.long)])
     t1 = time.time()
-    tr_feat = target_features(gpt, tr_lab, tr_tok)
-    ev_feat = target_features(gpt, ev_lab, ev_tok)
+    # The features cost about as much as the training (20 minutes on 2 cores for 5k sequences):
+    # cached in the run directory for the same samples, split and seed.
+    cache = os.path.join(a.out, f"features_n{a.samples_per_class}_c{len(classes)}_s{a.seed}.pt")
+    if os.path.exists(cache):
+        tr_feat, ev_feat = torch.load(cache)
+    else:
+        tr_feat = target_features(gpt, tr_lab, tr_tok)
+        ev_feat = target_features(gpt, ev_lab, ev_tok)
+        with atomic_write(cache) as f:
+            torch.save((tr_feat, ev_feat), f)
     print(f"{len(tokens)} sampled sequences ({t1 - t0:.0f}s), {len(tr_tok)} training rows with "
           f"{len(null)} null-class copies, {n_eval} held out; features in {time.time() - t1:.0f}s", flush=True)
 
     d = drafter_for(gpt, a.norm_eps)
+    if a.init:  # continue from a drafter this script wrote (RUN/lantern/pytorch_model.bin)
+        d.load_state_dict(torch.load(a.init), strict=True)
     head = gpt.output
     opt = adamw([p for p in d.parameters() if p.requires_grad], a.lr, 0.0)
     log = Log(os.path.join(a.out, "eagle_log.tsv"))
