@@ -56,8 +56,8 @@ def sample(tessera, target_dir, classes, per_class, cache):
         if not os.path.exists(path):
             tmp = path + ".tmp.npy"
             subprocess.run([tessera, "generate", "-q", "-m", target_dir, "--class", str(c), "-n", str(per_class),
-                            "-b", str(per_class), "-s", str(1000 + c), "--tokens-out", tmp,
-                            "-o", os.path.join(cache, "last.png")], check=True, stdout=subprocess.DEVNULL)
+                            "-b", str(per_class), "-s", str(1000 + c), "--tokens-out", tmp],
+                           check=True, stdout=subprocess.DEVNULL)
             os.replace(tmp, path)
         a = np.load(path).reshape(per_class, -1)
         toks.append(torch.from_numpy(a.astype(np.int64)))
