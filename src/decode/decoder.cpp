@@ -93,8 +93,8 @@ void Decoder::prefill(std::vector<ImageState*>& fresh) {
   for (int i = 0; i < n; ++i) {
     ImageState& im = *fresh[i];
     const float* c = logits_.data() + (static_cast<size_t>(i) * rows + rows - 1) * V;
-    const float* u = cfg() ? logits_.data() + (static_cast<size_t>(n + i) * rows + rows - 1) * V
-                           : nullptr;
+    const float* u =
+        cfg() ? logits_.data() + (static_cast<size_t>(n + i) * rows + rows - 1) * V : nullptr;
     im.tokens.push_back(sample(im, c, u, 0));
     im.prefilled = true;
     im.stats.tokens = 1;

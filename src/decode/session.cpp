@@ -18,9 +18,8 @@ SessionSizes session_sizes(const AutoregressiveModel& model, const SessionOption
   const int64_t slots = std::max(o.n_slots, 1);
   const int64_t per_seq = std::max({m.prefix_len, o.max_new, 1});
   // With hidden states a prefill returns every prefix row.
-  const int per_out = std::max(o.max_outputs_per_seq, o.hidden_states != HiddenState::None
-                                                          ? std::max(m.prefix_len, 1)
-                                                          : 1);
+  const int per_out = std::max(
+      o.max_outputs_per_seq, o.hidden_states != HiddenState::None ? std::max(m.prefix_len, 1) : 1);
   return {slots, static_cast<int64_t>(m.prefix_len) + m.n_tokens + o.extra_capacity,
           slots * per_seq, slots * per_out};
 }
@@ -39,19 +38,18 @@ const AutoregressiveModel& Session::fits_in_memory(const AutoregressiveModel& mo
                     m.head_dim * sizeof(float);
   const bool addressable = z.max_rows <= std::numeric_limits<int>::max() / 4 &&
                            z.max_out <= std::numeric_limits<int>::max() / 4;
-  const double work =
-      addressable ? static_cast<double>(model.workspace_bytes(static_cast<int>(z.max_rows),
-                                                              static_cast<int>(z.max_out)))
-                  : 1e30;
+  const double work = addressable ? static_cast<double>(model.workspace_bytes(
+                                        static_cast<int>(z.max_rows), static_cast<int>(z.max_out)))
+                                  : 1e30;
   const double need = kv + work;
   const int64_t available = model.backend().available_memory();
   if (need > static_cast<double>(available))
-    throw ParameterError(
-        "batch", "not enough memory: " + std::to_string(z.slots) +
-                     " sequences (images in flight, two per image with guidance) of " +
-                     std::to_string(z.capacity) + " positions need " + gib(kv) +
-                     " of KV cache and " + gib(work) + " of activations, but " +
-                     gib(static_cast<double>(available)) + " is available; lower {batch}");
+    throw ParameterError("batch",
+                         "not enough memory: " + std::to_string(z.slots) +
+                             " sequences (images in flight, two per image with guidance) of " +
+                             std::to_string(z.capacity) + " positions need " + gib(kv) +
+                             " of KV cache and " + gib(work) + " of activations, but " +
+                             gib(static_cast<double>(available)) + " is available; lower {batch}");
   return model;
 }
 

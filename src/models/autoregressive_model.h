@@ -21,12 +21,12 @@ namespace tessera {
 // What a session needs to know to size its state, and the vocabulary a sampler works over.
 struct ArModelInfo {
   int n_layer = 0, n_kv_head = 0, head_dim = 0;
-  int dim = 0;         // width of the hidden states a forward can return
-  int vocab_size = 0;  // logits per output row
-  int prefix_len = 0;  // condition positions before the first generated token
-  int n_tokens = 0;    // tokens generated per sequence (an image's token grid)
-  int feature_dim = 0; // width of the features every input row reads beside its token (EAGLE: the
-                       // target's hidden state); 0: none
+  int dim = 0;          // width of the hidden states a forward can return
+  int vocab_size = 0;   // logits per output row
+  int prefix_len = 0;   // condition positions before the first generated token
+  int n_tokens = 0;     // tokens generated per sequence (an image's token grid)
+  int feature_dim = 0;  // width of the features every input row reads beside its token (EAGLE: the
+                        // target's hidden state); 0: none
 };
 
 // Which hidden state a forward returns beside the logits, for drafters that read the target: the

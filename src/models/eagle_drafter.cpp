@@ -22,7 +22,7 @@ struct EagleWorkspace final : ForwardWorkspace {
 std::vector<Shape> workspace_shapes(const EagleConfig& c, int max_rows, int max_outputs) {
   const int64_t R = std::max(max_rows, 1), O = std::max(max_outputs, 1);
   const int64_t qkv = static_cast<int64_t>(c.n_head + 2 * c.n_kv_head) * c.head_dim();
-  return {{R, c.dim},     {R, c.dim}, {R, qkv}, {R, c.dim}, {R, 2 * int64_t{c.ffn_dim}},
+  return {{R, c.dim},     {R, c.dim}, {R, qkv},         {R, c.dim}, {R, 2 * int64_t{c.ffn_dim}},
           {R, c.ffn_dim}, {O, c.dim}, {O, c.vocab_size}};
 }
 
@@ -37,16 +37,16 @@ EagleDrafterModel::EagleDrafterModel(const ModelConfig& mc, const Autoregressive
       throw ParameterError("draft", "{draft} " + mc.dir + ": the EAGLE drafter's " + what +
                                         " (it was converted for another target)");
   };
-  fits(c.dim == t.dim, "width " + std::to_string(c.dim) + " is not the target's " +
-                           std::to_string(t.dim));
+  fits(c.dim == t.dim,
+       "width " + std::to_string(c.dim) + " is not the target's " + std::to_string(t.dim));
   fits(c.vocab_size == t.vocab_size, "vocabulary " + std::to_string(c.vocab_size) +
                                          " is not the target's " + std::to_string(t.vocab_size));
   fits(c.grid * c.grid == t.n_tokens, "grid " + std::to_string(c.grid) + "x" +
                                           std::to_string(c.grid) + " is not the target's " +
                                           std::to_string(t.n_tokens) + " tokens");
-  fits(c.prefix_len == t.prefix_len - 1,
-       "prefix of " + std::to_string(c.prefix_len) + " rows is not the target's " +
-           std::to_string(t.prefix_len) + " - 1");
+  fits(c.prefix_len == t.prefix_len - 1, "prefix of " + std::to_string(c.prefix_len) +
+                                             " rows is not the target's " +
+                                             std::to_string(t.prefix_len) + " - 1");
   if (c.n_kv_head != c.n_head)
     throw ParameterError("draft", "{draft} " + mc.dir + ": EAGLE drafters with grouped KV heads (" +
                                       std::to_string(c.n_kv_head) + " for " +
@@ -94,7 +94,7 @@ std::unique_ptr<ForwardWorkspace> EagleDrafterModel::make_workspace(int max_rows
   auto ws = std::make_unique<EagleWorkspace>();
   ws->rows = static_cast<int>(shapes[0][0]);
   ws->outputs = static_cast<int>(shapes[6][0]);
-  Tensor* slots[] = {&ws->x,    &ws->h,      &ws->qkv,   &ws->att,
+  Tensor* slots[] = {&ws->x,       &ws->h,    &ws->qkv,    &ws->att,
                      &ws->gate_up, &ws->gate, &ws->picked, &ws->logits};
   for (size_t i = 0; i < shapes.size(); ++i) *slots[i] = backend_.empty(DType::F32, shapes[i]);
   return ws;

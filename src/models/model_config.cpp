@@ -235,7 +235,8 @@ void load_mar_config(const json& root, const std::string& where, ModelConfig& mc
 
 // config.json "sampling": {"cfg": F, "temperature": F, "top_k": K, "top_p": P}, all optional.
 void load_eagle_config(const json& root, const std::string& where, ModelConfig& mc) {
-  if (!root.contains("eagle") || !root["eagle"].is_object()) Keys(root, where).fail("missing object \"eagle\"");
+  if (!root.contains("eagle") || !root["eagle"].is_object())
+    Keys(root, where).fail("missing object \"eagle\"");
   const Keys e(root["eagle"], where + " eagle");
   EagleConfig& c = mc.eagle;
   c.dim = e.integer("dim", 1, kMaxDim);
@@ -258,7 +259,8 @@ void load_eagle_config(const json& root, const std::string& where, ModelConfig& 
   if (c.dim % c.n_head) e.fail("dim is not divisible by n_head");
   if (c.n_head % c.n_kv_head) e.fail("n_head is not divisible by n_kv_head");
   if (c.head_dim() % 4)
-    e.fail("head dim " + std::to_string(c.head_dim()) + " is not a multiple of 4 (2D RoPE needs it)");
+    e.fail("head dim " + std::to_string(c.head_dim()) +
+           " is not a multiple of 4 (2D RoPE needs it)");
   e.product_fits({{"vocab_size", c.vocab_size}, {"dim", c.dim}});
   e.product_fits({{"ffn_dim", c.ffn_dim}, {"dim", c.dim}});
   e.product_fits({{"3 x dim", 3 * int64_t{c.dim}}, {"dim", c.dim}});

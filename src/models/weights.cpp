@@ -80,7 +80,8 @@ Tensor WeightLoader::linear_columns(const std::string& name, const Shape& shape,
   const auto* src = static_cast<const uint8_t*>(info.data);
   for (int64_t r = 0; r < shape[0]; ++r)
     std::memcpy(block.data() + static_cast<size_t>(r * width) * es,
-                src + static_cast<size_t>(r * shape[1] + begin) * es, static_cast<size_t>(width) * es);
+                src + static_cast<size_t>(r * shape[1] + begin) * es,
+                static_cast<size_t>(width) * es);
   return backend_.pack_linear_weight(backend_.upload(block.data(), info.dtype, {shape[0], width}));
 }
 

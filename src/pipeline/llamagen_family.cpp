@@ -164,7 +164,8 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
   if (const MethodInfo* mi = find_method(opts.spec.method); mi && mi->drafter == "eagle" && r.draft)
     check_param(dynamic_cast<const EagleDrafterModel*>(r.draft) != nullptr, "draft",
-                "{method} " + opts.spec.method + " drafts with an EAGLE drafter (tools/convert_eagle.py); " +
+                "{method} " + opts.spec.method +
+                    " drafts with an EAGLE drafter (tools/convert_eagle.py); " +
                     opts.spec.draft_model + " is a draft GPT (for it use {method} sd)");
   // The model's validated settings are its defaults (config.json "quality"); flags given win.
   const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
@@ -175,9 +176,9 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   if (r.method.rule && !opts.spec.tree.empty()) {
     // Only exact verification is proven on trees (tests/test_spec_trees.cpp); the relaxed rules'
     // tree forms are not yet checked against their papers (issue 41).
-    check_param(opts.spec.method == "sd" || opts.spec.method == "eagle", "tree",
-                "{tree}: only {method} sd and eagle verify draft trees so far, not " +
-                    opts.spec.method);
+    check_param(
+        opts.spec.method == "sd" || opts.spec.method == "eagle", "tree",
+        "{tree}: only {method} sd and eagle verify draft trees so far, not " + opts.spec.method);
     check_param(r.draft != nullptr, "tree",
                 "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
     try {
@@ -237,11 +238,9 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     speculative::FeatureInputs features;
     if (const auto* eagle = dynamic_cast<const EagleDrafterModel*>(draft))
       features = {eagle->feature(), eagle->prefix_token()};
-    drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, draft_len,
-                                                          std::max(max_images, 1), prep.tree,
-                                                          features);
-  }
-  else
+    drafter = std::make_unique<speculative::ModelDrafter>(
+        *draft, p, draft_len, std::max(max_images, 1), prep.tree, features);
+  } else
     drafter = std::make_unique<speculative::JacobiDrafter>(d_->config.gpt.vocab_size, p);
   speculative::LoopSettings ls;
   ls.rule = method.rule.get();

@@ -183,7 +183,8 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     };
     if (b.output_hidden) {
       target.hidden = outputs.hidden.rows(static_cast<int64_t>(j) * rows, rows);
-      if (cfg()) target.hidden_uncond = outputs.hidden.rows(static_cast<int64_t>(m + j) * rows, rows);
+      if (cfg())
+        target.hidden_uncond = outputs.hidden.rows(static_cast<int64_t>(m + j) * rows, rows);
     }
     VerifySettings vs;
     vs.rule = loop_.rule;

@@ -78,11 +78,11 @@ DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std
   const ModelConfig mc = load_model_config(model_dir);
   const std::string config = (fs::path(model_dir) / "config.json").string();
   // Methods drafted by the EAGLE companion alone (eagle): that drafter.
-  const bool eagle_only = std::all_of(drafting.begin(), drafting.end(), [](const MethodInfo* m) {
-    return m->drafter == "eagle";
-  });
-  if (eagle_only) return {"model", method_draft_dir(model_dir, drafting.front()->name, "", c),
-                          "the EAGLE drafter named in " + config};
+  const bool eagle_only = std::all_of(drafting.begin(), drafting.end(),
+                                      [](const MethodInfo* m) { return m->drafter == "eagle"; });
+  if (eagle_only)
+    return {"model", method_draft_dir(model_dir, drafting.front()->name, "", c),
+            "the EAGLE drafter named in " + config};
   if (!mc.companions.draft.empty()) {
     const std::string dir = mc.companion_path(mc.companions.draft);
     check_model_dir(dir, config + " names the draft " + mc.companions.draft + " (" + dir + ")");
@@ -105,7 +105,8 @@ std::string method_draft_dir(const std::string& model_dir, const std::string& me
     throw Error(method + " drafts with an EAGLE drafter: give --draft DIR (" + config +
                 " names no \"eagle\" companion; tools/convert_eagle.py makes one)");
   const std::string dir = mc.companion_path(mc.companions.eagle);
-  check_model_dir(dir, config + " names the EAGLE drafter " + mc.companions.eagle + " (" + dir + ")");
+  check_model_dir(dir,
+                  config + " names the EAGLE drafter " + mc.companions.eagle + " (" + dir + ")");
   return dir;
 }
 

@@ -86,7 +86,8 @@ void ModelDrafter::queue_pairs(Slots& s, std::span<const int32_t> tokens, std::s
     s.pending.push_back(tokens[k]);
     const size_t at = static_cast<size_t>(rows[k]) * fd;
     s.pending_cond.insert(s.pending_cond.end(), cond + at, cond + at + fd);
-    if (s.uncond >= 0) s.pending_uncond.insert(s.pending_uncond.end(), uncond + at, uncond + at + fd);
+    if (s.uncond >= 0)
+      s.pending_uncond.insert(s.pending_uncond.end(), uncond + at, uncond + at + fd);
   }
 }
 

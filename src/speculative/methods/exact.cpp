@@ -22,12 +22,13 @@ std::vector<MethodEntry> exact_methods() {
               {}};
   // sd verified against drafts of an EAGLE drafter (models/eagle_drafter.h): EAGLE-1/2 are lossless
   // ("strict speculative sampling", SafeAILab/EAGLE #148, #289).
-  eagle.info = {"eagle",
-                "Exact speculative decoding with an EAGLE drafter on the target's features (Li et al., "
-                "2024)",
-                TokenKind::Discrete,
-                DraftSource::DraftModel,
-                {}};
+  eagle.info = {
+      "eagle",
+      "Exact speculative decoding with an EAGLE drafter on the target's features (Li et al., "
+      "2024)",
+      TokenKind::Discrete,
+      DraftSource::DraftModel,
+      {}};
   eagle.info.drafter = "eagle";
   for (MethodEntry* e : {&sd, &sjd, &eagle}) {
     e->make_rule = rule;
