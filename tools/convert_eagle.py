@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 from convert_llamagen import load_pt  # noqa: E402
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
-from tessera_ref.convert_common import UserError, shape_str  # noqa: E402
+from tessera_ref.convert_common import UserError, run_converter, shape_str  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, write_safetensors  # noqa: E402
 
 
@@ -130,12 +130,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--dtype", default="f32", choices=list(DTYPES))
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_converter(convert, args)
 
 
 if __name__ == "__main__":

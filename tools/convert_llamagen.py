@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 import torch  # noqa: E402
 
-from tessera_ref.convert_common import DecoderTensors, UserError, shape_str  # noqa: E402
+from tessera_ref.convert_common import DecoderTensors, UserError, run_converter, shape_str  # noqa: E402
 from tessera_ref.llamagen import GPT_CONFIGS, VQ_CONFIGS, default_ffn_dim  # noqa: E402
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, read_safetensors, write_safetensors  # noqa: E402
@@ -323,16 +323,7 @@ def main(argv=None):
     ap.add_argument("--dtype", default="f32", choices=list(DTYPES))
     ap.add_argument("--vq-dtype", default="f32", choices=list(DTYPES))
     args = ap.parse_args(argv)
-    try:
-        convert(args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # writing the model directory (reads raise UserError): disk full, ...
-        print(f"error: cannot write {e.filename}: {e.strerror}" if e.filename else f"error: {e}",
-              file=sys.stderr)
-        return 2
-    return 0
+    return run_converter(convert, args)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import torch  # noqa: E402
 
 from tessera_ref.mar import MAR_CONFIGS, MarArgs, VAEArgs, mar_expected, vae_expected  # noqa: E402
-from tessera_ref.convert_common import UserError, shape_str  # noqa: E402
+from tessera_ref.convert_common import UserError, run_converter, shape_str  # noqa: E402
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.safetensors_io import DTYPES, read_safetensors, write_safetensors  # noqa: E402
 
@@ -305,16 +305,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.model_is_preset = all(getattr(args, k) is None for k in
                                ("dim", "encoder_depth", "decoder_depth", "n_head", "diffloss_d", "diffloss_w"))
-    try:
-        convert(args)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # writing the model directory (reads raise UserError): disk full, ...
-        print(f"error: cannot write {e.filename}: {e.strerror}" if e.filename else f"error: {e}",
-              file=sys.stderr)
-        return 2
-    return 0
+    return run_converter(convert, args)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,22 @@ class UserError(Exception):
     """A problem with the user's input: printed as one line "error: ..." with exit code 2."""
 
 
+def run_converter(convert, args):
+    """Runs convert(args) as a converter's main: a UserError, or an OSError while writing the
+    model directory (disk full, ...), is one line "error: ..." on stderr and exit code 2."""
+    import sys
+    try:
+        convert(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # writing the model directory (reads raise UserError)
+        print(f"error: cannot write {e.filename}: {e.strerror}" if e.filename else f"error: {e}",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
 def shape_str(s):
     return "[" + ", ".join(str(int(x)) for x in s) + "]"
 
