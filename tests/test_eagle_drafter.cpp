@@ -133,7 +133,10 @@ TEST(EagleDrafter, RefusesADrafterForAnotherTarget) {
 // Records every image's depth-1 distributions with the committed tokens they were drafted after.
 class RecordingEagle : public speculative::Drafter {
  public:
-  explicit RecordingEagle(speculative::ModelDrafter& inner) : inner_(inner) {}
+  // skip_rounds: rounds 1-6 of every 8 of each image draft nothing (depth 0), so the committed
+  // pairs pile up and the next catch-up feeds more than one forward's rows (in chunks).
+  RecordingEagle(speculative::ModelDrafter& inner, bool skip_rounds)
+      : inner_(inner), skip_rounds_(skip_rounds) {}
   std::string name() const override { return inner_.name(); }
   int draft_depth(int len) const override { return inner_.draft_depth(len); }
   int max_nodes(int len) const override { return inner_.max_nodes(len); }
@@ -144,7 +147,10 @@ class RecordingEagle : public speculative::Drafter {
   }
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
-    inner_.propose(active, max_depth, trees);
+    std::vector<int> depth(max_depth.begin(), max_depth.end());
+    for (size_t j = 0; j < active.size(); ++j)
+      if (skip_rounds_ && active[j]->round % 8 >= 1 && active[j]->round % 8 <= 6) depth[j] = 0;
+    inner_.propose(active, depth, trees);
     for (size_t j = 0; j < active.size(); ++j) {
       if (trees[j].empty()) continue;
       Record r{active[j]->id, active[j]->tokens, trees[j][0].q, trees[j][0].token, {}};
@@ -176,6 +182,7 @@ class RecordingEagle : public speculative::Drafter {
 
  private:
   speculative::ModelDrafter& inner_;
+  bool skip_rounds_;
 };
 
 // Through SpeculativeDecoder: four images in one batch, CFG (both halves' features), top-k and
@@ -185,7 +192,8 @@ class RecordingEagle : public speculative::Drafter {
 // 0 beside the target's prefix features), then (f_k, x_k).
 void expect_drafts_read_the_target(const std::string& target_dir, const std::string& drafter_dir,
                                    const std::vector<Condition>& conds, const std::string& tree,
-                                   int min_accepted, bool accept_all = false) {
+                                   int min_accepted, bool accept_all = false,
+                                   bool skip_rounds = false) {
   set_cpu_threads(1);
   LlamaGen target(load_model_config(kFix + target_dir), cpu_backend());
   EagleDrafterModel d(load_model_config(kSpec + drafter_dir), target);
@@ -197,7 +205,7 @@ void expect_drafts_read_the_target(const std::string& target_dir, const std::str
   if (!tree.empty()) shape = speculative::load_tree_shape(tree);
   speculative::ModelDrafter inner(d, p, 3, static_cast<int>(conds.size()), shape,
                                   {d.feature(), d.prefix_token()});
-  RecordingEagle drafter(inner);
+  RecordingEagle drafter(inner, skip_rounds);
   // accept_all: UniformRSD with ω = 1e6 accepts every draft (p > 0 everywhere without filters),
   // so the rounds commit drafts whose pairs read the features of the rows after the root.
   const auto rule =
@@ -288,6 +296,15 @@ TEST(EagleDrafter, CommittedDraftsPairWithTheirVerifiedRows) {
   for (int i = 0; i < 8; ++i) c.push_back(Condition::label(i));
   expect_drafts_read_the_target("llamagen/c2i_f32", "tiny_eagle", c, "", 20, true);
   expect_drafts_read_the_target("llamagen/c2i_f32", "tiny_eagle", c, "kary:2,2", 20, true);
+}
+
+// Rounds without drafts leave up to 7 committed pairs for one catch-up, more than the drafter's
+// 4 rows per forward (depth 3 + 1): it feeds them in two forwards, the last one's outputs the
+// roots'.
+TEST(EagleDrafter, PiledUpPairsAreFedInChunks) {
+  std::vector<Condition> c;
+  for (int i = 0; i < 8; ++i) c.push_back(Condition::label(i));
+  expect_drafts_read_the_target("llamagen/c2i_f32", "tiny_eagle", c, "", -1, false, true);
 }
 
 // A caption prefix of 8 rows: 7 prefix pairs, fed in the first catch-up with the first token's
