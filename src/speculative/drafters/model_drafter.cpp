@@ -310,7 +310,6 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
     s->pending_cond.clear();
     s->pending_uncond.clear();
   }
-  b.output_hidden = true;
   return n_out;
 }
 
