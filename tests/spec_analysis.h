@@ -327,6 +327,157 @@ inline RoundAnalysis analyse_round(Conditionals& P, Conditionals* Q, const paper
   return a;
 }
 
+// ---- one round of a relaxed rule on a draft tree, analysed exactly ---------------------------
+
+// A static draft tree as the analysis sees it: children[u] lists node u's children in rank order
+// (index nodes() stands for the root), depth[u] its depth. Written from the shape's definition, not
+// read from the engine's TreeShape.
+struct PlainTree {
+  std::vector<std::vector<int>> children;
+  std::vector<int> depth;
+  int nodes() const { return static_cast<int>(depth.size()); }
+};
+
+// `kary:B1,...,BD`: B1 children of the root, B2 of each of those, ...; nodes deeper than L left
+// out (the loop cuts a tree at the round's depth).
+inline PlainTree kary_tree(const std::vector<int>& branching, int L) {
+  PlainTree t;
+  t.children.emplace_back();  // the root, moved to the end below
+  std::vector<int> level = {-1};
+  for (int d = 1; d <= static_cast<int>(branching.size()) && d <= L; ++d) {
+    std::vector<int> next;
+    for (int parent : level)
+      for (int r = 0; r < branching[d - 1]; ++r) {
+        const int u = t.nodes();
+        t.depth.push_back(d);
+        t.children.emplace_back();
+        (parent < 0 ? t.children[0] : t.children[parent + 1]).push_back(u);
+        next.push_back(u);
+      }
+    level = next;
+  }
+  // children[0] was the root's: store node u's list at u and the root's at nodes().
+  std::vector<std::vector<int>> c(t.children.begin() + 1, t.children.end());
+  c.push_back(t.children[0]);
+  t.children = c;
+  return t;
+}
+
+// How a tree's children are drafted: sampled from Q without replacement (EAGLE-1's sampling, the
+// engine's static trees: child r from Q without children 0..r-1, renormalised), or Q's top-k
+// (deterministic, one-hot q: EAGLE-2's dynamic trees, Medusa).
+enum class TreeChildren { WithoutReplacement, TopK };
+
+// Deliberately wrong sibling conventions, for tests of the tests.
+enum class SiblingMutation {
+  None,
+  KeepTarget,  // the next sibling is tested against the unmodified p, not the residual G
+  KeepDraft,   // the next sibling is tested against the parent's full Q, not Q without the tried
+};
+
+// Output distribution of one round of a relaxed rule on a draft tree after x0, computed from the
+// paper rule (tests/paper_rules.h) with the sibling convention of SpecInfer's multi-draft walk as
+// jadohu/LANTERN's evaluate_posterior_v1 applies it to EAGLE trees (notes relaxed_sd.md §1.5,
+// COOL-SD on trees §3): at a node the children are tested in rank order; child j is tested with
+// f(x_j; p_j, q_j, depth) where p_0 = P and q_0 = Q; a rejection sets p_{j+1} = Norm(G(x_j; p_j,
+// q_j)) and q_{j+1} = q_j without x_j, renormalised (sampling without replacement); the first
+// accepted child continues the walk at its subtree; when every child is rejected (or no token
+// with mass is left to draft) the next token is drawn from the last p_j. `bound` is COOL-SD Eq. 4
+// summed over the tree's states: the expected TV between each node's one-step output and P,
+// which bounds the joint's TV by the same hybrid argument as for chains.
+inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const paper::Rule& rule,
+                                        const PlainTree& tree, TreeChildren kind, int L,
+                                        int n_tokens, const Joint& target,
+                                        SiblingMutation mutation = SiblingMutation::None) {
+  RoundAnalysis a;
+  const paper::Dist p0 = P.dist({});
+  const int V = static_cast<int>(p0.size());
+  auto has_mass = [](const paper::Dist& d) {
+    return std::any_of(d.begin(), d.end(), [](double v) { return v > 0.0; });
+  };
+  std::function<void(const Seq&, double, int)> at_node = [&](const Seq& prefix, double w, int u) {
+    if (w <= 0.0) return;
+    const std::vector<int>& kids = tree.children[u < 0 ? tree.nodes() : u];
+    if (kids.empty()) {  // a leaf: the bonus and the rest from the target
+      enumerate_joint(P, prefix, w, n_tokens, a.output);
+      return;
+    }
+    const int depth = tree.depth[kids[0]];
+    const paper::Dist p = P.dist(prefix), q = Q.dist(prefix);
+    // Q's ranking for deterministic children: most probable first, ties by smaller id.
+    std::vector<int> ranked(V);
+    std::iota(ranked.begin(), ranked.end(), 0);
+    std::stable_sort(ranked.begin(), ranked.end(), [&](int x, int y) { return q[x] > q[y]; });
+    paper::Dist step(V, 0.0);  // this node's one-step output: P(next committed token = y)
+    // Sibling j of the walk, reached with probability wj (relative to the node), against p_j.
+    std::function<void(size_t, const paper::Dist&, const paper::Dist&, double)> sibling =
+        [&](size_t j, const paper::Dist& pj, const paper::Dist& qj, double wj) {
+          if (wj <= 0.0) return;
+          std::vector<int> tokens;  // the tokens child j can be, with their draft probability
+          paper::Dist draw(V, 0.0);
+          if (j < kids.size()) {
+            if (kind == TreeChildren::WithoutReplacement) {
+              for (int y = 0; y < V; ++y)
+                if (qj[y] > 0.0) tokens.push_back(y), draw[y] = qj[y];
+            } else if (q[ranked[j]] > 0.0) {
+              tokens.push_back(ranked[j]);
+              draw[ranked[j]] = 1.0;
+            }
+          }
+          if (tokens.empty()) {  // every child rejected: the next token from the residual
+            for (int z = 0; z < V; ++z) {
+              if (pj[z] <= 0.0) continue;
+              step[z] += wj * pj[z];
+              Seq next = prefix;
+              next.push_back(z);
+              enumerate_joint(P, next, w * wj * pj[z], n_tokens, a.output);
+            }
+            return;
+          }
+          for (int y : tokens) {
+            paper::Node n;
+            n.p = pj;
+            n.x = y;
+            n.i = depth;
+            n.L = L;
+            n.one_hot = kind == TreeChildren::TopK;
+            if (n.one_hot) {
+              n.q.assign(V, 0.0);
+              n.q[y] = 1.0;
+            } else {
+              n.q = mutation == SiblingMutation::KeepDraft ? q : qj;
+            }
+            const double f = rule.f(n), reach = wj * draw[y];
+            step[y] += reach * f;
+            Seq next = prefix;
+            next.push_back(y);
+            at_node(next, w * reach * f, kids[j]);
+            if (f >= 1.0) continue;
+            const paper::Dist pn = mutation == SiblingMutation::KeepTarget
+                                       ? pj
+                                       : paper::effective_resampling(rule.g(n), pj);
+            paper::Dist qn = qj;
+            if (kind == TreeChildren::WithoutReplacement) {
+              qn[y] = 0.0;
+              if (has_mass(qn)) {
+                const double m = std::accumulate(qn.begin(), qn.end(), 0.0);
+                for (double& v : qn) v /= m;
+              }
+            }
+            sibling(j + 1, pn, qn, reach * (1.0 - f));
+          }
+        };
+    sibling(0, p, q, 1.0);
+    double term = 0.0;
+    for (int y = 0; y < V; ++y) term += std::fabs(step[y] - p[y]);
+    a.bound += 0.5 * w * term;
+  };
+  for (int x0 = 0; x0 < V; ++x0)
+    if (p0[x0] > 0.0) at_node({x0}, p0[x0], -1);
+  a.tv = total_variation(a.output, target);
+  return a;
+}
+
 // ---- one round of a relaxed method: the loop against the analysis -----------------------------
 
 // Samples per one-round test. Their power: stat_tests.h; each test prints the TV it detects with
@@ -338,6 +489,11 @@ struct RelaxedCase {
   GenerateOptions o;  // method, its params, sampling, draft model (empty: Jacobi drafts)
   paper::Rule rule;   // the same method from its paper
   int cls = 1;
+  // A draft tree instead of a chain: `kary:tree[0],tree[1],...` (the caller sets o.spec.tree),
+  // children drawn without replacement from the draft model; analysed by analyse_tree_round
+  // under `siblings` (None: the walk's convention; else a deliberately wrong one).
+  std::vector<int> tree = {};
+  SiblingMutation siblings = SiblingMutation::None;
 };
 
 struct RoundCheck {
@@ -357,6 +513,9 @@ inline RoundAnalysis analyse_case(Pipeline& target, Pipeline& draft, const Relax
                                   const paper::Rule& rule, const Joint& joint, int L,
                                   const NodeVisitor& visit = {}) {
   Conditionals P(target, c.cls, c.o.sampling), Q(draft, c.cls, c.o.sampling);
+  if (!c.tree.empty())
+    return analyse_tree_round(P, Q, rule, kary_tree(c.tree, L), TreeChildren::WithoutReplacement, L,
+                              target.config().gpt.n_image_tokens(), joint, c.siblings);
   return analyse_round(P, c.o.spec.draft_model.empty() ? nullptr : &Q, rule, L,
                        target.config().gpt.n_image_tokens(), joint, visit);
 }

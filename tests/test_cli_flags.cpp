@@ -105,6 +105,18 @@ TEST_F(CliFlags, TreeDraftsRunAndChainTreesAreChains) {
                                "--tokens-out", tmp("again.npy"), "-o", tmp("again.png")});
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_EQ(slurp(tmp("again.npy")), tree);
+  // A relaxed rule on LANTERN++'s static tree: stored with its parameters, reproduced.
+  const CliResult lpp =
+      run(fixture_run({"--method", "lantern++", "--draft", fixture("c2i_f32"), "-s", "5", "--tree",
+                       "naive_extend_57", "--tokens-out", tmp("lpp.npy"), "-o", tmp("lpp.png")}));
+  ASSERT_EQ(lpp.code, 0) << lpp.err;
+  EXPECT_NE(png_text(tmp("lpp.png"), "parameters").find("tree=naive_extend_57;"),
+            std::string::npos);
+  const CliResult lpp_again =
+      run({"generate", "--from-png", tmp("lpp.png"), "-m", fixture("c2i_f32"), "--tokens-out",
+           tmp("lpp2.npy"), "-o", tmp("lpp2.png")});
+  ASSERT_EQ(lpp_again.code, 0) << lpp_again.err;
+  EXPECT_EQ(slurp(tmp("lpp2.npy")), slurp(tmp("lpp.npy")));
 }
 
 TEST_F(CliFlags, DidYouMean) {

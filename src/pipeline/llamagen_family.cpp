@@ -174,11 +174,9 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");
   if (r.method.rule && !opts.spec.tree.empty()) {
-    // Only exact verification is proven on trees (tests/test_spec_trees.cpp); the relaxed rules'
-    // tree forms are not yet checked against their papers (issue 41).
-    check_param(
-        opts.spec.method == "sd" || opts.spec.method == "eagle", "tree",
-        "{tree}: only {method} sd and eagle verify draft trees so far, not " + opts.spec.method);
+    // Every rule verifies trees with the same walk: exact verification is proven on trees
+    // (tests/test_spec_trees.cpp), the relaxed rules checked against their papers' tree forms
+    // (tests/test_spec_tree_rules.cpp).
     check_param(r.draft != nullptr, "tree",
                 "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
     try {

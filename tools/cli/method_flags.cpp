@@ -237,7 +237,8 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
   cmd->add_option(
          "--tree", o.tree,
-         "Draft a static tree and verify it in one target forward (sd with a draft model): "
+         "Draft a static tree and verify it in one target forward (any method with a draft "
+         "model or EAGLE drafter; every rule): "
          "chain:N, kary:B1,B2,..., naive_extend_57 (LANTERN++), mc_sim_7b_63 (EAGLE-1), "
          "medusa_2_7b_63, or a JSON file of EAGLE choices; --draft-len N cuts it at depth "
          "N, auto drafts it whole")
