@@ -75,6 +75,53 @@ TEST(DraftLength, RefusesCostsShorterThanItsDepth) {
   EXPECT_THROW(DraftLengthPolicy(costs, 0), std::exception);
 }
 
+// The node budget of a static tree: kary:3,2,1 has 3, 9 and 15 nodes down to depths 1-3, fed by
+// draft forwards of 1, 3 and 6 rows. A round cut at depth L verifies 1 + nodes(L) positions, and
+// its drafting costs draft_step per forward scaled by the target's cost ratio of its rows.
+TEST(DraftLength, TreeCutsAreCostedByTheirNodes) {
+  RoundCosts costs;
+  const std::vector<int> depth = {1, 1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3};
+  const std::vector<int> children = {2, 2, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+  set_tree_costs(costs, depth, children);
+  EXPECT_EQ(costs.tree_nodes, (std::vector<int>{3, 9, 15}));
+  EXPECT_EQ(costs.tree_rows, (std::vector<int>{1, 3, 6}));
+  for (int k = 1; k <= 16; ++k) costs.verify.push_back(1.0 + 0.1 * (k - 1));  // 10% per position
+  costs.draft_step = 0.2;
+  const DraftLengthPolicy policy(costs, 3);
+  EXPECT_EQ(policy.round_nodes(2), 9);
+  EXPECT_DOUBLE_EQ(policy.round_seconds(1), 0.2 + costs.verify[3]);
+  EXPECT_DOUBLE_EQ(policy.round_seconds(2), 0.2 + 0.2 * 1.2 + costs.verify[9]);
+  EXPECT_DOUBLE_EQ(policy.round_seconds(3), 0.2 + 0.2 * 1.2 + 0.2 * 1.5 + costs.verify[15]);
+  // The choice is the argmax of E[tokens(L)] / round_seconds(L), the tree's per-depth acceptance
+  // (any sibling accepted) in E: deep cuts when the deeper levels accept, shallow when not.
+  for (double a : {0.1, 0.4, 0.7, 0.95}) {
+    const std::vector<double> acc(3, a);
+    int best = 1;
+    for (int L = 2; L <= 3; ++L)
+      if (expected_round_tokens(acc, L) / policy.round_seconds(L) >
+          expected_round_tokens(acc, best) / policy.round_seconds(best))
+        best = L;
+    EXPECT_EQ(policy.choose(acc, 3), best) << "a " << a;
+  }
+  EXPECT_EQ(policy.choose(std::vector<double>{0.9, 0.05, 0.05}, 3), 1);
+  // On this steep CPU-like curve even near-certain acceptance keeps the cut at depth 1 (1.33
+  // tokens/s against 1.25 for the whole tree), which the loop above checks; a gentle curve (1%
+  // per position) takes the whole tree.
+  RoundCosts gentle = costs;
+  for (int k = 1; k <= 16; ++k) gentle.verify[k - 1] = 1.0 + 0.01 * (k - 1);
+  EXPECT_EQ(DraftLengthPolicy(gentle, 3).choose(std::vector<double>(3, 0.99), 3), 3);
+  // Free verification (a GPU's flat curve up to 128 positions): the whole tree.
+  RoundCosts flat = costs;
+  flat.verify.assign(16, 1.0);
+  flat.draft_step = 0.01;
+  EXPECT_EQ(DraftLengthPolicy(flat, 3).choose(std::vector<double>(3, 0.5), 3), 3);
+  // Costs for fewer positions than the cut's nodes are refused.
+  RoundCosts short_costs = costs;
+  short_costs.verify.resize(15);
+  EXPECT_THROW(DraftLengthPolicy(short_costs, 3), std::exception);
+  EXPECT_NO_THROW(DraftLengthPolicy(short_costs, 2));
+}
+
 TEST(DraftLength, TrackerEstimatesAndFollowsAChange) {
   AcceptanceTracker t(4, 0.9);
   // Nothing seen: the prior (0.5 at every depth).

@@ -137,6 +137,18 @@ TEST_F(SpecMicro, SdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   expect_exact(*target_, target_joint(2, o.sampling), o, 2);
 }
 
+// A static tree under --draft-len auto (the node budget): the policy cuts each round's tree at
+// a depth chosen from past rounds. On the 4-token image the verification of kary:3,2's 9 nodes
+// was not measured (at most the image's 4 positions), so the cut is depth 1: three siblings.
+TEST_F(SpecMicro, SdTreeWithAutoDraftLenSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("sd");
+  o.spec.draft_len = kDraftLenAuto;
+  o.spec.tree = "kary:3,2";
+  o.spec.auto_costs = kMicroAutoCosts;
+  o.spec.auto_costs.draft_step = 0.05;
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
 TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = kDraftLenAuto;

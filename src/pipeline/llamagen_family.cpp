@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <span>
 
 #include "decode/decoder.h"
 #include "decode/guidance.h"
@@ -228,8 +229,9 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
     return generate_batches(decoder, conds, idx, opts, st);  // lossless: no note
   }
-  // A static tree: a fixed draft length cuts it at that depth; auto drafts the whole tree (the
-  // length policy models chains only).
+  // A static tree: a fixed draft length cuts it at that depth; auto sizes the drafter for the
+  // whole tree and the policy below cuts each round's at the depth with the most expected tokens
+  // per second (the node budget).
   const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
   std::unique_ptr<speculative::Drafter> drafter;
   if (draft) {
@@ -246,22 +248,36 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   ls.draft_len = draft_len;
   ls.max_rounds = opts.spec.max_rounds;
   std::optional<speculative::DraftLengthPolicy> policy;
-  if (method.auto_len && !prep.tree) {
-    const int depth = drafter->draft_depth(method.draft_len);
+  if (method.auto_len) {
+    int depth = drafter->draft_depth(draft_len);
+    speculative::RoundCosts rc;
+    if (prep.tree) {
+      const std::vector<int> children = prep.tree->child_counts();  // [nodes()]: the root's
+      speculative::set_tree_costs(rc, prep.tree->depth,
+                                  std::span(children).first(prep.tree->depth.size()));
+    }
+    // Positions one round verifies at depth L: the root and the chain's L drafts or the tree's
+    // nodes down to depth L. The calibration measures at most the image's tokens per forward, so
+    // a tree with more nodes is cut where its verification was measured.
+    const int N = d_->config.gpt.n_image_tokens();
+    auto positions = [&](int L) { return 1 + (rc.tree_nodes.empty() ? L : rc.tree_nodes[L - 1]); };
+    while (depth > 1 && positions(depth) > N) --depth;
     DraftCosts costs = opts.spec.auto_costs;
     if (costs.verify.empty())
       costs = calibrated_draft_costs({d_->gpt.get(), &d_->config},
                                      {draft, draft ? &d_->draft_config : nullptr}, p.uses_cfg(),
-                                     depth + 1);
-    check_param(static_cast<int>(costs.verify.size()) > depth && costs.draft_step >= 0.0,
-                "auto_costs",
-                "--draft-len auto at depth " + std::to_string(depth) + " needs " +
-                    std::to_string(depth + 1) + " verification costs, got " +
-                    std::to_string(costs.verify.size()));
+                                     positions(depth));
+    check_param(
+        static_cast<int>(costs.verify.size()) >= positions(depth) && costs.draft_step >= 0.0,
+        "auto_costs",
+        "--draft-len auto at depth " + std::to_string(depth) + " needs " +
+            std::to_string(positions(depth)) + " verification costs, got " +
+            std::to_string(costs.verify.size()));
     for (double v : costs.verify)
       check_param(v > 0.0, "auto_costs", "verification costs must be positive seconds");
-    policy.emplace(speculative::RoundCosts{costs.verify, costs.draft_step}, depth,
-                   drafter->carries_drafts());
+    rc.verify = costs.verify;
+    rc.draft_step = costs.draft_step;
+    policy.emplace(std::move(rc), depth, drafter->carries_drafts());
     ls.policy = &*policy;
   }
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);

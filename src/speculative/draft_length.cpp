@@ -56,19 +56,45 @@ std::vector<double> AcceptanceTracker::estimate() const {
   return chained_estimate(verified_, accepted_);
 }
 
+void set_tree_costs(RoundCosts& costs, std::span<const int> depth, std::span<const int> children) {
+  check(depth.size() == children.size(), "internal: tree costs of mismatched sizes");
+  int max_depth = 0;
+  for (int d : depth) max_depth = std::max(max_depth, d);
+  costs.tree_nodes.assign(max_depth, 0);
+  costs.tree_rows.assign(max_depth, 0);
+  for (size_t u = 0; u < depth.size(); ++u) {
+    for (int d = depth[u]; d <= max_depth; ++d) costs.tree_nodes[d - 1]++;
+    if (children[u] > 0 && depth[u] < max_depth) costs.tree_rows[depth[u]]++;  // feeds depth + 1
+  }
+  if (max_depth > 0) costs.tree_rows[0] = 1;  // the root's children: the catch-up's row
+}
+
 DraftLengthPolicy::DraftLengthPolicy(RoundCosts costs, int max_depth, bool carries_drafts)
     : costs_(std::move(costs)), max_depth_(max_depth), carries_drafts_(carries_drafts) {
-  check(max_depth >= 1 && max_depth < static_cast<int>(costs_.verify.size()),
-        "internal: --draft-len auto needs the cost of verifying " + std::to_string(max_depth + 1) +
-            " positions; " + std::to_string(costs_.verify.size()) + " were calibrated");
+  const bool tree = !costs_.tree_nodes.empty();
+  check(!tree || (costs_.tree_rows.size() == costs_.tree_nodes.size() &&
+                  max_depth <= static_cast<int>(costs_.tree_nodes.size())),
+        "internal: --draft-len auto on a tree cut deeper than the tree");
+  check(max_depth >= 1 && round_nodes(max_depth) < static_cast<int>(costs_.verify.size()),
+        "internal: --draft-len auto needs the cost of verifying " +
+            std::to_string(round_nodes(std::max(max_depth, 1)) + 1) + " positions; " +
+            std::to_string(costs_.verify.size()) + " were calibrated");
   // A forward of more positions reads the same weights and does more work: a measured dip is
   // noise (another process's burst during a shorter k), so the costs are made non-decreasing.
   for (size_t k = 1; k < costs_.verify.size(); ++k)
     costs_.verify[k] = std::max(costs_.verify[k], costs_.verify[k - 1]);
 }
 
+int DraftLengthPolicy::round_nodes(int depth) const {
+  return costs_.tree_nodes.empty() ? depth : costs_.tree_nodes[depth - 1];
+}
+
 double DraftLengthPolicy::round_seconds(int depth) const {
-  return depth * costs_.draft_step + costs_.verify[depth];
+  if (costs_.tree_nodes.empty()) return depth * costs_.draft_step + costs_.verify[depth];
+  double draft = 0.0;
+  for (int d = 1; d <= depth; ++d)
+    draft += costs_.draft_step * costs_.verify[costs_.tree_rows[d - 1] - 1] / costs_.verify[0];
+  return draft + costs_.verify[round_nodes(depth)];
 }
 
 int DraftLengthPolicy::choose(std::span<const double> acceptance, int cap) const {

@@ -15,7 +15,16 @@ struct RoundCosts {
   // k - 1 drafts); its size bounds the depth.
   std::vector<double> verify;
   double draft_step = 0.0;  // seconds per drafted position (a draft-model step; 0 for Jacobi)
+  // A static draft tree (issue 41's node budget; both empty: a chain). tree_nodes[d - 1]: the
+  // nodes of the tree cut at depth d, which the target verifies with the root; tree_rows[d - 1]:
+  // the rows of the draft forward that gives depth d's nodes (1 for the root's children, then
+  // the nodes of depth d - 1 that have children), EAGLE-1's one drafter forward per depth.
+  std::vector<int> tree_nodes = {}, tree_rows = {};
 };
+
+// The tree fields of RoundCosts for a tree whose node d (0-based, parents first) has depth
+// depth[d] and children[d] children.
+void set_tree_costs(RoundCosts& costs, std::span<const int> depth, std::span<const int> children);
 
 // Expected tokens of a round of depth L when draft d is accepted with probability a[d - 1]
 // given drafts 1..d-1 were (Leviathan et al. 2023, Eq. 1 generalised to per-depth rates): the
@@ -81,13 +90,19 @@ struct ImageAcceptance {
 
 class DraftLengthPolicy {
  public:
-  // max_depth: the deepest draft allowed (at most costs.verify.size() - 1). The verification
+  // max_depth: the deepest draft allowed (its nodes at most costs.verify.size() - 1; a tree:
+  // at most costs.tree_nodes.size()). The choice of a depth is the node budget of a tree: the
+  // deepest cut whose expected tokens per second is highest. The verification
   // costs are taken as their running maximum over k (a dip in a measurement is noise).
   // carries_drafts: the drafter carries its unverified drafts into the next window
   // (Drafter::carries_drafts): the choice then reads the window model.
   DraftLengthPolicy(RoundCosts costs, int max_depth, bool carries_drafts = false);
   int max_depth() const { return max_depth_; }
-  // Seconds of a round of depth L (drafting L tokens, verifying L + 1 positions).
+  // Nodes of a round of depth L: L for a chain, the tree's nodes down to depth L.
+  int round_nodes(int depth) const;
+  // Seconds of a round of depth L: drafting (L draft forwards; a tree's forward of r rows costs
+  // draft_step times the target's measured cost ratio of r positions to one, since both are
+  // transformers on the same backend) and verifying the root and the round's nodes.
   double round_seconds(int depth) const;
   // The depth in [1, min(max_depth, cap)] with the most expected tokens per second (ties: the
   // shorter).
