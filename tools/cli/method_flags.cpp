@@ -241,7 +241,7 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
          "model or EAGLE drafter; every rule): "
          "chain:N, kary:B1,B2,..., naive_extend_57 (LANTERN++), mc_sim_7b_63 (EAGLE-1), "
          "medusa_2_7b_63, or a JSON file of EAGLE choices; --draft-len N cuts it at depth "
-         "N, auto drafts it whole")
+         "N, auto cuts each round's at the depth with the most expected tokens per second")
       ->type_name("SPEC");
   MethodParams& params = o.params;
   for (const FlagParam& f : flag_params()) {
