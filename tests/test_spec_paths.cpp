@@ -196,23 +196,46 @@ TEST_F(SpecPaths, LanternNeighboursCarryTargetMass) {
 // ---- greedy decoding: the loop against a greedy walk over the papers' rules --------------------
 
 // Greedy SD (temperature 0): each round drafts the draft model's argmax chain, keeps drafts while
-// the rule's greedy test passes, then appends the target's argmax (bonus or correction).
+// the rule's greedy test passes, then appends the target's argmax (bonus or correction). With
+// `tree` (kary branching), a node's children are the draft's top-B_d tokens (Qrank: the draft's
+// filtered distribution, most probable first, ties to the smaller id; tokens without mass are not
+// drafted), tested in that order; the first that passes continues the walk.
 Seq greedy_walk(Conditionals& P, Conditionals& Pverify, Conditionals& Q, const paper::Rule& rule,
-                int draft_len, int n_tokens) {
+                int draft_len, int n_tokens, const std::vector<int>& tree = {},
+                Conditionals* Qrank = nullptr, int64_t* rounds = nullptr) {
   Seq s{static_cast<int32_t>(paper::first_argmax(P.dist({})))};
+  if (rounds) *rounds = 0;
   while (static_cast<int>(s.size()) < n_tokens) {
+    if (rounds) ++*rounds;
     const int depth = std::min(draft_len, n_tokens - static_cast<int>(s.size()) - 1);
-    Seq drafts = s;
-    for (int d = 0; d < depth; ++d)
-      drafts.push_back(static_cast<int32_t>(paper::first_argmax(Q.dist(drafts))));
     for (int d = 0; d < depth; ++d) {
       paper::Node n;
       n.p = Pverify.dist(s);
       n.q = Q.dist(s);
-      n.x = drafts[s.size()];
       n.i = d + 1;
       n.L = depth;
-      if (!rule.greedy(n)) break;
+      std::vector<int> children = {paper::first_argmax(n.q)};
+      if (!tree.empty()) {
+        const paper::Dist r = (Qrank ? *Qrank : Q).dist(s);
+        children.clear();
+        for (int c = 0; c < tree[d]; ++c) {
+          int best = -1;
+          for (int y = 0; y < static_cast<int>(r.size()); ++y)
+            if (r[y] > 0.0 && std::find(children.begin(), children.end(), y) == children.end() &&
+                (best < 0 || r[y] > r[best]))
+              best = y;
+          if (best >= 0) children.push_back(best);
+        }
+      }
+      bool kept = false;
+      for (int x : children) {
+        n.x = x;
+        if (rule.greedy(n)) {
+          kept = true;
+          break;
+        }
+      }
+      if (!kept) break;
       s.push_back(n.x);
     }
     s.push_back(static_cast<int32_t>(paper::first_argmax(P.dist(s))));
@@ -240,43 +263,58 @@ TEST_F(SpecPaths, GreedyDecodingFollowsThePapers) {
        lantern(2, B::Delta, 0.9f, 0, true),
        true},
   };
-  int compared = 0;
-  for (const auto& g : cases) {
-    int relaxed_differs = 0;
-    for (int top_k : {0, 3})
-      for (float cfg : {1.0f, 2.0f, 4.0f})
-        for (int cls = 0; cls < 3; ++cls) {
-          GenerateOptions o = sampling_options(g.method);
-          o.sampling.temperature = 0.0f;
-          o.sampling.top_k = top_k;
-          o.sampling.top_p = 1.0f;
-          o.sampling.cfg_scale = cfg;
-          o.spec.draft_len = 2;
-          o.spec.params = g.params;
-          o.batch = 1;
-          SamplingOptions verify = o.sampling;
-          verify.temperature = 1.0f;  // greedy verification sees the untempered softmax
-          if (g.unfiltered) verify.top_k = 0;
-          Conditionals Pv(*target_, cls, verify), Q(*draft_, cls, verify);
-          SamplingOptions filtered = verify;
-          filtered.top_k = top_k;
-          Conditionals Pf(*target_, cls, filtered);
-          const Seq want = greedy_walk(Pf, Pv, Q, g.rule, 2, n_tokens());
-          const Seq got = generate(*target_, cls, o, 1).at(0);
-          SCOPED_TRACE(g.method + " top-k " + std::to_string(top_k) + " cfg " +
-                       std::to_string(cfg) + " class " + std::to_string(cls));
-          EXPECT_EQ(got, want);
-          const Seq vanilla = greedy_walk(Pf, Pf, Q, paper::exact(), 2, n_tokens());
-          relaxed_differs += got != vanilla;
-          ++compared;
-        }
-    // The relaxed greedy walks do differ from exact greedy decoding (and sd does not).
-    if (g.method == "sd")
-      EXPECT_EQ(relaxed_differs, 0);
-    else
-      EXPECT_GT(relaxed_differs, 0) << g.method;
-  }
-  EXPECT_EQ(compared, 72);
+  int compared = 0, later_siblings = 0;  // tree runs where a later sibling saved a round
+  for (const auto& g : cases)
+    for (const std::vector<int>& tree : {std::vector<int>{}, std::vector<int>{3, 2}}) {
+      int relaxed_differs = 0;
+      for (int top_k : {0, 3})
+        for (float cfg : {1.0f, 2.0f, 4.0f})
+          for (int cls = 0; cls < 3; ++cls) {
+            GenerateOptions o = sampling_options(g.method);
+            o.sampling.temperature = 0.0f;
+            o.sampling.top_k = top_k;
+            o.sampling.top_p = 1.0f;
+            o.sampling.cfg_scale = cfg;
+            o.spec.draft_len = 2;
+            o.spec.params = g.params;
+            if (!tree.empty()) o.spec.tree = "kary:3,2";
+            o.batch = 1;
+            SamplingOptions verify = o.sampling;
+            verify.temperature = 1.0f;  // greedy verification sees the untempered softmax
+            if (g.unfiltered) verify.top_k = 0;
+            Conditionals Pv(*target_, cls, verify), Q(*draft_, cls, verify);
+            SamplingOptions filtered = verify;
+            filtered.top_k = top_k;
+            Conditionals Pf(*target_, cls, filtered), Qf(*draft_, cls, filtered);
+            int64_t want_rounds = 0, chain_rounds = 0;
+            const Seq want = greedy_walk(Pf, Pv, Q, g.rule, 2, n_tokens(), tree, &Qf, &want_rounds);
+            GenerateStats st;
+            const Seq got = target_->generate({Condition::label(cls)}, o, &st).at(0);
+            // The rounds tell accepted drafts apart where the tokens cannot: a later sibling
+            // rejected instead of accepted leaves its own token as the target's correction.
+            EXPECT_EQ(st.rounds(), want_rounds);
+            if (!tree.empty()) {
+              greedy_walk(Pf, Pv, Q, g.rule, 2, n_tokens(), {1, 1}, &Qf, &chain_rounds);
+              later_siblings += want_rounds < chain_rounds;
+            }
+            SCOPED_TRACE(g.method + (tree.empty() ? "" : " tree kary:3,2") + " top-k " +
+                         std::to_string(top_k) + " cfg " + std::to_string(cfg) + " class " +
+                         std::to_string(cls));
+            EXPECT_EQ(got, want);
+            const Seq vanilla = greedy_walk(Pf, Pf, Q, paper::exact(), 2, n_tokens());
+            relaxed_differs += got != vanilla;
+            ++compared;
+          }
+      // The relaxed greedy walks do differ from exact greedy decoding (and sd does not).
+      if (g.method == "sd")
+        EXPECT_EQ(relaxed_differs, 0);
+      else
+        EXPECT_GT(relaxed_differs, 0) << g.method;
+    }
+  EXPECT_EQ(compared, 144);
+  EXPECT_GT(later_siblings, 0);
+  std::printf("  greedy kary:3,2: a later sibling saved a round in %d of 72 runs\n",
+              later_siblings);
 }
 
 }  // namespace
