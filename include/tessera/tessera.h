@@ -86,7 +86,7 @@ struct SpeculativeOptions {
   // JSON file of EAGLE choices. Draft-model methods with exact verification (sd) only, so far; a
   // fixed draft_len cuts the tree at that depth, auto takes the whole tree.
   std::string tree;
-  MethodParams params;   // the method's parameters, by name ("lantern.k"); unset: defaults
+  MethodParams params;  // the method's parameters, by name ("lantern.k"); unset: defaults
   // Analysis: after this many rounds an image is finished by the target alone (0: never). The
   // bound of COOL-SD Eq. 4 is about one round followed by target sampling.
   int max_rounds = 0;
@@ -129,6 +129,9 @@ struct ImageStats {
   // Rounds per draft depth: rounds_by_depth[d] rounds drafted d tokens (--draft-len auto's
   // choices; a fixed length drafts its depth but where the image's end cuts it shorter).
   std::vector<int64_t> rounds_by_depth;
+  // Draft nodes the target verified, over all rounds (a chain's nodes are its depth; a tree's
+  // its node count, the node budget --draft-len auto chose).
+  int64_t draft_nodes = 0;
   // Acceptance rate per draft depth: accepted / verified (0 where nothing was verified).
   std::vector<double> acceptance_by_depth() const;
   // Mean accepted length: tokens per verification round (the prefill's first token excluded).
@@ -155,6 +158,7 @@ struct GenerateStats {
   double mean_accepted_length() const;           // over all images: (tokens - images) / rounds
   std::vector<int64_t> rounds_by_depth() const;  // summed over images
   double mean_draft_depth() const;               // drafted tokens per round
+  double mean_draft_nodes() const;  // drafted nodes per round (a tree's size; chains: the depth)
   // Acceptance rate per draft depth (accepted / verified), over all images.
   std::vector<double> acceptance_by_depth() const;
 };

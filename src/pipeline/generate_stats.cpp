@@ -36,6 +36,14 @@ double GenerateStats::mean_draft_depth() const {
   }
   return rounds > 0 ? drafted / rounds : 0.0;
 }
+double GenerateStats::mean_draft_nodes() const {
+  int64_t nodes = 0, r = 0;
+  for (const auto& s : per_image) {
+    nodes += s.draft_nodes;
+    r += s.rounds;
+  }
+  return r > 0 ? static_cast<double>(nodes) / static_cast<double>(r) : 0.0;
+}
 std::vector<double> ImageStats::acceptance_by_depth() const {
   std::vector<double> out(proposed.size(), 0.0);
   for (size_t i = 0; i < proposed.size(); ++i)

@@ -216,6 +216,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     if (im.stats.rounds_by_depth.size() <= depth) im.stats.rounds_by_depth.resize(depth + 1, 0);
     im.stats.rounds_by_depth[depth]++;
     im.stats.rounds++;
+    im.stats.draft_nodes += static_cast<int64_t>(tree.size());
     im.stats.target_forwards++;
     im.stats.tokens = static_cast<int64_t>(im.tokens.size());
     im.round++;

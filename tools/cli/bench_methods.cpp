@@ -66,7 +66,9 @@ constexpr const char* kSpeedLegend =
     "acc@1      fraction of depth-1 drafts accepted\n"
     "rules/fw   time in acceptance rules and resampling per target forward, as a share of that\n"
     "           forward's time\n"
-    "depth      mean tokens drafted per round (with --draft-len auto: the lengths it chose)\n";
+    "depth      mean tokens drafted per round (with --draft-len auto: the lengths it chose)\n"
+    "nodes      mean draft nodes verified per round: a tree's size (with --draft-len auto: the\n"
+    "           node budget it chose); a chain's equals its depth\n";
 
 }  // namespace
 
@@ -228,13 +230,13 @@ void bench_methods(const MethodsBenchOptions& b) {
     std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
     std::printf(
         "| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
-        "| target%% | draft%% | verify%% | acc@1 | rules/fw | depth |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "| target%% | draft%% | verify%% | acc@1 | rules/fw | depth | nodes |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
     std::printf(
         "method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
         "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
-        "acceptance_depth1,rules_per_forward,mean_draft_depth\n");
+        "acceptance_depth1,rules_per_forward,mean_draft_depth,mean_draft_nodes\n");
   }
   for (const auto& r : rows) {
     const double sec = r["seconds"].get<double>();
@@ -244,33 +246,34 @@ void bench_methods(const MethodsBenchOptions& b) {
                            : r["draft_len"].is_string() ? r["draft_len"].get<std::string>()
                                                         : std::to_string(r["draft_len"].get<int>());
     const double depth = r["mean_draft_depth"].get<double>();
+    const double nodes = r["mean_draft_nodes"].get<double>();
     const double mean = r["seconds_per_image_mean"].get<double>();
     const double sd = r["seconds_per_image_stddev"].get<double>();
     const double shares[3] = {tsplit["target"].get<double>() / sec,
                               tsplit["draft"].get<double>() / sec,
                               tsplit["verify"].get<double>() / sec};
     if (csv) {
-      std::printf("%s,%d,%d,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f,%.3f\n",
+      std::printf("%s,%d,%d,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f,%.3f,%.3f\n",
                   r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
                   r["batch"].get<int>(), dl.c_str(), r["repeat"].get<int>(), mean, sd,
                   r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
                   r["target_forwards_per_image"].get<double>(),
                   static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), shares[0],
                   shares[1], shares[2], acc.empty() ? "" : fmt(acc[0], 4).c_str(),
-                  r["rule_overhead_vs_target_forward"].get<double>(), depth);
+                  r["rule_overhead_vs_target_forward"].get<double>(), depth, nodes);
       continue;
     }
     const std::string t = b.repeat > 1 ? fmt(mean, 3) + " ± " + fmt(sd, 3) : fmt(mean, 3);
     std::printf(
         "| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
-        "| %s | %.2f%% | %s |\n",
+        "| %s | %.2f%% | %s | %s |\n",
         r["method"].get<std::string>().c_str(), r["threads"].get<int>(), r["batch"].get<int>(),
         dl.c_str(), t.c_str(), r["speedup_vs_vanilla"].get<double>(),
         r["mean_accepted_length"].get<double>(), r["target_forwards_per_image"].get<double>(),
         static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), 100 * shares[0],
         100 * shares[1], 100 * shares[2], acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
         100 * r["rule_overhead_vs_target_forward"].get<double>(),
-        depth > 0 ? fmt(depth, 2).c_str() : "-");
+        depth > 0 ? fmt(depth, 2).c_str() : "-", nodes > 0 ? fmt(nodes, 2).c_str() : "-");
   }
   if (qm && !csv) {
     const double v_top1 = quality.front().top1.defined() ? quality.front().top1.value : 0.9;

@@ -14,7 +14,8 @@ nlohmann::json image_stats_json(const ImageStats& s) {
           {"proposed_by_depth", s.proposed},
           {"accepted_by_depth", s.accepted},
           {"acceptance_by_depth", s.acceptance_by_depth()},
-          {"rounds_by_draft_depth", s.rounds_by_depth}};
+          {"rounds_by_draft_depth", s.rounds_by_depth},
+          {"draft_nodes", s.draft_nodes}};
 }
 }  // namespace
 
@@ -35,6 +36,7 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
           {"acceptance_by_depth", st.acceptance_by_depth()},
           {"rounds_by_draft_depth", st.rounds_by_depth()},
           {"mean_draft_depth", st.mean_draft_depth()},
+          {"mean_draft_nodes", st.mean_draft_nodes()},
           {"time_split_s",
            {{"target", st.target_seconds},
             {"draft", st.draft_seconds},
