@@ -461,6 +461,39 @@ TEST_P(Ops, KvStoreAndAttention) {
   }
 }
 
+// Tree masks expanded from parents where the backend runs: the backend's bytes against the
+// reference's, and the reference's against the ancestor closure written here.
+TEST_P(Ops, ExpandTreeMask) {
+  Rng rng(31);
+  for (int n_new : {1, 2, 7, 40}) {
+    SCOPED_TRACE("n_new " + std::to_string(n_new));
+    const int n_seq = 3;
+    std::vector<int32_t> parents(static_cast<size_t>(n_seq) * n_new), past(n_seq);
+    int stride = 0;
+    for (int r = 0; r < n_seq; ++r) {
+      past[r] = rng.integer(0, 50);
+      stride = std::max(stride, past[r] + n_new);
+      for (int a = 0; a < n_new; ++a) parents[r * n_new + a] = rng.integer(-1, a - 1);
+    }
+    stride += 3;  // slots beyond every sequence's new rows stay 0
+    Bytes want(static_cast<size_t>(n_seq) * n_new * stride, 0);
+    for (int r = 0; r < n_seq; ++r)
+      for (int j = 0; j < n_new; ++j) {
+        uint8_t* m = want.data() + (static_cast<size_t>(r) * n_new + j) * stride;
+        std::fill_n(m, past[r], uint8_t{1});
+        for (int a = j; a >= 0; a = parents[r * n_new + a]) m[past[r] + a] = 1;
+      }
+    auto run = [&](Backend& b) {
+      Tensor par = upload_ids(b, parents), len = upload_ids(b, past);
+      Tensor mask = b.empty(DType::U8, {static_cast<int64_t>(want.size())});
+      b.expand_tree_mask(par, len, n_new, stride, mask);
+      return down_bytes(b, mask);
+    };
+    EXPECT_EQ(run(ref()), want);
+    EXPECT_EQ(run(backend()), want);
+  }
+}
+
 // ================================================================================== MAE / MAR
 
 TEST_P(Ops, SelfAttentionAndRowBroadcast) {

@@ -11,6 +11,7 @@
 
 #include "tensor/cuda/device_math.h"
 #include "tensor/dtype.h"
+#include "tensor/tree_mask.h"
 
 namespace tessera {
 namespace {
@@ -104,6 +105,29 @@ TEST(CudaDeviceMath, SoftmaxMergeOfEmptySlicesStaysEmpty) {
   EXPECT_EQ(one.r.m, 2.0f);
   EXPECT_EQ(one.r.l, 3.0f);
   EXPECT_EQ(one.scale_b, 1.0f);
+}
+
+// tree_mask.h's entry, shared by the CPU backend and the CUDA kernel: the tree {0: root's child,
+// 1: under 0, 2: root's child, 3: under 1} after 5 cached slots.
+TEST(TreeMaskEntry, AncestorsAndSelfAfterThePast) {
+  const int32_t parents[] = {-1, 0, -1, 1};
+  const uint8_t want[4][4] = {{1, 0, 0, 0}, {1, 1, 0, 0}, {0, 0, 1, 0}, {1, 1, 0, 1}};
+  for (int j = 0; j < 4; ++j) {
+    for (int key = 0; key < 5; ++key) EXPECT_EQ(tree_mask_entry(parents, 5, j, key), 1);
+    for (int a = 0; a < 4; ++a)
+      EXPECT_EQ(tree_mask_entry(parents, 5, j, 5 + a), want[j][a]) << j << " " << a;
+    EXPECT_EQ(tree_mask_entry(parents, 5, j, 9), 0);  // beyond the new rows
+  }
+}
+
+// A malformed parents array (a row its own parent, a parent after its child) ends the walk: no
+// endless loop on a device, no read past row j.
+TEST(TreeMaskEntry, MalformedParentsEndTheWalk) {
+  const int32_t self_loop[] = {-1, 1, 1};
+  EXPECT_EQ(tree_mask_entry(self_loop, 0, 2, 0), 0);
+  const int32_t forward[] = {-1, 7, 0};
+  EXPECT_EQ(tree_mask_entry(forward, 0, 1, 0), 0);
+  EXPECT_EQ(tree_mask_entry(forward, 0, 2, 0), 1);
 }
 
 }  // namespace

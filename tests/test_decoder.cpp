@@ -153,6 +153,9 @@ class CountingBackend final : public Backend {
                 Tensor& v) override {
     be.kv_store(q, h, kv, hd, b, k, v);
   }
+  void expand_tree_mask(const Tensor& p, const Tensor& past, int n, int s, Tensor& m) override {
+    be.expand_tree_mask(p, past, n, s, m);
+  }
   void attention(const Tensor& q, int h, int kv, int hd, const AttentionBatch& b, const Tensor& k,
                  const Tensor& v, Tensor& o) override {
     be.attention(q, h, kv, hd, b, k, v, o);

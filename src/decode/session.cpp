@@ -63,7 +63,7 @@ Session::Session(const AutoregressiveModel& model, const SessionOptions& o)
   const SessionSizes z = session_sizes(model, o);
   const int max_rows = static_cast<int>(z.max_rows), max_out = static_cast<int>(z.max_out);
   workspace_ = model.make_workspace(max_rows, max_out);
-  index_buffer_ = model.backend().empty(DType::I32, {2 * z.max_rows + 2 * z.slots + z.max_out});
+  index_buffer_ = model.backend().empty(DType::I32, {3 * z.max_rows + 2 * z.slots + z.max_out});
 }
 
 int Session::acquire_slot() {
@@ -128,8 +128,11 @@ ForwardOutputs Session::forward(const StepBatch& b) {
   check(static_cast<int64_t>(b.features.size()) == (fd > 0 ? int64_t{rows} * fd : 0),
         "internal: forward features size");
 
-  // Pack every index array into one host buffer and upload it in one transfer.
-  staging_.assign(static_cast<size_t>(2 * rows + 2 * n_seq + n_out), 0);
+  // Pack every index array into one host buffer and upload it in one transfer: tokens,
+  // positions, sequence ids, past lengths, output rows, and a tree's parents.
+  const bool tree = !b.parents.empty();
+  const int parents_at = 2 * rows + 2 * n_seq + n_out;
+  staging_.assign(static_cast<size_t>(parents_at + (tree ? rows : 0)), 0);
   int32_t* p = staging_.data();
   if (!b.embeddings) std::copy(b.tokens.begin(), b.tokens.end(), p);
   std::copy(b.positions.begin(), b.positions.end(), p + rows);
@@ -148,6 +151,16 @@ ForwardOutputs Session::forward(const StepBatch& b) {
       p[2 * rows + 2 * n_seq + r * static_cast<int>(b.output_at.size()) + static_cast<int>(i)] =
           r * n_new + j;
     }
+  }
+  if (tree) {
+    check(b.mask.empty() && static_cast<int>(b.parents.size()) == rows,
+          "internal: forward parents size");
+    for (int r = 0; r < n_seq; ++r)
+      for (int a = 0; a < n_new; ++a) {
+        const int up = b.parents[static_cast<size_t>(r) * n_new + a];
+        check(up >= -1 && up < a, "internal: a row's parent must come before it");
+      }
+    std::copy(b.parents.begin(), b.parents.end(), p + parents_at);
   }
   Tensor used = index_buffer_.rows(0, static_cast<int64_t>(staging_.size()));
   be.upload_into(staging_.data(), used);
@@ -171,38 +184,29 @@ ForwardOutputs Session::forward(const StepBatch& b) {
     be.upload_into(b.features.data(), features);
     in.features = &features;
   }
-  const std::vector<uint8_t>* mask = b.mask.empty() ? nullptr : &b.mask;
-  int stride = b.mask_stride;
-  if (!b.parents.empty()) {
-    check(!mask && static_cast<int>(b.parents.size()) == rows, "internal: forward parents size");
-    stride = 0;
-    for (int r = 0; r < n_seq; ++r)
-      stride = std::max(stride, staging_[2 * rows + n_seq + r] + n_new);
-    mask_host_.assign(static_cast<size_t>(rows) * stride, 0);
-    for (int r = 0; r < n_seq; ++r) {
-      const int past = staging_[2 * rows + n_seq + r];
-      for (int j = 0; j < n_new; ++j) {
-        uint8_t* m = mask_host_.data() + static_cast<size_t>(r * n_new + j) * stride;
-        std::fill_n(m, past, uint8_t{1});
-        for (int a = j; a >= 0;) {
-          m[past + a] = 1;
-          const int up = b.parents[static_cast<size_t>(r) * n_new + a];
-          check(up < a, "internal: a row's parent must come before it");
-          a = up;
-        }
-      }
+  if (tree || !b.mask.empty()) {
+    // A tree's mask is expanded from its parents where the backend runs (rows ints cross to a
+    // device, not rows x slots bytes); an explicit mask is uploaded as given.
+    int stride = b.mask_stride;
+    if (tree) {
+      stride = 0;
+      for (int r = 0; r < n_seq; ++r)
+        stride = std::max(stride, staging_[2 * rows + n_seq + r] + n_new);
     }
-    mask = &mask_host_;
-  }
-  if (mask) {
-    check(mask->size() == static_cast<size_t>(rows) * stride, "internal: forward mask size");
+    const int64_t size = static_cast<int64_t>(rows) * stride;
+    check(tree || static_cast<int64_t>(b.mask.size()) == size, "internal: forward mask size");
     const int64_t max_mask =
         static_cast<int64_t>(workspace_->max_rows()) * capacity();  // rows x slots of a sequence
-    check(static_cast<int64_t>(mask->size()) <= max_mask, "internal: forward mask too large");
+    check(size <= max_mask, "internal: forward mask too large");
     if (!mask_buffer_.data) mask_buffer_ = be.empty(DType::U8, {max_mask});
-    in.attn.mask = mask_buffer_.rows(0, static_cast<int64_t>(mask->size()));
-    be.upload_into(mask->data(), in.attn.mask);
+    in.attn.mask = mask_buffer_.rows(0, size);
     in.attn.mask_stride = stride;
+    if (tree) {
+      const Tensor parents = used.rows(parents_at, rows);
+      be.expand_tree_mask(parents, in.attn.past, n_new, stride, in.attn.mask);
+    } else {
+      be.upload_into(b.mask.data(), in.attn.mask);
+    }
   }
   in.attn.key_visible = cache_.key_visible();
 

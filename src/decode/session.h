@@ -87,11 +87,10 @@ class Session {
   KVCache cache_;
   std::unique_ptr<ForwardWorkspace> workspace_;
   std::vector<uint8_t> in_use_;
-  Tensor index_buffer_;             // I32: tokens | positions | seq | past | output rows
-  Tensor mask_buffer_;              // U8, reserved on first use
-  Tensor feature_buffer_;           // F32 [max rows, feature_dim], reserved on first use
-  std::vector<uint8_t> mask_host_;  // StepBatch::parents expanded (reused between forwards)
-  std::vector<int32_t> staging_;    // host side of index_buffer_
+  Tensor index_buffer_;    // I32: tokens | positions | seq | past | output rows | tree parents
+  Tensor mask_buffer_;     // U8, reserved on first use
+  Tensor feature_buffer_;  // F32 [max rows, feature_dim], reserved on first use
+  std::vector<int32_t> staging_;  // host side of index_buffer_
   HiddenState hidden_states_ = HiddenState::None;
   int64_t forwards_ = 0;
 };

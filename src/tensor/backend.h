@@ -103,6 +103,11 @@ class Backend {
   virtual void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                         const AttentionBatch& b, Tensor& k_cache, Tensor& v_cache) = 0;
   // out[rows, H*hd] = softmax(q k^T / sqrt(hd) + mask) v over the cached keys.
+  // The ancestor mask of draft trees (tensor/tree_mask.h): mask U8 [n_seq * n_new][stride] from
+  // parents I32 [n_seq * n_new] (each new row's parent among its sequence's new rows, -1: none)
+  // and past I32 [n_seq] (AttentionBatch::past); slots >= past + n_new are 0.
+  virtual void expand_tree_mask(const Tensor& parents, const Tensor& past, int n_new, int stride,
+                                Tensor& mask) = 0;
   virtual void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                          const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                          Tensor& out) = 0;

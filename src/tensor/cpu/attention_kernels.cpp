@@ -9,6 +9,7 @@
 #include "common/thread_pool.h"
 #include "common/vector_math.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/tree_mask.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -381,6 +382,22 @@ void CpuBackend::kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head
       }
     }
   }
+}
+
+void CpuBackend::expand_tree_mask(const Tensor& parents, const Tensor& past, int n_new, int stride,
+                                  Tensor& mask) {
+  const int64_t n_seq = past.numel();
+  check(parents.numel() == n_seq * n_new && mask.numel() == n_seq * n_new * stride,
+        "internal: expand_tree_mask shapes");
+  const int32_t* par = parents.ptr<int32_t>();
+  const int32_t* len = past.ptr<int32_t>();
+  uint8_t* m = mask.ptr<uint8_t>();
+  for (int64_t r = 0; r < n_seq; ++r)
+    for (int j = 0; j < n_new; ++j) {
+      uint8_t* row = m + (r * n_new + j) * stride;
+      for (int key = 0; key < stride; ++key)
+        row[key] = tree_mask_entry(par + r * n_new, len[r], j, key);
+    }
 }
 
 void CpuBackend::attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,

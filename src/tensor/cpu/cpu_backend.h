@@ -1,5 +1,5 @@
-// CPU backend: the worker pool's threads (common/thread_pool.h), OpenBLAS for the decoder's large GEMMs, AVX2/AVX-512 kernels for
-// the bandwidth-bound transformer linears.
+// CPU backend: the worker pool's threads (common/thread_pool.h), OpenBLAS for the decoder's large
+// GEMMs, AVX2/AVX-512 kernels for the bandwidth-bound transformer linears.
 #pragma once
 
 #include "tensor/backend.h"
@@ -10,8 +10,8 @@ class CpuBackend final : public Backend {
  public:
   CpuBackend();
   std::string name() const override { return "cpu"; }
-  // CPU-only settings: the worker pool's threads (OpenBLAS runs inside them), clamped to [1, available_cpus()]; returns
-  // the count in effect.
+  // CPU-only settings: the worker pool's threads (OpenBLAS runs inside them), clamped to [1,
+  // available_cpus()]; returns the count in effect.
   int set_threads(int n);
   int threads() const { return threads_; }
 
@@ -45,6 +45,8 @@ class CpuBackend final : public Backend {
             const Tensor& pos) override;
   void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim, const AttentionBatch& b,
                 Tensor& k_cache, Tensor& v_cache) override;
+  void expand_tree_mask(const Tensor& parents, const Tensor& past, int n_new, int stride,
+                        Tensor& mask) override;
   void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                  const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                  Tensor& out) override;

@@ -13,6 +13,7 @@
 #include "tensor/cuda/cuda_backend_impl.h"
 #include "tensor/cuda/device_flags.h"
 #include "tensor/cuda/device_math.h"
+#include "tensor/tree_mask.h"
 #include "tessera/error.h"
 
 namespace tessera::cuda {
@@ -182,7 +183,27 @@ __global__ void attention_combine_kernel(const float* part, int n_slices, int n_
   }
 }
 
+// One thread per mask byte (tree_mask.h's entry, the CPU backend's definition).
+__global__ void tree_mask_kernel(const int32_t* parents, const int32_t* past, int64_t n_seq,
+                                 int n_new, int stride, uint8_t* mask) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n_seq * n_new * stride) return;
+  const int64_t row = i / stride, r = row / n_new;
+  const int j = static_cast<int>(row % n_new), key = static_cast<int>(i % stride);
+  mask[i] = tree_mask_entry(parents + r * n_new, past[r], j, key);
+}
+
 }  // namespace
+
+void CudaBackend::expand_tree_mask(const Tensor& parents, const Tensor& past, int n_new, int stride,
+                                   Tensor& mask) {
+  const int64_t n_seq = past.numel(), n = n_seq * n_new * stride;
+  check(parents.numel() == n_seq * n_new && mask.numel() == n, "internal: expand_tree_mask shapes");
+  if (n == 0) return;
+  tree_mask_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream_>>>(
+      parents.ptr<int32_t>(), past.ptr<int32_t>(), n_seq, n_new, stride, mask.ptr<uint8_t>());
+  TESSERA_CUDA_LAUNCHED("tree_mask");
+}
 
 void CudaBackend::rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,
                        const Tensor& pos) {

@@ -48,6 +48,8 @@ class CudaBackend final : public Backend {
             const Tensor& pos) override;
   void kv_store(const Tensor& qkv, int n_head, int n_kv_head, int head_dim, const AttentionBatch& b,
                 Tensor& k_cache, Tensor& v_cache) override;
+  void expand_tree_mask(const Tensor& parents, const Tensor& past, int n_new, int stride,
+                        Tensor& mask) override;
   void attention(const Tensor& qkv, int n_head, int n_kv_head, int head_dim,
                  const AttentionBatch& b, const Tensor& k_cache, const Tensor& v_cache,
                  Tensor& out) override;
