@@ -246,6 +246,19 @@ inline Table micro_token_embeddings() {
   return load_table("gpt.safetensors", "tok_embeddings.weight", 4);
 }
 
+// LANTERN's rule (tests/paper_rules.h) over the micro target's codebook.
+inline paper::Rule micro_lantern(int k, paper::LanternConfig::Budget budget, double delta,
+                                 double lambda, bool code = false) {
+  const Table cb = micro_codebook();
+  paper::LanternConfig c;
+  c.k = k;
+  c.budget = budget;
+  c.delta = delta;
+  c.lambda = lambda;
+  c.code = code;
+  return paper::lantern(c, cb.data, cb.dim);
+}
+
 // ---- one round of a relaxed rule, analysed exactly --------------------------------------------
 
 struct RoundAnalysis {

@@ -22,14 +22,7 @@ using B = paper::LanternConfig::Budget;
 class SpecPaths : public MicroModels {
  protected:
   static paper::Rule lantern(int k, B budget, double delta, double lambda, bool code = false) {
-    const Table cb = micro_codebook();
-    paper::LanternConfig c;
-    c.k = k;
-    c.budget = budget;
-    c.delta = delta;
-    c.lambda = lambda;
-    c.code = code;
-    return paper::lantern(c, cb.data, cb.dim);
+    return micro_lantern(k, budget, delta, lambda, code);
   }
   static paper::Rule gsd(int g, double d, double delta, bool code = false, bool mirrored = false) {
     const Table e = micro_token_embeddings();

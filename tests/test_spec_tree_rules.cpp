@@ -25,14 +25,7 @@ using B = paper::LanternConfig::Budget;
 class SpecTreeRules : public MicroModels {
  protected:
   static paper::Rule lantern(int k, B budget, double delta, double lambda, bool code = false) {
-    const Table cb = micro_codebook();
-    paper::LanternConfig c;
-    c.k = k;
-    c.budget = budget;
-    c.delta = delta;
-    c.lambda = lambda;
-    c.code = code;
-    return paper::lantern(c, cb.data, cb.dim);
+    return micro_lantern(k, budget, delta, lambda, code);
   }
 
   // c on the tree kary:3,2 (depth 2, the micro image's 4 tokens: x0, then the round, then one
