@@ -29,9 +29,9 @@ from evaluate import class_ranks  # noqa: E402
 MODELS = os.path.join(ROOT, "models", "emoji")
 N_CLASSES, SEED, MAX_MEAN_LOG_RANK, MIN_CORRECT = 64, 0, 3.0, 32
 BUDGET = 60 * 10**6
-# Draft heads and drafters that read the target (eagle/, later Medusa's and Hawk's heads): issue 41
+# Draft heads and drafters that read the target (eagle/, medusa/, later Hawk's heads): issue 41
 # allows them 15 MB beside the 60 MB of the rest.
-HEADS, HEADS_BUDGET = ("eagle", "eagle-train"), 15 * 10**6
+HEADS, HEADS_BUDGET = ("eagle", "eagle-train", "medusa", "medusa-train"), 15 * 10**6
 NEIGHBOUR_CACHE_GLOB = "lantern_neighbours_*.npy"
 
 
@@ -39,7 +39,8 @@ def check_files():
     need = ["target/config.json", "target/gpt.safetensors", "target/vq.safetensors", "target/classes.json",
             "draft/config.json", "draft/gpt.safetensors", "draft-data/config.json", "draft-data/gpt.safetensors",
             "classifier/classifier.safetensors",
-            "classifier/classifier.json", "eagle/config.json", "eagle/eagle.safetensors", "MODEL_CARD.md",
+            "classifier/classifier.json", "eagle/config.json", "eagle/eagle.safetensors",
+            "medusa/config.json", "medusa/medusa.safetensors", "MODEL_CARD.md",
             "DATA.md"]
     missing = [n for n in need if not os.path.exists(os.path.join(MODELS, n))]
     assert not missing, f"missing from models/emoji: {missing}"

@@ -5,8 +5,8 @@ still runs end to end, on a synthetic dataset small enough for seconds of CPU:
   dataset (build_dataset.py's format) -> train_vq.py -> encode_dataset.py -> train_classifier.py
   -> train_gpt.py (draft in bf16; target in f32, stopped and resumed) -> export.py ->
   distill_draft.py (the draft distilled from the target) -> train_eagle.py (an EAGLE drafter)
-  -> tessera generate on the exported target, and speculative generation with the exported and
-  the distilled drafts and the EAGLE drafter.
+  -> train_medusa.py (Medusa heads) -> tessera generate on the exported target, and speculative
+  generation with the exported and the distilled drafts, the EAGLE drafter and the Medusa heads.
 
 It checks what a broken script would get wrong: every step exits 0 and writes its file, a resumed
 run continues from the saved step instead of restarting, the exported models load in the engine
@@ -139,10 +139,25 @@ def main():
         assert es["acceptance"] > es["initial_acceptance"], es
         assert os.path.exists(os.path.join(eagle, "eagle.safetensors")), eagle
 
+        # train_medusa.py: Medusa heads on the same samples (the engine's cache) and features must
+        # raise every head's held-out top-1 agreement, and the exported heads must draft in the
+        # engine.
+        medusa_run, medusa = os.path.join(runs, "medusa"), os.path.join(models, "medusa")
+        shutil.copytree(os.path.join(eagle_run, "samples"), os.path.join(medusa_run, "samples"))
+        run("train_medusa.py", "--target", teacher, "--tessera", tessera, "--out", medusa_run,
+            "--samples-per-class", "2", "--heads", "3", "--batch", "4", "--steps", "30", "--warmup", "2",
+            "--lr", "1e-2", "--eval-every", "10", "--eval-fraction", "0.2", "--export", medusa)
+        ms = json.load(open(os.path.join(medusa_run, "summary.json")))
+        assert ms["steps"] == 30 and ms["sequences"] == 2 * 11, ms
+        assert all(a > b for a, b in zip(ms["top1"], ms["initial_top1"])), ms
+        assert os.path.exists(os.path.join(medusa, "medusa.safetensors")), medusa
+
         png = os.path.join(tmp, "square.png")
         for extra in ([], ["--draft", os.path.join(models, "draft-data"), "--method", "sd"],
                       ["--draft", os.path.join(distill, "draft_tv1"), "--method", "sd"],
-                      ["--draft", eagle, "--method", "eagle", "--tree", "kary:2,2"]):
+                      ["--draft", eagle, "--method", "eagle", "--tree", "kary:2,2"],
+                      ["--draft", medusa, "--method", "medusa"],
+                      ["--draft", medusa, "--method", "medusa-typical", "--tree", "kary:2,2,1"]):
             r = subprocess.run([tessera, "generate", "-m", os.path.join(models, "target"), "red square",
                                 "-o", png, "--seed", "1", *extra], capture_output=True, text=True)
             assert r.returncode == 0, f"tessera generate {extra} failed:\n{r.stdout}\n{r.stderr}"

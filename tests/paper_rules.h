@@ -104,6 +104,23 @@ inline Rule addition(double eps) {
           [](const Node& n) { return positive_part(n.p, n.q); }, exact_greedy};
 }
 
+// Medusa's typical acceptance (Cai et al., 2024, §2.3.1): x is accepted iff
+//   p(x) > min(ε, δ exp(-H(p)))
+// (the paper's δ is the code's posterior_alpha α), deterministically; q plays no part. H is the
+// entropy of p; FasterDecoding/Medusa's evaluate_posterior computes it as -Σ p log(p + 1e-5),
+// which `log_offset` reproduces (0 gives the paper's -Σ p log p with 0 log 0 = 0). No residual:
+// after a rejection the next token is drawn from p itself (notes jacobi_grouped_spatial.md §4.3).
+inline Rule typical(double eps, double alpha, double log_offset = 1e-5) {
+  auto threshold = [=](const Dist& p) {
+    double h = 0.0;
+    for (double v : p)
+      if (v > 0.0 || log_offset > 0.0) h -= v * std::log(v + log_offset);
+    return std::min(eps, alpha * std::exp(-h));
+  };
+  return {"typical", [threshold](const Node& n) { return n.p[n.x] > threshold(n.p) ? 1.0 : 0.0; },
+          [](const Node& n) { return n.p; }, exact_greedy};
+}
+
 // COOL-SD Eq. 5: G* = Norm([p - q f(.)]+), f(y) the rule's acceptance had y been drafted from the
 // same q (only where q(y) > 0: elsewhere the term is p(y)).
 inline Rule optimal(Rule r) {

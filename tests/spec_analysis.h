@@ -274,19 +274,27 @@ using NodeVisitor = std::function<void(const paper::Node&, double weight)>;
 // Output distribution of one round of relaxed SD (COOL-SD Alg. 1) after x0, computed from the
 // paper rule, and Eq. 4's bound. `visit` sees every draft node with its probability of being
 // drafted.
-inline RoundAnalysis analyse_round(Conditionals& P, Conditionals* Q, const paper::Rule& rule, int L,
-                                   int n_tokens, const Joint& target,
-                                   const NodeVisitor& visit = {}) {
+// One round's drafts: the distribution the draft after `prefix` is drawn from, and whether each
+// draft is one-hot (q = δ_x: Jacobi's random window, Medusa's deterministic candidates) rather than
+// drawn from q = that distribution.
+struct RoundDrafts {
+  std::function<paper::Dist(const Seq&)> draw;
+  bool one_hot = false;
+};
+
+inline RoundAnalysis analyse_round(Conditionals& P, const RoundDrafts& drafts,
+                                   const paper::Rule& rule, int L, int n_tokens,
+                                   const Joint& target, const NodeVisitor& visit = {}) {
   RoundAnalysis a;
   const paper::Dist p0 = P.dist({});
   const int V = static_cast<int>(p0.size());
-  auto draw = [&](const Seq& prefix) { return Q ? Q->dist(prefix) : paper::Dist(V, 1.0 / V); };
+  const auto& draw = drafts.draw;
   auto node = [&](const Seq& prefix, int token, int depth) {
     paper::Node n;
     n.p = P.dist(prefix);
-    n.one_hot = Q == nullptr;
-    if (Q) {
-      n.q = Q->dist(prefix);
+    n.one_hot = drafts.one_hot;
+    if (!drafts.one_hot) {
+      n.q = draw(prefix);
     } else {
       n.q.assign(V, 0.0);
       n.q[token] = 1.0;
@@ -338,6 +346,16 @@ inline RoundAnalysis analyse_round(Conditionals& P, Conditionals* Q, const paper
   }
   a.tv = total_variation(a.output, target);
   return a;
+}
+
+inline RoundAnalysis analyse_round(Conditionals& P, Conditionals* Q, const paper::Rule& rule, int L,
+                                   int n_tokens, const Joint& target,
+                                   const NodeVisitor& visit = {}) {
+  const int V = static_cast<int>(P.dist({}).size());
+  RoundDrafts d;
+  d.one_hot = Q == nullptr;
+  d.draw = [Q, V](const Seq& prefix) { return Q ? Q->dist(prefix) : paper::Dist(V, 1.0 / V); };
+  return analyse_round(P, d, rule, L, n_tokens, target, visit);
 }
 
 // ---- one round of a relaxed rule on a draft tree, analysed exactly ---------------------------

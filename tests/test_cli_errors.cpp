@@ -205,8 +205,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Without -o an image is named after its class, and bare `tessera` prints the help
         // (issue 39: test_cli_readme.cpp).
         FlagCase{"UnknownMethod",
-                 with(kGenC2i, {"--class", "3", "--method", "medusa"}),
-                 {"--method", "medusa", "cool-sd"}},
+                 with(kGenC2i, {"--class", "3", "--method", "hawk"}),
+                 {"--method", "hawk", "cool-sd"}},
         FlagCase{"SdWithoutDraft", with(kGenC2i, {"--class", "3", "--method", "sd"}), {"--draft"}},
         FlagCase{
             "SjdWithDraft",
@@ -243,6 +243,25 @@ INSTANTIATE_TEST_SUITE_P(
         FlagCase{"EagleWithoutACompanion",
                  with(kGenC2i, {"--class", "3", "--method", "eagle"}),
                  {"eagle", "--draft DIR", "no \"eagle\" companion"}},
+        FlagCase{"MedusaHeadsForAnotherTarget",
+                 with(kGenC2i,
+                      {"--class", "3", "--method", "medusa", "--draft", "@/../spec/micro_medusa"}),
+                 {"--draft", "micro_medusa", "width 32 is not the target's 64"}},
+        FlagCase{"MedusaWithAnEagleDrafter",
+                 with(kGenC2i, {"--class", "3", "--method", "medusa-typical", "--draft",
+                                "@/../spec/tiny_eagle"}),
+                 {"--method medusa-typical", "Medusa heads", "tiny_eagle", "EAGLE drafter"}},
+        FlagCase{
+            "MedusaHeadsAsADraftModel",
+            with(kGenC2i, {"--class", "3", "--method", "sd", "--draft", "@/../spec/tiny_medusa"}),
+            {"--draft", "tiny_medusa", "Medusa heads", "--method medusa"}},
+        FlagCase{"MedusaWithoutACompanion",
+                 with(kGenC2i, {"--class", "3", "--method", "medusa"}),
+                 {"medusa", "--draft DIR", "no \"medusa\" companion"}},
+        FlagCase{"MedusaTypicalEpsOutOfRange",
+                 with(kGenC2i, {"--class", "3", "--method", "medusa-typical", "--draft",
+                                "@/../spec/tiny_medusa", "--typical-eps", "2"}),
+                 {"--typical-eps", "[0, 1]"}},
         FlagCase{"TreeWithVanilla",
                  with(kGenC2i, {"--class", "3", "--tree", "chain:3"}),
                  {"--tree", "drafts nothing"}},
@@ -362,8 +381,10 @@ TEST_F(CliErrors, RegistryFlagOutOfRangeNamesTheFlag) {
             : std::vector<std::string>{
                   "generate", "-m", fixture("c2i_f32"), "--tokens-out", tmp("t.npy"),
                   "--class",  "3"};
-    if (!mar && m.drafts == DraftSource::DraftModel)
-      base = with(base, {"--draft", fixture("../spec/tiny_draft")});
+    if (!mar && m.drafts == DraftSource::DraftModel)  // the drafter the method drafts with
+      base = with(base, {"--draft", fixture(m.drafter == "medusa"  ? "../spec/tiny_medusa"
+                                            : m.drafter == "eagle" ? "../spec/tiny_eagle"
+                                                                   : "../spec/tiny_draft")});
     for (const ParamInfo& p : m.params) {
       if (p.type == ParamType::Switch || (p.type != ParamType::Choice && p.range.empty()) ||
           p.range.rfind("<", 0) == 0)

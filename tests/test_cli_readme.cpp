@@ -112,6 +112,18 @@ TEST_F(CliReadme, EagleRunsTheNamedEagleDrafter) {
   EXPECT_TRUE(slurp(tmp("e.png")) == slurp(tmp("f.png")));
 }
 
+// The shipped target names its Medusa heads: --method medusa drafts with them and says so.
+TEST_F(CliReadme, MedusaRunsTheNamedMedusaHeads) {
+  const CliResult e = run({"generate", "-m", kTarget, "--class", "3", "--method", "medusa", "-t",
+                           "1", "-o", tmp("m.png")});
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(run_line(e.err).find("draft=emoji/medusa;"), std::string::npos) << e.err;
+  EXPECT_NE(run_line(e.err).find("the Medusa heads named in"), std::string::npos) << e.err;
+  const CliResult again = run({"generate", "--from-png", tmp("m.png"), "-o", tmp("n.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(slurp(tmp("m.png")) == slurp(tmp("n.png")));
+}
+
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {
   // --draft none: Jacobi drafts, said so, stored so that --from-png repeats them.
   const CliResult j = run({"generate", "-m", kTarget, "--class", "3", "--method", "lantern",

@@ -64,10 +64,11 @@ TEST(MethodRegistry, NamesAndParametersAreConsistent) {
             << p.name;
     }
   }
-  for (const char* m : {"vanilla", "sd", "sjd", "lantern", "lantern++", "gsd", "uniform-rsd",
-                        "cool-sd", "amplify", "addition", "cspd", "cspd-reference", "cspd-exact"})
+  for (const char* m :
+       {"vanilla", "sd", "sjd", "eagle", "medusa", "medusa-typical", "lantern", "lantern++", "gsd",
+        "uniform-rsd", "cool-sd", "amplify", "addition", "cspd", "cspd-reference", "cspd-exact"})
     EXPECT_NE(find_method(m), nullptr) << m;
-  EXPECT_EQ(find_method("medusa"), nullptr);
+  EXPECT_EQ(find_method("hawk"), nullptr);
 }
 
 TEST(MethodRegistry, DescribesDefaultsAndRanges) {
@@ -150,7 +151,7 @@ TEST(MethodRegistry, GenericOptionsNameTheirParameter) {
   EXPECT_EQ(discrete_error(o).param(), "resample");  // exact rules have no G*
   o = options("cspd", {});
   EXPECT_EQ(discrete_error(o).param(), "method");  // a MAR method on a LlamaGen model
-  o.method = "medusa";
+  o.method = "hawk";
   const ParameterError e = discrete_error(o);
   EXPECT_EQ(e.param(), "method");
   EXPECT_NE(std::string(e.what()).find("cool-sd"), std::string::npos) << e.what();
@@ -175,12 +176,13 @@ TEST(MethodRegistry, AutoDraftLengthResolvesToItsMaximum) {
 
 TEST(MethodRegistry, OtherMethodsParametersAreIgnoredUnknownOnesRefused) {
   // gsd.g = 1 would be refused by gsd; sjd has no such parameter and ignores it.
-  const auto m =
-      speculative::make_method(options("sjd", {{"gsd.g", int64_t{1}}}), "/x", target_config(), cpu_backend());
+  const auto m = speculative::make_method(options("sjd", {{"gsd.g", int64_t{1}}}), "/x",
+                                          target_config(), cpu_backend());
   EXPECT_NE(m.rule, nullptr);
   EXPECT_EQ(m.draft_len, 16);
   try {
-    speculative::make_method(options("sjd", {{"gsd.gg", int64_t{1}}}), "/x", target_config(), cpu_backend());
+    speculative::make_method(options("sjd", {{"gsd.gg", int64_t{1}}}), "/x", target_config(),
+                             cpu_backend());
     ADD_FAILURE() << "an unknown parameter name was accepted";
   } catch (const ParameterError&) {
     ADD_FAILURE() << "an unknown name is no parameter to name";

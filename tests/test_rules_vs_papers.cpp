@@ -203,6 +203,27 @@ TEST(RulesVsPapers, CoolSd) {
   }));
 }
 
+// Medusa's typical acceptance at Medusa's defaults and around them; the random cases' dyadic and
+// uniform p put p(x) exactly on thresholds such as α exp(-H) for small V.
+TEST(RulesVsPapers, MedusaTypical) {
+  Tally both;
+  for (const float e : {0.09f, 0.3f, 0.01f}) {
+    const Tally t = run(kTrials, 11, [e](std::mt19937& rng, const Case&) {
+      const float a = pick(rng, {0.3f, 0.1f, 0.9f});
+      return Pair{spec::make_typical_rule(e, a), paper::typical(e, a),
+                  "eps=" + std::to_string(e) + " alpha=" + std::to_string(a)};
+    });
+    both.cases += t.cases;
+    if (t.mismatches && both.mismatches++ == 0) both.first = t.first;
+  }
+  EXPECT_AGREES(both);
+  // The threshold itself: p uniform over 4 tokens has H = log 4 (+ the code's offset), so
+  // α exp(-H) ≈ α / 4.
+  const std::vector<float> uniform(4, 0.25f);
+  EXPECT_NEAR(spec::typical_threshold(uniform, 1.0f, 0.3f), 0.3 / 4.0, 1e-4);
+  EXPECT_NEAR(spec::typical_threshold(uniform, 0.05f, 0.3f), 0.05, 1e-7);
+}
+
 TEST(RulesVsPapers, AmplifyAndAddition) {
   EXPECT_AGREES(run(kTrials, 4, [](std::mt19937& rng, const Case&) {
     const float k = pick(rng, {1.0f, 2.0f, 3.5f});

@@ -30,7 +30,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "decode/guidance.h"
 #include "models/llamagen.h"
+#include "models/medusa_heads.h"
 #include "recording_drafter.h"
 #include "speculative/draft_length.h"
 #include "speculative/drafters/jacobi_drafter.h"
@@ -38,6 +40,7 @@
 #include "speculative/method.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
+#include "target_features.h"
 #include "tensor/cpu/cpu_backend.h"
 
 using namespace tessera;
@@ -113,6 +116,88 @@ TEST_F(SpecMicro, EagleStaticTreeSamplesTheTargetJointDistribution) {
   o.spec.draft_model = kSpec + "micro_eagle";
   o.spec.tree = "kary:3,2";
   expect_exact(*target_, target_joint(1, o.sampling), o, 1);
+}
+
+// Medusa's heads (a random set of 3 for the micro target, python/make_medusa_fixtures.py) draft
+// deterministic top-k candidates (one-hot q) on mc_sim_7b_63 (cut at 3 heads, its fourth depth-1
+// rank dropped by top-k 3) and on kary:3,2: the exact walk must keep the target's joint
+// distribution.
+TEST_F(SpecMicro, MedusaSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("medusa", false);
+  o.spec.draft_model = kSpec + "micro_medusa";
+  o.spec.tree = "mc_sim_7b_63";
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
+TEST_F(SpecMicro, MedusaKaryTreeSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("medusa", false);
+  o.spec.draft_model = kSpec + "micro_medusa";
+  o.spec.tree = "kary:3,2";
+  expect_exact(*target_, target_joint(1, o.sampling), o, 1);
+}
+
+// medusa-typical for one round (max_rounds = 1) on the micro target: the first round's candidates
+// are the top-1 tokens of the random heads at the prefix's last row (the one that predicted x0),
+// the same for every x0, computed here with the heads (MedusaHeads.MatchTheReference checks them
+// against the PyTorch reference) and the target's features outside the loop. The loop's samples
+// must follow the output distribution computed exactly from paper::typical (tests/paper_rules.h),
+// which differs from the target's (the rule is lossy) within COOL-SD's Eq. 4 bound, and must
+// reject the analysis of the same rule with exact SD's residual (p without the candidate).
+TEST_F(SpecMicro, MedusaTypicalRoundFollowsThePaperRule) {
+  GenerateOptions o = sampling_options("medusa-typical", false);
+  o.spec.draft_model = kSpec + "micro_medusa";
+  // No filters: every candidate has target mass; at Medusa's defaults (ε 0.09, α 0.3) the
+  // candidates are accepted after some x0 and rejected after others.
+  o.sampling.top_k = 0;
+  o.sampling.top_p = 1.0f;
+  const int cls = 1;
+  LlamaGen gpt(load_model_config(kSpec + "micro_target"), cpu_backend());
+  MedusaHeads heads(load_model_config(kSpec + "micro_medusa"), gpt);
+  const int D = heads.dim(), V = heads.vocab_size(), L = 2;  // x0, two drafts, the bonus
+  std::vector<float> rows = target_features(gpt, Condition::label(cls), {}, 1);
+  const std::vector<float> uncond = target_features(gpt, Condition::label(cls), {}, 1, true);
+  rows.erase(rows.begin(), rows.end() - D);
+  rows.insert(rows.end(), uncond.end() - D, uncond.end());
+  MedusaHeads::Workspace ws = heads.make_workspace(2);
+  Tensor in = ws.features.rows(0, 2);
+  heads.backend().upload_into(rows.data(), in);
+  std::vector<float> logits(static_cast<size_t>(L) * 2 * V), dist(V);
+  heads.backend().download(heads.forward(ws, 2, L), logits.data());
+  std::vector<int> candidate(L + 1);
+  for (int d = 1; d <= L; ++d) {
+    guided_distribution(logits.data() + static_cast<size_t>(2 * (d - 1)) * V,
+                        logits.data() + static_cast<size_t>(2 * (d - 1) + 1) * V, V,
+                        to_sampling_params(o.sampling), d, dist);
+    candidate[d] = static_cast<int>(std::max_element(dist.begin(), dist.end()) - dist.begin());
+  }
+  spec_test::RoundDrafts drafts;
+  drafts.one_hot = true;
+  drafts.draw = [&](const Seq& prefix) {
+    paper::Dist q(V, 0.0);
+    q[candidate[prefix.size()]] = 1.0;  // depth = tokens before it (x0 first)
+    return q;
+  };
+  const int N = target_->config().gpt.n_image_tokens();
+  Conditionals P(*target_, cls, o.sampling);
+  Joint target;
+  enumerate_joint(P, {}, 1.0, N, target);
+  const paper::Rule rule = paper::typical(0.09f, 0.3f);
+  const RoundAnalysis a = analyse_round(P, drafts, rule, L, N, target);
+  EXPECT_GT(a.tv, 1e-3);
+  EXPECT_LE(a.tv, a.bound + 1e-9);
+  o.spec.max_rounds = 1;
+  const auto samples = generate(*target_, cls, o, kRelaxedSamples, 3);
+  const ChiSquare chi = chi_square(a.output, samples);
+  std::printf(
+      "  medusa-typical round: candidates %d %d, n %d df %d p %.3g TV(analysis, target) "
+      "%.4f Eq.4 %.4f\n",
+      candidate[1], candidate[2], kRelaxedSamples, chi.df, chi.p_value, a.tv, a.bound);
+  EXPECT_EQ(chi.impossible, 0);
+  EXPECT_GT(chi.p_value, kAlpha) << "chi2 " << chi.stat << " df " << chi.df;
+  paper::Rule wrong = rule;
+  wrong.g = paper::exact().g;
+  const ChiSquare other = chi_square(analyse_round(P, drafts, wrong, L, N, target).output, samples);
+  EXPECT_TRUE(rejects(other)) << "p " << other.p_value;
 }
 
 TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {

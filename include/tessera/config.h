@@ -141,6 +141,7 @@ struct QualitySection {
 struct Companions {
   std::string draft;       // the draft model of the draft-model methods (sd, lantern, ...)
   std::string eagle;       // the EAGLE drafter (tools/convert_eagle.py) of method eagle
+  std::string medusa;      // the Medusa heads (python/tessera_ref/medusa.py) of the medusa methods
   std::string classifier;  // the image classifier of the quality columns (bench, tune)
 };
 
@@ -160,12 +161,24 @@ struct EagleConfig {
   int head_dim() const { return dim / n_head; }
 };
 
+// Medusa draft heads (Cai et al., 2024): K heads, each a ResBlock h + SiLU(W h + b) on the
+// target's last hidden state after its final norm, read through the target's LM head (Medusa-2's
+// shared lm_head) or a per-head one (Medusa-1). Bound to the target whose width and vocabulary
+// they were trained for (src/models/medusa_heads.h).
+struct MedusaConfig {
+  int num_heads = 0, dim = 0, vocab_size = 0;
+  bool per_head_lm_head = false;  // "lm_head": "per_head" (Medusa-1) or "shared" (default)
+  std::string dtype = "f32";
+  std::string file = "medusa.safetensors";
+};
+
 struct ModelConfig {
   std::string dir;
   bool check_weights = true;  // set by the loader, not config.json: scan weights for NaN/Inf
-  std::string architecture = "llamagen";  // llamagen | mar | eagle
+  std::string architecture = "llamagen";  // llamagen | mar | eagle | medusa
   GptConfig gpt;                          // llamagen
   EagleConfig eagle;                      // eagle (a drafter, not a model of its own)
+  MedusaConfig medusa;                    // medusa (draft heads, not a model of their own)
   SamplingDefaults sampling;              // llamagen
   QualitySection quality;                 // llamagen
   bool has_vq = false;
@@ -177,6 +190,7 @@ struct ModelConfig {
 
   bool is_mar() const { return architecture == "mar"; }
   bool is_eagle() const { return architecture == "eagle"; }
+  bool is_medusa() const { return architecture == "medusa"; }
   // A companion's path (Companions::draft, ...) resolved against the model's directory ("" when
   // not named); whether it holds a model is the caller's to check, when it needs it.
   std::string companion_path(const std::string& relative) const;

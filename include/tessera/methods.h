@@ -61,7 +61,8 @@ struct MethodInfo {
   // image quality for speed and are measured against a model's tolerance (docs/quality.md).
   bool lossless = false;
   // DraftModel methods: the model's companion that drafts by default ("draft": a smaller GPT;
-  // "eagle": an EAGLE drafter reading the target's features) and must draft without --draft.
+  // "eagle": an EAGLE drafter reading the target's features; "medusa": Medusa heads on the
+  // target's hidden states) and must draft without --draft.
   std::string drafter = "draft";
 };
 

@@ -26,17 +26,16 @@ for a tessera LlamaGen target, on the target's own samples and hidden states.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from common import Log, seed_all
 from distill_draft import training_classes
+from target_samples import sample, target_features
 from train_gpt import adamw, scheduled_lr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
@@ -44,42 +43,6 @@ import convert_eagle  # noqa: E402
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.eagle import EagleArgs, EagleDrafter  # noqa: E402
 from tessera_ref.llamagen import load_tessera_gpt  # noqa: E402
-
-
-def sample(tessera, target_dir, classes, per_class, cache):
-    """[N, 256] int64 tokens and [N] labels, sampled by the engine (cached per class)."""
-    os.makedirs(cache, exist_ok=True)
-    toks, labs = [], []
-    t0 = time.time()
-    for i, c in enumerate(classes):
-        path = os.path.join(cache, f"c{c}_n{per_class}.npy")
-        if not os.path.exists(path):
-            tmp = path + ".tmp.npy"
-            subprocess.run([tessera, "generate", "-q", "-m", target_dir, "--class", str(c), "-n", str(per_class),
-                            "-b", str(per_class), "-s", str(1000 + c), "--tokens-out", tmp],
-                           check=True, stdout=subprocess.DEVNULL)
-            os.replace(tmp, path)
-        a = np.load(path).reshape(per_class, -1)
-        toks.append(torch.from_numpy(a.astype(np.int64)))
-        labs.append(torch.full((per_class,), c, dtype=torch.long))
-        if (i + 1) % 100 == 0:
-            print(f"samples: {i + 1}/{len(classes)} classes ({time.time() - t0:.0f}s)", flush=True)
-    return torch.cat(toks), torch.cat(labs)
-
-
-@torch.no_grad()
-def target_features(gpt, labels, tokens, batch=64):
-    """Post-norm hidden states [N, 256, dim] (f16): f_i is the target's feature at sequence
-    position i (i = 0: the class token), whose logits predict image token i."""
-    out = []
-    for s in range(0, len(labels), batch):
-        lab, tok = labels[s:s + batch], tokens[s:s + batch]
-        h = torch.cat([gpt.cls_embedding.embedding_table(lab)[:, None], gpt.tok_embeddings(tok[:, :-1])], 1)
-        fc = gpt.freqs_cis[:h.shape[1]]
-        for layer in gpt.layers:
-            h = layer(h, fc, None, "causal")
-        out.append(gpt.norm(h).half())
-    return torch.cat(out)
 
 
 def drafter_for(gpt, norm_eps):

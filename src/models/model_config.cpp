@@ -266,6 +266,38 @@ void load_eagle_config(const json& root, const std::string& where, ModelConfig& 
   e.product_fits({{"3 x dim", 3 * int64_t{c.dim}}, {"dim", c.dim}});
 }
 
+void only_keys(const json& j, const std::string& where, std::initializer_list<const char*> known);
+
+// config.json "medusa": {"num_heads", "dim", "vocab_size", "lm_head", "feature", "dtype", "file"}.
+void load_medusa_config(const json& root, const std::string& where, ModelConfig& mc) {
+  if (!root.contains("medusa") || !root["medusa"].is_object())
+    Keys(root, where).fail("missing object \"medusa\"");
+  const json& m = root["medusa"];
+  const std::string w = where + " medusa";
+  only_keys(m, w, {"num_heads", "dim", "vocab_size", "lm_head", "feature", "dtype", "file"});
+  const Keys e(m, w);
+  MedusaConfig& c = mc.medusa;
+  c.num_heads = e.integer("num_heads", 1, 64);
+  c.dim = e.integer("dim", 1, kMaxDim);
+  c.vocab_size = e.integer("vocab_size", 1, kMaxVocab);
+  const std::string head = e.string("lm_head", "shared");
+  if (head != "shared" && head != "per_head")
+    e.fail("lm_head must be shared or per_head, got \"" + printable(head) + "\"");
+  c.per_head_lm_head = head == "per_head";
+  // Medusa's heads read the base model's last hidden state, which HF's Llama returns after its
+  // final norm (FasterDecoding/Medusa medusa_model.py: outputs[0]).
+  const std::string feature = e.string("feature", "post_norm");
+  if (feature != "post_norm")
+    e.fail(
+        "feature must be post_norm (the heads read the target's last hidden state after its "
+        "final norm), got \"" +
+        printable(feature) + "\"");
+  c.dtype = e.float_dtype("dtype");
+  c.file = e.file_name("file", "medusa.safetensors");
+  e.product_fits({{"vocab_size", c.vocab_size}, {"dim", c.dim}, {"num_heads", c.num_heads}});
+  e.product_fits({{"dim", c.dim}, {"dim", c.dim}, {"num_heads", c.num_heads}});
+}
+
 SamplingDefaults read_sampling_defaults(const json& s, const std::string& where) {
   if (!s.is_object()) throw Error(where + ": \"sampling\" must be an object");
   for (const auto& [key, value] : s.items())
@@ -405,7 +437,7 @@ QualitySection read_quality_section(const json& q, const std::string& where) {
 // relative paths (a model directory moves with its companions).
 Companions read_companions(const json& c, const std::string& where) {
   const std::string w = where + " companions";
-  only_keys(c, w, {"draft", "eagle", "classifier"});
+  only_keys(c, w, {"draft", "eagle", "medusa", "classifier"});
   const Keys k(c, w);
   auto path = [&](const char* key) {
     const std::string s = k.string(key, "");
@@ -421,6 +453,7 @@ Companions read_companions(const json& c, const std::string& where) {
   Companions out;
   out.draft = path("draft");
   out.eagle = path("eagle");
+  out.medusa = path("medusa");
   out.classifier = path("classifier");
   return out;
 }
@@ -449,9 +482,13 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& di
     load_eagle_config(root, where, mc);
     return mc;
   }
+  if (mc.architecture == "medusa") {
+    load_medusa_config(root, where, mc);
+    return mc;
+  }
   if (mc.architecture != "llamagen")
     r.fail("unsupported architecture \"" + printable(mc.architecture) +
-           "\" (supported: llamagen, mar, eagle)");
+           "\" (supported: llamagen, mar, eagle, medusa)");
   if (!root.contains("gpt") || !root["gpt"].is_object()) r.fail("missing object \"gpt\"");
   const Keys g(root["gpt"], where + " gpt");
   GptConfig& c = mc.gpt;

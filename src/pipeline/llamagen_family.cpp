@@ -12,10 +12,12 @@
 #include "decode/teacher_forcing.h"
 #include "models/eagle_drafter.h"
 #include "models/llamagen.h"
+#include "models/medusa_heads.h"
 #include "models/vq_decoder.h"
 #include "pipeline/cost_cache.h"
 #include "pipeline/forward_cost.h"
 #include "speculative/drafters/jacobi_drafter.h"
+#include "speculative/drafters/medusa_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/method.h"
 #include "speculative/model_defaults.h"
@@ -57,9 +59,29 @@ struct LlamaGenFamily::Data {
   std::string draft_dir;
   std::unique_ptr<AutoregressiveModel> draft;
   ModelConfig draft_config;
+  // The Medusa heads of the last medusa call (reloaded when --draft changes).
+  std::string medusa_dir;
+  std::unique_ptr<MedusaHeads> medusa;
 
   const AutoregressiveModel& draft_model(const std::string& dir);
+  const MedusaHeads& medusa_heads(const std::string& dir, const std::string& method);
 };
+
+// Medusa heads trained for this target (the medusa methods' drafter).
+const MedusaHeads& LlamaGenFamily::Data::medusa_heads(const std::string& dir,
+                                                      const std::string& method) {
+  if (medusa && medusa_dir == dir) return *medusa;
+  medusa.reset();
+  ModelConfig mc = load_model_config(dir);
+  mc.check_weights = config.check_weights;
+  check_param(mc.is_medusa(), "draft",
+              "{method} " + method + " drafts with Medusa heads (python/emoji/train_medusa.py); " +
+                  dir + " is " +
+                  (mc.is_eagle() ? "an EAGLE drafter" : "not a Medusa heads directory"));
+  medusa = std::make_unique<MedusaHeads>(mc, *gpt);  // checks that they fit the target
+  medusa_dir = dir;
+  return *medusa;
+}
 
 // A draft model over the target's vocabulary (a smaller LlamaGen), or an EAGLE drafter converted
 // for this target.
@@ -68,6 +90,9 @@ const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& 
   draft.reset();
   ModelConfig dc = load_model_config(dir);
   dc.check_weights = config.check_weights;
+  check_param(
+      !dc.is_medusa(), "draft",
+      "{draft} " + dir + " holds Medusa heads: they draft for {method} medusa or medusa-typical");
   if (dc.is_eagle()) {
     draft = std::make_unique<EagleDrafterModel>(dc, *gpt);  // checks that it fits the target
     draft_dir = dir;
@@ -146,6 +171,7 @@ ForwardFlops LlamaGenFamily::forward_flops(int k, bool cfg) const {
 struct LlamaGenFamily::Prepared {
   SamplingParams p;
   const AutoregressiveModel* draft = nullptr;
+  const MedusaHeads* medusa = nullptr;  // the medusa methods' drafter (draft stays null)
   speculative::Method method;
   std::string note;
   std::optional<speculative::TreeShape> tree;  // --tree: the draft model's static tree
@@ -162,8 +188,13 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   check_param(opts.spec.max_rounds >= 0, "max_rounds", "must be >= 0");
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
-  r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
-  if (const MethodInfo* mi = find_method(opts.spec.method); mi && mi->drafter == "eagle" && r.draft)
+  const MethodInfo* mi = find_method(opts.spec.method);
+  const bool medusa = mi && mi->drafter == "medusa";
+  if (wants_draft && medusa)
+    r.medusa = &d_->medusa_heads(opts.spec.draft_model, opts.spec.method);
+  else
+    r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
+  if (mi && mi->drafter == "eagle" && r.draft)
     check_param(dynamic_cast<const EagleDrafterModel*>(r.draft) != nullptr, "draft",
                 "{method} " + opts.spec.method +
                     " drafts with an EAGLE drafter (tools/convert_eagle.py); " +
@@ -174,14 +205,19 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   if (r.method.rule)
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");
-  if (r.method.rule && !opts.spec.tree.empty()) {
+  // Medusa's heads draft a tree: --tree, else the chain of their top-1 tokens.
+  const std::string tree = opts.spec.tree.empty() && r.medusa
+                               ? speculative::medusa_default_tree(r.medusa->num_heads())
+                               : opts.spec.tree;
+  if (r.method.rule && !tree.empty()) {
     // Every rule verifies trees with the same walk: exact verification is proven on trees
     // (tests/test_spec_trees.cpp), the relaxed rules checked against their papers' tree forms
-    // (tests/test_spec_tree_rules.cpp).
-    check_param(r.draft != nullptr, "tree",
+    // (tests/test_spec_tree_rules.cpp), and Medusa's typical acceptance is defined on them (Cai
+    // et al., 2024, §2.3.1).
+    check_param(r.draft != nullptr || r.medusa != nullptr, "tree",
                 "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
     try {
-      r.tree = speculative::load_tree_shape(opts.spec.tree);
+      r.tree = speculative::load_tree_shape(tree);
     } catch (const ParameterError&) {
       throw;
     } catch (const Error& e) {
@@ -202,6 +238,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   Prepared prep = prepare(opts);
   const SamplingParams& p = prep.p;
   const AutoregressiveModel* draft = prep.draft;
+  const MedusaHeads* medusa = prep.medusa;
   speculative::Method& method = prep.method;
   const std::string& note = prep.note;
   GenerateStats local;
@@ -234,7 +271,10 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   // per second (the node budget).
   const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
   std::unique_ptr<speculative::Drafter> drafter;
-  if (draft) {
+  if (medusa) {
+    drafter = std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree,
+                                                           std::max(max_images, 1));
+  } else if (draft) {
     speculative::FeatureInputs features;
     if (const auto* eagle = dynamic_cast<const EagleDrafterModel*>(draft))
       features = {eagle->feature(), eagle->prefix_token()};

@@ -20,6 +20,13 @@ namespace tessera::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+// What a companion drafter named by MethodInfo::drafter is, for messages.
+std::string companion_title(const std::string& drafter) {
+  return drafter == "eagle" ? "EAGLE drafter" : drafter == "medusa" ? "Medusa heads" : drafter;
+}
+}  // namespace
+
 std::string default_model_dir() {
   if (const char* env = std::getenv("TESSERA_DEFAULT_MODEL"); env && *env) {
     if (!fs::exists(fs::path(env) / "config.json"))
@@ -77,12 +84,15 @@ DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std
   }
   const ModelConfig mc = load_model_config(model_dir);
   const std::string config = (fs::path(model_dir) / "config.json").string();
-  // Methods drafted by the EAGLE companion alone (eagle): that drafter.
-  const bool eagle_only = std::all_of(drafting.begin(), drafting.end(),
-                                      [](const MethodInfo* m) { return m->drafter == "eagle"; });
-  if (eagle_only)
+  // Methods drafted by one companion other than the draft alone (eagle; medusa, medusa-typical):
+  // that companion.
+  const std::string& first = drafting.front()->drafter;
+  const bool companion_only =
+      first != "draft" && std::all_of(drafting.begin(), drafting.end(),
+                                      [&](const MethodInfo* m) { return m->drafter == first; });
+  if (companion_only)
     return {"model", method_draft_dir(model_dir, drafting.front()->name, "", c),
-            "the EAGLE drafter named in " + config};
+            "the " + companion_title(first) + " named in " + config};
   if (!mc.companions.draft.empty()) {
     const std::string dir = mc.companion_path(mc.companions.draft);
     check_model_dir(dir, config + " names the draft " + mc.companions.draft + " (" + dir + ")");
@@ -98,15 +108,19 @@ DrafterChoice choose_drafter(const std::string& model_dir, const std::vector<std
 std::string method_draft_dir(const std::string& model_dir, const std::string& method,
                              const std::string& draft_flag, const DrafterChoice& run) {
   const MethodInfo* m = find_method(method);
-  if (!draft_flag.empty() || !m || m->drafter != "eagle") return run.dir;
+  if (!draft_flag.empty() || !m || m->drafter == "draft") return run.dir;
   const ModelConfig mc = load_model_config(model_dir);
   const std::string config = (fs::path(model_dir) / "config.json").string();
-  if (mc.companions.eagle.empty())
-    throw Error(method + " drafts with an EAGLE drafter: give --draft DIR (" + config +
-                " names no \"eagle\" companion; tools/convert_eagle.py makes one)");
-  const std::string dir = mc.companion_path(mc.companions.eagle);
-  check_model_dir(dir,
-                  config + " names the EAGLE drafter " + mc.companions.eagle + " (" + dir + ")");
+  const bool eagle = m->drafter == "eagle";
+  const std::string& named = eagle ? mc.companions.eagle : mc.companions.medusa;
+  const std::string title = companion_title(m->drafter);
+  if (named.empty())
+    throw Error(method + " drafts with " + (eagle ? "an " : "") + title + ": give --draft DIR (" +
+                config + " names no \"" + m->drafter + "\" companion; " +
+                (eagle ? "tools/convert_eagle.py" : "python/emoji/train_medusa.py") +
+                " makes one)");
+  const std::string dir = mc.companion_path(named);
+  check_model_dir(dir, config + " names the " + title + " " + named + " (" + dir + ")");
   return dir;
 }
 

@@ -9,7 +9,8 @@
 namespace tessera::speculative {
 
 std::vector<MethodEntry> vanilla_methods();        // vanilla
-std::vector<MethodEntry> exact_methods();          // sd, sjd
+std::vector<MethodEntry> exact_methods();          // sd, sjd, eagle
+std::vector<MethodEntry> medusa_methods();         // medusa, medusa-typical
 std::vector<MethodEntry> lantern_methods();        // lantern, lantern++
 std::vector<MethodEntry> gsd_methods();            // gsd
 std::vector<MethodEntry> relaxed_ratio_methods();  // uniform-rsd, cool-sd, amplify, addition

@@ -23,9 +23,9 @@ std::unique_ptr<AcceptanceRule> make_exact_rule();
 //          evaluate_posterior, --lantern_delta > 1). The same λ allows one p(x~) less.
 enum class LambdaRule { Paper, Code };
 struct LanternParams {
-  int k = 1000;            // neighbours considered
-  float delta = 0.1f;      // TV budget δ (LANTERN)
-  float lambda = 0.0f;     // > 0: LANTERN++ λ-rule instead of the δ budget
+  int k = 1000;         // neighbours considered
+  float delta = 0.1f;   // TV budget δ (LANTERN)
+  float lambda = 0.0f;  // > 0: LANTERN++ λ-rule instead of the δ budget
   LambdaRule lambda_rule = LambdaRule::Paper;
   bool reference = false;  // the published code's behaviour instead of the paper's (see below)
 };
@@ -73,6 +73,13 @@ std::unique_ptr<AcceptanceRule> make_uniform_rsd_rule(float delta);
 std::unique_ptr<AcceptanceRule> make_cool_sd_rule(float delta, float nu);
 std::unique_ptr<AcceptanceRule> make_amplify_rule(float k);
 std::unique_ptr<AcceptanceRule> make_addition_rule(float eps);
+
+// Medusa's typical acceptance (Cai et al., 2024, §2.3.1; FasterDecoding/Medusa evaluate_posterior):
+// f = 1 iff p(x~) > min(ε, α exp(-H(p))), H(p) = -Σ p log(p + 1e-5), else 0 (q is not read);
+// G = p unmodified (Medusa has no residual). Lossy.
+std::unique_ptr<AcceptanceRule> make_typical_rule(float eps, float alpha);
+// min(ε, α exp(-H(p))), the threshold above (tests, docs).
+double typical_threshold(std::span<const float> p, float eps, float alpha);
 
 // ω_i of COOL-SD for i in [1, L] (Eq. 10), exposed for tests and docs. ν < 0: the default
 // ν = cool_sd_default_nu(L).

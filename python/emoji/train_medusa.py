@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Train Medusa draft heads (Cai et al., 2024; python/tessera_ref/medusa.py) for a tessera
+LlamaGen target, on the target's own samples and hidden states (Medusa-1: the target is frozen).
+
+  1. Samples and features: as train_eagle.py (target_samples.py): sequences the engine draws from
+     the target at its default settings (cached per class in RUN/samples/), of which --sequences
+     are used (a random subset: the features cost ~0.26 s per sequence on 2 cores), and the
+     target's last hidden state after its final norm over them (the feature the heads read), with
+     a --null-prob share featurised again with the null class (CFG's unguided half).
+  2. Training (Medusa's train_legacy.py): head k's logits at position t (the row whose target
+     logits predict image token t) are scored against image token t + 1 + k, i.e. Medusa's
+     labels[t + 2 + k] with the root at t + 1. The K cross-entropies are summed with equal weight,
+     as Medusa's code does (the paper's Medusa-1 decays them by 0.8^k; equal weights keep the deep
+     heads, which a CPU tree uses least, from being starved less than the paper would). The heads
+     read the target's frozen LM head (Medusa-2's shared lm_head). AdamW, warm-up then cosine.
+  3. Logs, per head on the held-out sequences, top-1 agreement with the sampled token and the
+     acceptance of its top-1 token under exact verification, E[p(x)] with p the target's
+     distribution at that position (temperature 1, no guidance); writes RUN/medusa.pt and, with
+     --export DIR, the heads as a tessera directory (f16).
+
+  python3 python/emoji/train_medusa.py --target models/emoji/target --tessera build/tessera \\
+      --out RUNS/medusa --sequences 2000 --minutes 12 --export models/emoji/medusa
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from common import Log, seed_all
+from distill_draft import training_classes
+from target_samples import sample, target_features
+from train_gpt import adamw, scheduled_lr
+
+from tessera_ref.atomic_io import atomic_write  # noqa: E402
+from tessera_ref.llamagen import load_tessera_gpt  # noqa: E402
+from tessera_ref.medusa import MedusaHeads, write_tessera  # noqa: E402
+
+
+def losses(heads, lm_head, feats, tokens):
+    """feats [B, 256, H] (f_0..f_255), tokens [B, 256]. Head k at row t -> token t + 1 + k.
+    Returns the per-head mean cross-entropies [K] and the logits [K, B, 256, V]."""
+    logits = heads(feats, lm_head)
+    ce = []
+    for k in range(heads.num_heads):
+        n = tokens.shape[1] - 1 - k
+        ce.append(F.cross_entropy(logits[k, :, :n].flatten(0, 1), tokens[:, 1 + k:].flatten()))
+    return torch.stack(ce), logits
+
+
+@torch.no_grad()
+def measure(heads, lm_head, feats, tokens, batch=32):
+    K = heads.num_heads
+    top1, accept, count = torch.zeros(K), torch.zeros(K), torch.zeros(K)
+    for s in range(0, len(tokens), batch):
+        f, tok = feats[s:s + batch].float(), tokens[s:s + batch]
+        _, logits = losses(heads, lm_head, f, tok)
+        p = F.softmax(lm_head(f), -1)  # the target's distribution at every row
+        for k in range(K):
+            n = tok.shape[1] - 1 - k
+            guess = logits[k, :, :n].argmax(-1)  # the head's top-1 for token t + 1 + k
+            top1[k] += float((guess == tok[:, 1 + k:]).sum())
+            # Token t + 1 + k's target distribution is row t + 1 + k's.
+            accept[k] += float(p[:, 1 + k:].gather(-1, guess[..., None]).sum())
+            count[k] += guess.numel()
+    return (top1 / count).tolist(), (accept / count).tolist()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True, help="tessera model directory of the target")
+    ap.add_argument("--tessera", required=True, help="the tessera binary that samples the data")
+    ap.add_argument("--out", required=True, help="run directory: samples, log, heads")
+    ap.add_argument("--export", help="write the trained heads here as a tessera directory (f16)")
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--samples-per-class", type=int, default=6)
+    ap.add_argument("--sequences", type=int, default=0, help="use this many of the samples (0: all)")
+    ap.add_argument("--max-classes", type=int, default=0, help="only the first N training classes (smoke tests)")
+    ap.add_argument("--eval-fraction", type=float, default=0.05)
+    ap.add_argument("--null-prob", type=float, default=0.1)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per step")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Medusa's train_vicuna_7b.sh: 1e-3")
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=1000000)
+    ap.add_argument("--minutes", type=float, default=1e9)
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--init", help="start from heads this script wrote (RUN/medusa.pt)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0)
+    a = ap.parse_args()
+    seed_all(a.seed)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    os.makedirs(a.out, exist_ok=True)
+    gpt = load_tessera_gpt(a.target).eval()
+    for p in gpt.parameters():
+        p.requires_grad_(False)
+    classes = training_classes(a.target)
+    if a.max_classes:
+        classes = classes[:a.max_classes]
+    t0 = time.time()
+    tokens, labels = sample(a.tessera, a.target, classes, a.samples_per_class, os.path.join(a.out, "samples"))
+    perm = torch.randperm(len(tokens))
+    if a.sequences:
+        perm = perm[:a.sequences]
+    tokens, labels = tokens[perm], labels[perm]
+    n_eval = max(1, int(len(tokens) * a.eval_fraction))
+    ev_tok, ev_lab = tokens[:n_eval], labels[:n_eval]
+    tr_tok, tr_lab = tokens[n_eval:], labels[n_eval:]
+    null = torch.where(torch.rand(len(tr_tok)) < a.null_prob)[0]
+    tr_tok = torch.cat([tr_tok, tr_tok[null]])
+    tr_lab = torch.cat([tr_lab, torch.full((len(null),), gpt.num_classes, dtype=torch.long)])
+    t1 = time.time()
+    cache = os.path.join(a.out, f"features_n{a.samples_per_class}_c{len(classes)}_q{len(tokens)}_s{a.seed}.pt")
+    if os.path.exists(cache):
+        tr_feat, ev_feat = torch.load(cache)
+    else:
+        tr_feat = target_features(gpt, tr_lab, tr_tok)
+        ev_feat = target_features(gpt, ev_lab, ev_tok)
+        with atomic_write(cache) as f:
+            torch.save((tr_feat, ev_feat), f)
+    print(f"{len(tokens)} sequences ({t1 - t0:.0f}s), {len(tr_tok)} training rows with {len(null)} null-class "
+          f"copies, {n_eval} held out; features in {time.time() - t1:.0f}s", flush=True)
+
+    c = gpt.config
+    heads = MedusaHeads(c.dim, a.heads, c.vocab_size)
+    if a.init:  # continue from heads this script wrote
+        heads.load_state_dict(torch.load(a.init), strict=True)
+    lm_head = gpt.output
+    opt = adamw(heads.parameters(), a.lr, 0.0)
+    log = Log(os.path.join(a.out, "medusa_log.tsv"))
+
+    def record(step, **extra):
+        top1, accept = measure(heads, lm_head, ev_feat, ev_tok)
+        fields = {f"top1_h{k}": v for k, v in enumerate(top1)}
+        fields.update({f"accept_h{k}": v for k, v in enumerate(accept)})
+        log(step, **fields, **extra)
+        return top1, accept
+
+    top1_0, accept_0 = record(0)
+    gen = torch.Generator().manual_seed(a.seed + 1)
+    step, t_train = 0, time.time()
+    while True:
+        progress = max(step / a.steps, (time.time() - t_train) / (a.minutes * 60))
+        if progress >= 1:
+            break
+        step += 1
+        for g in opt.param_groups:
+            g["lr"] = scheduled_lr(a.lr, step, a.warmup, progress)
+        pick = torch.randint(0, len(tr_tok), (a.batch,), generator=gen)
+        ce, _ = losses(heads, lm_head, tr_feat[pick].float(), tr_tok[pick])
+        loss = ce.sum()  # Medusa's train_legacy.py: equal weights
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 20 == 0:
+            print(f"step {step}: ce {' '.join(f'{float(x):.3f}' for x in ce)} ({time.time() - t_train:.0f}s)",
+                  flush=True)
+        if step % a.eval_every == 0:
+            record(step, loss=float(loss))
+    top1, accept = record(step)
+    wall = time.time() - t_train
+    print(f"trained {step} steps in {wall:.0f}s: held-out top-1 {[round(x, 3) for x in top1]}, acceptance "
+          f"{[round(x, 3) for x in accept]} (start {[round(x, 3) for x in accept_0]})", flush=True)
+    with atomic_write(os.path.join(a.out, "medusa.pt")) as f:
+        torch.save({k: v.detach().clone() for k, v in heads.state_dict().items()}, f)
+    summary = {"steps": step, "train_seconds": wall, "sequences": len(tokens), "held_out": n_eval,
+               "top1": top1, "acceptance": accept, "initial_top1": top1_0, "initial_acceptance": accept_0,
+               "loss_weights": "equal (Medusa's train_legacy.py)", "args": vars(a)}
+    with atomic_write(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if a.export:
+        write_tessera(heads, a.export, "f16")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+#include "speculative/drafters/medusa_drafter.h"
+
+#include <algorithm>
+
+#include "decode/guidance.h"
+#include "tessera/error.h"
+
+namespace tessera::speculative {
+
+MedusaDrafter::MedusaDrafter(const MedusaHeads& heads, const SamplingParams& params,
+                             TreeShape shape, int max_images)
+    : heads_(heads),
+      params_(params),
+      ranking_(params),
+      shape_(std::move(shape)),
+      ws_(heads.make_workspace(std::max(max_images, 1) * (params.uses_cfg() ? 2 : 1))) {
+  // Greedy drafts rank by the distribution at temperature 1 (a one-hot has no ranks beyond 0).
+  if (ranking_.temperature <= 0.0f) ranking_.temperature = 1.0f;
+  top_needed_.assign(shape_.max_depth(), 0);
+  for (int u = 0; u < shape_.nodes(); ++u)
+    top_needed_[shape_.depth[u] - 1] =
+        std::max(top_needed_[shape_.depth[u] - 1], shape_.rank[u] + 1);
+}
+
+std::string medusa_default_tree(int heads) {
+  return "chain:" + std::to_string(std::clamp(heads, 1, kMaxTreeDepth));
+}
+
+int MedusaDrafter::draft_depth(int draft_len) const {
+  return std::max(0, std::min({draft_len, heads_.num_heads(), shape_.max_depth()}));
+}
+
+int MedusaDrafter::max_nodes(int draft_len) const {
+  const int depth = draft_depth(draft_len);
+  return static_cast<int>(
+      std::count_if(shape_.depth.begin(), shape_.depth.end(), [&](int d) { return d <= depth; }));
+}
+
+void MedusaDrafter::read_row(const Tensor& t, int64_t row, std::vector<float>& out) {
+  check(t.data && t.dtype == DType::F32 && t.dim(1) == heads_.dim() && row < t.dim(0),
+        "internal: the Medusa drafter needs the target's post-norm hidden states");
+  out.resize(static_cast<size_t>(heads_.dim()));
+  Backend& be = heads_.backend();
+  be.download_async(t.rows(row, 1), out.data());
+  be.synchronize();
+}
+
+void MedusaDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {
+  // The prefill's last prefix row of each slot predicted the image's first token, the first root.
+  const int n = static_cast<int>(images.size()), rows = prefill.rows;
+  for (int i = 0; i < n; ++i) {
+    Features& f = features_[images[i]->id];
+    read_row(prefill.hidden, static_cast<int64_t>(i) * rows + rows - 1, f.cond);
+    f.uncond.clear();
+    if (params_.uses_cfg())
+      read_row(prefill.hidden, static_cast<int64_t>(n + i) * rows + rows - 1, f.uncond);
+  }
+}
+
+void MedusaDrafter::finish_round(ImageState& image, const DraftTree&, const VerifyOutcome& outcome,
+                                 const TargetRound& target) {
+  // The row that predicted the next root (outcome.next_token): the last accepted node's, else the
+  // root's (row 0).
+  const int row = outcome.accepted.empty() ? 0 : outcome.accepted.back() + 1;
+  Features& f = features_.at(image.id);
+  read_row(target.hidden, row, f.cond);
+  if (params_.uses_cfg()) read_row(target.hidden_uncond, row, f.uncond);
+}
+
+void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+                            std::vector<DraftTree>& trees) {
+  trees.assign(active.size(), {});
+  std::vector<int> who;
+  int depth = 0;
+  for (size_t j = 0; j < active.size(); ++j) {
+    const int d = std::min(max_depth[j], draft_depth(max_depth[j]));
+    if (d <= 0) continue;
+    who.push_back(static_cast<int>(j));
+    depth = std::max(depth, d);
+  }
+  if (who.empty()) return;
+  const bool cfg = params_.uses_cfg();
+  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
+  const int D = heads_.dim(), V = heads_.vocab_size();
+  // One forward of the heads over every image's features (cond rows, then uncond rows).
+  host_.resize(static_cast<size_t>(R) * D);
+  for (int i = 0; i < m; ++i) {
+    const Features& f = features_.at(active[who[i]]->id);
+    std::copy(f.cond.begin(), f.cond.end(), host_.begin() + static_cast<ptrdiff_t>(i) * D);
+    if (cfg)
+      std::copy(f.uncond.begin(), f.uncond.end(),
+                host_.begin() + static_cast<ptrdiff_t>(m + i) * D);
+  }
+  Backend& be = heads_.backend();
+  Tensor in = ws_.features.rows(0, R);
+  be.upload_into(host_.data(), in);
+  const Tensor logits = heads_.forward(ws_, R, depth);
+  logits_.resize(static_cast<size_t>(depth) * R * V);
+  be.download_async(logits, logits_.data());
+  be.synchronize();
+  forwards_++;
+
+  dist_.resize(V);
+  std::vector<std::vector<int>> top(depth);
+  std::vector<int> node_of(shape_.nodes());
+  for (int i = 0; i < m; ++i) {
+    ImageState& im = *active[who[i]];
+    const int deepest = std::min(max_depth[who[i]], depth);
+    im.stats.draft_forwards++;
+    // Each depth's candidates: the top ranks of its head, by the guided distribution.
+    for (int d = 1; d <= deepest; ++d) {
+      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
+      const size_t row = static_cast<size_t>(d - 1) * R + i;
+      guided_distribution(logits_.data() + row * V, cfg ? logits_.data() + (row + m) * V : nullptr,
+                          V, ranking_, t, dist_);
+      order_.clear();
+      for (int y = 0; y < V; ++y)
+        if (dist_[y] > 0.0f) order_.push_back(y);
+      const size_t k = std::min(order_.size(), static_cast<size_t>(top_needed_[d - 1]));
+      // Most likely first; ties by the lower id (argmax's choice).
+      std::partial_sort(
+          order_.begin(), order_.begin() + static_cast<ptrdiff_t>(k), order_.end(),
+          [&](int a, int b) { return dist_[a] > dist_[b] || (dist_[a] == dist_[b] && a < b); });
+      top[d - 1].assign(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(k));
+    }
+    DraftTree& tree = trees[who[i]];
+    for (int u = 0; u < shape_.nodes(); ++u) {
+      node_of[u] = -1;
+      const int d = shape_.depth[u], p = shape_.parent[u];
+      if (d > deepest || (p >= 0 && node_of[p] < 0)) continue;
+      const std::vector<int>& cand = top[d - 1];
+      if (shape_.rank[u] >= static_cast<int>(cand.size())) continue;
+      DraftNode node;
+      node.parent = p < 0 ? -1 : node_of[p];
+      node.depth = d;
+      node.token = cand[shape_.rank[u]];  // q stays empty: a deterministic draft
+      node_of[u] = static_cast<int>(tree.size());
+      tree.push_back(std::move(node));
+    }
+  }
+}
+
+}  // namespace tessera::speculative
