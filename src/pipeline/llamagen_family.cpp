@@ -19,7 +19,7 @@
 #include "speculative/method.h"
 #include "speculative/model_defaults.h"
 #include "speculative/speculative_decoder.h"
-#include "speculative/tree_shape.h"
+#include "speculative/tree_spec.h"
 
 namespace tessera {
 
@@ -147,7 +147,7 @@ struct LlamaGenFamily::Prepared {
   const AutoregressiveModel* draft = nullptr;
   speculative::Method method;
   std::string note;
-  std::optional<speculative::TreeShape> tree;  // --tree: the draft model's static tree
+  std::optional<speculative::TreeSpec> tree;  // --tree: the draft model's static or dynamic tree
 };
 
 LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
@@ -182,7 +182,7 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
     check_param(r.draft != nullptr, "tree",
                 "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
     try {
-      r.tree = speculative::load_tree_shape(opts.spec.tree);
+      r.tree = speculative::load_tree_spec(opts.spec.tree);
     } catch (const ParameterError&) {
       throw;
     } catch (const Error& e) {
