@@ -452,7 +452,7 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
     std::vector<int> count(shape.max_depth(), 0);
     for (int u = 0; u < N; ++u) index_in_depth[u] = count[shape.depth[u] - 1]++;
   }
-  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
+  const int m = static_cast<int>(who.size());
   StepBatch b;
   std::vector<int> out_row;
   int n_out = catch_up(active, who, b, out_row);
