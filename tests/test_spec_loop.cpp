@@ -200,6 +200,23 @@ TEST_F(SpecMicro, MedusaTypicalRoundFollowsThePaperRule) {
   EXPECT_TRUE(rejects(other)) << "p " << other.p_value;
 }
 
+// EAGLE-2's dynamic tree (ModelDrafter::propose_dynamic): deterministic top-k children, one-hot
+// q, the shape chosen each round by cumulative draft log-probability; depth 3 covers the micro
+// image's drafts, and the frontier (2 of 4 candidates at depths 2 and 3) and the rerank (5 of up
+// to 10) both choose.
+TEST_F(SpecMicro, SdDynamicTreeSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("sd");
+  o.spec.tree = "dynamic:2,2,5";
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
+TEST_F(SpecMicro, EagleDynamicTreeSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("eagle", false);
+  o.spec.draft_model = kSpec + "micro_eagle";
+  o.spec.tree = "dynamic:2,2,5";
+  expect_exact(*target_, target_joint(1, o.sampling), o, 1);
+}
+
 TEST_F(SpecMicro, SjdSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = 3;

@@ -16,6 +16,7 @@
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/acceptance_rule.h"
 #include "speculative/tree_shape.h"
+#include "speculative/tree_spec.h"
 #include "tensor/backend.h"
 
 using namespace tessera;
@@ -341,3 +342,137 @@ TEST(TreeDrafter, SiblingsStopWhenNoTokenIsLeft) {
 }
 
 }  // namespace
+
+// EAGLE-2's selection (`topK_genrate`, notes relaxed_sd.md 4.3) written plainly, each node's
+// distribution computed afresh on its path: the root's top-k; `depth` times the top-k children of
+// each frontier node scored by cumulative log q, the best top-k of them the next frontier; the
+// best `total` of all candidates, by depth, parent and rank. Ties: lower token, earlier candidate.
+struct RefNode {
+  int32_t token;
+  int parent, depth, rank;
+  double score;
+};
+DraftTree reference_dynamic_tree(const ImageState& im, const DynamicTree& dt, int max_depth,
+                                 const SamplingParams& p) {
+  const int V = draft_model().info().vocab_size;
+  std::vector<RefNode> all;
+  auto path_of = [&](int c) {
+    std::vector<int32_t> path = im.tokens;
+    for (int a = c; a >= 0; a = all[a].parent)
+      path.insert(path.begin() + im.tokens.size(), all[a].token);
+    return path;
+  };
+  auto children = [&](int parent, int depth) {
+    const std::vector<float> q = fresh_distribution(im.condition, path_of(parent), p);
+    std::vector<int> tokens(V);
+    for (int v = 0; v < V; ++v) tokens[v] = v;
+    std::stable_sort(tokens.begin(), tokens.end(), [&](int a, int b) { return q[a] > q[b]; });
+    std::vector<int> made;
+    for (int r = 0; r < dt.top_k && r < V && q[tokens[r]] > 0.0f; ++r) {
+      const double base = parent < 0 ? 0.0 : all[parent].score;
+      all.push_back({tokens[r], parent, depth, r, base + std::log(double{q[tokens[r]]})});
+      made.push_back(static_cast<int>(all.size()) - 1);
+    }
+    return made;
+  };
+  auto by_score = [&](std::vector<int> v) {
+    std::stable_sort(v.begin(), v.end(), [&](int a, int b) { return all[a].score > all[b].score; });
+    return v;
+  };
+  std::vector<int> frontier = children(-1, 1);
+  const int depth = std::min(max_depth, dt.max_depth());
+  for (int d = 1; d < depth; ++d) {
+    std::vector<int> made;
+    for (int f : frontier)
+      for (int c : children(f, d + 1)) made.push_back(c);
+    frontier = by_score(made);
+    if (static_cast<int>(frontier.size()) > dt.top_k) frontier.resize(dt.top_k);
+  }
+  std::vector<int> all_ids(all.size());
+  for (size_t i = 0; i < all.size(); ++i) all_ids[i] = static_cast<int>(i);
+  std::vector<int> kept = by_score(all_ids);
+  if (static_cast<int>(kept.size()) > dt.total) kept.resize(dt.total);
+  DraftTree tree;
+  std::map<int, int> index;  // candidate -> tree index
+  for (int d = 1; d <= depth; ++d) {
+    std::vector<std::pair<std::pair<int, int>, int>> level;  // ((parent index, rank), candidate)
+    for (int c : kept)
+      if (all[c].depth == d)
+        level.push_back({{all[c].parent < 0 ? -1 : index.at(all[c].parent), all[c].rank}, c});
+    std::sort(level.begin(), level.end());
+    for (const auto& [key, c] : level) {
+      DraftNode n;
+      n.token = all[c].token;
+      n.parent = key.first;
+      n.depth = d;
+      index[c] = static_cast<int>(tree.size());
+      tree.push_back(n);
+    }
+  }
+  return tree;
+}
+
+// ModelDrafter's dynamic tree equals the reference's, node for node, over rounds whose accepted
+// paths the draft cache must keep; every node one-hot (no q).
+void check_dynamic_against_reference(bool greedy) {
+  const SamplingParams p = sampling(greedy, 3.0f, 0);  // no top-k: see above
+  SamplingParams scoring = p;
+  scoring.temperature = greedy ? 1.0f : p.temperature;
+  const DynamicTree dt = parse_dynamic_tree("dynamic:3,3,10");
+  const int V = draft_model().info().vocab_size, N = draft_model().info().n_tokens;
+  ModelDrafter drafter(draft_model(), p, dt.max_depth(), 3, dt);
+  auto ims = images(3);
+  std::vector<ImageState*> ptrs;
+  for (auto& im : ims) ptrs.push_back(&im);
+  drafter.start(ptrs, {});
+  int checked = 0, reshaped = 0;
+  std::vector<int> first_parents;
+  for (int r = 0; r < 6; ++r) {
+    std::vector<ImageState*> active;
+    std::vector<int> depth;
+    for (auto& im : ims) {
+      const int left = N - static_cast<int>(im.tokens.size());
+      if (left <= 1) continue;
+      active.push_back(&im);
+      depth.push_back(std::min(left - 1, dt.max_depth() - (im.id == 2 ? 1 : 0)));
+    }
+    if (active.empty()) break;
+    std::vector<DraftTree> trees;
+    drafter.propose(active, depth, trees);
+    for (size_t j = 0; j < active.size(); ++j) {
+      ImageState& im = *active[j];
+      SCOPED_TRACE("round " + std::to_string(r) + " image " + std::to_string(im.id));
+      const DraftTree want = reference_dynamic_tree(im, dt, depth[j], scoring);
+      const DraftTree& got = trees[j];
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_LE(static_cast<int>(got.size()), drafter.max_nodes(depth[j]));
+      std::vector<int> parents;
+      for (size_t k = 0; k < got.size(); ++k) {
+        EXPECT_EQ(got[k].token, want[k].token) << "node " << k;
+        EXPECT_EQ(got[k].parent, want[k].parent) << "node " << k;
+        EXPECT_EQ(got[k].depth, want[k].depth) << "node " << k;
+        EXPECT_TRUE(got[k].q.empty()) << "dynamic nodes are one-hot";
+        parents.push_back(got[k].parent);
+        ++checked;
+      }
+      tree_depth(got);  // a tree: parents first, one depth below them
+      if (first_parents.empty())
+        first_parents = parents;
+      else
+        reshaped += parents != first_parents;
+      const VerifyOutcome out = fake_verify(got, im.round, im.id, 1 + (r + im.id) % 4, V);
+      drafter.finish_round(im, got, out, TargetRound{});
+      commit(im, got, out);
+    }
+  }
+  EXPECT_GT(checked, 60);
+  EXPECT_GT(reshaped, 0);  // the shape follows the draft's confidence
+}
+
+TEST(TreeDrafter, DynamicTreeIsEagle2sSelection) {
+  check_dynamic_against_reference(false);
+}
+
+TEST(TreeDrafter, GreedyDynamicTreeIsEagle2sSelection) {
+  check_dynamic_against_reference(true);
+}

@@ -1,6 +1,7 @@
 // Static draft-tree shapes (speculative/tree_shape.h): EAGLE choices lists, the named trees of
 // LANTERN's choices.py, chain:N / kary:..., JSON files, and every bad input's one-line error.
 #include "speculative/tree_shape.h"
+#include "speculative/tree_spec.h"
 
 #include <gtest/gtest.h>
 
@@ -287,6 +288,32 @@ TEST(TreeShape, BadJsonFilesNameTheFileAndTheProblem) {
   std::string wide = "[[0]";
   for (int r = 1; r < 600; ++r) wide += ",[" + std::to_string(r) + "]";
   EXPECT_EQ(err("wide.json", wide + "]"), "FILE: 600 nodes, more than 512");
+}
+
+// --tree dynamic: LANTERN's EAGLE-2 defaults, sizes and the static/dynamic choice.
+TEST(TreeSpec, DynamicDefaultsAndSizes) {
+  const TreeSpec def = load_tree_spec("dynamic");
+  ASSERT_TRUE(def.dynamic());
+  const DynamicTree& d = *def.dynamic_tree();
+  EXPECT_EQ(d.depth, 4);
+  EXPECT_EQ(d.top_k, 10);
+  EXPECT_EQ(d.total, 58);
+  EXPECT_EQ(def.max_depth(), 5);
+  EXPECT_EQ(d.max_nodes(1), 10);  // the root's top-k
+  EXPECT_EQ(d.max_nodes(5), 58);  // TOTAL
+  EXPECT_EQ(d.max_nodes(0), 0);
+  const DynamicTree s = parse_dynamic_tree("dynamic:2,3,10");
+  EXPECT_EQ(s.max_depth(), 3);
+  EXPECT_EQ(s.max_nodes(2), 10);  // min(3 + 9, 10)
+  EXPECT_EQ(parse_dynamic_tree("dynamic:1,3,5").max_nodes(1), 3);
+  EXPECT_EQ(parse_dynamic_tree("dynamic:0,4,4").max_depth(), 1);
+  const TreeSpec st = load_tree_spec("mc_sim_7b_63");
+  ASSERT_FALSE(st.dynamic());
+  EXPECT_EQ(st.shape()->nodes(), 25);
+  for (const char* bad :
+       {"dynamic:", "dynamic:1,2", "dynamic:1,2,3,4", "dynamic:-1,2,2", "dynamic:1,0,1",
+        "dynamic:1,2,0", "dynamic:1,2,7", "dynamic:1, 2,3", "dynamic:64,1,1", "dynamicx"})
+    EXPECT_THROW(load_tree_spec(bad), Error) << bad;
 }
 
 }  // namespace

@@ -81,10 +81,12 @@ struct SpeculativeOptions {
   int max_auto_len = 0;
   DraftCosts auto_costs;
   std::string resample;  // "" (method default) | vanilla | optimal (G*, COOL-SD Eq. 5)
-  // "": chain drafts. Else a static draft tree, verified in one target forward (EAGLE-1, LANTERN++
-  // static trees): chain:N, kary:B1,B2,..., naive_extend_57, mc_sim_7b_63, medusa_2_7b_63 or a
-  // JSON file of EAGLE choices. Draft-model methods with exact verification (sd) only, so far; a
-  // fixed draft_len cuts the tree at that depth, auto takes the whole tree.
+  // "": chain drafts (Medusa methods: the chain of the heads' top-1 tokens). Else a draft tree,
+  // verified in one target forward by any rule: static (EAGLE-1, LANTERN++ static trees): chain:N,
+  // kary:B1,B2,..., naive_extend_57, mc_sim_7b_63, medusa_2_7b_63 or a JSON file of EAGLE
+  // choices; or EAGLE-2's dynamic tree, dynamic[:DEPTH,TOPK,TOTAL] (draft models and EAGLE
+  // drafters). A fixed draft_len cuts the tree at that depth; auto cuts each round's at the depth
+  // with the most expected tokens per second (a node budget).
   std::string tree;
   MethodParams params;  // the method's parameters, by name ("lantern.k"); unset: defaults
   // Analysis: after this many rounds an image is finished by the target alone (0: never). The

@@ -22,7 +22,7 @@
 #include "speculative/method.h"
 #include "speculative/model_defaults.h"
 #include "speculative/speculative_decoder.h"
-#include "speculative/tree_shape.h"
+#include "speculative/tree_spec.h"
 
 namespace tessera {
 
@@ -174,7 +174,7 @@ struct LlamaGenFamily::Prepared {
   const MedusaHeads* medusa = nullptr;  // the medusa methods' drafter (draft stays null)
   speculative::Method method;
   std::string note;
-  std::optional<speculative::TreeShape> tree;  // --tree: the draft model's static tree
+  std::optional<speculative::TreeSpec> tree;  // --tree: the draft model's static or dynamic tree
 };
 
 LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
@@ -217,12 +217,16 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
     check_param(r.draft != nullptr || r.medusa != nullptr, "tree",
                 "{tree} is drafted by a draft model ({draft}); Jacobi drafts are chains");
     try {
-      r.tree = speculative::load_tree_shape(tree);
+      r.tree = speculative::load_tree_spec(tree);
     } catch (const ParameterError&) {
       throw;
     } catch (const Error& e) {
       throw ParameterError("tree", e.what());
     }
+    check_param(!(r.medusa && r.tree->dynamic()), "tree",
+                "{tree} " + tree +
+                    ": Medusa's heads draft static trees (a depth's candidates do not depend on "
+                    "the parent); dynamic trees are drafted by a draft model or an EAGLE drafter");
   }
   r.note = speculative::validated_settings_note(opts.spec, d_->config.quality, d_->config.dir);
   return r;
@@ -272,7 +276,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
   std::unique_ptr<speculative::Drafter> drafter;
   if (medusa) {
-    drafter = std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree,
+    drafter = std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree->shape(),
                                                            std::max(max_images, 1));
   } else if (draft) {
     speculative::FeatureInputs features;
@@ -291,10 +295,18 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   if (method.auto_len) {
     int depth = drafter->draft_depth(draft_len);
     speculative::RoundCosts rc;
-    if (prep.tree) {
-      const std::vector<int> children = prep.tree->child_counts();  // [nodes()]: the root's
-      speculative::set_tree_costs(rc, prep.tree->depth,
-                                  std::span(children).first(prep.tree->depth.size()));
+    if (const speculative::TreeShape* shape = prep.tree ? prep.tree->shape() : nullptr) {
+      const std::vector<int> children = shape->child_counts();  // [nodes()]: the root's
+      speculative::set_tree_costs(rc, shape->depth,
+                                  std::span(children).first(shape->depth.size()));
+    } else if (prep.tree) {
+      // A dynamic tree cut at depth L keeps its best `total` of the candidates down to L; each
+      // expansion feeds the top_k frontier.
+      const speculative::DynamicTree& dt = *prep.tree->dynamic_tree();
+      for (int d = 1; d <= dt.max_depth(); ++d) {
+        rc.tree_nodes.push_back(dt.max_nodes(d));
+        rc.tree_rows.push_back(d == 1 ? 1 : dt.top_k);
+      }
     }
     // Positions one round verifies at depth L: the root and the chain's L drafts or the tree's
     // nodes down to depth L. The calibration measures at most the image's tokens per forward, so

@@ -237,12 +237,14 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
   cmd->add_option(
          "--tree", o.tree,
-         "Draft a static tree and verify it in one target forward (any method with a draft "
-         "model, EAGLE drafter or Medusa heads; every rule; medusa's default: the chain of its "
-         "heads' top-1 tokens): chain:N, kary:B1,B2,..., naive_extend_57 (LANTERN++), "
-         "mc_sim_7b_63 (EAGLE-1), medusa_2_7b_63, or a JSON file of EAGLE choices; --draft-len N "
-         "cuts it at depth N, auto cuts each round's at the depth with the most expected tokens "
-         "per second")
+         "Draft a tree and verify it in one target forward (any method with a draft model, "
+         "EAGLE drafter or Medusa heads; every rule; medusa's default: the chain of its heads' "
+         "top-1 tokens): a static one, chain:N, kary:B1,B2,..., naive_extend_57 (LANTERN++), "
+         "mc_sim_7b_63 (EAGLE-1), medusa_2_7b_63, or a JSON file of EAGLE choices; or EAGLE-2's "
+         "dynamic tree (not Medusa), dynamic[:DEPTH,TOPK,TOTAL] (default 4,10,58: the root's "
+         "TOPK children, DEPTH expansions of the TOPK most likely paths, the TOTAL best nodes "
+         "kept); --draft-len N cuts it at depth N, auto cuts each round's at the depth with the "
+         "most expected tokens per second")
       ->type_name("SPEC");
   MethodParams& params = o.params;
   for (const FlagParam& f : flag_params()) {

@@ -1,6 +1,8 @@
 #include "speculative/drafters/model_drafter.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 #include "decode/guidance.h"
 #include "tessera/error.h"
@@ -19,7 +21,8 @@ std::vector<std::vector<int>> fed_per_depth(const TreeShape& shape) {
 }
 
 SessionOptions draft_session(const AutoregressiveModel& model, const SamplingParams& params,
-                             int max_depth, int max_images, const std::optional<TreeShape>& shape) {
+                             int max_depth, int max_images, const std::optional<TreeSpec>& tree) {
+  const TreeShape* shape = tree ? tree->shape() : nullptr;
   SessionOptions o;
   o.n_slots = max_images * (params.uses_cfg() ? 2 : 1);
   o.extra_capacity = max_depth + 2;
@@ -29,6 +32,12 @@ SessionOptions draft_session(const AutoregressiveModel& model, const SamplingPar
     o.extra_capacity = shape->nodes() + 2;
     for (const auto& f : fed_per_depth(*shape))
       o.max_new = std::max(o.max_new, static_cast<int>(f.size()));
+    o.max_outputs_per_seq = o.max_new;
+  }
+  if (const DynamicTree* dt = tree ? tree->dynamic_tree() : nullptr) {
+    // Every expansion feeds the frontier (top_k rows); all stay until the round's compaction.
+    o.extra_capacity = dt->depth * dt->top_k + 2;
+    o.max_new = std::max(o.max_new, dt->top_k);
     o.max_outputs_per_seq = o.max_new;
   }
   if (model.info().feature_dim > 0) {
@@ -56,16 +65,17 @@ std::vector<int> drafting(std::span<const int> max_depth, int& depth) {
 }  // namespace
 
 ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params,
-                           int max_depth, int max_images, std::optional<TreeShape> shape,
+                           int max_depth, int max_images, std::optional<TreeSpec> tree,
                            FeatureInputs features)
     : model_(model),
       params_(params),
-      session_(model, draft_session(model, params, max_depth, max_images, shape)),
-      shape_(std::move(shape)),
+      session_(model, draft_session(model, params, max_depth, max_images, tree)),
       features_(features) {
   check((model.info().feature_dim > 0) == reads_features(),
         "internal: a drafter model reads features exactly when FeatureInputs names them");
-  max_new_ = draft_session(model, params, max_depth, max_images, shape_).max_new;
+  max_new_ = draft_session(model, params, max_depth, max_images, tree).max_new;
+  if (tree && tree->shape()) shape_ = *tree->shape();
+  if (tree && tree->dynamic_tree()) dynamic_ = *tree->dynamic_tree();
   if (shape_) {
     children_.assign(shape_->nodes() + 1, {});
     for (int u = 0; u < shape_->nodes(); ++u) {
@@ -109,7 +119,8 @@ void ModelDrafter::finish_round(ImageState& image, const DraftTree&, const Verif
                 s.uncond >= 0 ? host_uncond_.data() : nullptr);
     return;
   }
-  if (!shape_) return;  // the chain: the next catch-up cuts the cache after the accepted drafts
+  if (!shape_ && !dynamic_)
+    return;  // the chain: the next catch-up cuts the cache after the accepted drafts
   auto it = slots_.find(image.id);
   if (it == slots_.end() || it->second.tree_base < 0) return;
   Slots& s = it->second;
@@ -319,6 +330,10 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
     propose_tree(active, max_depth, trees);
     return;
   }
+  if (dynamic_) {
+    propose_dynamic(active, max_depth, trees);
+    return;
+  }
   const int V = model_.info().vocab_size;
   const bool cfg = params_.uses_cfg();
   trees.assign(active.size(), {});
@@ -412,6 +427,7 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
 // among the shape's nodes of depth d, low 8 bits), the high bits of i folded into the token
 // index's top byte; a chain's only node per depth has i = 0: the chain's draw.
 int ModelDrafter::max_nodes(int draft_len) const {
+  if (dynamic_) return dynamic_->max_nodes(draft_depth(draft_len));
   if (!shape_) return draft_depth(draft_len);
   const int depth = draft_depth(draft_len);
   return static_cast<int>(
@@ -422,7 +438,7 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
                                 std::vector<DraftTree>& trees) {
   const TreeShape& shape = *shape_;
   const ArModelInfo& info = model_.info();
-  const int T = info.prefix_len, V = info.vocab_size, N = shape.nodes();
+  const int V = info.vocab_size, N = shape.nodes();
   const bool cfg = params_.uses_cfg(), greedy = params_.temperature <= 0.0f;
   trees.assign(active.size(), {});
   int depth = 0;
@@ -430,31 +446,18 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   if (who.empty()) return;
   depth = std::min(depth, shape.max_depth());
   const std::vector<std::vector<int>> fed = fed_per_depth(shape);
-  // Each node's index among the nodes of its depth, and each fed node's row among the tree rows.
-  std::vector<int> index_in_depth(N), tree_row(N, -1);
+  // Each node's index among the nodes of its depth.
+  std::vector<int> index_in_depth(N);
   {
     std::vector<int> count(shape.max_depth(), 0);
     for (int u = 0; u < N; ++u) index_in_depth[u] = count[shape.depth[u] - 1]++;
-    int row = 0;
-    for (const auto& f : fed)
-      for (int u : f) tree_row[u] = row++;
   }
-  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
-  const size_t fd = static_cast<size_t>(info.feature_dim);
+  const int m = static_cast<int>(who.size());
   StepBatch b;
   std::vector<int> out_row;
   int n_out = catch_up(active, who, b, out_row);
-  for (int i = 0; i < m; ++i) {
-    Slots& s = slots_.at(active[who[i]]->id);
-    s.tree_base = session_.length(s.cond);
-    check(reads_features() || s.tree_base == T + static_cast<int>(active[who[i]]->tokens.size()),
-          "internal: draft cache after the catch-up");
-    s.fed_at.clear();
-  }
-  // Each fed node's index among the fed nodes of its depth (its output row when fed).
-  std::vector<int> fed_index(N, -1);
-  for (const auto& f : fed)
-    for (size_t k = 0; k < f.size(); ++k) fed_index[f[k]] = static_cast<int>(k);
+  start_tree(active, who);
+  std::vector<std::vector<int>> output_row(m);  // image i's node -> its row in the last forward
   // node_of[i][u]: image i's tree index of shape node u (-1: not in its tree).
   std::vector<std::vector<int>> node_of(m, std::vector<int>(N, -1));
   std::vector<int> rows_of = {-1};  // the shape node of each output row (-1: the root)
@@ -524,62 +527,262 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
     const std::vector<int>& rows = fed[d - 1];
     const int w = static_cast<int>(rows.size());
     if (w == 0) break;
-    b.n_new = w;
-    b.tokens.assign(static_cast<size_t>(R) * w, 0);
-    b.positions.assign(b.tokens.size(), 0);
-    b.output_at.resize(w);
-    for (int k = 0; k < w; ++k) b.output_at[k] = k;
-    int stride = 0;
-    for (int r = 0; r < R; ++r) stride = std::max(stride, session_.length(b.slots[r]) + w);
-    b.mask.clear();
-    b.mask_stride = 0;
-    b.output_hidden = reads_features();
-    b.features.assign(reads_features() ? static_cast<size_t>(R) * w * fd : 0, 0.0f);
-    if (masked) {
-      b.mask.assign(static_cast<size_t>(R) * w * stride, 0);
-      b.mask_stride = stride;
-    }
-    for (int h = 0; h < (cfg ? 2 : 1); ++h)
-      for (int i = 0; i < m; ++i) {
-        const ImageState& im = *active[who[i]];
-        Slots& s = slots_.at(im.id);
-        const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of the fed nodes
-        const int pos = model_.token_position(std::min(t, info.n_tokens - 1));
-        const int r = h * m + i;
-        check(session_.length(b.slots[r]) == s.tree_base + tree_rows,
-              "internal: draft tree rows out of step");
-        for (int k = 0; k < w; ++k) {
-          const int u = rows[k], node = node_of[i][u];
-          const size_t row = static_cast<size_t>(r) * w + k;
-          b.tokens[row] = node >= 0 ? trees[who[i]][node].token : 0;
-          b.positions[row] = pos;
-          if (reads_features() && node >= 0) {
-            // The predicted feature at the row the node was drawn from (its parent's).
-            const int pu = shape.parent[u];
-            const size_t kk = pu < 0 ? static_cast<size_t>(out_row[i]) : fed_index[pu];
-            const size_t from = (static_cast<size_t>(r) * n_out + kk) * fd;
-            std::copy_n(hidden_.begin() + static_cast<ptrdiff_t>(from), fd,
-                        b.features.begin() + static_cast<ptrdiff_t>(row * fd));
-          }
-          const int at = s.tree_base + tree_rows + k;  // the row's cache position
-          if (h == 0 && node >= 0) {
-            if (static_cast<int>(s.fed_at.size()) <= node) s.fed_at.resize(node + 1, -1);
-            s.fed_at[node] = at;
-          }
-          if (!masked) continue;
-          uint8_t* mrow = b.mask.data() + row * stride;
-          std::fill(mrow, mrow + s.tree_base, uint8_t{1});  // the committed tokens
-          mrow[at] = 1;
-          if (node >= 0)
-            for (int a = shape.parent[u]; a >= 0; a = shape.parent[a])
-              mrow[s.tree_base + tree_row[a]] = 1;
-        }
-      }
-    tree_rows += w;
+    std::vector<std::vector<int>> nodes(m, std::vector<int>(w));
+    for (int i = 0; i < m; ++i)
+      for (int k = 0; k < w; ++k) nodes[i][k] = node_of[i][rows[k]];
+    tree_batch(active, who, trees, nodes, d, out_row, n_out, tree_rows, masked, output_row, b);
     rows_of = rows;
   }
   // Every node of the trees has a fed_at entry (-1 when it was not fed).
   for (int i = 0; i < m; ++i) slots_.at(active[who[i]]->id).fed_at.resize(trees[who[i]].size(), -1);
+}
+
+// EAGLE-2's dynamic tree (arXiv:2406.16858 §4.1-4.2; its code `topK_genrate`, notes 4.3):
+// 1. the catch-up forward gives the root's distribution q; its top_k tokens are the candidates
+//    of depth 1, scored log q, and all of them the frontier;
+// 2. expansion e = 1..depth: one forward feeds the frontier (depth e; tree mask, positions of
+//    depth e, each row reading f^ at its parent's row in feature mode); each frontier node's
+//    top_k tokens become candidates of depth e + 1 scored parent score + log q(child); the best
+//    top_k of them by score are the next frontier;
+// 3. rerank: the best `total` candidates by score are the drafts, laid out by depth, then parent,
+//    then rank (the static trees' order, so siblings are verified in descending q).
+// Choices the paper leaves open: q is the guided draft distribution as the chain samples from it
+// (CFG, temperature, top-k, top-p; LANTERN applies its logits processor after the CFG too, see
+// guided_distribution for the order), at temperature 1 when decoding greedily (the static tree's
+// ranking); tokens without mass are no candidates; ties in q go to the lower token id, ties in
+// score to the earlier candidate (created earlier: a parent before its children, so a kept child's
+// parent is kept even when log q = 0). Children are top-k tokens, deterministic given the drafts'
+// distributions: each node carries a one-hot q (empty DraftNode::q), which the exact walk
+// verifies losslessly (accept x with probability p(x), then the residual without x).
+// --draft-len N (max_depth) cuts the candidates at depth N, so an image expands min(depth, N-1)
+// times; images drafting shallower feed filler rows meanwhile.
+void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
+                                   std::span<const int> max_depth, std::vector<DraftTree>& trees) {
+  const DynamicTree& dt = *dynamic_;
+  const ArModelInfo& info = model_.info();
+  const int V = info.vocab_size, K = dt.top_k;
+  const bool cfg = params_.uses_cfg();
+  trees.assign(active.size(), {});
+  int depth = 0;
+  const std::vector<int> who = drafting(max_depth, depth);
+  if (who.empty()) return;
+  depth = std::min(depth, dt.max_depth());
+  const int m = static_cast<int>(who.size());
+  SamplingParams scoring = params_;
+  if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
+  struct Candidate {
+    int32_t token;
+    int parent;  // candidate index; -1 = the root
+    int depth, rank;
+    double score;
+  };
+  std::vector<std::vector<Candidate>> cand(m);
+  // Best first: higher score, then the earlier candidate.
+  auto better = [](const std::vector<Candidate>& c) {
+    return [&c](int a, int b) {
+      return c[a].score > c[b].score || (c[a].score == c[b].score && a < b);
+    };
+  };
+  std::vector<float> dist(V);
+  std::vector<int> order(V);
+  // Appends the top_k tokens of the distribution at `row` of the last forward as children of
+  // candidate `parent` of image i.
+  auto expand = [&](int i, int parent, int d, size_t row, int n_out) {
+    const float* cond = logits_.data() + (static_cast<size_t>(i) * n_out + row) * V;
+    const float* uncond =
+        cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
+    const int t = static_cast<int>(active[who[i]]->tokens.size()) - 1 + d;  // token index
+    guided_distribution(cond, uncond, V, scoring, t, dist);
+    std::iota(order.begin(), order.end(), 0);
+    const int k = std::min(K, V);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+    });
+    const double base = parent < 0 ? 0.0 : cand[i][parent].score;
+    for (int r = 0; r < k && dist[order[r]] > 0.0f; ++r)
+      cand[i].push_back(
+          {order[r], parent, d, r, base + std::log(static_cast<double>(dist[order[r]]))});
+  };
+  StepBatch b;
+  std::vector<int> out_row;
+  int n_out = catch_up(active, who, b, out_row);
+  start_tree(active, who);
+  std::vector<std::vector<int>> frontier(m);  // candidate indices, best first
+  for (int i = 0; i < m; ++i) {
+    active[who[i]]->stats.draft_forwards++;
+    expand(i, -1, 1, static_cast<size_t>(out_row[i]), n_out);
+    for (int c = 0; c < static_cast<int>(cand[i].size()); ++c) frontier[i].push_back(c);
+  }
+  // Image i's tree index of candidate c once fed (the tree is built as it is fed; the rerank
+  // below rebuilds it), and the output rows of the fed nodes.
+  std::vector<DraftTree> fed_tree(active.size());
+  std::vector<std::vector<int>> fed_node(m), output_row(m);
+  std::vector<std::vector<int>> fed_cand(m);  // fed tree node -> candidate
+  int tree_rows = 0;
+  for (int d = 1; d < depth; ++d) {
+    // Feed the frontier of depth d.
+    std::vector<std::vector<int>> nodes(m, std::vector<int>(K, -1));
+    for (int i = 0; i < m; ++i) {
+      if (d >= max_depth[who[i]]) frontier[i].clear();  // its candidates stop at depth d
+      for (size_t k = 0; k < frontier[i].size(); ++k) {
+        const Candidate& c = cand[i][frontier[i][k]];
+        DraftNode node;
+        node.token = c.token;
+        node.depth = d;
+        node.parent = c.parent < 0 ? -1 : fed_node[i][c.parent];
+        nodes[i][k] = static_cast<int>(fed_tree[who[i]].size());
+        fed_tree[who[i]].push_back(node);
+        fed_cand[i].push_back(frontier[i][k]);
+        fed_node[i].resize(cand[i].size(), -1);
+        fed_node[i][frontier[i][k]] = nodes[i][k];
+      }
+    }
+    tree_batch(active, who, fed_tree, nodes, d, out_row, n_out, tree_rows, true, output_row, b);
+    run(b);
+    n_out = K;
+    for (int i = 0; i < m; ++i) {
+      if (frontier[i].empty()) continue;
+      active[who[i]]->stats.draft_forwards++;
+      const int first = static_cast<int>(cand[i].size());
+      for (size_t k = 0; k < frontier[i].size(); ++k) expand(i, frontier[i][k], d + 1, k, n_out);
+      std::vector<int> next(cand[i].size() - first);
+      std::iota(next.begin(), next.end(), first);
+      const size_t keep = std::min(next.size(), static_cast<size_t>(K));
+      std::partial_sort(next.begin(), next.begin() + keep, next.end(), better(cand[i]));
+      next.resize(keep);
+      frontier[i] = next;
+    }
+  }
+  // Rerank: the best `total` candidates, laid out by depth, parent (tree index), rank.
+  for (int i = 0; i < m; ++i) {
+    const std::vector<Candidate>& c = cand[i];
+    std::vector<int> best(c.size());
+    std::iota(best.begin(), best.end(), 0);
+    const size_t keep = std::min(best.size(), static_cast<size_t>(dt.total));
+    std::partial_sort(best.begin(), best.begin() + keep, best.end(), better(c));
+    best.resize(keep);
+    std::vector<int> tree_index(c.size(), -1);
+    for (int a : best) tree_index[a] = 0;  // kept
+    for (int a : best)
+      check(c[a].parent < 0 || tree_index[c[a].parent] == 0,
+            "internal: a dynamic tree keeps a node without its parent");
+    DraftTree& tree = trees[who[i]];
+    Slots& s = slots_.at(active[who[i]]->id);
+    std::vector<int> fed_at(keep, -1);
+    for (int d = 1; d <= depth; ++d) {
+      std::vector<int> level;
+      for (int a : best)
+        if (c[a].depth == d) level.push_back(a);
+      std::sort(level.begin(), level.end(), [&](int x, int y) {
+        const int px = c[x].parent < 0 ? -1 : tree_index[c[x].parent];
+        const int py = c[y].parent < 0 ? -1 : tree_index[c[y].parent];
+        return px < py || (px == py && c[x].rank < c[y].rank);
+      });
+      for (int a : level) {
+        DraftNode node;
+        node.token = c[a].token;
+        node.depth = d;
+        node.parent = c[a].parent < 0 ? -1 : tree_index[c[a].parent];
+        tree_index[a] = static_cast<int>(tree.size());
+        // The fed candidates' cache rows, for finish_round's compaction.
+        if (a < static_cast<int>(fed_node[i].size()) && fed_node[i][a] >= 0)
+          fed_at[tree_index[a]] = s.fed_at[fed_node[i][a]];
+        tree.push_back(std::move(node));
+      }
+    }
+    s.fed_at = std::move(fed_at);
+  }
+}
+
+// After the catch-up: the tree's rows start at the cache's end (finish_round compacts to them).
+void ModelDrafter::start_tree(std::span<ImageState* const> active, const std::vector<int>& who) {
+  for (int j : who) {
+    Slots& s = slots_.at(active[j]->id);
+    s.tree_base = session_.length(s.cond);
+    check(reads_features() ||
+              s.tree_base == model_.info().prefix_len + static_cast<int>(active[j]->tokens.size()),
+          "internal: draft cache after the catch-up");
+    s.fed_at.clear();
+  }
+}
+
+// One tree forward, for static and dynamic trees alike: image i feeds its nodes nodes[i][k]
+// (indices into trees[who[i]], all of depth d; -1 = a filler row), each at the position of depth
+// d. With `masked`, a row attends to the committed tokens, its fed ancestors (EAGLE's tree mask)
+// and itself; in feature mode it reads f^ at its parent's row of the last forward (out_row[i] for
+// the root; output_row[i][parent] otherwise). Records each fed node's cache position (fed_at) and
+// its output row (output_row) and advances tree_rows.
+void ModelDrafter::tree_batch(std::span<ImageState* const> active, const std::vector<int>& who,
+                              const std::vector<DraftTree>& trees,
+                              const std::vector<std::vector<int>>& nodes, int d,
+                              const std::vector<int>& out_row, int n_out, int& tree_rows,
+                              bool masked, std::vector<std::vector<int>>& output_row,
+                              StepBatch& b) {
+  const ArModelInfo& info = model_.info();
+  const bool cfg = params_.uses_cfg();
+  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
+  const int w = static_cast<int>(nodes.at(0).size());
+  const size_t fd = static_cast<size_t>(info.feature_dim);
+  b.n_new = w;
+  b.tokens.assign(static_cast<size_t>(R) * w, 0);
+  b.positions.assign(b.tokens.size(), 0);
+  b.output_at.resize(w);
+  for (int k = 0; k < w; ++k) b.output_at[k] = k;
+  int stride = 0;
+  for (int r = 0; r < R; ++r) stride = std::max(stride, session_.length(b.slots[r]) + w);
+  b.mask.clear();
+  b.mask_stride = 0;
+  b.output_hidden = reads_features();
+  b.features.assign(reads_features() ? static_cast<size_t>(R) * w * fd : 0, 0.0f);
+  if (masked) {
+    b.mask.assign(static_cast<size_t>(R) * w * stride, 0);
+    b.mask_stride = stride;
+  }
+  for (int h = 0; h < (cfg ? 2 : 1); ++h)
+    for (int i = 0; i < m; ++i) {
+      const ImageState& im = *active[who[i]];
+      const DraftTree& tree = trees[who[i]];
+      Slots& s = slots_.at(im.id);
+      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of the fed nodes
+      const int pos = model_.token_position(std::min(t, info.n_tokens - 1));
+      const int r = h * m + i;
+      check(session_.length(b.slots[r]) == s.tree_base + tree_rows,
+            "internal: draft tree rows out of step");
+      for (int k = 0; k < w; ++k) {
+        const int node = nodes[i][k];
+        const size_t row = static_cast<size_t>(r) * w + k;
+        b.tokens[row] = node >= 0 ? tree[node].token : 0;
+        b.positions[row] = pos;
+        if (reads_features() && node >= 0) {
+          // The predicted feature at the row the node was drawn from (its parent's).
+          const int parent = tree[node].parent;
+          const size_t kk = parent < 0 ? static_cast<size_t>(out_row[i]) : output_row[i][parent];
+          const size_t from = (static_cast<size_t>(r) * n_out + kk) * fd;
+          std::copy_n(hidden_.begin() + static_cast<ptrdiff_t>(from), fd,
+                      b.features.begin() + static_cast<ptrdiff_t>(row * fd));
+        }
+        const int at = s.tree_base + tree_rows + k;  // the row's cache position
+        if (h == 0 && node >= 0) {
+          if (static_cast<int>(s.fed_at.size()) <= node) s.fed_at.resize(node + 1, -1);
+          s.fed_at[node] = at;
+        }
+        if (!masked) continue;
+        uint8_t* mrow = b.mask.data() + row * stride;
+        std::fill(mrow, mrow + s.tree_base, uint8_t{1});  // the committed tokens
+        mrow[at] = 1;
+        if (node >= 0)
+          for (int a = tree[node].parent; a >= 0; a = tree[a].parent) mrow[s.fed_at.at(a)] = 1;
+      }
+    }
+  // Output rows are recorded after the features were read from the last forward's rows.
+  for (int i = 0; i < m; ++i)
+    for (int k = 0; k < w; ++k)
+      if (nodes[i][k] >= 0) {
+        std::vector<int>& o = output_row[i];
+        if (static_cast<int>(o.size()) <= nodes[i][k]) o.resize(nodes[i][k] + 1, -1);
+        o[nodes[i][k]] = k;
+      }
+  tree_rows += w;
 }
 
 }  // namespace tessera::speculative

@@ -8,6 +8,9 @@
 // mask, positions by depth), each node's children being the shape's ranks of the draft
 // distribution at that node (see propose_tree). The draft KV then keeps the accepted path
 // (finish_round compacts it). Without a shape, or with a chain shape, the drafts are the chain's.
+// With a DynamicTree (speculative/tree_spec.h) it drafts EAGLE-2's dynamic tree: the frontier of
+// the most confident nodes is expanded one forward per depth, the best `total` nodes by
+// cumulative draft log-probability are kept (see propose_dynamic).
 //
 // A model that reads features (ArModelInfo::feature_dim > 0: EAGLE, models/eagle_drafter.h) drafts
 // from the target's hidden states: every committed token x is fed as the pair (f, x), f the
@@ -25,7 +28,7 @@
 #include "decode/session.h"
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
-#include "speculative/tree_shape.h"
+#include "speculative/tree_spec.h"
 
 namespace tessera::speculative {
 
@@ -37,10 +40,11 @@ struct FeatureInputs {
 
 class ModelDrafter : public Drafter {
  public:
-  // max_images: images in flight at once (the session's slots). shape: draft this static tree
-  // (cut at the round's depth) instead of a chain. features: required when the model reads them.
+  // max_images: images in flight at once (the session's slots). tree: draft this static or
+  // dynamic tree (cut at the round's depth) instead of a chain. features: required when the model
+  // reads them.
   ModelDrafter(const AutoregressiveModel& model, const SamplingParams& params, int max_depth,
-               int max_images, std::optional<TreeShape> shape = std::nullopt,
+               int max_images, std::optional<TreeSpec> tree = std::nullopt,
                FeatureInputs features = {});
   std::string name() const override { return reads_features() ? "EAGLE drafter" : "draft model"; }
   int draft_depth(int draft_len) const override { return draft_len; }
@@ -70,6 +74,13 @@ class ModelDrafter : public Drafter {
   };
   void propose_tree(std::span<ImageState* const> active, std::span<const int> max_depth,
                     std::vector<DraftTree>& trees);
+  void propose_dynamic(std::span<ImageState* const> active, std::span<const int> max_depth,
+                       std::vector<DraftTree>& trees);
+  void start_tree(std::span<ImageState* const> active, const std::vector<int>& who);
+  void tree_batch(std::span<ImageState* const> active, const std::vector<int>& who,
+                  const std::vector<DraftTree>& trees, const std::vector<std::vector<int>>& nodes,
+                  int d, const std::vector<int>& out_row, int n_out, int& tree_rows, bool masked,
+                  std::vector<std::vector<int>>& output_row, StepBatch& b);
   bool reads_features() const { return features_.feature != HiddenState::None; }
   // Brings the cache of the images `who` up to their committed tokens and runs the forward whose
   // outputs give every image's root distribution: logits_ (and hidden_) of n_out rows per slot,
@@ -90,6 +101,7 @@ class ModelDrafter : public Drafter {
   std::map<int, Slots> slots_;  // by image id
   std::vector<float> logits_, hidden_, host_cond_, host_uncond_;
   std::optional<TreeShape> shape_;
+  std::optional<DynamicTree> dynamic_;
   std::vector<std::vector<int>> children_;  // shape node -> its children (index nodes: the root)
   FeatureInputs features_;
   int max_new_ = 2;  // most rows per slot of one forward
