@@ -2,6 +2,7 @@
 // and bad k ranges refused with one error line before anything runs.
 #include "cli_harness.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -68,7 +69,10 @@ TEST_F(BenchVerifyCost, JsonAndMarkdown) {
   ASSERT_EQ(probe.size(), 8u);
   EXPECT_EQ(probe[0]["rows"], 1);
   EXPECT_EQ(probe[7]["rows"], 32);
-  EXPECT_DOUBLE_EQ(probe[0]["fraction_of_roofline"].get<double>(), 1.0);  // its own reference
+  // Its own read reference: 1, unless the measured FMA peak makes even one row compute-bound (a
+  // slow peak under ASan measured 1.17): the roofline is the larger of the two.
+  EXPECT_NEAR(probe[0]["fraction_of_roofline"].get<double>(),
+              std::max(1.0, probe[0]["compute_over_read"].get<double>()), 1e-12);
   for (const auto& p : probe) {
     EXPECT_GT(p["read_gbs"].get<double>(), 0.0);
     EXPECT_DOUBLE_EQ(p["flops_per_byte"].get<double>(), p["rows"].get<int>() / 2.0);
