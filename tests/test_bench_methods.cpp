@@ -30,23 +30,64 @@ TEST_F(BenchMethods, SweepsRepeatsAndJson) {
       EXPECT_DOUBLE_EQ(row["speedup_vs_vanilla"].get<double>(), 1.0);
     }
   }
-  const std::set<std::tuple<std::string, int, int>> want = {
-      {"vanilla", 1, 0}, {"vanilla", 2, 0}, {"sjd", 1, 3}, {"sjd", 1, 4}, {"sjd", 2, 3},
-      {"sjd", 2, 4}};
+  const std::set<std::tuple<std::string, int, int>> want = {{"vanilla", 1, 0}, {"vanilla", 2, 0},
+                                                            {"sjd", 1, 3},     {"sjd", 1, 4},
+                                                            {"sjd", 2, 3},     {"sjd", 2, 4}};
   EXPECT_EQ(seen, want);
   EXPECT_EQ(j["methods"].size(), want.size());
 }
 
 TEST_F(BenchMethods, CsvAndMarkdown) {
-  CliResult r = run({"bench", "-m", fixture("c2i_f32"), "--methods", "sjd", "-n", "1", "-o",
-                     "csv", "-q"});
+  CliResult r =
+      run({"bench", "-m", fixture("c2i_f32"), "--methods", "sjd", "-n", "1", "-o", "csv", "-q"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind("method,threads,batch,draft_len,repeat,s_per_image,", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind("method,threads,batch,draft_len,tree,repeat,s_per_image,", 0), 0u) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3);  // header, vanilla, sjd
   r = run({"bench", "-m", fixture("c2i_f32"), "--methods", "sjd", "-n", "1", "-q"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("| method | threads | batch | draft-len | s/image |"), std::string::npos)
+  EXPECT_NE(r.out.find("| method | threads | batch | draft-len | tree | s/image |"),
+            std::string::npos)
       << r.out;
+}
+
+// --trees: each method that drafts with a model runs once per tree (issue 41), Jacobi drafts as
+// chains; the tree is a column of every format, quoted in CSV where a spec holds commas.
+TEST_F(BenchMethods, TreesRunEachMethodPerTree) {
+  CliResult r =
+      run({"bench", "-m", fixture("c2i_f32"), "--draft", fixture("c2i_f32"), "--methods", "sd,sjd",
+           "--trees", "chain", "kary:2,1", "--draft-len", "2", "-n", "1", "-o", "json", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& row : j["methods"]) {
+    seen.insert({row["method"], row["tree"].is_null() ? "-" : row["tree"].get<std::string>()});
+    if (row["tree"] == "kary:2,1") {
+      EXPECT_GT(row["mean_draft_nodes"].get<double>(), 2.0) << row;
+    }
+    if (row["tree"] == "chain") {
+      EXPECT_LE(row["mean_draft_nodes"].get<double>(), 2.0) << row;
+    }
+  }
+  const std::set<std::pair<std::string, std::string>> want = {
+      {"vanilla", "-"}, {"sd", "chain"}, {"sd", "kary:2,1"}, {"sjd", "chain"}};
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(j["methods"].size(), want.size());
+  r = run({"bench", "-m", fixture("c2i_f32"), "--draft", fixture("c2i_f32"), "--methods", "sd",
+           "--trees", "kary:2,1", "-n", "1", "-o", "csv", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(",auto,\"kary:2,1\","), std::string::npos) << r.out;
+}
+
+TEST_F(BenchMethods, TreesErrors) {
+  expect_error({"bench", "-m", fixture("c2i_f32"), "--trees", "chain"}, {"--trees", "--methods"});
+  expect_error({"bench", "-m", fixture("c2i_f32"), "--draft", fixture("c2i_f32"), "--methods", "sd",
+                "--tree", "kary:2", "--trees", "chain"},
+               {"--tree", "--trees", "give one"});
+  expect_error({"bench", "-m", fixture("c2i_f32"), "--methods", "sjd", "--trees", "kary:2"},
+               {"--trees", "Jacobi drafts are chains"});
+  expect_error({"bench", "-m", fixture("c2i_f32"), "--draft", fixture("c2i_f32"), "--methods", "sd",
+                "--trees", "chain", "bogus"},
+               {"--methods sd", "--trees", "bogus"});
 }
 
 // Like generate, bench without -m runs the embedded emoji model, with its shipped draft.

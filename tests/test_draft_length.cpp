@@ -263,8 +263,6 @@ std::vector<int> repeated(std::vector<int> head, int value, int times, std::vect
   return head;
 }
 
-}  // namespace
-
 // A draft model's rounds: everything accepted, then nothing. The depth climbs to the cap as the
 // acceptance is seen and falls back to 1 once the rejections outweigh the decayed history.
 TEST(DraftLengthPolicyRounds, DraftModelClimbsToTheCapAndFallsToOne) {
@@ -297,3 +295,84 @@ TEST(DraftLengthPolicyRounds, JacobiWindowClimbsToTheCapAndFallsToOne) {
   EXPECT_EQ(scripted_depths(policy, 12, 8, carried_then_none(0)), repeated({3, 3}, 1, 6));
   EXPECT_EQ(scripted_depths(policy, 5, 8, carried_then_none(8)), repeated({3, 3}, 5, 6));
 }
+
+// A dynamic tree's costs: candidates down to depth d (top_k 3, total 10), rows of its draft
+// forwards (1, then the frontier of 3), verification linear in the positions.
+RoundCosts valued_costs(double per_position) {
+  RoundCosts c = linear_costs(10, per_position, 0.1);
+  c.tree_nodes = {3, 10, 10};
+  c.tree_rows = {1, 3, 3};
+  c.valued = true;
+  return c;
+}
+
+// The node budget of a dynamic tree (EAGLE-2's values, issue 41): the count n with the most
+// expected tokens per second, (1 + c sum of the best n values) / (drafting + verifying 1 + n).
+TEST(DraftLength, NodeBudgetKeepsTheNodesThatPayForThemselves) {
+  const std::vector<double> values = {0.9, 0.8, 0.5, 0.3, 0.2, 0.11, 0.05, 0.01};
+  for (double per_position : {0.0, 0.05, 0.3, 1.0}) {
+    SCOPED_TRACE(per_position);
+    const RoundCosts costs = valued_costs(per_position);
+    const DraftLengthPolicy policy(costs, 3);
+    const ImageAcceptance image = policy.start();
+    const double draft = policy.draft_seconds(2);
+    int best = 0;
+    double best_rate = -1.0, sum = 0.0;
+    for (int n = 1; n <= static_cast<int>(values.size()); ++n) {
+      sum += values[n - 1];
+      const double rate = (1.0 + sum) / (draft + costs.verify[n]);
+      if (rate > best_rate + 1e-15) {
+        best_rate = rate;
+        best = n;
+      }
+    }
+    EXPECT_EQ(policy.choose_nodes(image, 2, values), best);
+    // Free verification keeps every node with a value; at a full forward per node, few pay.
+    if (per_position == 0.0) {
+      EXPECT_EQ(best, 8);
+    }
+    if (per_position == 1.0) {
+      EXPECT_LE(best, 2);
+    }
+  }
+  // A drafter whose values overstate acceptance (nothing accepted of a predicted 3 per round)
+  // is taken at the observed rate: fewer nodes; one that understates it, more.
+  const DraftLengthPolicy policy(valued_costs(0.05), 3);
+  ImageAcceptance over = policy.start(), under = policy.start();
+  const int plain = policy.choose_nodes(over, 2, values);
+  for (int r = 0; r < 20; ++r) {
+    over.depth = under.depth = 2;
+    policy.observe(over, 2, 0, 0, 5, 3.0);
+    policy.observe(under, 2, 0, 2, 5, 0.5);
+  }
+  EXPECT_LT(over.values.ratio(), 0.1);
+  EXPECT_GT(under.values.ratio(), 2.0);
+  EXPECT_LT(policy.choose_nodes(over, 2, values), plain);
+  EXPECT_GT(policy.choose_nodes(under, 2, values), plain);
+  // Never more than were measured (11 calibrated positions: the root and 10 nodes), never none.
+  const std::vector<double> many(20, 1.0);
+  EXPECT_EQ(policy.choose_nodes(under, 2, many), 10);
+  EXPECT_EQ(policy.choose_nodes(over, 2, std::vector<double>{1e-9}), 1);
+}
+
+// The depth of a dynamic tree's round is chosen with the nodes the image's past rounds of each
+// depth kept (a chain's L before any): trees that stay small make depth cheap, trees that keep
+// many nodes make it dear.
+TEST(DraftLength, DynamicTreeDepthReadsTheNodesKept) {
+  const DraftLengthPolicy policy(valued_costs(0.3), 3);
+  ImageAcceptance image = policy.start();
+  EXPECT_DOUBLE_EQ(image.kept.mean(2), 2.0);
+  // Every round accepts all it drafts: deep rounds pay while they stay chain-sized.
+  ImageAcceptance small = image, wide = image;
+  for (int r = 0; r < 15; ++r) {
+    const int ds = policy.choose(small, 3), dw = policy.choose(wide, 3);
+    policy.observe(small, ds, 0, ds, ds, 1.0 * ds);
+    policy.observe(wide, dw, 0, dw, 10, 1.0 * dw);
+  }
+  EXPECT_NEAR(small.kept.mean(3), 3.0, 1e-12);
+  EXPECT_EQ(policy.choose(small, 3), 3);
+  EXPECT_GT(wide.kept.mean(wide.depth), 5.0);
+  EXPECT_LT(policy.choose(wide, 3), 3);
+}
+
+}  // namespace

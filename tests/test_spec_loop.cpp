@@ -251,6 +251,18 @@ TEST_F(SpecMicro, SdTreeWithAutoDraftLenSamplesTheTargetJointDistribution) {
   expect_exact(*target_, target_joint(2, o.sampling), o, 2);
 }
 
+// A dynamic tree under --draft-len auto: the depth from past rounds, and the node budget from
+// this round's draft values (EAGLE-2's products of draft confidences, never the target's draws)
+// keeps 1 to 3 of the candidates (dynamic:1,2,3: 2 at depth 1, 4 at depth 2, the best 3 kept).
+TEST_F(SpecMicro, SdDynamicTreeWithAutoDraftLenSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("sd");
+  o.spec.draft_len = kDraftLenAuto;
+  o.spec.tree = "dynamic:1,2,3";
+  o.spec.auto_costs = kMicroAutoCosts;
+  o.spec.auto_costs.draft_step = 0.05;
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
 TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = kDraftLenAuto;

@@ -352,8 +352,9 @@ struct RefNode {
   int parent, depth, rank;
   double score;
 };
+// total: the nodes kept (the tree's total, or a node budget's smaller count).
 DraftTree reference_dynamic_tree(const ImageState& im, const DynamicTree& dt, int max_depth,
-                                 const SamplingParams& p) {
+                                 const SamplingParams& p, int total) {
   const int V = draft_model().info().vocab_size;
   std::vector<RefNode> all;
   auto path_of = [&](int c) {
@@ -391,7 +392,7 @@ DraftTree reference_dynamic_tree(const ImageState& im, const DynamicTree& dt, in
   std::vector<int> all_ids(all.size());
   for (size_t i = 0; i < all.size(); ++i) all_ids[i] = static_cast<int>(i);
   std::vector<int> kept = by_score(all_ids);
-  if (static_cast<int>(kept.size()) > dt.total) kept.resize(dt.total);
+  if (static_cast<int>(kept.size()) > total) kept.resize(total);
   DraftTree tree;
   std::map<int, int> index;  // candidate -> tree index
   for (int d = 1; d <= depth; ++d) {
@@ -405,6 +406,7 @@ DraftTree reference_dynamic_tree(const ImageState& im, const DynamicTree& dt, in
       n.token = all[c].token;
       n.parent = key.first;
       n.depth = d;
+      n.value = std::exp(all[c].score);
       index[c] = static_cast<int>(tree.size());
       tree.push_back(n);
     }
@@ -414,13 +416,22 @@ DraftTree reference_dynamic_tree(const ImageState& im, const DynamicTree& dt, in
 
 // ModelDrafter's dynamic tree equals the reference's, node for node, over rounds whose accepted
 // paths the draft cache must keep; every node one-hot (no q).
-void check_dynamic_against_reference(bool greedy) {
+// budget: --draft-len auto's node budget (set_node_budget), or none: the tree's total.
+void check_dynamic_against_reference(bool greedy, bool budget = false) {
   const SamplingParams p = sampling(greedy, 3.0f, 0);  // no top-k: see above
   SamplingParams scoring = p;
   scoring.temperature = greedy ? 1.0f : p.temperature;
   const DynamicTree dt = parse_dynamic_tree("dynamic:3,3,10");
   const int V = draft_model().info().vocab_size, N = draft_model().info().n_tokens;
   ModelDrafter drafter(draft_model(), p, dt.max_depth(), 3, dt);
+  // The budget keeps 1 + (image + round) % 6 nodes, and sees the candidates' values best first.
+  std::map<int, std::vector<double>> offered;  // image id -> the values of its last call
+  if (budget)
+    drafter.set_node_budget([&](const ImageState& im, std::span<const double> values) {
+      offered[im.id].assign(values.begin(), values.end());
+      return 1 + (im.id + static_cast<int>(im.round)) % 6;
+    });
+  int trimmed = 0;
   auto ims = images(3);
   std::vector<ImageState*> ptrs;
   for (auto& im : ims) ptrs.push_back(&im);
@@ -442,9 +453,25 @@ void check_dynamic_against_reference(bool greedy) {
     for (size_t j = 0; j < active.size(); ++j) {
       ImageState& im = *active[j];
       SCOPED_TRACE("round " + std::to_string(r) + " image " + std::to_string(im.id));
-      const DraftTree want = reference_dynamic_tree(im, dt, depth[j], scoring);
+      const int total =
+          budget ? std::min(dt.total, 1 + (im.id + static_cast<int>(im.round)) % 6) : dt.total;
+      const DraftTree want = reference_dynamic_tree(im, dt, depth[j], scoring, total);
       const DraftTree& got = trees[j];
       ASSERT_EQ(got.size(), want.size());
+      if (budget) {
+        // The offer: every candidate the tree's total allows, best first, the tree's values
+        // its first `total`.
+        const std::vector<double>& v = offered.at(im.id);
+        ASSERT_GE(v.size(), got.size());
+        EXPECT_TRUE(std::is_sorted(v.rbegin(), v.rend()));
+        EXPECT_EQ(reference_dynamic_tree(im, dt, depth[j], scoring, dt.total).size(), v.size());
+        double offered_sum = 0.0, tree_sum = 0.0;
+        for (size_t k = 0; k < got.size(); ++k) offered_sum += v[k];
+        for (const DraftNode& n : got) tree_sum += n.value;
+        EXPECT_NEAR(tree_sum, offered_sum, 1e-9);
+        trimmed += got.size() < v.size();
+        offered.erase(im.id);
+      }
       EXPECT_LE(static_cast<int>(got.size()), drafter.max_nodes(depth[j]));
       std::vector<int> parents;
       for (size_t k = 0; k < got.size(); ++k) {
@@ -452,6 +479,8 @@ void check_dynamic_against_reference(bool greedy) {
         EXPECT_EQ(got[k].parent, want[k].parent) << "node " << k;
         EXPECT_EQ(got[k].depth, want[k].depth) << "node " << k;
         EXPECT_TRUE(got[k].q.empty()) << "dynamic nodes are one-hot";
+        // The reference recomputes each path's distribution: float rounding apart.
+        EXPECT_NEAR(got[k].value, want[k].value, 1e-4 * want[k].value) << "node " << k;
         parents.push_back(got[k].parent);
         ++checked;
       }
@@ -465,8 +494,11 @@ void check_dynamic_against_reference(bool greedy) {
       commit(im, got, out);
     }
   }
-  EXPECT_GT(checked, 60);
+  EXPECT_GT(checked, budget ? 20 : 60);
   EXPECT_GT(reshaped, 0);  // the shape follows the draft's confidence
+  if (budget) {
+    EXPECT_GT(trimmed, 5);
+  }
 }
 
 TEST(TreeDrafter, DynamicTreeIsEagle2sSelection) {
@@ -475,4 +507,10 @@ TEST(TreeDrafter, DynamicTreeIsEagle2sSelection) {
 
 TEST(TreeDrafter, GreedyDynamicTreeIsEagle2sSelection) {
   check_dynamic_against_reference(true);
+}
+
+// --draft-len auto's node budget (issue 41): the drafter offers its candidates' values (EAGLE-2's
+// products of draft confidences) best first and keeps the budget's count of them.
+TEST(TreeDrafter, DynamicTreeKeepsTheNodeBudgetsBest) {
+  check_dynamic_against_reference(false, true);
 }

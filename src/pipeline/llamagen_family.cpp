@@ -306,6 +306,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
         rc.tree_nodes.push_back(dt.max_nodes(d));
         rc.tree_rows.push_back(d == 1 ? 1 : dt.top_k);
       }
+      rc.valued = true;
     }
     // Positions one round verifies at depth L: the root and the chain's L drafts or the tree's
     // nodes down to depth L. The calibration measures at most the image's tokens per forward, so

@@ -21,6 +21,9 @@ struct DraftNode {
   // (SpecInfer's multi-step speculative sampling). false: drawn without replacement after its
   // earlier siblings, and the walk removes their tokens from q (recursive rejection sampling).
   bool with_replacement = false;
+  // A dynamic tree's node (EAGLE-2): its value, the product of the draft confidences along its
+  // path (0 elsewhere); --draft-len auto's node budget reads it.
+  double value = 0.0;
 };
 // Nodes in topological order (parents first); siblings in the order they are to be verified.
 using DraftTree = std::vector<DraftNode>;

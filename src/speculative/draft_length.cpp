@@ -89,12 +89,74 @@ int DraftLengthPolicy::round_nodes(int depth) const {
   return costs_.tree_nodes.empty() ? depth : costs_.tree_nodes[depth - 1];
 }
 
-double DraftLengthPolicy::round_seconds(int depth) const {
-  if (costs_.tree_nodes.empty()) return depth * costs_.draft_step + costs_.verify[depth];
+double DraftLengthPolicy::draft_seconds(int depth) const {
+  if (costs_.tree_nodes.empty()) return depth * costs_.draft_step;
   double draft = 0.0;
   for (int d = 1; d <= depth; ++d)
     draft += costs_.draft_step * costs_.verify[costs_.tree_rows[d - 1] - 1] / costs_.verify[0];
-  return draft + costs_.verify[round_nodes(depth)];
+  return draft;
+}
+
+double DraftLengthPolicy::round_seconds(int depth) const {
+  return draft_seconds(depth) + costs_.verify[round_nodes(depth)];
+}
+
+int DraftLengthPolicy::choose_nodes(const ImageAcceptance& image, int depth,
+                                    std::span<const double> values) const {
+  const int top =
+      std::min(static_cast<int>(values.size()), static_cast<int>(costs_.verify.size()) - 1);
+  if (top < 1) return std::min<int>(1, static_cast<int>(values.size()));
+  const double c = image.values.ratio(), draft = draft_seconds(std::max(depth, 1));
+  int best = 1;
+  double best_rate = -1.0, sum = 0.0;
+  for (int n = 1; n <= top; ++n) {
+    sum += values[n - 1];
+    const double rate = (1.0 + c * sum) / (draft + costs_.verify[n]);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = n;
+    }
+  }
+  return best;
+}
+
+int DraftLengthPolicy::choose_valued(const ImageAcceptance& image, int cap) const {
+  const int top = std::min(max_depth_, cap);
+  const std::vector<double> acceptance = image.depths.estimate();
+  int best = 0;
+  double best_rate = -1.0;
+  for (int L = 1; L <= top; ++L) {
+    const double nodes = std::min<double>(image.kept.mean(L), costs_.tree_nodes[L - 1]);
+    // Verification of a fractional node count: between its neighbours' measured costs.
+    const int lo = static_cast<int>(nodes);
+    const double frac = nodes - lo;
+    const double verify =
+        costs_.verify[lo] + (lo + 1 < static_cast<int>(costs_.verify.size())
+                                 ? frac * (costs_.verify[lo + 1] - costs_.verify[lo])
+                                 : 0.0);
+    const double rate = expected_round_tokens(acceptance, L) / (draft_seconds(L) + verify);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = L;
+    }
+  }
+  return best;
+}
+
+void KeptNodes::observe(int depth, int nodes) {
+  if (depth < 1 || depth > static_cast<int>(nodes_.size())) return;
+  nodes_[depth - 1] = decay_ * nodes_[depth - 1] + nodes;
+  rounds_[depth - 1] = decay_ * rounds_[depth - 1] + 1.0;
+}
+
+double KeptNodes::mean(int depth) const {
+  const size_t d = static_cast<size_t>(depth - 1);
+  return d < nodes_.size() && rounds_[d] > 0.0 ? nodes_[d] / rounds_[d] : depth;
+}
+
+void ValueCalibration::observe(double predicted, int accepted) {
+  predicted_ = decay_ * predicted_ + predicted;
+  accepted_ = decay_ * accepted_ + accepted;
 }
 
 int DraftLengthPolicy::choose(std::span<const double> acceptance, int cap) const {
@@ -130,20 +192,26 @@ int DraftLengthPolicy::choose_jacobi(const JacobiAcceptance& acceptance, int cap
 }
 
 ImageAcceptance DraftLengthPolicy::start() const {
-  ImageAcceptance a{AcceptanceTracker(max_depth_), JacobiAcceptance(max_depth_), 0};
-  a.depth = choose(a.depths.estimate(), max_depth_);
+  ImageAcceptance a{AcceptanceTracker(max_depth_), JacobiAcceptance(max_depth_), 0,
+                    ValueCalibration(), KeptNodes(max_depth_)};
+  a.depth = costs_.valued ? choose_valued(a, max_depth_) : choose(a.depths.estimate(), max_depth_);
   return a;
 }
 
 int DraftLengthPolicy::choose(ImageAcceptance& image, int cap) const {
   if (cap <= 0) return 0;
   image.depth = carries_drafts_ ? choose_jacobi(image.window, cap, image.depth)
+                : costs_.valued ? choose_valued(image, cap)
                                 : choose(image.depths.estimate(), cap);
   return image.depth;
 }
 
-void DraftLengthPolicy::observe(ImageAcceptance& image, int drafted, int carried,
-                                int accepted) const {
+void DraftLengthPolicy::observe(ImageAcceptance& image, int drafted, int carried, int accepted,
+                                int nodes, double value_sum) const {
+  if (costs_.valued && nodes > 0) {
+    image.values.observe(value_sum, accepted);
+    image.kept.observe(image.depth, nodes);
+  }
   if (carries_drafts_)
     image.window.observe(drafted, carried, accepted);
   else

@@ -20,6 +20,10 @@ struct RoundCosts {
   // the rows of the draft forward that gives depth d's nodes (1 for the root's children, then
   // the nodes of depth d - 1 that have children), EAGLE-1's one drafter forward per depth.
   std::vector<int> tree_nodes = {}, tree_rows = {};
+  // A dynamic tree (EAGLE-2): tree_nodes are its candidates down to each depth, of which each
+  // round keeps as many as pay for their verification (choose_nodes); the depth choice reads the
+  // nodes the image's past rounds of that depth kept.
+  bool valued = false;
 };
 
 // The tree fields of RoundCosts for a tree whose node d (0-based, parents first) has depth
@@ -80,12 +84,48 @@ class JacobiAcceptance {
   double fresh_verified_ = 0.0, fresh_accepted_ = 0.0;
 };
 
+// How a drafter's own estimates of acceptance compare with what verification accepts: EAGLE-2
+// (arXiv:2406.16858 §4.1) ranks a dynamic tree's nodes by their value, the product of the draft
+// confidences along the path, as an estimate of the chance the node is accepted. Under exact
+// verification with top-k children a node is accepted with the product of the target's p along
+// its path, so the expected accepted drafts of a tree are the sum of those products; the drafter's
+// values estimate it, and this ratio, from the image's past rounds, corrects the estimate (p is
+// not q; a relaxed rule accepts more).
+class ValueCalibration {
+ public:
+  explicit ValueCalibration(double decay = 0.9) : decay_(decay) {}
+  // A round whose tree's values summed to `predicted` and that accepted `accepted` drafts.
+  void observe(double predicted, int accepted);
+  // (accepted + 1) / (predicted + 1): 1 before any round (the values taken at their word).
+  double ratio() const { return (accepted_ + 1.0) / (predicted_ + 1.0); }
+
+ private:
+  double decay_, predicted_ = 0.0, accepted_ = 0.0;
+};
+
+// The nodes a dynamic tree's budget kept in an image's past rounds, per chosen depth: decayed
+// means, L at depth L before any round of that depth (a chain's count).
+class KeptNodes {
+ public:
+  explicit KeptNodes(int max_depth = 0, double decay = 0.9)
+      : decay_(decay), nodes_(max_depth, 0.0), rounds_(max_depth, 0.0) {}
+  void observe(int depth, int nodes);
+  double mean(int depth) const;
+
+ private:
+  double decay_;
+  std::vector<double> nodes_, rounds_;
+};
+
 // One image's statistics for --draft-len auto: the model its policy reads (per depth, or the
-// window for drafters that carry drafts over) and the depth it chose last.
+// window for drafters that carry drafts over), the depth it chose last, and for a dynamic tree
+// the calibration of its values and the nodes its rounds kept.
 struct ImageAcceptance {
   AcceptanceTracker depths;
   JacobiAcceptance window;
   int depth = 0;
+  ValueCalibration values;
+  KeptNodes kept;
 };
 
 class DraftLengthPolicy {
@@ -104,9 +144,20 @@ class DraftLengthPolicy {
   // draft_step times the target's measured cost ratio of r positions to one, since both are
   // transformers on the same backend) and verifying the root and the round's nodes.
   double round_seconds(int depth) const;
+  double draft_seconds(int depth) const;  // the drafting part
+  // A dynamic tree's node budget (issue 41, EAGLE-2's values): `values` are the drafted
+  // candidates' values, best first (a parent before its children, so every prefix is a tree),
+  // drafted to `depth`. Returns the n in [1, values.size()] (and within the measured costs) with
+  // the most expected tokens per second, (1 + c sum_{i<n} values[i]) / (draft_seconds(depth) +
+  // the verification of 1 + n positions), c the image's ValueCalibration; ties: the smaller.
+  // Lossless rules stay exact: the budget reads this round's draft distributions and past rounds
+  // only, never the target's draws.
+  int choose_nodes(const ImageAcceptance& image, int depth, std::span<const double> values) const;
   // The depth in [1, min(max_depth, cap)] with the most expected tokens per second (ties: the
   // shorter).
   int choose(std::span<const double> acceptance, int cap) const;
+  // The same for a dynamic tree, with the nodes of depth L the image's past rounds kept.
+  int choose_valued(const ImageAcceptance& image, int cap) const;
   // For drafters that carry drafts over (JacobiAcceptance below): the depth in [1, min(max_depth,
   // cap)] with the most tokens per second in a window held at that depth, searched within 2 of
   // `near` (the image's last choice; the rate is unimodal in the depth in practice, and a local
@@ -118,8 +169,10 @@ class DraftLengthPolicy {
   // The depth of the image's next round (at most cap), from its past rounds only.
   int choose(ImageAcceptance& image, int cap) const;
   // A round of the image that drafted `drafted` tokens, the first `carried` of them carried over,
-  // and accepted the first `accepted`.
-  void observe(ImageAcceptance& image, int drafted, int carried, int accepted) const;
+  // and accepted the first `accepted`. A dynamic tree's round also gives its `nodes` and the sum
+  // of their values (choose_nodes' calibration).
+  void observe(ImageAcceptance& image, int drafted, int carried, int accepted, int nodes = 0,
+               double value_sum = 0.0) const;
 
  private:
   RoundCosts costs_;

@@ -40,6 +40,13 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
       depth_cap_(depth_cap(loop)),
       node_cap_(node_cap(loop)),
       verify_params_(settings.sampling) {
+  // --draft-len auto sizes the trees a drafter shapes itself (dynamic) by their values: the image's
+  // depth for this round is chosen before propose() (ImageAcceptance::depth).
+  if (loop_.policy)
+    loop_.drafter->set_node_budget([this](const ImageState& im, std::span<const double> values) {
+      const ImageAcceptance& a = acceptance_.at(im.id);
+      return loop_.policy->choose_nodes(a, a.depth, values);
+    });
   check(settings.max_tokens == 0 || settings.max_tokens == target.info().n_tokens,
         "internal: speculative decoding generates whole images");
   if (settings.sampling.temperature <= 0.0f) {
@@ -49,6 +56,10 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
       verify_params_.top_p = 1.0f;
     }
   }
+}
+
+SpeculativeDecoder::~SpeculativeDecoder() {
+  if (loop_.policy) loop_.drafter->set_node_budget({});
 }
 
 void SpeculativeDecoder::remove(int id) {
@@ -211,7 +222,12 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
       if (cfg()) session_.compact(im.uncond_slot, T + base, keep_);
     }
     loop_.drafter->finish_round(im, tree, out, target);
-    if (loop_.policy) loop_.policy->observe(acceptance_[im.id], depths_[j], carried_[j], kept - 1);
+    if (loop_.policy) {
+      double value_sum = 0.0;
+      for (const DraftNode& node : tree) value_sum += node.value;
+      loop_.policy->observe(acceptance_[im.id], depths_[j], carried_[j], kept - 1,
+                            static_cast<int>(tree.size()), value_sum);
+    }
     const size_t depth = static_cast<size_t>(depths_[j]);  // by depth: a tree has more nodes
     if (im.stats.rounds_by_depth.size() <= depth) im.stats.rounds_by_depth.resize(depth + 1, 0);
     im.stats.rounds_by_depth[depth]++;

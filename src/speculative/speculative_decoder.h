@@ -33,6 +33,7 @@ class SpeculativeDecoder final : public Decoder {
   SpeculativeDecoder(const AutoregressiveModel& target, int max_images,
                      const DecoderSettings& settings, const LoopSettings& loop,
                      GenerateStats& stats);
+  ~SpeculativeDecoder() override;
   void remove(int id) override;
 
  protected:

@@ -51,6 +51,8 @@ constexpr const char* kSpeedLegend =
     "batch      images generated together (-b, or --batches)\n"
     "draft-len  drafts per round (--draft-len, or --draft-lens); auto: chosen each round; - for\n"
     "           vanilla\n"
+    "tree       the draft tree (--tree, or --trees): a static shape, dynamic[:...] (EAGLE-2), or\n"
+    "           chain (one draft per depth)\n"
     "s/image    wall time of the method's generate call divided by the images (prefill, drafting,\n"
     "           verification and sampling; model load and VQ decoding excluded)\n"
     "speed-up   vanilla's s/image in this run divided by the method's (> 1: faster)\n"
@@ -97,8 +99,42 @@ void bench_methods(const MethodsBenchOptions& b) {
   // With quality on, vanilla runs a second time on other seeds ("vanilla*", not timed against):
   // its distance to vanilla is the metrics' noise floor at this n, which lossless methods must
   // stay within.
-  std::vector<std::string> runs = methods;
-  if (qm) runs.insert(runs.begin() + 1, "vanilla*");
+  // One run per method and tree (--trees; a method without a draft model drafts chains only).
+  struct Run {
+    std::string method, tree;  // tree: a --tree spec, "" for none
+    bool floor = false;        // vanilla*
+    std::string label() const { return floor ? "vanilla*" : method; }
+    std::string tree_text() const {
+      return method == "vanilla" ? "-" : tree.empty() ? "chain" : tree;
+    }
+  };
+  auto options_of = [&](const Run& run) {
+    GenerateOptions o = b.gen;
+    o.spec.method = run.method;
+    if (!uses_draft_model(run.method)) o.spec.draft_model.clear();
+    if (b.draft_dirs.count(run.method)) o.spec.draft_model = b.draft_dirs.at(run.method);
+    if (!b.trees.empty()) o.spec.tree = run.tree;
+    return o;
+  };
+  std::vector<Run> runs;
+  for (const std::string& m : methods) {
+    Run base{m, b.gen.spec.tree};
+    if (m == "vanilla" || b.trees.empty() || options_of(base).spec.draft_model.empty()) {
+      if (!b.trees.empty()) base.tree.clear();
+      runs.push_back(base);
+      continue;
+    }
+    for (const std::string& t : b.trees) runs.push_back({m, t == "chain" ? "" : t});
+  }
+  if (!b.trees.empty() &&
+      std::none_of(runs.begin(), runs.end(), [](const Run& r) { return !r.tree.empty(); }) &&
+      std::any_of(b.trees.begin(), b.trees.end(),
+                  [](const std::string& t) { return t != "chain"; }))
+    throw Error(
+        "--trees: no method of --methods drafts with a draft model, EAGLE drafter or Medusa heads; "
+        "Jacobi drafts are "
+        "chains");
+  if (qm) runs.insert(runs.begin() + 1, Run{"vanilla", "", true});
 
   // The sweep (llama-bench style): every combination of threads, batch and draft length. Unset
   // lists mean the single value of -t, -b and --draft-len.
@@ -117,18 +153,16 @@ void bench_methods(const MethodsBenchOptions& b) {
   // Every run of the sweep is checked before the baseline starts: a draft length longer than the
   // image must not cost the rows before it. The error names the sweep's flag where one was given.
   for (const Config& c : configs)
-    for (const std::string& m : methods) {
-      if (m == "vanilla") continue;
-      GenerateOptions o = b.gen;
-      o.spec.method = m;
+    for (const Run& run : runs) {
+      if (run.method == "vanilla") continue;
+      GenerateOptions o = options_of(run);
       o.batch = c.batch;
       o.spec.draft_len = c.draft_len;
-      if (!uses_draft_model(m)) o.spec.draft_model.clear();
-      if (b.draft_dirs.count(m)) o.spec.draft_model = b.draft_dirs.at(m);
       try {
         pipe->validate(o);
       } catch (const ParameterError& e) {
-        throw_sweep_error(m, e, !b.draft_lens.empty(), !b.batches.empty());
+        throw_sweep_error(run.method, e, !b.draft_lens.empty(), !b.batches.empty(),
+                          !b.trees.empty());
       }
     }
 
@@ -142,32 +176,30 @@ void bench_methods(const MethodsBenchOptions& b) {
     if (c.threads > 0 || sweep) pipe->set_threads(c.threads > 0 ? c.threads : b.threads);
     const std::pair<int, int> key{pipe->threads(), c.batch};
     double vanilla_s = vanilla_time.count(key) ? vanilla_time[key] : 0.0;
-    for (const std::string& run : runs) {
-      const bool floor = run == "vanilla*";
+    for (const Run& run : runs) {
+      const bool floor = run.floor;
       if (floor && ci > 0) continue;  // quality is measured at the first configuration
-      if (run == "vanilla" && vanilla_time.count(key)) continue;  // measured at this (t, b)
-      const std::string m = floor ? "vanilla" : run;
-      GenerateOptions o = b.gen;
-      o.spec.method = m;
+      const std::string& m = run.method;
+      if (m == "vanilla" && !floor && vanilla_time.count(key)) continue;  // measured at (t, b)
+      GenerateOptions o = options_of(run);
       o.batch = c.batch;
       o.spec.draft_len = m == "vanilla" ? 0 : c.draft_len;
       if (floor) o.seed = b.gen.seed + kNoiseFloorSeedOffset;
-      if (!uses_draft_model(m)) o.spec.draft_model.clear();
-      if (b.draft_dirs.count(m)) o.spec.draft_model = b.draft_dirs.at(m);
       if (!b.quiet)
-        std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s) ...\n", run.c_str(),
-                     pipe->threads(), c.batch, draft_len_text(o.spec.draft_len).c_str());
+        std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s, tree %s) ...\n",
+                     run.label().c_str(), pipe->threads(), c.batch,
+                     draft_len_text(o.spec.draft_len).c_str(), run.tree_text().c_str());
       // -r timed repetitions of the same generation (same seeds, so the same images); the stats
       // are the last repetition's, the time their mean and standard deviation.
       const MethodRun mr = run_method(*pipe, conds, o, floor ? 1 : b.repeat);
       const GenerateStats& st = mr.stats;
       const std::vector<double>& secs = mr.seconds;
       const double mean = mr.mean_seconds(), sd = mr.stddev_seconds();
-      if (run == "vanilla") vanilla_s = vanilla_time[key] = mean;
+      if (m == "vanilla" && !floor) vanilla_s = vanilla_time[key] = mean;
       nlohmann::json q;
       if (qm && ci == 0) {
         ScoredImages scored = score_run(*pipe, *qm, mr, requested);
-        const bool baseline = run == "vanilla";
+        const bool baseline = m == "vanilla" && !floor;
         if (baseline) vanilla_scored = scored;
         // Vanilla's Frechet distance to itself would be 0 by construction: no reference for it.
         quality.push_back(quality_report(scored, baseline ? nullptr : &vanilla_scored));
@@ -176,7 +208,8 @@ void bench_methods(const MethodsBenchOptions& b) {
         if (train) q["frechet_vs_train"] = interval_json(frechet_train.back());
       }
       nlohmann::json r = stats_json(st, m);
-      if (floor) r["method"] = run;
+      if (floor) r["method"] = run.label();
+      r["tree"] = m == "vanilla" ? nlohmann::json() : nlohmann::json(run.tree_text());
       r.erase("per_image");
       r["threads"] = pipe->threads();
       r["batch"] = c.batch;
@@ -229,12 +262,12 @@ void bench_methods(const MethodsBenchOptions& b) {
         s.top_p, b.repeat, b.repeat > 1 ? " (s/image: mean ± stddev)" : "");
     std::printf("%s\n", load_report_text(pipe->load_report()).c_str());
     std::printf(
-        "| method | threads | batch | draft-len | s/image | speed-up | MAL | NFE/img | draft fw "
-        "| target%% | draft%% | verify%% | acc@1 | rules/fw | depth | nodes |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "| method | threads | batch | draft-len | tree | s/image | speed-up | MAL | NFE/img | "
+        "draft fw | target%% | draft%% | verify%% | acc@1 | rules/fw | depth | nodes |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
     std::printf(
-        "method,threads,batch,draft_len,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
+        "method,threads,batch,draft_len,tree,repeat,s_per_image,s_per_image_stddev,speedup,mal,"
         "nfe_per_image,draft_forwards,target_share,draft_share,verify_share,"
         "acceptance_depth1,rules_per_forward,mean_draft_depth,mean_draft_nodes\n");
   }
@@ -245,6 +278,7 @@ void bench_methods(const MethodsBenchOptions& b) {
     const std::string dl = r["draft_len"].is_null()     ? (csv ? "" : "-")
                            : r["draft_len"].is_string() ? r["draft_len"].get<std::string>()
                                                         : std::to_string(r["draft_len"].get<int>());
+    const std::string tree = r["tree"].is_null() ? (csv ? "" : "-") : r["tree"].get<std::string>();
     const double depth = r["mean_draft_depth"].get<double>();
     const double nodes = r["mean_draft_nodes"].get<double>();
     const double mean = r["seconds_per_image_mean"].get<double>();
@@ -253,22 +287,25 @@ void bench_methods(const MethodsBenchOptions& b) {
                               tsplit["draft"].get<double>() / sec,
                               tsplit["verify"].get<double>() / sec};
     if (csv) {
-      std::printf("%s,%d,%d,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f,%.3f,%.3f\n",
-                  r["method"].get<std::string>().c_str(), r["threads"].get<int>(),
-                  r["batch"].get<int>(), dl.c_str(), r["repeat"].get<int>(), mean, sd,
-                  r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
-                  r["target_forwards_per_image"].get<double>(),
-                  static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), shares[0],
-                  shares[1], shares[2], acc.empty() ? "" : fmt(acc[0], 4).c_str(),
-                  r["rule_overhead_vs_target_forward"].get<double>(), depth, nodes);
+      // A tree spec may hold commas (dynamic:4,10,58): quoted, RFC 4180.
+      const std::string tree_csv = tree.find(',') == std::string::npos ? tree : '"' + tree + '"';
+      std::printf(
+          "%s,%d,%d,%s,%s,%d,%.6f,%.6f,%.4f,%.4f,%.2f,%lld,%.4f,%.4f,%.4f,%s,%.6f,%.3f,%.3f\n",
+          r["method"].get<std::string>().c_str(), r["threads"].get<int>(), r["batch"].get<int>(),
+          dl.c_str(), tree_csv.c_str(), r["repeat"].get<int>(), mean, sd,
+          r["speedup_vs_vanilla"].get<double>(), r["mean_accepted_length"].get<double>(),
+          r["target_forwards_per_image"].get<double>(),
+          static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), shares[0], shares[1],
+          shares[2], acc.empty() ? "" : fmt(acc[0], 4).c_str(),
+          r["rule_overhead_vs_target_forward"].get<double>(), depth, nodes);
       continue;
     }
     const std::string t = b.repeat > 1 ? fmt(mean, 3) + " ± " + fmt(sd, 3) : fmt(mean, 3);
     std::printf(
-        "| %s | %d | %d | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
+        "| %s | %d | %d | %s | %s | %s | %.2fx | %.2f | %.1f | %lld | %.1f%% | %.1f%% | %.1f%% "
         "| %s | %.2f%% | %s | %s |\n",
         r["method"].get<std::string>().c_str(), r["threads"].get<int>(), r["batch"].get<int>(),
-        dl.c_str(), t.c_str(), r["speedup_vs_vanilla"].get<double>(),
+        dl.c_str(), tree.c_str(), t.c_str(), r["speedup_vs_vanilla"].get<double>(),
         r["mean_accepted_length"].get<double>(), r["target_forwards_per_image"].get<double>(),
         static_cast<long long>(r["batched_draft_forwards"].get<int64_t>()), 100 * shares[0],
         100 * shares[1], 100 * shares[2], acc.empty() ? "-" : fmt(acc[0], 3).c_str(),
@@ -285,11 +322,11 @@ void bench_methods(const MethodsBenchOptions& b) {
         sweep ? "; measured at the first configuration" : "",
         static_cast<long long>(images_to_separate_top1_drop(v_top1, 0.02)));
     std::printf(
-        "| method | top-1 %% | FD vs vanilla | FD vs train | diversity |\n"
-        "|---|---|---|---|---|\n");
+        "| method | tree | top-1 %% | FD vs vanilla | FD vs train | diversity |\n"
+        "|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < quality.size(); ++i)
-      std::printf("| %s | %s | %s | %s | %s |\n", runs[i].c_str(),
-                  interval_text(quality[i].top1, 1, 100.0).c_str(),
+      std::printf("| %s | %s | %s | %s | %s | %s |\n", runs[i].label().c_str(),
+                  runs[i].tree_text().c_str(), interval_text(quality[i].top1, 1, 100.0).c_str(),
                   interval_text(quality[i].frechet, 1).c_str(),
                   interval_text(frechet_train[i], 1).c_str(),
                   interval_text(quality[i].diversity, 3).c_str());

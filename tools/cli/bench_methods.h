@@ -25,6 +25,10 @@ struct MethodsBenchOptions {
   int repeat = 1;                    // timed runs per row (mean ± stddev)
   // Sweeps: every combination is a row group (empty: -t, -b, --draft-len as given).
   std::vector<int> thread_counts, batches, draft_lens;
+  // --trees: each method that drafts with a model runs once per entry, a --tree spec or "chain"
+  // (no tree; Medusa: its heads' chain); Jacobi drafts run once, as chains. Empty: --tree as
+  // given. The tree is part of a run (quality is measured for each), not of the sweep.
+  std::vector<std::string> trees;
   // Classifier directory for the quality columns (tessera/quality.h); empty: speed only.
   std::string classifier;
   bool legend = false;      // print the columns' definitions after the table

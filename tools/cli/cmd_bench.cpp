@@ -31,6 +31,7 @@ struct BenchArgs {
   std::string draft_lens, batches;  // MAR sweeps
   std::string quality = "auto";     // --methods: classifier for the quality columns
   std::string format = "md", thread_counts;
+  std::vector<std::string> trees;  // --trees
   bool legend = false;
   int per_class = 2;
   bool verify_cost = false;
@@ -88,6 +89,16 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
                     "bench)");
   if (mar && b.count("--thread-counts") > 0)
     throw Error("--thread-counts is for LlamaGen --methods benches");
+  if (b.count("--trees") > 0) {
+    if (methods.empty())
+      throw Error("--trees applies to --methods (a run of each method per tree)");
+    if (mar)
+      throw Error("--trees is for LlamaGen methods; MAR's cspd methods draft continuous windows");
+    if (b.count("--tree") > 0)
+      throw Error("--tree fixes one tree and --trees sweeps several: give one");
+    for (const std::string& t : a.trees)
+      if (t.empty()) throw Error("--trees: an empty entry (give chain for no tree)");
+  }
   if (mar && methods.empty())
     for (const char* f : {"--output-format", "--legend"})
       if (b.count(f) > 0) throw Error(std::string(f) + " applies to a bench with --methods");
@@ -108,8 +119,8 @@ void check_bench_flags(const BenchArgs& a, const CLI::App& b, bool mar) {
 // --verify-cost: one forward of k positions per k; the generation flags do not apply.
 int run_verify_cost_bench(const BenchArgs& a, const CLI::App& b) {
   for (const char* f : {"--methods", "--against", "--torch", "--tokens", "--json", "--batch",
-                        "--seed", "--thread-counts", "--draft-lens", "--batches", "--quality",
-                        "--legend", "--per-class", "--n"})
+                        "--seed", "--thread-counts", "--draft-lens", "--batches", "--trees",
+                        "--quality", "--legend", "--per-class", "--n"})
     if (b.count(f) > 0) throw Error(std::string(f) + " does not apply to --verify-cost");
   if (!given_method_flags(b).empty())
     throw Error(given_method_flags(b).front() + " does not apply to --verify-cost");
@@ -223,6 +234,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     for (const auto& x : split_list(a.batches)) mo.batches.push_back(parse_int(x, "--batches"));
     for (const auto& x : split_list(a.draft_lens))
       mo.draft_lens.push_back(parse_draft_len(x, "--draft-lens"));
+    mo.trees = a.trees;
     mo.classifier = classifier;
     mo.legend = a.legend;
     mo.per_class = a.per_class;
@@ -320,6 +332,10 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_option("--draft-lens", a->draft_lens,
                 "--methods: draft lengths to sweep, e.g. auto,4,8,16,32");
   b->add_option("--batches", a->batches, "--methods: batch sizes to sweep, e.g. 1,8,32");
+  b->add_option("--trees", a->trees,
+                "--methods: run each method that drafts with a model once per tree, e.g. --trees "
+                "chain mc_sim_7b_63 dynamic:4,10,58 (chain: no tree; --tree's specs otherwise; "
+                "the table's tree column names each run's)");
   b->add_flag("--verify-cost", a->verify_cost,
               "Time one forward of k new positions (k = 1..32, 2k rows with CFG) after half an "
               "image, as a ratio to k = 1, against the roofline max(bytes/bandwidth, "

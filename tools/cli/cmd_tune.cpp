@@ -344,6 +344,7 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
         {"model", a.common.model},
         {"method", method},
         {"draft", a.gen.spec.draft_model},
+        {"tree", a.gen.spec.tree.empty() ? "chain" : a.gen.spec.tree},
         {"classifier", classifier},
         {"images_per_point", a.n},
         {"seed", a.gen.seed},
@@ -375,12 +376,13 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
     }
   } else {
     std::printf(
-        "tune %s on %s, draft %s, %d image(s) per point (%d per class), seed %llu; "
+        "tune %s on %s, draft %s%s, %d image(s) per point (%d per class), seed %llu; "
         "classifier %s, 95%% bootstrap intervals\n",
         method.c_str(), a.common.model.c_str(),
         (draft_model ? a.gen.spec.draft_model + " (" + dc.why + ")" : "- (Jacobi: " + dc.why + ")")
             .c_str(),
-        a.n, a.per_class, static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
+        a.gen.spec.tree.empty() ? "" : (", tree " + a.gen.spec.tree).c_str(), a.n, a.per_class,
+        static_cast<unsigned long long>(a.gen.seed), classifier.c_str());
     std::printf("tolerance: %s\n", tol_text.c_str());
     std::printf(
         "vanilla: %s s/image, top-1 %s%%; vanilla* (other seeds): top-1 %s%%, FD %s; both: top-1 "

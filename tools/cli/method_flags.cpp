@@ -174,10 +174,11 @@ std::string flag_of(const std::string& param) {
 }
 
 void throw_sweep_error(const std::string& m, const ParameterError& e, bool swept_draft_lens,
-                       bool swept_batches) {
+                       bool swept_batches, bool swept_trees) {
   throw Error("--methods " + m + ": " + e.message([&](const std::string& p) {
     if (p == "draft_len" && swept_draft_lens) return std::string("--draft-lens");
     if (p == "batch" && swept_batches) return std::string("--batches");
+    if (p == "tree" && swept_trees) return std::string("--trees");
     return flag_of(p);
   }));
 }
@@ -244,7 +245,8 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
          "dynamic tree (not Medusa), dynamic[:DEPTH,TOPK,TOTAL] (default 4,10,58: the root's "
          "TOPK children, DEPTH expansions of the TOPK most likely paths, the TOTAL best nodes "
          "kept); --draft-len N cuts it at depth N, auto cuts each round's at the depth with the "
-         "most expected tokens per second")
+         "most expected tokens per second (a dynamic tree: then keeps, of its best nodes, those "
+         "whose values, EAGLE-2's path confidences, pay for their verification)")
       ->type_name("SPEC");
   MethodParams& params = o.params;
   for (const FlagParam& f : flag_params()) {

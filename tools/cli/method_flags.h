@@ -19,7 +19,8 @@ std::string flag_of(const std::string& param);
 // `bench --methods` found method m's settings invalid: the error names the sweep's flags
 // (--draft-lens, --batches) where the sweep set the parameter, else the parameter's own flag.
 [[noreturn]] void throw_sweep_error(const std::string& m, const ParameterError& e,
-                                    bool swept_draft_lens, bool swept_batches);
+                                    bool swept_draft_lens, bool swept_batches,
+                                    bool swept_trees = false);
 
 // Parsed flags fill o.method, o.draft_model, o.draft_len, o.resample, o.tree, and o.params with the
 // method parameters given on the command line (typed as the registry declares them). The help
@@ -36,8 +37,8 @@ std::string draft_len_text(int draft_len);
 bool uses_draft_model(const std::string& method);
 
 // Before any work: every method exists and runs on this model family ("--method cspd is for MAR
-// models only"), and every speculative flag given on `cmd` (--draft, --draft-len, --resample, --tree, a
-// method parameter) is used by at least one of them. what: how the methods were given
+// models only"), and every speculative flag given on `cmd` (--draft, --draft-len, --resample,
+// --tree, a method parameter) is used by at least one of them. what: how the methods were given
 // ("--method", "--methods").
 void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& methods, bool mar,
                         const std::string& what);

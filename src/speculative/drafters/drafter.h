@@ -33,6 +33,10 @@ struct TargetPrefill {
   int rows = 0;
 };
 
+// --draft-len auto's node budget for trees a drafter shapes itself (EAGLE-2's dynamic trees):
+// given the image and its candidates' values, best first, the number of them to keep.
+using NodeBudget = std::function<int(const ImageState& image, std::span<const double> values)>;
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -56,6 +60,9 @@ class Drafter {
   // active[j] (max_depth 0: empty tree).
   virtual void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees) = 0;
+  // Drafters of dynamic trees keep, of each round's candidates, as many as `budget` says (within
+  // their own cap); others ignore it (a static tree is cut by depth).
+  virtual void set_node_budget(NodeBudget budget) { (void)budget; }
   // After verification: `outcome` of `tree`; image.tokens already holds this round's tokens.
   virtual void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
                             const TargetRound& target) = 0;

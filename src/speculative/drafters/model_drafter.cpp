@@ -658,9 +658,18 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
     const std::vector<Candidate>& c = cand[i];
     std::vector<int> best(c.size());
     std::iota(best.begin(), best.end(), 0);
-    const size_t keep = std::min(best.size(), static_cast<size_t>(dt.total));
+    size_t keep = std::min(best.size(), static_cast<size_t>(dt.total));
     std::partial_sort(best.begin(), best.begin() + keep, best.end(), better(c));
     best.resize(keep);
+    // --draft-len auto: of the best candidates, as many as pay for their verification. Every
+    // prefix of `best` is a tree (a child's score is at most its parent's, ties go to the parent).
+    if (budget_ && keep > 1) {
+      std::vector<double> values(keep);
+      for (size_t k = 0; k < keep; ++k) values[k] = std::exp(c[best[k]].score);
+      const int n = budget_(*active[who[i]], values);
+      keep = std::clamp<size_t>(static_cast<size_t>(std::max(n, 1)), 1, keep);
+      best.resize(keep);
+    }
     std::vector<int> tree_index(c.size(), -1);
     for (int a : best) tree_index[a] = 0;  // kept
     for (int a : best)
@@ -683,6 +692,7 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
         node.token = c[a].token;
         node.depth = d;
         node.parent = c[a].parent < 0 ? -1 : tree_index[c[a].parent];
+        node.value = std::exp(c[a].score);
         tree_index[a] = static_cast<int>(tree.size());
         // The fed candidates' cache rows, for finish_round's compaction.
         if (a < static_cast<int>(fed_node[i].size()) && fed_node[i][a] >= 0)

@@ -58,8 +58,10 @@ class ModelDrafter : public Drafter {
                     const TargetRound& target) override;
   void release(const ImageState& image) override;
   int64_t batched_forwards() const override { return session_.forwards(); }
+  void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
 
  private:
+  NodeBudget budget_;  // dynamic trees under --draft-len auto (unset: the tree's total)
   struct Slots {
     int cond = -1, uncond = -1;
     // Feature mode: pairs in the cache (all with the target's features), and the committed pairs
