@@ -33,16 +33,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import Log, seed_all
-from distill_draft import training_classes
-from target_samples import sample, target_features
+from common import Log
+from target_samples import add_run_args, prepare_run
 from train_gpt import adamw, scheduled_lr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
 import convert_eagle  # noqa: E402
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
 from tessera_ref.eagle import EagleArgs, EagleDrafter  # noqa: E402
-from tessera_ref.llamagen import load_tessera_gpt  # noqa: E402
 
 
 def drafter_for(gpt, norm_eps):
@@ -106,60 +104,14 @@ def lantern_config(d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True, help="tessera model directory of the target")
-    ap.add_argument("--tessera", required=True, help="the tessera binary that samples the data")
-    ap.add_argument("--out", required=True, help="run directory: samples, log, checkpoints")
-    ap.add_argument("--export", help="write the trained drafter here as a tessera directory (f16)")
-    ap.add_argument("--samples-per-class", type=int, default=6)
-    ap.add_argument("--max-classes", type=int, default=0, help="only the first N training classes (smoke tests)")
-    ap.add_argument("--eval-fraction", type=float, default=0.05)
-    ap.add_argument("--null-prob", type=float, default=0.1)
-    ap.add_argument("--batch", type=int, default=16, help="sequences per step")
+    add_run_args(ap, "checkpoints")
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--warmup", type=int, default=50)
-    ap.add_argument("--steps", type=int, default=1000000)
-    ap.add_argument("--minutes", type=float, default=1e9)
     ap.add_argument("--p-weight", type=float, default=0.1, help="weight of the distribution loss (EAGLE: 0.1)")
     ap.add_argument("--noise", type=float, default=0.2, help="width of the uniform input-feature noise")
     ap.add_argument("--norm-eps", type=float, default=1e-6)
-    ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--init", help="start from this drafter state dict (LANTERN layout, e.g. an earlier RUN/lantern/pytorch_model.bin)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
-    seed_all(a.seed)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    os.makedirs(a.out, exist_ok=True)
-    gpt = load_tessera_gpt(a.target).eval()
-    for p in gpt.parameters():
-        p.requires_grad_(False)
-    classes = training_classes(a.target)
-    if a.max_classes:
-        classes = classes[:a.max_classes]
-    t0 = time.time()
-    tokens, labels = sample(a.tessera, a.target, classes, a.samples_per_class, os.path.join(a.out, "samples"))
-    perm = torch.randperm(len(tokens))
-    tokens, labels = tokens[perm], labels[perm]
-    n_eval = max(1, int(len(tokens) * a.eval_fraction))
-    ev_tok, ev_lab = tokens[:n_eval], labels[:n_eval]
-    tr_tok, tr_lab = tokens[n_eval:], labels[n_eval:]
-    null = torch.where(torch.rand(len(tr_tok)) < a.null_prob)[0]
-    tr_tok = torch.cat([tr_tok, tr_tok[null]])
-    tr_lab = torch.cat([tr_lab, torch.full((len(null),), gpt.num_classes, dtype=torch.long)])
-    t1 = time.time()
-    # The features cost about as much as the training (20 minutes on 2 cores for 5k sequences):
-    # cached in the run directory for the same samples, split and seed.
-    cache = os.path.join(a.out, f"features_n{a.samples_per_class}_c{len(classes)}_s{a.seed}.pt")
-    if os.path.exists(cache):
-        tr_feat, ev_feat = torch.load(cache)
-    else:
-        tr_feat = target_features(gpt, tr_lab, tr_tok)
-        ev_feat = target_features(gpt, ev_lab, ev_tok)
-        with atomic_write(cache) as f:
-            torch.save((tr_feat, ev_feat), f)
-    print(f"{len(tokens)} sampled sequences ({t1 - t0:.0f}s), {len(tr_tok)} training rows with "
-          f"{len(null)} null-class copies, {n_eval} held out; features in {time.time() - t1:.0f}s", flush=True)
+    gpt, (tr_feat, tr_tok), (ev_feat, ev_tok), counts = prepare_run(a)
 
     d = drafter_for(gpt, a.norm_eps)
     if a.init:  # continue from a drafter this script wrote (RUN/lantern/pytorch_model.bin)
@@ -203,7 +155,7 @@ def main():
         torch.save({k: v.detach().clone() for k, v in d.state_dict().items()}, f)
     with atomic_write(os.path.join(lantern, "config.json"), "w") as f:
         json.dump(lantern_config(d), f, indent=2)
-    summary = {"steps": step, "train_seconds": wall, "sequences": len(tokens), "held_out": n_eval,
+    summary = {"steps": step, "train_seconds": wall, **counts,
                "acceptance": acc, "top1": agree, "initial_acceptance": acc0, "args": vars(a)}
     with atomic_write(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -30,13 +30,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from common import Log, seed_all
-from distill_draft import training_classes
-from target_samples import sample, target_features
+from common import Log
+from target_samples import add_run_args, prepare_run
 from train_gpt import adamw, scheduled_lr
 
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
-from tessera_ref.llamagen import load_tessera_gpt  # noqa: E402
 from tessera_ref.medusa import MedusaHeads, write_tessera  # noqa: E402
 
 
@@ -71,59 +69,12 @@ def measure(heads, lm_head, feats, tokens, batch=32):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", required=True, help="tessera model directory of the target")
-    ap.add_argument("--tessera", required=True, help="the tessera binary that samples the data")
-    ap.add_argument("--out", required=True, help="run directory: samples, log, heads")
-    ap.add_argument("--export", help="write the trained heads here as a tessera directory (f16)")
+    add_run_args(ap, "heads")
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--samples-per-class", type=int, default=6)
-    ap.add_argument("--sequences", type=int, default=0, help="use this many of the samples (0: all)")
-    ap.add_argument("--max-classes", type=int, default=0, help="only the first N training classes (smoke tests)")
-    ap.add_argument("--eval-fraction", type=float, default=0.05)
-    ap.add_argument("--null-prob", type=float, default=0.1)
-    ap.add_argument("--batch", type=int, default=16, help="sequences per step")
     ap.add_argument("--lr", type=float, default=1e-3, help="Medusa's train_vicuna_7b.sh: 1e-3")
-    ap.add_argument("--warmup", type=int, default=50)
-    ap.add_argument("--steps", type=int, default=1000000)
-    ap.add_argument("--minutes", type=float, default=1e9)
-    ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--init", help="start from heads this script wrote (RUN/medusa.pt)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
-    seed_all(a.seed)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    os.makedirs(a.out, exist_ok=True)
-    gpt = load_tessera_gpt(a.target).eval()
-    for p in gpt.parameters():
-        p.requires_grad_(False)
-    classes = training_classes(a.target)
-    if a.max_classes:
-        classes = classes[:a.max_classes]
-    t0 = time.time()
-    tokens, labels = sample(a.tessera, a.target, classes, a.samples_per_class, os.path.join(a.out, "samples"))
-    perm = torch.randperm(len(tokens))
-    if a.sequences:
-        perm = perm[:a.sequences]
-    tokens, labels = tokens[perm], labels[perm]
-    n_eval = max(1, int(len(tokens) * a.eval_fraction))
-    ev_tok, ev_lab = tokens[:n_eval], labels[:n_eval]
-    tr_tok, tr_lab = tokens[n_eval:], labels[n_eval:]
-    null = torch.where(torch.rand(len(tr_tok)) < a.null_prob)[0]
-    tr_tok = torch.cat([tr_tok, tr_tok[null]])
-    tr_lab = torch.cat([tr_lab, torch.full((len(null),), gpt.num_classes, dtype=torch.long)])
-    t1 = time.time()
-    cache = os.path.join(a.out, f"features_n{a.samples_per_class}_c{len(classes)}_q{len(tokens)}_s{a.seed}.pt")
-    if os.path.exists(cache):
-        tr_feat, ev_feat = torch.load(cache)
-    else:
-        tr_feat = target_features(gpt, tr_lab, tr_tok)
-        ev_feat = target_features(gpt, ev_lab, ev_tok)
-        with atomic_write(cache) as f:
-            torch.save((tr_feat, ev_feat), f)
-    print(f"{len(tokens)} sequences ({t1 - t0:.0f}s), {len(tr_tok)} training rows with {len(null)} null-class "
-          f"copies, {n_eval} held out; features in {time.time() - t1:.0f}s", flush=True)
+    gpt, (tr_feat, tr_tok), (ev_feat, ev_tok), counts = prepare_run(a)
 
     c = gpt.config
     heads = MedusaHeads(c.dim, a.heads, c.vocab_size)
@@ -167,7 +118,7 @@ def main():
           f"{[round(x, 3) for x in accept]} (start {[round(x, 3) for x in accept_0]})", flush=True)
     with atomic_write(os.path.join(a.out, "medusa.pt")) as f:
         torch.save({k: v.detach().clone() for k, v in heads.state_dict().items()}, f)
-    summary = {"steps": step, "train_seconds": wall, "sequences": len(tokens), "held_out": n_eval,
+    summary = {"steps": step, "train_seconds": wall, **counts,
                "top1": top1, "acceptance": accept, "initial_top1": top1_0, "initial_acceptance": accept_0,
                "loss_weights": "equal (Medusa's train_legacy.py)", "args": vars(a)}
     with atomic_write(os.path.join(a.out, "summary.json"), "w") as f:
