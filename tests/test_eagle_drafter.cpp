@@ -6,6 +6,8 @@
 // guidance halves, batched images whose catch-ups differ in length, chunked catch-ups).
 #include <gtest/gtest.h>
 
+#include "float_compare.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -31,14 +33,6 @@ namespace {
 
 const std::string kFix = std::string(TESSERA_FIXTURES) + "/";
 const std::string kSpec = kFix + "spec/";
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
-}
 
 // The drafter's logits and predicted features for the pairs (features[k], tokens[k]), k < n; pair
 // k is at rotary row k (the prefix pairs first).

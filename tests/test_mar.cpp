@@ -4,6 +4,8 @@
 // per-step noise) is injected from the golden arrays, so every comparison is deterministic.
 #include <gtest/gtest.h>
 
+#include "float_compare.h"
+
 #include <cctype>
 
 #include <cmath>
@@ -29,14 +31,6 @@ std::vector<float> f32(const std::string& name) {
 }
 std::vector<int32_t> i32(const std::string& name) {
   return read_npy(kGolden + name).as_i32();
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
 }
 
 double rms(const std::vector<float>& a) {

@@ -6,6 +6,8 @@
 // root (both guidance halves), recomputed outside the loop; greedy decoding equals vanilla's.
 #include <gtest/gtest.h>
 
+#include "float_compare.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -30,14 +32,6 @@ namespace {
 
 const std::string kFix = std::string(TESSERA_FIXTURES) + "/";
 const std::string kSpec = kFix + "spec/";
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
-}
 
 // Every head's logits for the rows of `features` ([rows, dim]): [heads * rows, vocab].
 std::vector<float> head_logits(const MedusaHeads& h, const std::vector<float>& features,

@@ -4,6 +4,8 @@
 // sample-size helpers, and vanilla images of the shipped model against the model card's top-1.
 #include <gtest/gtest.h>
 
+#include "float_compare.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,14 +51,6 @@ std::vector<uint8_t> golden_images(int& n) {
 const QualityModel& classifier() {
   static const auto qm = QualityModel::load(kClassifier);
   return *qm;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, static_cast<double>(std::fabs(a[i] - b[i])));
-  return m;
 }
 
 double max_abs(const std::vector<float>& a) {
