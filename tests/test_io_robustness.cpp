@@ -353,6 +353,26 @@ TEST_F(ConfigRobustness, AbsurdValuesAreRefusedNamingKeyAndRange) {
   EXPECT_CONTAINS(error_of([] { parse_model_config("[1]", "m"); }), "expected a JSON object");
 }
 
+// Hawk's heads ("architecture": "hawk"): each key checked, naming it.
+TEST_F(ConfigRobustness, HawkValues) {
+  const auto hawk = nlohmann::json::parse(slurp(kFixtures / "spec" / "tiny_hawk" / "config.json"));
+  auto error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = hawk;
+    edit(j);
+    return error_of([&] { parse_model_config(j.dump(), "m"); });
+  };
+  EXPECT_EQ(error([](nlohmann::json&) {}), "");
+  EXPECT_CONTAINS(error([](auto& j) { j["hawk"]["vertical_heads"] = 0; }),
+                  "m/config.json hawk: \"vertical_heads\" must be in [1, 16], got 0");
+  EXPECT_CONTAINS(error([](auto& j) { j["hawk"].erase("row_width"); }), "\"row_width\"");
+  EXPECT_CONTAINS(error([](auto& j) { j["hawk"]["horizontal_heads"] = -1; }),
+                  "\"horizontal_heads\" must be in [0, 64], got -1");
+  EXPECT_CONTAINS(error([](auto& j) { j["hawk"]["feature"] = "pre_norm"; }),
+                  "feature must be post_norm");
+  EXPECT_CONTAINS(error([](auto& j) { j["hawk"]["heads"] = 3; }), "\"heads\"");
+  EXPECT_CONTAINS(error([](auto& j) { j.erase("hawk"); }), "missing object \"hawk\"");
+}
+
 TEST_F(ConfigRobustness, MarValues) {
   auto j = nlohmann::json::parse(slurp(kFixtures / "mar" / "target_f32" / "config.json"));
   EXPECT_NO_THROW(parse_model_config(j.dump(), "m"));

@@ -33,14 +33,15 @@ namespace {
 const std::string kFix = std::string(TESSERA_FIXTURES) + "/";
 const std::string kSpec = kFix + "spec/";
 
-// Every head's logits for the rows of `features` ([rows, dim]): [heads * rows, vocab].
-std::vector<float> head_logits(const MedusaHeads& h, const std::vector<float>& features,
-                               int heads) {
+// Heads first..first+count-1's logits for the rows of `features` ([rows, dim]):
+// [count * rows, vocab].
+std::vector<float> head_logits(const MedusaHeads& h, const std::vector<float>& features, int count,
+                               int first = 0) {
   const int rows = static_cast<int>(features.size()) / h.dim();
   MedusaHeads::Workspace ws = h.make_workspace(rows);
   Tensor in = ws.features.rows(0, rows);
   h.backend().upload_into(features.data(), in);
-  const Tensor out = h.forward(ws, rows, heads);
+  const Tensor out = h.forward(ws, rows, first, count);
   std::vector<float> host(static_cast<size_t>(out.numel()));
   h.backend().download(out, host.data());
   return host;
@@ -61,6 +62,51 @@ TEST(MedusaHeads, MatchTheReference) {
     ASSERT_EQ(h.num_heads(), heads);
     // Logits of std 4.6 (shared head) and 1.2 (per-head): observed ~1e-5.
     EXPECT_LT(max_abs_diff(head_logits(h, f, heads), read_npy(g + golden).as_f32()), 5e-4) << dir;
+  }
+}
+
+// Hawk's heads (Chen et al., 2025, App. C): Medusa's horizontal ones and vertical ones of the
+// same form, loaded from "architecture": "hawk", against the PyTorch reference's logits.
+TEST(MedusaHeads, HawkHeadsMatchTheReference) {
+  set_cpu_threads(1);
+  LlamaGen target(load_model_config(kFix + "llamagen/c2i_f32"), cpu_backend());
+  const std::string g = kSpec + "tiny_medusa_golden/";
+  const std::vector<int32_t> tokens = read_npy(g + "tokens.npy").as_i32();
+  const std::vector<float> f =
+      target_features(target, Condition::label(3), tokens, static_cast<int>(tokens.size()));
+  const ModelConfig mc = load_model_config(kSpec + "tiny_hawk");
+  ASSERT_TRUE(mc.is_hawk());
+  MedusaHeads h(mc, target);
+  ASSERT_EQ(h.num_heads(), 2);
+  ASSERT_EQ(h.vertical_heads(), 2);
+  EXPECT_EQ(h.config().row_width, target.info().row_width);
+  EXPECT_LT(max_abs_diff(head_logits(h, f, 2), read_npy(g + "hawk_horizontal_logits.npy").as_f32()),
+            5e-4);
+  EXPECT_LT(
+      max_abs_diff(head_logits(h, f, 2, 2), read_npy(g + "hawk_vertical_logits.npy").as_f32()),
+      5e-4);
+  // The second vertical head alone: its rows, not the first's.
+  const std::vector<float> both = read_npy(g + "hawk_vertical_logits.npy").as_f32();
+  const std::vector<float> second(both.begin() + static_cast<std::ptrdiff_t>(both.size() / 2),
+                                  both.end());
+  EXPECT_LT(max_abs_diff(head_logits(h, f, 1, 3), second), 5e-4);
+}
+
+// Vertical heads predict a row below: heads trained for another row width are refused.
+TEST(MedusaHeads, RefuseHawkHeadsForAnotherRowWidth) {
+  const ModelConfig micro = load_model_config(kSpec + "micro_target");
+  const LlamaGen target(micro, cpu_backend());
+  EXPECT_NO_THROW(MedusaHeads(load_model_config(kSpec + "micro_hawk"), target));
+  ModelConfig hawk = load_model_config(kSpec + "micro_hawk");
+  hawk.medusa.row_width = micro.gpt.grid + 1;
+  try {
+    MedusaHeads h(hawk, target);
+    FAIL() << "loaded Hawk heads for another row width";
+  } catch (const ParameterError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("micro_hawk"), std::string::npos) << m;
+    EXPECT_NE(m.find("row width"), std::string::npos) << m;
+    EXPECT_NE(m.find("Hawk"), std::string::npos) << m;
   }
 }
 

@@ -142,6 +142,7 @@ struct Companions {
   std::string draft;       // the draft model of the draft-model methods (sd, lantern, ...)
   std::string eagle;       // the EAGLE drafter (tools/convert_eagle.py) of method eagle
   std::string medusa;      // the Medusa heads (python/tessera_ref/medusa.py) of the medusa methods
+  std::string hawk;        // Hawk's horizontal and vertical heads of the hawk methods
   std::string classifier;  // the image classifier of the quality columns (bench, tune)
 };
 
@@ -165,20 +166,26 @@ struct EagleConfig {
 // target's last hidden state after its final norm, read through the target's LM head (Medusa-2's
 // shared lm_head) or a per-head one (Medusa-1). Bound to the target whose width and vocabulary
 // they were trained for (src/models/medusa_heads.h).
+// Medusa's heads, or Hawk's: its horizontal heads are Medusa's, and it adds vertical heads of
+// the same ResBlock form (Hawk App. C), vertical head d predicting the token d image rows below
+// the one the target's row predicts ("architecture": "hawk", config "hawk").
 struct MedusaConfig {
-  int num_heads = 0, dim = 0, vocab_size = 0;
+  int num_heads = 0, dim = 0, vocab_size = 0;  // num_heads: Medusa's (Hawk's horizontal ones)
   bool per_head_lm_head = false;  // "lm_head": "per_head" (Medusa-1) or "shared" (default)
+  int vertical_heads = 0;         // Hawk: its vertical speculation depth D (0: Medusa)
+  int row_width = 0;              // Hawk: image tokens per row W the vertical heads were trained for
   std::string dtype = "f32";
   std::string file = "medusa.safetensors";
+  bool is_hawk() const { return vertical_heads > 0; }
 };
 
 struct ModelConfig {
   std::string dir;
   bool check_weights = true;  // set by the loader, not config.json: scan weights for NaN/Inf
-  std::string architecture = "llamagen";  // llamagen | mar | eagle | medusa
+  std::string architecture = "llamagen";  // llamagen | mar | eagle | medusa | hawk
   GptConfig gpt;                          // llamagen
   EagleConfig eagle;                      // eagle (a drafter, not a model of its own)
-  MedusaConfig medusa;                    // medusa (draft heads, not a model of their own)
+  MedusaConfig medusa;                    // medusa, hawk (draft heads, not a model of their own)
   SamplingDefaults sampling;              // llamagen
   QualitySection quality;                 // llamagen
   bool has_vq = false;
@@ -191,6 +198,7 @@ struct ModelConfig {
   bool is_mar() const { return architecture == "mar"; }
   bool is_eagle() const { return architecture == "eagle"; }
   bool is_medusa() const { return architecture == "medusa"; }
+  bool is_hawk() const { return architecture == "hawk"; }
   // A companion's path (Companions::draft, ...) resolved against the model's directory ("" when
   // not named); whether it holds a model is the caller's to check, when it needs it.
   std::string companion_path(const std::string& relative) const;

@@ -9,6 +9,10 @@ or, when the heads carry their own (Medusa-1's per-head Linear(h, V, bias=False)
 
 Parameter names are Medusa's (`medusa_head.{k}.0.linear.{weight,bias}`, `medusa_head.{k}.1.weight`
 for a per-head lm_head), so a Medusa state dict loads with strict=True.
+
+HawkHeads (Chen et al., 2025, section 4.2 and App. C; shared notes section 3.2) adds D vertical heads
+of the same ResBlock form, `vertical_head.{d}.0.linear.{weight,bias}`: vertical head d (0-based)
+at the row t predicts the token (d + 1) image rows below token t + 1, token t + 1 + (d + 1) W.
 """
 import json
 import os
@@ -50,6 +54,37 @@ class MedusaHeads(nn.Module):
         if self.per_head_lm_head:
             return torch.stack([head[1](y[k]) for k, head in enumerate(self.medusa_head)])
         return lm_head(y)
+
+
+class HawkHeads(MedusaHeads):
+    def __init__(self, dim, horizontal_heads, vertical_heads, row_width, vocab_size=0):
+        super().__init__(dim, horizontal_heads, vocab_size)
+        self.vertical_heads, self.row_width = vertical_heads, row_width
+        self.vertical_head = nn.ModuleList(nn.Sequential(ResBlock(dim)) for _ in range(vertical_heads))
+
+    def vertical_hidden(self, h):
+        """[D, ..., dim]: every vertical head's ResBlock output."""
+        return torch.stack([head[0](h) for head in self.vertical_head])
+
+    def vertical(self, h, lm_head):
+        """[D, ..., vocab] logits of every vertical head for features h [..., dim]."""
+        return lm_head(self.vertical_hidden(h))
+
+
+def write_tessera_hawk(heads, out, dtype="f32"):
+    """Hawk's heads as a tessera directory (docs/model_format.md, "hawk")."""
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    os.makedirs(out, exist_ok=True)
+    sd = heads.state_dict()
+    nbytes = write_safetensors(os.path.join(out, "hawk.safetensors"),
+                               [(k, sd[k].detach().to(dt).contiguous()) for k in sorted(sd)])
+    cfg = {"file": "hawk.safetensors", "horizontal_heads": heads.num_heads,
+           "vertical_heads": heads.vertical_heads, "row_width": heads.row_width, "dim": heads.dim,
+           "vocab_size": heads.vocab_size, "feature": "post_norm", "dtype": dtype}
+    with atomic_write(os.path.join(out, "config.json"), "w") as f:
+        json.dump({"tessera_format": 1, "architecture": "hawk", "hawk": cfg}, f, indent=2)
+        f.write("\n")
+    return nbytes
 
 
 def write_tessera(heads, out, dtype="f32"):

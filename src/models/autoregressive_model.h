@@ -25,6 +25,7 @@ struct ArModelInfo {
   int vocab_size = 0;   // logits per output row
   int prefix_len = 0;   // condition positions before the first generated token
   int n_tokens = 0;     // tokens generated per sequence (an image's token grid)
+  int row_width = 0;    // tokens per image row in raster order (Hawk's W); 0: not a grid
   int feature_dim = 0;  // width of the features every input row reads beside its token (EAGLE: the
                         // target's hidden state); 0: none
 };

@@ -58,6 +58,7 @@ EagleDrafterModel::EagleDrafterModel(const ModelConfig& mc, const Autoregressive
   info_.vocab_size = c.vocab_size;
   info_.prefix_len = c.prefix_len;
   info_.n_tokens = t.n_tokens;
+  info_.row_width = t.row_width;
   info_.feature_dim = t.dim;
 
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();

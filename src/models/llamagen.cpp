@@ -52,6 +52,7 @@ LlamaGen::LlamaGen(const ModelConfig& mc, Backend& backend) : cfg_(mc.gpt), back
   info_.vocab_size = c.vocab_size;
   info_.prefix_len = c.cls_token_num;
   info_.n_tokens = c.n_image_tokens();
+  info_.row_width = c.grid;
   const std::string path = (std::filesystem::path(mc.dir) / c.file).string();
   WeightLoader w(path, parse_dtype(c.dtype), backend, mc.check_weights);
   const int64_t D = c.dim, V = c.vocab_size, F = c.ffn_dim, hd = c.head_dim();

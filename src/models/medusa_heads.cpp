@@ -12,9 +12,10 @@ MedusaHeads::MedusaHeads(const ModelConfig& mc, const AutoregressiveModel& targe
     : cfg_(mc.medusa), backend_(target.backend()), shared_head_(target.output_head()) {
   const MedusaConfig& c = cfg_;
   const ArModelInfo& t = target.info();
+  const std::string kind = c.is_hawk() ? "Hawk" : "Medusa";
   auto fits = [&](bool ok, const std::string& what) {
     if (!ok)
-      throw ParameterError("draft", "{draft} " + mc.dir + ": the Medusa heads' " + what +
+      throw ParameterError("draft", "{draft} " + mc.dir + ": the " + kind + " heads' " + what +
                                         " (they were trained for another target)");
   };
   fits(c.dim == t.dim,
@@ -31,39 +32,51 @@ MedusaHeads::MedusaHeads(const ModelConfig& mc, const AutoregressiveModel& targe
     b_.push_back(w.f32(p + "0.linear.bias", {D}));
     if (c.per_head_lm_head) lm_head_.push_back(w.linear(p + "1.weight", {V, D}));
   }
+  if (c.is_hawk()) {
+    // Vertical heads predict a row below: trained for one row width, they must meet it.
+    fits(c.row_width == t.row_width, "row width " + std::to_string(c.row_width) +
+                                         " is not the target's " + std::to_string(t.row_width) +
+                                         " tokens per row");
+    for (int d = 0; d < c.vertical_heads; ++d) {
+      const std::string p = "vertical_head." + std::to_string(d) + ".";
+      w_.push_back(w.linear(p + "0.linear.weight", {D, D}));
+      b_.push_back(w.f32(p + "0.linear.bias", {D}));
+    }
+  }
   w.finish();
 }
 
 MedusaHeads::Workspace MedusaHeads::make_workspace(int max_rows) const {
   Workspace ws;
   ws.rows = std::max(max_rows, 1);
-  const int64_t R = ws.rows, K = cfg_.num_heads;
+  const int64_t R = ws.rows, K = total_heads();
   ws.features = backend_.empty(DType::F32, {R, cfg_.dim});
   ws.hidden = backend_.empty(DType::F32, {K * R, cfg_.dim});
   ws.logits = backend_.empty(DType::F32, {K * R, cfg_.vocab_size});
   return ws;
 }
 
-Tensor MedusaHeads::forward(Workspace& ws, int rows, int heads) const {
-  check(rows >= 1 && rows <= ws.rows && heads >= 1 && heads <= cfg_.num_heads,
-        "internal: a Medusa forward exceeds its workspace or heads");
+Tensor MedusaHeads::forward(Workspace& ws, int rows, int first, int count) const {
+  check(rows >= 1 && rows <= ws.rows && first >= 0 && count >= 1 &&
+            first + count <= total_heads(),
+        "internal: a draft-head forward exceeds its workspace or heads");
   Backend& be = backend_;
   const Tensor h = ws.features.rows(0, rows);
-  for (int k = 0; k < heads; ++k) {
+  for (int k = 0; k < count; ++k) {
     Tensor y = ws.hidden.rows(static_cast<int64_t>(k) * rows, rows);
-    be.linear(h, w_[k], &b_[k], y);  // W_k h + b_k
+    be.linear(h, w_[first + k], &b_[first + k], y);  // W_k h + b_k
     be.silu(y);
     be.add(y, h, y);  // h + SiLU(...)
   }
-  Tensor logits = ws.logits.rows(0, static_cast<int64_t>(heads) * rows);
+  Tensor logits = ws.logits.rows(0, static_cast<int64_t>(count) * rows);
   if (lm_head_.empty()) {
-    Tensor y = ws.hidden.rows(0, static_cast<int64_t>(heads) * rows);
+    Tensor y = ws.hidden.rows(0, static_cast<int64_t>(count) * rows);
     be.linear(y, shared_head_, nullptr, logits);  // one call for every head
   } else {
-    for (int k = 0; k < heads; ++k) {
+    for (int k = 0; k < count; ++k) {
       const int64_t at = static_cast<int64_t>(k) * rows;
       Tensor out = logits.rows(at, rows);
-      be.linear(ws.hidden.rows(at, rows), lm_head_[k], nullptr, out);
+      be.linear(ws.hidden.rows(at, rows), lm_head_[first + k], nullptr, out);
     }
   }
   return logits;

@@ -6,6 +6,11 @@
 //   logits_k = lm_head(y_k)                 (the target's LM head: Medusa-2's shared lm_head)
 // or, for heads converted with their own ("lm_head": "per_head", Medusa-1), that head's.
 //
+// Hawk's heads (Chen et al., 2025, §4.2, App. C) load here too ("architecture": "hawk"): its
+// horizontal heads are Medusa's (heads 0..K-1), its D vertical heads follow as heads K..K+D-1,
+// vertical head K + d - 1 predicting the token d image rows below the one h_t's logits predict,
+// token t + 1 + d·W, of the same ResBlock form with the shared LM head.
+//
 // The heads are bound to their target at load (its LM head, width and vocabulary). They are
 // weights only: a drafter owns the Workspace its forwards write.
 #pragma once
@@ -23,7 +28,9 @@ class MedusaHeads {
   MedusaHeads(const ModelConfig& config, const AutoregressiveModel& target);
 
   const MedusaConfig& config() const { return cfg_; }
-  int num_heads() const { return cfg_.num_heads; }
+  int num_heads() const { return cfg_.num_heads; }  // Medusa's (Hawk's horizontal ones)
+  int vertical_heads() const { return cfg_.vertical_heads; }
+  int total_heads() const { return cfg_.num_heads + cfg_.vertical_heads; }
   int dim() const { return cfg_.dim; }
   int vocab_size() const { return cfg_.vocab_size; }
   Backend& backend() const { return backend_; }
@@ -36,9 +43,11 @@ class MedusaHeads {
   };
   Workspace make_workspace(int max_rows) const;
 
-  // Logits of heads 0..heads-1 for the first `rows` rows of ws.features: [heads * rows, vocab],
-  // head k's for feature row r at row k * rows + r. A view into ws, valid until its next forward.
-  Tensor forward(Workspace& ws, int rows, int heads) const;
+  // Logits of heads first..first+count-1 for the first `rows` rows of ws.features:
+  // [count * rows, vocab], head first + k's for feature row r at row k * rows + r. A view into
+  // ws, valid until its next forward.
+  Tensor forward(Workspace& ws, int rows, int first, int count) const;
+  Tensor forward(Workspace& ws, int rows, int heads) const { return forward(ws, rows, 0, heads); }
 
   int64_t streamed_weight_bytes() const;
 

@@ -298,6 +298,38 @@ void load_medusa_config(const json& root, const std::string& where, ModelConfig&
   e.product_fits({{"dim", c.dim}, {"dim", c.dim}, {"num_heads", c.num_heads}});
 }
 
+// config.json "hawk": {"horizontal_heads", "vertical_heads", "row_width", "dim", "vocab_size",
+// "feature", "dtype", "file"}: Hawk's heads (Chen et al., 2025, §4.2; its shape: App. C and the
+// shared notes' §3.2) share the target's LM head; horizontal head k (0-based) predicts the token
+// k + 1 after the one the target's row predicts, vertical head d - 1 the token d rows below it.
+void load_hawk_config(const json& root, const std::string& where, ModelConfig& mc) {
+  if (!root.contains("hawk") || !root["hawk"].is_object())
+    Keys(root, where).fail("missing object \"hawk\"");
+  const json& m = root["hawk"];
+  const std::string w = where + " hawk";
+  only_keys(m, w,
+            {"horizontal_heads", "vertical_heads", "row_width", "dim", "vocab_size", "feature",
+             "dtype", "file"});
+  const Keys e(m, w);
+  MedusaConfig& c = mc.medusa;
+  c.num_heads = e.integer("horizontal_heads", 0, 64);
+  c.vertical_heads = e.integer("vertical_heads", 1, 16);
+  c.row_width = e.integer("row_width", 1, 4096);
+  c.dim = e.integer("dim", 1, kMaxDim);
+  c.vocab_size = e.integer("vocab_size", 1, kMaxVocab);
+  const std::string feature = e.string("feature", "post_norm");
+  if (feature != "post_norm")
+    e.fail(
+        "feature must be post_norm (the heads read the target's last hidden state after its "
+        "final norm), got \"" +
+        printable(feature) + "\"");
+  c.dtype = e.float_dtype("dtype");
+  c.file = e.file_name("file", "hawk.safetensors");
+  const int heads = c.num_heads + c.vertical_heads;
+  e.product_fits({{"vocab_size", c.vocab_size}, {"dim", c.dim}, {"heads", heads}});
+  e.product_fits({{"dim", c.dim}, {"dim", c.dim}, {"heads", heads}});
+}
+
 SamplingDefaults read_sampling_defaults(const json& s, const std::string& where) {
   if (!s.is_object()) throw Error(where + ": \"sampling\" must be an object");
   for (const auto& [key, value] : s.items())
@@ -437,7 +469,7 @@ QualitySection read_quality_section(const json& q, const std::string& where) {
 // relative paths (a model directory moves with its companions).
 Companions read_companions(const json& c, const std::string& where) {
   const std::string w = where + " companions";
-  only_keys(c, w, {"draft", "eagle", "medusa", "classifier"});
+  only_keys(c, w, {"draft", "eagle", "medusa", "hawk", "classifier"});
   const Keys k(c, w);
   auto path = [&](const char* key) {
     const std::string s = k.string(key, "");
@@ -454,6 +486,7 @@ Companions read_companions(const json& c, const std::string& where) {
   out.draft = path("draft");
   out.eagle = path("eagle");
   out.medusa = path("medusa");
+  out.hawk = path("hawk");
   out.classifier = path("classifier");
   return out;
 }
@@ -486,9 +519,13 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& di
     load_medusa_config(root, where, mc);
     return mc;
   }
+  if (mc.architecture == "hawk") {
+    load_hawk_config(root, where, mc);
+    return mc;
+  }
   if (mc.architecture != "llamagen")
     r.fail("unsupported architecture \"" + printable(mc.architecture) +
-           "\" (supported: llamagen, mar, eagle, medusa)");
+           "\" (supported: llamagen, mar, eagle, medusa, hawk)");
   if (!root.contains("gpt") || !root["gpt"].is_object()) r.fail("missing object \"gpt\"");
   const Keys g(root["gpt"], where + " gpt");
   GptConfig& c = mc.gpt;
