@@ -205,8 +205,23 @@ INSTANTIATE_TEST_SUITE_P(
         // Without -o an image is named after its class, and bare `tessera` prints the help
         // (issue 39: test_cli_readme.cpp).
         FlagCase{"UnknownMethod",
+                 with(kGenC2i, {"--class", "3", "--method", "hydra"}),
+                 {"--method", "hydra", "cool-sd"}},
+        FlagCase{"HawkWithoutHeads",
                  with(kGenC2i, {"--class", "3", "--method", "hawk"}),
-                 {"--method", "hawk", "cool-sd"}},
+                 {"hawk", "Hawk heads", "--draft DIR", "names no \"hawk\" companion"}},
+        FlagCase{
+            "HawkWithMedusaHeads",
+            with(kGenC2i, {"--class", "3", "--method", "hawk", "--draft", "@/../spec/tiny_medusa"}),
+            {"--method hawk", "Hawk's heads", "tiny_medusa", "a Medusa heads directory"}},
+        FlagCase{"HawkHorizontalBeyondTheHeads",
+                 with(kGenC2i, {"--class", "3", "--method", "hawk", "--draft",
+                                "@/../spec/tiny_hawk", "--hawk-horizontal", "3"}),
+                 {"--hawk-horizontal 3", "tiny_hawk has 2 horizontal heads"}},
+        FlagCase{"HawkDynamicTree",
+                 with(kGenC2i, {"--class", "3", "--method", "hawk", "--draft",
+                                "@/../spec/tiny_hawk", "--tree", "dynamic"}),
+                 {"--tree dynamic", "Hawk's heads draft static trees"}},
         FlagCase{"SdWithoutDraft", with(kGenC2i, {"--class", "3", "--method", "sd"}), {"--draft"}},
         FlagCase{
             "SjdWithDraft",
@@ -408,6 +423,7 @@ TEST_F(CliErrors, RegistryFlagOutOfRangeNamesTheFlag) {
     if (!mar && m.drafts == DraftSource::DraftModel)  // the drafter the method drafts with
       base = with(base, {"--draft", fixture(m.drafter == "medusa"  ? "../spec/tiny_medusa"
                                             : m.drafter == "eagle" ? "../spec/tiny_eagle"
+                                            : m.drafter == "hawk"  ? "../spec/tiny_hawk"
                                                                    : "../spec/tiny_draft")});
     for (const ParamInfo& p : m.params) {
       if (p.type == ParamType::Switch || (p.type != ParamType::Choice && p.range.empty()) ||

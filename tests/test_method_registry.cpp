@@ -64,11 +64,11 @@ TEST(MethodRegistry, NamesAndParametersAreConsistent) {
             << p.name;
     }
   }
-  for (const char* m :
-       {"vanilla", "sd", "sjd", "eagle", "medusa", "medusa-typical", "lantern", "lantern++", "gsd",
-        "uniform-rsd", "cool-sd", "amplify", "addition", "cspd", "cspd-reference", "cspd-exact"})
+  for (const char* m : {"vanilla", "sd", "sjd", "eagle", "medusa", "medusa-typical", "hawk",
+                        "hawk-vertical", "lantern", "lantern++", "gsd", "uniform-rsd", "cool-sd",
+                        "amplify", "addition", "cspd", "cspd-reference", "cspd-exact"})
     EXPECT_NE(find_method(m), nullptr) << m;
-  EXPECT_EQ(find_method("hawk"), nullptr);
+  EXPECT_EQ(find_method("hydra"), nullptr);
 }
 
 TEST(MethodRegistry, DescribesDefaultsAndRanges) {
@@ -151,7 +151,7 @@ TEST(MethodRegistry, GenericOptionsNameTheirParameter) {
   EXPECT_EQ(discrete_error(o).param(), "resample");  // exact rules have no G*
   o = options("cspd", {});
   EXPECT_EQ(discrete_error(o).param(), "method");  // a MAR method on a LlamaGen model
-  o.method = "hawk";
+  o.method = "hydra";
   const ParameterError e = discrete_error(o);
   EXPECT_EQ(e.param(), "method");
   EXPECT_NE(std::string(e.what()).find("cool-sd"), std::string::npos) << e.what();

@@ -136,6 +136,35 @@ TEST_F(SpecMicro, MedusaKaryTreeSamplesTheTargetJointDistribution) {
   expect_exact(*target_, target_joint(1, o.sampling), o, 1);
 }
 
+// Hawk's heads (a random set of 2 horizontal and 1 vertical for the micro target's 2x2 grid,
+// python/make_medusa_fixtures.py): the pools of x2 and x3 hold the vertical proposal cached one
+// row up (made at the prefill's row for x2, at x1's for x3) beside the horizontal one, each slot
+// a draw from its q (shared by every parent, the Cartesian product), verified against its own q
+// with the residual updated after each rejection (Hawk Eq. 6). Three rounds' worth of trees: the
+// default kary:2,2, two samples per member (kary:4,4), and the vertical heads alone.
+TEST_F(SpecMicro, HawkSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("hawk", false);
+  o.spec.draft_model = kSpec + "micro_hawk";
+  o.spec.draft_len = 2;
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
+TEST_F(SpecMicro, HawkTwoSamplesPerMemberSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("hawk", false);
+  o.spec.draft_model = kSpec + "micro_hawk";
+  o.spec.draft_len = 3;
+  o.spec.params["hawk.samples"] = int64_t{2};
+  o.spec.tree = "kary:4,4,4";
+  expect_exact(*target_, target_joint(1, o.sampling), o, 1);
+}
+
+TEST_F(SpecMicro, HawkVerticalSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("hawk-vertical", false);
+  o.spec.draft_model = kSpec + "micro_hawk";
+  o.spec.draft_len = 3;
+  expect_exact(*target_, target_joint(0, o.sampling), o, 0);
+}
+
 // medusa-typical for one round (max_rounds = 1) on the micro target: the first round's candidates
 // are the top-1 tokens of the random heads at the prefix's last row (the one that predicted x0),
 // the same for every x0, computed here with the heads (MedusaHeads.MatchTheReference checks them

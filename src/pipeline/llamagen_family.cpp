@@ -16,6 +16,7 @@
 #include "models/vq_decoder.h"
 #include "pipeline/cost_cache.h"
 #include "pipeline/forward_cost.h"
+#include "speculative/drafters/hawk_drafter.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/medusa_drafter.h"
 #include "speculative/drafters/model_drafter.h"
@@ -59,25 +60,32 @@ struct LlamaGenFamily::Data {
   std::string draft_dir;
   std::unique_ptr<AutoregressiveModel> draft;
   ModelConfig draft_config;
-  // The Medusa heads of the last medusa call (reloaded when --draft changes).
+  // The Medusa or Hawk heads of the last call that drafted with heads (reloaded when --draft
+  // changes).
   std::string medusa_dir;
   std::unique_ptr<MedusaHeads> medusa;
 
   const AutoregressiveModel& draft_model(const std::string& dir);
-  const MedusaHeads& medusa_heads(const std::string& dir, const std::string& method);
+  const MedusaHeads& medusa_heads(const std::string& dir, const std::string& method, bool hawk);
 };
 
-// Medusa heads trained for this target (the medusa methods' drafter).
+// Medusa heads (the medusa methods' drafter) or Hawk's (the hawk methods') trained for this
+// target.
 const MedusaHeads& LlamaGenFamily::Data::medusa_heads(const std::string& dir,
-                                                      const std::string& method) {
-  if (medusa && medusa_dir == dir) return *medusa;
+                                                      const std::string& method, bool hawk) {
+  if (medusa && medusa_dir == dir && medusa->config().is_hawk() == hawk) return *medusa;
   medusa.reset();
   ModelConfig mc = load_model_config(dir);
   mc.check_weights = config.check_weights;
-  check_param(mc.is_medusa(), "draft",
-              "{method} " + method + " drafts with Medusa heads (python/emoji/train_medusa.py); " +
-                  dir + " is " +
-                  (mc.is_eagle() ? "an EAGLE drafter" : "not a Medusa heads directory"));
+  const std::string what = mc.is_eagle()    ? "an EAGLE drafter"
+                           : mc.is_medusa() ? "a Medusa heads directory"
+                           : mc.is_hawk()   ? "a Hawk heads directory"
+                                            : "a model, not draft heads";
+  check_param(hawk ? mc.is_hawk() : mc.is_medusa(), "draft",
+              "{method} " + method + " drafts with " +
+                  (hawk ? "Hawk's heads (\"architecture\": \"hawk\")"
+                        : "Medusa heads (python/emoji/train_medusa.py)") +
+                  "; " + dir + " is " + what);
   medusa = std::make_unique<MedusaHeads>(mc, *gpt);  // checks that they fit the target
   medusa_dir = dir;
   return *medusa;
@@ -93,6 +101,9 @@ const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& 
   check_param(
       !dc.is_medusa(), "draft",
       "{draft} " + dir + " holds Medusa heads: they draft for {method} medusa or medusa-typical");
+  check_param(
+      !dc.is_hawk(), "draft",
+      "{draft} " + dir + " holds Hawk's heads: they draft for {method} hawk or hawk-vertical");
   if (dc.is_eagle()) {
     draft = std::make_unique<EagleDrafterModel>(dc, *gpt);  // checks that it fits the target
     draft_dir = dir;
@@ -189,9 +200,10 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
   const MethodInfo* mi = find_method(opts.spec.method);
-  const bool medusa = mi && mi->drafter == "medusa";
+  const bool hawk = mi && mi->drafter == "hawk";
+  const bool medusa = mi && (mi->drafter == "medusa" || hawk);
   if (wants_draft && medusa)
-    r.medusa = &d_->medusa_heads(opts.spec.draft_model, opts.spec.method);
+    r.medusa = &d_->medusa_heads(opts.spec.draft_model, opts.spec.method, hawk);
   else
     r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
   if (mi && mi->drafter == "eagle" && r.draft)
@@ -205,10 +217,28 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   if (r.method.rule)
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");
-  // Medusa's heads draft a tree: --tree, else the chain of their top-1 tokens.
-  const std::string tree = opts.spec.tree.empty() && r.medusa
-                               ? speculative::medusa_default_tree(r.medusa->num_heads())
-                               : opts.spec.tree;
+  if (r.method.hawk && r.medusa) {
+    // "every head": the heads' counts; more than they have is refused naming the flag.
+    speculative::HawkOptions& h = *r.method.hawk;
+    const int K = r.medusa->num_heads(), D = r.medusa->vertical_heads();
+    if (h.horizontal == speculative::HawkOptions::kAll) h.horizontal = K;
+    if (h.vertical == speculative::HawkOptions::kAll) h.vertical = D;
+    check_param(h.horizontal <= K, "hawk.horizontal",
+                "{hawk.horizontal} " + std::to_string(h.horizontal) + ": " + opts.spec.draft_model +
+                    " has " + std::to_string(K) + " horizontal heads");
+    check_param(h.vertical <= D, "hawk.vertical",
+                "{hawk.vertical} " + std::to_string(h.vertical) + ": " + opts.spec.draft_model +
+                    " has " + std::to_string(D) + " vertical heads");
+    check_param(h.horizontal + h.vertical > 0, "hawk.horizontal",
+                "{hawk.horizontal}: " + opts.spec.draft_model + " has no horizontal heads");
+  }
+  // Medusa's heads draft a tree: --tree, else the chain of their top-1 tokens; Hawk's the
+  // Cartesian product of its pools.
+  const std::string tree = !opts.spec.tree.empty() ? opts.spec.tree
+                           : r.method.hawk && r.medusa
+                               ? speculative::hawk_default_tree(*r.method.hawk)
+                           : r.medusa ? speculative::medusa_default_tree(r.medusa->num_heads())
+                                      : opts.spec.tree;
   if (r.method.rule && !tree.empty()) {
     // Every rule verifies trees with the same walk: exact verification is proven on trees
     // (tests/test_spec_trees.cpp), the relaxed rules checked against their papers' tree forms
@@ -224,8 +254,8 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
       throw ParameterError("tree", e.what());
     }
     check_param(!(r.medusa && r.tree->dynamic()), "tree",
-                "{tree} " + tree +
-                    ": Medusa's heads draft static trees (a depth's candidates do not depend on "
+                "{tree} " + tree + ": " + (r.method.hawk ? "Hawk's" : "Medusa's") +
+                    " heads draft static trees (a depth's candidates do not depend on "
                     "the parent); dynamic trees are drafted by a draft model or an EAGLE drafter");
   }
   r.note = speculative::validated_settings_note(opts.spec, d_->config.quality, d_->config.dir);
@@ -275,7 +305,11 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   // per second (the node budget).
   const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
   std::unique_ptr<speculative::Drafter> drafter;
-  if (medusa) {
+  if (medusa && method.hawk) {
+    drafter = std::make_unique<speculative::HawkDrafter>(
+        *medusa, p, *method.hawk, *prep.tree->shape(), d_->config.gpt.n_image_tokens(),
+        std::max(max_images, 1));
+  } else if (medusa) {
     drafter = std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree->shape(),
                                                            std::max(max_images, 1));
   } else if (draft) {

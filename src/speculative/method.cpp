@@ -97,6 +97,7 @@ Method make_method(const SpeculativeOptions& o, const std::string& target_dir,
               "{resample} optimal only applies to relaxed rules (for exact SD, G* = Norm([p - "
               "q]+))");
   m.rule = e->make_rule(o.params, TargetModel{target_dir, target, backend});
+  if (e->make_hawk) m.hawk = e->make_hawk(o.params);
   m.optimal_resampling = o.resample.empty() ? e->optimal_by_default : o.resample == "optimal";
   if (m.optimal_resampling) m.rule = with_optimal_resampling(std::move(m.rule));
   return m;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "speculative/continuous/cspd_loop.h"
+#include "speculative/hawk_options.h"
 #include "speculative/rules/acceptance_rule.h"
 #include "tensor/backend.h"
 #include "tessera/mar.h"
@@ -23,6 +24,7 @@ struct Method {
   int draft_len = 0;                     // resolved draft_len (auto: the longest allowed)
   bool auto_len = false;                 // --draft-len auto: the loop chooses per round
   bool optimal_resampling = false;
+  std::optional<HawkOptions> hawk;  // the hawk methods' head counts (kAll unresolved)
 };
 
 // The draft length when none is given: tokens after the root with a draft model, else the Jacobi

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "speculative/continuous/cspd_loop.h"
+#include "speculative/hawk_options.h"
 #include "speculative/rules/acceptance_rule.h"
 #include "tensor/backend.h"
 #include "tessera/config.h"
@@ -29,6 +30,8 @@ struct MethodEntry {
   std::function<std::unique_ptr<AcceptanceRule>(const MethodParams&, const TargetModel&)> make_rule;
   bool exact = false;               // lossless rule: G* is its own residual, "optimal" is refused
   bool optimal_by_default = false;  // the method is defined with G* (COOL-SD, UniformRSD)
+  // Methods drafted by Hawk's heads: reads and validates their counts.
+  std::function<HawkOptions(const MethodParams&)> make_hawk;
   // Continuous methods with drafts: reads and validates the parameters (draft_len is generic).
   std::function<CspdSettings(const MethodParams&)> make_cspd;
 };

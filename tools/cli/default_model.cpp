@@ -23,7 +23,10 @@ namespace fs = std::filesystem;
 namespace {
 // What a companion drafter named by MethodInfo::drafter is, for messages.
 std::string companion_title(const std::string& drafter) {
-  return drafter == "eagle" ? "EAGLE drafter" : drafter == "medusa" ? "Medusa heads" : drafter;
+  return drafter == "eagle"    ? "EAGLE drafter"
+         : drafter == "medusa" ? "Medusa heads"
+         : drafter == "hawk"   ? "Hawk heads"
+                               : drafter;
 }
 }  // namespace
 
@@ -111,13 +114,17 @@ std::string method_draft_dir(const std::string& model_dir, const std::string& me
   if (!draft_flag.empty() || !m || m->drafter == "draft") return run.dir;
   const ModelConfig mc = load_model_config(model_dir);
   const std::string config = (fs::path(model_dir) / "config.json").string();
-  const bool eagle = m->drafter == "eagle";
-  const std::string& named = eagle ? mc.companions.eagle : mc.companions.medusa;
+  const bool eagle = m->drafter == "eagle", hawk = m->drafter == "hawk";
+  const std::string& named = eagle  ? mc.companions.eagle
+                             : hawk ? mc.companions.hawk
+                                    : mc.companions.medusa;
   const std::string title = companion_title(m->drafter);
   if (named.empty())
     throw Error(method + " drafts with " + (eagle ? "an " : "") + title + ": give --draft DIR (" +
                 config + " names no \"" + m->drafter + "\" companion; " +
-                (eagle ? "tools/convert_eagle.py" : "python/emoji/train_medusa.py") +
+                (eagle  ? "tools/convert_eagle.py"
+                 : hawk ? "python/tessera_ref/medusa.py's write_tessera_hawk"
+                        : "python/emoji/train_medusa.py") +
                 " makes one)");
   const std::string dir = mc.companion_path(named);
   check_model_dir(dir, config + " names the " + title + " " + named + " (" + dir + ")");

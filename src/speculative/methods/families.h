@@ -11,6 +11,7 @@ namespace tessera::speculative {
 std::vector<MethodEntry> vanilla_methods();        // vanilla
 std::vector<MethodEntry> exact_methods();          // sd, sjd, eagle
 std::vector<MethodEntry> medusa_methods();         // medusa, medusa-typical
+std::vector<MethodEntry> hawk_methods();           // hawk, hawk-vertical
 std::vector<MethodEntry> lantern_methods();        // lantern, lantern++
 std::vector<MethodEntry> gsd_methods();            // gsd
 std::vector<MethodEntry> relaxed_ratio_methods();  // uniform-rsd, cool-sd, amplify, addition

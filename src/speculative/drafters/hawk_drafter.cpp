@@ -1,0 +1,202 @@
+#include "speculative/drafters/hawk_drafter.h"
+
+#include <algorithm>
+
+#include "decode/guidance.h"
+#include "tessera/error.h"
+
+namespace tessera::speculative {
+
+std::string hawk_default_tree(const HawkOptions& o) {
+  const int slots = std::max(1, o.samples * (o.vertical + (o.horizontal > 0 ? 1 : 0)));
+  const int depth = o.horizontal > 0 ? o.horizontal : 4;
+  std::string spec = "kary:";
+  for (int d = 0; d < std::max(depth, 1); ++d) {
+    if (d > 0) spec += ',';
+    spec += std::to_string(slots);
+  }
+  return spec;
+}
+
+HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
+                         HawkOptions options, TreeShape shape, int n_tokens, int max_images)
+    : heads_(heads),
+      params_(params),
+      opt_(options),
+      shape_(std::move(shape)),
+      n_tokens_(n_tokens),
+      // Feature rows of one forward: a round's committed rows (at most the tree's depth + 1) of
+      // one image, both halves.
+      ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))) {
+  (void)max_images;
+  check(opt_.horizontal >= 0 && opt_.horizontal <= heads.num_heads() && opt_.vertical >= 0 &&
+            opt_.vertical <= heads.vertical_heads() && opt_.horizontal + opt_.vertical > 0 &&
+            opt_.samples >= 1,
+        "internal: Hawk drafts with " + std::to_string(opt_.horizontal) + " horizontal and " +
+            std::to_string(opt_.vertical) + " vertical heads of " +
+            std::to_string(heads.num_heads()) + " and " + std::to_string(heads.vertical_heads()));
+  check(opt_.vertical == 0 || heads.config().row_width >= 1,
+        "internal: vertical heads without a row width");
+}
+
+int HawkDrafter::draft_depth(int draft_len) const {
+  return std::max(0, std::min(draft_len, shape_.max_depth()));
+}
+
+int HawkDrafter::max_nodes(int draft_len) const {
+  const int depth = draft_depth(draft_len);
+  return static_cast<int>(
+      std::count_if(shape_.depth.begin(), shape_.depth.end(), [&](int d) { return d <= depth; }));
+}
+
+void HawkDrafter::read_rows(const Tensor& t, std::span<const int> rows, std::vector<float>& out) {
+  const int D = heads_.dim();
+  check(t.data && t.dtype == DType::F32 && t.dim(1) == D,
+        "internal: the Hawk drafter needs the target's post-norm hidden states");
+  Backend& be = heads_.backend();
+  for (int r : rows) {
+    check(r >= 0 && r < t.dim(0), "internal: a hidden-state row outside the target's outputs");
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(D));
+    be.download_async(t.rows(r, 1), out.data() + at);
+  }
+  be.synchronize();
+}
+
+template <class TokenOf>
+void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf token) {
+  const bool cfg = params_.uses_cfg();
+  const int R = cfg ? 2 * rows : rows, V = heads_.vocab_size();
+  check(static_cast<int>(host_.size()) == R * heads_.dim(), "internal: Hawk's feature rows");
+  Backend& be = heads_.backend();
+  Tensor in = ws_.features.rows(0, R);
+  be.upload_into(host_.data(), in);
+  const Tensor logits = heads_.forward(ws_, R, first, count);
+  logits_.resize(static_cast<size_t>(count) * R * V);
+  be.download_async(logits, logits_.data());
+  be.synchronize();
+  forwards_++;
+  dists_.resize(static_cast<size_t>(count) * rows * V);
+  for (int k = 0; k < count; ++k)
+    for (int r = 0; r < rows; ++r) {
+      const size_t row = static_cast<size_t>(k) * R + r;
+      guided_distribution(logits_.data() + row * V,
+                          cfg ? logits_.data() + (row + rows) * V : nullptr, V, params_,
+                          token(r, k), std::span(dists_).subspan((k * rows + r) * size_t(V), V));
+    }
+}
+
+void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {
+  // The prefill's last prefix row of each slot predicted the image's first token (the first
+  // root): the horizontal heads' input for round 1, and the vertical heads' proposals for the
+  // tokens d rows below token 0.
+  const int n = static_cast<int>(images.size()), rows = prefill.rows;
+  const int W = heads_.config().row_width, V = heads_.vocab_size();
+  for (int i = 0; i < n; ++i) {
+    State& s = state_.try_emplace(images[i]->id, State{{}, {}, {std::max(W, 1), opt_.vertical, V}})
+                   .first->second;
+    s.cond.clear();
+    s.uncond.clear();
+    s.cache.clear();
+    const int cond_row = i * rows + rows - 1, uncond_row = (n + i) * rows + rows - 1;
+    read_rows(prefill.hidden, std::span(&cond_row, 1), s.cond);
+    if (params_.uses_cfg()) read_rows(prefill.hidden, std::span(&uncond_row, 1), s.uncond);
+    if (opt_.vertical == 0) continue;
+    host_ = s.cond;
+    host_.insert(host_.end(), s.uncond.begin(), s.uncond.end());
+    head_distributions(1, heads_.num_heads(), opt_.vertical,
+                       [&](int, int k) { return (k + 1) * W; });
+    for (int k = 0; k < opt_.vertical; ++k)
+      s.cache.put(0, k + 1, std::span(dists_).subspan(static_cast<size_t>(k) * V, V), n_tokens_);
+  }
+}
+
+void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+                          std::vector<DraftTree>& trees) {
+  trees.assign(active.size(), {});
+  const int V = heads_.vocab_size();
+  std::vector<int> node_of(shape_.nodes());
+  std::vector<std::vector<std::span<const float>>> slots;
+  std::vector<std::vector<int32_t>> tokens;
+  for (size_t j = 0; j < active.size(); ++j) {
+    ImageState& im = *active[j];
+    const int depth = std::min(max_depth[j], draft_depth(max_depth[j]));
+    if (depth <= 0) continue;
+    State& s = state_.at(im.id);
+    const int t = static_cast<int>(im.tokens.size()) - 1;  // the root's token index
+    // HorizSpec (Eq. 4): the horizontal heads on the root's predicting row, depth k + 1's q.
+    const int H = std::min(opt_.horizontal, depth);
+    if (H > 0) {
+      host_ = s.cond;
+      host_.insert(host_.end(), s.uncond.begin(), s.uncond.end());
+      head_distributions(1, 0, H, [&](int, int k) { return t + 1 + k; });
+      im.stats.draft_forwards++;
+    }
+    // Eq. 5's pool per depth: the cached vertical proposals, nearest row first, then the
+    // horizontal one; each member `samples` times, each slot one draw from its q.
+    slots.assign(depth, {});
+    tokens.assign(depth, {});
+    for (int d = 1; d <= depth && t + d < n_tokens_; ++d) {
+      const int P = t + d;
+      std::vector<std::span<const float>>& pool = slots[d - 1];
+      for (const SpeculationCache::Entry& e : s.cache.pool(P))
+        if (e.depth <= opt_.vertical)
+          for (int a = 0; a < opt_.samples; ++a) pool.push_back(e.q);
+      if (d <= H)
+        for (int a = 0; a < opt_.samples; ++a)
+          pool.push_back(std::span<const float>(dists_).subspan(static_cast<size_t>(d - 1) * V, V));
+      for (size_t k = 0; k < pool.size(); ++k)
+        tokens[d - 1].push_back(sample_index(
+            pool[k], im.rng.uniform(P, stream_id(Stream::Draft, im.round, static_cast<int>(k)))));
+    }
+    // The Cartesian product of the pools, cut to the static shape over slots.
+    DraftTree& tree = trees[j];
+    for (int u = 0; u < shape_.nodes(); ++u) {
+      node_of[u] = -1;
+      const int d = shape_.depth[u], p = shape_.parent[u], r = shape_.rank[u];
+      if (d > depth || (p >= 0 && node_of[p] < 0)) continue;
+      if (r >= static_cast<int>(slots[d - 1].size())) continue;
+      DraftNode node;
+      node.parent = p < 0 ? -1 : node_of[p];
+      node.depth = d;
+      node.token = tokens[d - 1][r];
+      node.q.assign(slots[d - 1][r].begin(), slots[d - 1][r].end());
+      node.with_replacement = true;  // tested against its own q (Eq. 6)
+      node_of[u] = static_cast<int>(tree.size());
+      tree.push_back(std::move(node));
+    }
+  }
+}
+
+void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const VerifyOutcome& outcome,
+                               const TargetRound& target) {
+  // The rows that predicted this round's committed tokens: the root's (row 0) and every accepted
+  // node's; the last of them predicted the next root.
+  std::vector<int> rows = {0};
+  for (int a : outcome.accepted) rows.push_back(a + 1);
+  const int k = static_cast<int>(rows.size());
+  const int first = static_cast<int>(image.tokens.size()) - k;  // the token row 0 predicted
+  State& s = state_.at(image.id);
+  host_.clear();
+  read_rows(target.hidden, rows, host_);
+  const bool cfg = params_.uses_cfg();
+  if (cfg) read_rows(target.hidden_uncond, rows, host_);
+  const int D = heads_.dim(), V = heads_.vocab_size();
+  s.cond.assign(host_.begin() + static_cast<std::ptrdiff_t>(k - 1) * D,
+                host_.begin() + static_cast<std::ptrdiff_t>(k) * D);
+  if (cfg)
+    s.uncond.assign(host_.begin() + static_cast<std::ptrdiff_t>(2 * k - 1) * D,
+                    host_.begin() + static_cast<std::ptrdiff_t>(2 * k) * D);
+  // The next round drafts from token image.tokens.size() on: earlier proposals are spent.
+  s.cache.evict_before(static_cast<int>(image.tokens.size()));
+  if (opt_.vertical == 0) return;
+  const int W = heads_.config().row_width;
+  head_distributions(k, heads_.num_heads(), opt_.vertical,
+                     [&](int r, int d) { return first + r + (d + 1) * W; });
+  for (int d = 0; d < opt_.vertical; ++d)
+    for (int r = 0; r < k; ++r)
+      s.cache.put(first + r, d + 1,
+                  std::span(dists_).subspan((static_cast<size_t>(d) * k + r) * V, V), n_tokens_);
+}
+
+}  // namespace tessera::speculative

@@ -1,0 +1,90 @@
+// Drafts with Hawk's spatial heads (Chen et al., 2025, "Hawk: Leveraging Spatial Context for
+// Faster Autoregressive Text-to-Image Generation", §4.2; shared notes jacobi_grouped_spatial.md
+// §3): no draft model runs. Each round, for the image whose last committed token (the root) is t:
+//
+// - Horizontal heads (Medusa's) on the hidden state of the row that predicted the root propose
+//   tokens t + 1 .. t + K (HorizSpec, Eq. 4).
+// - Vertical heads ran, when each committed token was predicted, on that row's hidden state and
+//   left their proposals for the tokens d rows below in the speculation cache (Eqs. 1-3); the
+//   cached proposals for t + j are its vertical pool (VertSpec, Eq. 3).
+// - Depth j's pool is the vertical proposals, nearest row first, then the horizontal one (Eq. 5);
+//   each member contributes `samples` candidates drawn from its q. The tree is the Cartesian
+//   product of the pools (every node of depth j - 1 has depth j's candidates as children), cut to
+//   a static shape over pool slots: node rank r of depth j is slot r of depth j's pool (a slot the
+//   pool lacks, e.g. the first row's missing vertical proposals, is left out with its subtree).
+//
+// Verification is the tree walk every method shares: siblings in order, each accepted with
+// min(1, p_i/q_i) against its own q and the residual updated to norm(max(0, p_i - q_i)) after a
+// rejection (Eq. 6, in the corrected form of notes §3.2 item 9: SpecInfer's multi-draft sampling,
+// lossless since every candidate is drawn from the q it is tested against, independently of the
+// target's draws). Nodes therefore carry their slot's full q (DraftNode::with_replacement), which
+// is why the cache holds distributions, not tokens. Greedy decoding proposes each slot's argmax.
+//
+// Choices the paper leaves open (docs/methods.md, "hawk"): heads on both CFG halves, their logits
+// guided as the target's (then the target's temperature, top-k and top-p), notes §3.2 item 6; one
+// sample per pool member shared by every parent (the paper's Cartesian product of samples); the
+// vertical heads run on every committed token's row (item 3).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "models/medusa_heads.h"
+#include "sampling/sampler.h"
+#include "speculative/drafters/drafter.h"
+#include "speculative/drafters/speculation_cache.h"
+#include "speculative/hawk_options.h"
+#include "speculative/tree_shape.h"
+
+namespace tessera::speculative {
+
+// Slots per depth of Hawk's pools (options resolved: no kAll): samples * (vertical +
+// (horizontal > 0 ? 1 : 0)); the default tree is their Cartesian product down to the horizontal
+// heads' depth (4 with vertical heads only), kary:s,s,...
+std::string hawk_default_tree(const HawkOptions& o);
+
+class HawkDrafter : public Drafter {
+ public:
+  // options: resolved (no kAll); n_tokens: the image's tokens; max_images: images in flight.
+  HawkDrafter(const MedusaHeads& heads, const SamplingParams& params, HawkOptions options,
+              TreeShape shape, int n_tokens, int max_images);
+  std::string name() const override { return "Hawk heads"; }
+  // min(L, the tree's depth).
+  int draft_depth(int draft_len) const override;
+  int max_nodes(int draft_len) const override;
+  HiddenState hidden_state() const override { return HiddenState::PostNorm; }
+  void start(std::span<ImageState* const> images, const TargetPrefill& prefill) override;
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<DraftTree>& trees) override;
+  void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
+                    const TargetRound& target) override;
+  void release(const ImageState& image) override { state_.erase(image.id); }
+  int64_t batched_forwards() const override { return forwards_; }
+
+  // The image's speculation cache (tests).
+  const SpeculationCache& cache(int image_id) const { return state_.at(image_id).cache; }
+
+ private:
+  struct State {
+    std::vector<float> cond, uncond;  // the hidden state of the row that predicted the root
+    SpeculationCache cache;
+  };
+  // Rows [rows, dim] of backend tensor t into `out` (appended).
+  void read_rows(const Tensor& t, std::span<const int> rows, std::vector<float>& out);
+  // The guided distributions of heads first..first+count-1 for `rows` feature rows given as
+  // cond rows then (with CFG) as many uncond rows in host_: dists_[(k * rows + r) * V ...], the
+  // token index of row r and head k given by token(r, k).
+  template <class TokenOf>
+  void head_distributions(int rows, int first, int count, TokenOf token);
+  const MedusaHeads& heads_;
+  SamplingParams params_;
+  HawkOptions opt_;
+  TreeShape shape_;
+  int n_tokens_;
+  MedusaHeads::Workspace ws_;
+  std::map<int, State> state_;  // by image id
+  std::vector<float> host_, logits_, dists_, one_;
+  int64_t forwards_ = 0;
+};
+
+}  // namespace tessera::speculative

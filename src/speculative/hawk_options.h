@@ -1,0 +1,14 @@
+// What the hawk methods ask of Hawk's heads (drafters/hawk_drafter.h): how many of each kind to
+// draft with and how many candidates to draw from each pool member.
+#pragma once
+
+namespace tessera::speculative {
+
+struct HawkOptions {
+  static constexpr int kAll = -1;  // every head of that kind the heads directory has
+  int horizontal = kAll;           // horizontal heads used (0: Hawk with vertical heads only)
+  int vertical = kAll;             // vertical depths used
+  int samples = 1;                 // candidates drawn from each pool member
+};
+
+}  // namespace tessera::speculative

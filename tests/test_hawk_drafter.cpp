@@ -1,0 +1,145 @@
+// Hawk's drafter (speculative/drafters/hawk_drafter.h) inside the speculative loop on the micro
+// target (2x2 grid, vocabulary 4) with random heads (tests/fixtures/spec/micro_hawk: 2 horizontal,
+// 1 vertical): the pools are laid out as Hawk §4.2 says (the vertical proposal cached one row up,
+// nearest row first, then the horizontal one), every node carries the q its token was drawn
+// from, and the test of the test: a node verified against another member's q (the q of the
+// horizontal head for the vertical head's token and vice versa) breaks exactness, and the
+// chi-square proof catches it.
+#include <gtest/gtest.h>
+
+#include "decode/guidance.h"
+#include "models/llamagen.h"
+#include "models/medusa_heads.h"
+#include "spec_analysis.h"
+#include "speculative/drafters/hawk_drafter.h"
+#include "speculative/rules/rules.h"
+#include "speculative/speculative_decoder.h"
+#include "speculative/tree_shape.h"
+#include "tensor/cpu/cpu_backend.h"
+
+using namespace tessera;
+using namespace tessera::spec_test;
+
+namespace {
+
+// Checks (and with `swap`, mutates) each round's tree of the Hawk drafter it wraps.
+class CheckedHawk : public speculative::Drafter {
+ public:
+  CheckedHawk(speculative::HawkDrafter& inner, int row_width, bool swap)
+      : inner_(inner), W_(row_width), swap_(swap) {}
+  std::string name() const override { return inner_.name(); }
+  int draft_depth(int len) const override { return inner_.draft_depth(len); }
+  int max_nodes(int len) const override { return inner_.max_nodes(len); }
+  HiddenState hidden_state() const override { return inner_.hidden_state(); }
+  void start(std::span<ImageState* const> images,
+             const speculative::TargetPrefill& prefill) override {
+    inner_.start(images, prefill);
+  }
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<speculative::DraftTree>& trees) override {
+    inner_.propose(active, max_depth, trees);
+    for (size_t j = 0; j < active.size(); ++j) {
+      const ImageState& im = *active[j];
+      const int t = static_cast<int>(im.tokens.size()) - 1;
+      speculative::DraftTree& tree = trees[j];
+      for (size_t u = 0; u < tree.size(); ++u) {
+        speculative::DraftNode& n = tree[u];
+        ASSERT_TRUE(n.with_replacement);
+        ASSERT_GT(n.q[n.token], 0.0f) << "a token drawn from its own q";
+        // Siblings: the children of n's parent, in order.
+        std::vector<size_t> sib;
+        for (size_t v = 0; v < tree.size(); ++v)
+          if (tree[v].parent == n.parent) sib.push_back(v);
+        const size_t rank = std::find(sib.begin(), sib.end(), u) - sib.begin();
+        const int P = t + n.depth;
+        const auto pool = inner_.cache(im.id).pool(P);
+        // Vertical first: slot 0 is the proposal cached one row up when there is one.
+        const bool vertical = P - W_ >= 0;
+        ASSERT_EQ(pool.size(), vertical ? 1u : 0u) << "token " << P;
+        ASSERT_EQ(sib.size(), vertical ? 2u : 1u);
+        if (vertical && rank == 0) {
+          EXPECT_TRUE(std::equal(n.q.begin(), n.q.end(), pool[0].q.begin()));
+          EXPECT_EQ(pool[0].depth, 1);
+          ++vertical_nodes;
+        } else {
+          EXPECT_FALSE(vertical && std::equal(n.q.begin(), n.q.end(), pool[0].q.begin()));
+          ++horizontal_nodes;
+        }
+      }
+      if (!swap_) continue;
+      for (size_t u = 0; u + 1 < tree.size(); ++u)
+        if (tree[u + 1].parent == tree[u].parent && tree[u].depth == tree[u + 1].depth &&
+            tree[u].q != tree[u + 1].q) {
+          std::swap(tree[u].q, tree[u + 1].q);
+          ++u;
+        }
+    }
+  }
+  void finish_round(ImageState& image, const speculative::DraftTree& tree,
+                    const speculative::VerifyOutcome& outcome,
+                    const speculative::TargetRound& target) override {
+    inner_.finish_round(image, tree, outcome, target);
+  }
+  void release(const ImageState& image) override { inner_.release(image); }
+  int64_t batched_forwards() const override { return inner_.batched_forwards(); }
+
+  int vertical_nodes = 0, horizontal_nodes = 0;
+
+ private:
+  speculative::HawkDrafter& inner_;
+  int W_;
+  bool swap_;
+};
+
+class HawkLoop : public MicroModels {
+ protected:
+  // Samples of the micro target's class `cls` drafted by Hawk's heads (kary:2,2, depth 2).
+  std::vector<Seq> sample(int cls, int n, bool swap, int* vertical_nodes = nullptr) {
+    const GenerateOptions o = sampling_options("hawk", false);
+    const LlamaGen gpt(load_model_config(kSpec + "micro_target"), cpu_backend());
+    const MedusaHeads heads(load_model_config(kSpec + "micro_hawk"), gpt);
+    const SamplingParams p = to_sampling_params(o.sampling);
+    const int N = gpt.info().n_tokens;
+    speculative::HawkDrafter hawk(heads, p, {2, 1, 1}, speculative::load_tree_shape("kary:2,2"), N,
+                                  o.batch);
+    CheckedHawk checked(hawk, gpt.info().row_width, swap);
+    const auto rule = speculative::make_exact_rule();
+    speculative::LoopSettings ls;
+    ls.rule = rule.get();
+    ls.drafter = &checked;
+    ls.draft_len = 2;
+    std::vector<Seq> out;
+    const Condition c = Condition::label(cls);
+    for (int done = 0; done < n; done += o.batch) {
+      const int m = std::min(o.batch, n - done);
+      std::vector<const Condition*> conds(m, &c);
+      std::vector<uint64_t> idx(m);
+      for (int i = 0; i < m; ++i) idx[i] = static_cast<uint64_t>(done + i);
+      GenerateStats st;
+      auto grids = speculative::generate_speculative(gpt, conds, idx, p, o.seed, ls, nullptr, st);
+      out.insert(out.end(), grids.begin(), grids.end());
+    }
+    EXPECT_GT(checked.vertical_nodes, 0);
+    EXPECT_GT(checked.horizontal_nodes, 0);
+    if (vertical_nodes) *vertical_nodes = checked.vertical_nodes;
+    return out;
+  }
+};
+
+TEST_F(HawkLoop, PoolsAreVerticalFirstAndTheLoopIsExact) {
+  const Joint joint = target_joint(2, sampling_options("hawk", false).sampling);
+  const int n = samples_for(joint, kTv, kPower, 1000);
+  const ChiSquare chi = chi_square(joint, sample(2, n, false));
+  EXPECT_EQ(chi.impossible, 0);
+  EXPECT_GT(chi.p_value, kAlpha) << "chi2 " << chi.stat << " df " << chi.df;
+}
+
+// The mutation: each vertical-horizontal pair of siblings swaps its q, so a token is tested
+// against the other head's distribution. The loop no longer samples the target.
+TEST_F(HawkLoop, ANodeTestedAgainstAnotherMembersQIsCaught) {
+  const Joint joint = target_joint(2, sampling_options("hawk", false).sampling);
+  const int n = samples_for(joint, kTv, kPower, 1000);
+  EXPECT_TRUE(rejects(chi_square(joint, sample(2, n, true))));
+}
+
+}  // namespace
