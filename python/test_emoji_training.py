@@ -5,7 +5,7 @@ still runs end to end, on a synthetic dataset small enough for seconds of CPU:
   dataset (build_dataset.py's format) -> train_vq.py -> encode_dataset.py -> train_classifier.py
   -> train_gpt.py (draft in bf16; target in f32, stopped and resumed) -> export.py ->
   distill_draft.py (the draft distilled from the target) -> train_eagle.py (an EAGLE drafter)
-  -> train_medusa.py (Medusa heads) -> tessera generate on the exported target, and speculative
+  -> train_medusa.py (Medusa heads, and with --vertical Hawk's) -> tessera generate on the exported target, and speculative
   generation with the exported and the distilled drafts, the EAGLE drafter and the Medusa heads.
 
 It checks what a broken script would get wrong: every step exits 0 and writes its file, a resumed
@@ -152,12 +152,26 @@ def main():
         assert all(a > b for a, b in zip(ms["top1"], ms["initial_top1"])), ms
         assert os.path.exists(os.path.join(medusa, "medusa.safetensors")), medusa
 
+        # train_medusa.py --vertical: Hawk's heads (horizontal and vertical) on the same data must
+        # raise every head's held-out top-1 agreement, and the exported heads must draft.
+        hawk_run, hawk = os.path.join(runs, "hawk"), os.path.join(models, "hawk")
+        shutil.copytree(os.path.join(eagle_run, "samples"), os.path.join(hawk_run, "samples"))
+        run("train_medusa.py", "--target", teacher, "--tessera", tessera, "--out", hawk_run,
+            "--samples-per-class", "2", "--heads", "2", "--vertical", "2", "--batch", "4", "--steps", "30",
+            "--warmup", "2", "--lr", "1e-2", "--eval-every", "10", "--eval-fraction", "0.2", "--export", hawk)
+        hs = json.load(open(os.path.join(hawk_run, "summary.json")))
+        assert len(hs["top1"]) == 4, hs
+        assert all(a > b for a, b in zip(hs["top1"], hs["initial_top1"])), hs
+        assert json.load(open(os.path.join(hawk, "config.json")))["architecture"] == "hawk"
+
         png = os.path.join(tmp, "square.png")
         for extra in ([], ["--draft", os.path.join(models, "draft-data"), "--method", "sd"],
                       ["--draft", os.path.join(distill, "draft_tv1"), "--method", "sd"],
                       ["--draft", eagle, "--method", "eagle", "--tree", "kary:2,2"],
                       ["--draft", medusa, "--method", "medusa"],
-                      ["--draft", medusa, "--method", "medusa-typical", "--tree", "kary:2,2,1"]):
+                      ["--draft", medusa, "--method", "medusa-typical", "--tree", "kary:2,2,1"],
+                      ["--draft", hawk, "--method", "hawk"],
+                      ["--draft", hawk, "--method", "hawk-vertical"]):
             r = subprocess.run([tessera, "generate", "-m", os.path.join(models, "target"), "red square",
                                 "-o", png, "--seed", "1", *extra], capture_output=True, text=True)
             assert r.returncode == 0, f"tessera generate {extra} failed:\n{r.stdout}\n{r.stderr}"

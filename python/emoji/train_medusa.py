@@ -18,6 +18,11 @@ LlamaGen target, on the target's own samples and hidden states (Medusa-1: the ta
      distribution at that position (temperature 1, no guidance); writes RUN/medusa.pt and, with
      --export DIR, the heads as a tessera directory (f16).
 
+With --vertical D it trains Hawk's heads (Chen et al., 2025, section 4.2; python/tessera_ref/medusa.py's
+HawkHeads): the --heads horizontal ones as above and D vertical ones, vertical head d (0-based) at
+row t scored against the token d + 1 image rows below image token t, t + (d + 1) W, all losses with
+weight 1 (Hawk's lambda_k = 1), exported as "architecture": "hawk".
+
   python3 python/emoji/train_medusa.py --target models/emoji/target --tessera build/tessera \\
       --out RUNS/medusa --sequences 2000 --minutes 12 --export models/emoji/medusa
 """
@@ -35,34 +40,52 @@ from target_samples import add_run_args, prepare_run
 from train_gpt import adamw, scheduled_lr
 
 from tessera_ref.atomic_io import atomic_write  # noqa: E402
-from tessera_ref.medusa import MedusaHeads, write_tessera  # noqa: E402
+from tessera_ref.medusa import HawkHeads, MedusaHeads, write_tessera, write_tessera_hawk  # noqa: E402
+
+
+def offsets(heads):
+    """Token offset of each head from the row t whose target logits predict image token t: Medusa's
+    head k predicts t + 1 + k, Hawk's vertical head d the token d + 1 rows below t, t + (d + 1) W."""
+    out = [1 + k for k in range(heads.num_heads)]
+    if isinstance(heads, HawkHeads):
+        out += [(d + 1) * heads.row_width for d in range(heads.vertical_heads)]
+    return out
+
+
+def all_logits(heads, lm_head, feats):
+    """[K (+ D), B, 256, V]: every head's logits, Hawk's vertical heads after the horizontal ones."""
+    logits = heads(feats, lm_head)
+    if isinstance(heads, HawkHeads):
+        logits = torch.cat([logits, heads.vertical(feats, lm_head)])
+    return logits
 
 
 def losses(heads, lm_head, feats, tokens):
-    """feats [B, 256, H] (f_0..f_255), tokens [B, 256]. Head k at row t -> token t + 1 + k.
-    Returns the per-head mean cross-entropies [K] and the logits [K, B, 256, V]."""
-    logits = heads(feats, lm_head)
+    """feats [B, 256, H] (f_0..f_255), tokens [B, 256]. Head i at row t -> token t + offsets[i].
+    Returns the per-head mean cross-entropies and the logits."""
+    logits = all_logits(heads, lm_head, feats)
     ce = []
-    for k in range(heads.num_heads):
-        n = tokens.shape[1] - 1 - k
-        ce.append(F.cross_entropy(logits[k, :, :n].flatten(0, 1), tokens[:, 1 + k:].flatten()))
+    for i, off in enumerate(offsets(heads)):
+        n = tokens.shape[1] - off
+        ce.append(F.cross_entropy(logits[i, :, :n].flatten(0, 1), tokens[:, off:].flatten()))
     return torch.stack(ce), logits
 
 
 @torch.no_grad()
 def measure(heads, lm_head, feats, tokens, batch=32):
-    K = heads.num_heads
+    offs = offsets(heads)
+    K = len(offs)
     top1, accept, count = torch.zeros(K), torch.zeros(K), torch.zeros(K)
     for s in range(0, len(tokens), batch):
         f, tok = feats[s:s + batch].float(), tokens[s:s + batch]
         _, logits = losses(heads, lm_head, f, tok)
         p = F.softmax(lm_head(f), -1)  # the target's distribution at every row
-        for k in range(K):
-            n = tok.shape[1] - 1 - k
-            guess = logits[k, :, :n].argmax(-1)  # the head's top-1 for token t + 1 + k
-            top1[k] += float((guess == tok[:, 1 + k:]).sum())
-            # Token t + 1 + k's target distribution is row t + 1 + k's.
-            accept[k] += float(p[:, 1 + k:].gather(-1, guess[..., None]).sum())
+        for k, off in enumerate(offs):
+            n = tok.shape[1] - off
+            guess = logits[k, :, :n].argmax(-1)  # the head's top-1 for token t + off
+            top1[k] += float((guess == tok[:, off:]).sum())
+            # Token t + off's target distribution is row t + off's.
+            accept[k] += float(p[:, off:].gather(-1, guess[..., None]).sum())
             count[k] += guess.numel()
     return (top1 / count).tolist(), (accept / count).tolist()
 
@@ -70,24 +93,29 @@ def measure(heads, lm_head, feats, tokens, batch=32):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_args(ap, "heads")
-    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4, help="Medusa's heads (Hawk's horizontal ones)")
+    ap.add_argument("--vertical", type=int, default=0,
+                    help="Hawk's vertical heads (its vertical speculation depth); > 0 trains Hawk's heads")
     ap.add_argument("--lr", type=float, default=1e-3, help="Medusa's train_vicuna_7b.sh: 1e-3")
     ap.add_argument("--init", help="start from heads this script wrote (RUN/medusa.pt)")
     a = ap.parse_args()
     gpt, (tr_feat, tr_tok), (ev_feat, ev_tok), counts = prepare_run(a)
 
     c = gpt.config
-    heads = MedusaHeads(c.dim, a.heads, c.vocab_size)
+    heads = (HawkHeads(c.dim, a.heads, a.vertical, gpt.grid_size, c.vocab_size) if a.vertical
+             else MedusaHeads(c.dim, a.heads, c.vocab_size))
     if a.init:  # continue from heads this script wrote
         heads.load_state_dict(torch.load(a.init), strict=True)
     lm_head = gpt.output
     opt = adamw(heads.parameters(), a.lr, 0.0)
-    log = Log(os.path.join(a.out, "medusa_log.tsv"))
+    kind = "hawk" if a.vertical else "medusa"
+    log = Log(os.path.join(a.out, f"{kind}_log.tsv"))
+    names = [f"h{k}" for k in range(a.heads)] + [f"v{d}" for d in range(a.vertical)]
 
     def record(step, **extra):
         top1, accept = measure(heads, lm_head, ev_feat, ev_tok)
-        fields = {f"top1_h{k}": v for k, v in enumerate(top1)}
-        fields.update({f"accept_h{k}": v for k, v in enumerate(accept)})
+        fields = {f"top1_{n}": v for n, v in zip(names, top1)}
+        fields.update({f"accept_{n}": v for n, v in zip(names, accept)})
         log(step, **fields, **extra)
         return top1, accept
 
@@ -116,7 +144,7 @@ def main():
     wall = time.time() - t_train
     print(f"trained {step} steps in {wall:.0f}s: held-out top-1 {[round(x, 3) for x in top1]}, acceptance "
           f"{[round(x, 3) for x in accept]} (start {[round(x, 3) for x in accept_0]})", flush=True)
-    with atomic_write(os.path.join(a.out, "medusa.pt")) as f:
+    with atomic_write(os.path.join(a.out, f"{kind}.pt")) as f:
         torch.save({k: v.detach().clone() for k, v in heads.state_dict().items()}, f)
     summary = {"steps": step, "train_seconds": wall, **counts,
                "top1": top1, "acceptance": accept, "initial_top1": top1_0, "initial_acceptance": accept_0,
@@ -124,7 +152,7 @@ def main():
     with atomic_write(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     if a.export:
-        write_tessera(heads, a.export, "f16")
+        (write_tessera_hawk if a.vertical else write_tessera)(heads, a.export, "f16")
     return 0
 
 
