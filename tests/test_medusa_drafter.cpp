@@ -280,7 +280,7 @@ TEST(MedusaDrafter, CutsTheTreeAtTheHeadsAndTheDraftLength) {
 // on the tiny c2i target (256 tokens: drafts mostly rejected) and the micro one (4 tokens: many
 // accepted).
 void expect_greedy_equals_vanilla(const std::string& target, const std::string& heads, int classes,
-                                  bool expect_accepted) {
+                                  bool expect_accepted, const std::string& method = "medusa") {
   LoadOptions lo;
   lo.load_decoder = false;
   lo.threads = 1;
@@ -295,9 +295,9 @@ void expect_greedy_equals_vanilla(const std::string& target, const std::string& 
   o.seed = 7;
   o.spec.method = "vanilla";
   const auto vanilla = pipe->generate(conds, o);
-  o.spec.method = "medusa";
+  o.spec.method = method;
   o.spec.draft_model = kSpec + heads;
-  for (const std::string tree : {"", "mc_sim_7b_63"}) {
+  for (const std::string tree : {"", method == "medusa" ? "mc_sim_7b_63" : "kary:3,2"}) {
     o.spec.tree = tree;
     GenerateStats st;
     EXPECT_EQ(pipe->generate(conds, o, &st), vanilla) << target << " " << tree;
@@ -313,6 +313,16 @@ void expect_greedy_equals_vanilla(const std::string& target, const std::string& 
 TEST(MedusaDrafter, GreedyEqualsVanillaGreedy) {
   expect_greedy_equals_vanilla("llamagen/c2i_f32", "tiny_medusa", 10, false);
   expect_greedy_equals_vanilla("spec/micro_target", "micro_medusa", 3, true);
+}
+
+// Hawk's slots propose their argmax when decoding greedily (HawkDrafter): the output is vanilla's.
+// (On the micro target's 2x2 grid the vertical heads alone have nothing to draft for x1, the first
+// root's next token, and their chains end there.)
+TEST(HawkDrafter, GreedyEqualsVanillaGreedy) {
+  for (const std::string method : {"hawk", "hawk-vertical"}) {
+    expect_greedy_equals_vanilla("llamagen/c2i_f32", "tiny_hawk", 10, false, method);
+    expect_greedy_equals_vanilla("spec/micro_target", "micro_hawk", 3, method == "hawk", method);
+  }
 }
 
 }  // namespace

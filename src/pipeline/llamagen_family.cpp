@@ -83,7 +83,7 @@ const MedusaHeads& LlamaGenFamily::Data::medusa_heads(const std::string& dir,
                                             : "a model, not draft heads";
   check_param(hawk ? mc.is_hawk() : mc.is_medusa(), "draft",
               "{method} " + method + " drafts with " +
-                  (hawk ? "Hawk's heads (\"architecture\": \"hawk\")"
+                  (hawk ? "Hawk's heads (python/emoji/train_medusa.py --vertical D)"
                         : "Medusa heads (python/emoji/train_medusa.py)") +
                   "; " + dir + " is " + what);
   medusa = std::make_unique<MedusaHeads>(mc, *gpt);  // checks that they fit the target

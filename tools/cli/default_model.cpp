@@ -123,7 +123,7 @@ std::string method_draft_dir(const std::string& model_dir, const std::string& me
     throw Error(method + " drafts with " + (eagle ? "an " : "") + title + ": give --draft DIR (" +
                 config + " names no \"" + m->drafter + "\" companion; " +
                 (eagle  ? "tools/convert_eagle.py"
-                 : hawk ? "python/tessera_ref/medusa.py's write_tessera_hawk"
+                 : hawk ? "python/emoji/train_medusa.py --vertical D"
                         : "python/emoji/train_medusa.py") +
                 " makes one)");
   const std::string dir = mc.companion_path(named);
