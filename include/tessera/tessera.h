@@ -134,6 +134,9 @@ struct ImageStats {
   // Draft nodes the target verified, over all rounds (a chain's nodes are its depth; a tree's
   // its node count, the node budget --draft-len auto chose).
   int64_t draft_nodes = 0;
+  // Hawk's heads (hawk methods): per token (raster order), the depth d of the vertical head whose
+  // cached proposal was accepted there, 0 elsewhere; empty when no vertical proposal was.
+  std::vector<uint8_t> accepted_vertical;
   // Acceptance rate per draft depth: accepted / verified (0 where nothing was verified).
   std::vector<double> acceptance_by_depth() const;
   // Mean accepted length: tokens per verification round (the prefill's first token excluded).

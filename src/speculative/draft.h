@@ -24,6 +24,9 @@ struct DraftNode {
   // A dynamic tree's node (EAGLE-2): its value, the product of the draft confidences along its
   // path (0 elsewhere); --draft-len auto's node budget reads it.
   double value = 0.0;
+  // Hawk: the depth d of the vertical head whose cached proposal this is (made d rows up); 0 for
+  // every other proposal. The statistics and the heatmap show where vertical proposals won.
+  int vertical = 0;
 };
 // Nodes in topological order (parents first); siblings in the order they are to be verified.
 using DraftTree = std::vector<DraftNode>;

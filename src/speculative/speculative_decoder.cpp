@@ -206,6 +206,10 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     stats_.rule_seconds += now_s() - tr - dist_s;
     for (size_t a = 0; a < out.accepted.size(); ++a) {
       im.stats.accepted_depth[base + a] = static_cast<uint8_t>(std::min<size_t>(a + 1, 255));
+      if (const int v = tree[out.accepted[a]].vertical; v > 0) {
+        im.stats.accepted_vertical.resize(im.stats.accepted_depth.size(), 0);
+        im.stats.accepted_vertical[base + a] = static_cast<uint8_t>(std::min(v, 255));
+      }
       im.tokens.push_back(tree[out.accepted[a]].token);
     }
     im.tokens.push_back(out.next_token);

@@ -316,7 +316,11 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
           path, st.per_image[i].accepted_depth, cfg.grid, depth,
           "acceptance over the token grid; method=" + gen.spec.method +
               "; dark = sampled by the target, yellow..blue = accepted at draft depth 1.." +
-              std::to_string(depth));
+              std::to_string(depth) +
+              (st.per_image[i].accepted_vertical.empty()
+                   ? ""
+                   : "; magenta = a vertical head's cached proposal accepted (Hawk)"),
+          st.per_image[i].accepted_vertical);
     });
   }
   std::vector<int32_t> flat;

@@ -118,6 +118,7 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
   std::vector<int> node_of(shape_.nodes());
   std::vector<std::vector<std::span<const float>>> slots;
   std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<int>> verticals;  // per depth: the vertical slots' head depths
   for (size_t j = 0; j < active.size(); ++j) {
     ImageState& im = *active[j];
     const int depth = std::min(max_depth[j], draft_depth(max_depth[j]));
@@ -136,12 +137,16 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
     // horizontal one; each member `samples` times, each slot one draw from its q.
     slots.assign(depth, {});
     tokens.assign(depth, {});
+    verticals.assign(depth, {});
     for (int d = 1; d <= depth && t + d < n_tokens_; ++d) {
       const int P = t + d;
       std::vector<std::span<const float>>& pool = slots[d - 1];
       for (const SpeculationCache::Entry& e : s.cache.pool(P))
         if (e.depth <= opt_.vertical)
-          for (int a = 0; a < opt_.samples; ++a) pool.push_back(e.q);
+          for (int a = 0; a < opt_.samples; ++a) {
+            pool.push_back(e.q);
+            verticals[d - 1].push_back(e.depth);
+          }
       if (d <= H)
         for (int a = 0; a < opt_.samples; ++a)
           pool.push_back(std::span<const float>(dists_).subspan(static_cast<size_t>(d - 1) * V, V));
@@ -162,6 +167,7 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
       node.token = tokens[d - 1][r];
       node.q.assign(slots[d - 1][r].begin(), slots[d - 1][r].end());
       node.with_replacement = true;  // tested against its own q (Eq. 6)
+      if (r < static_cast<int>(verticals[d - 1].size())) node.vertical = verticals[d - 1][r];
       node_of[u] = static_cast<int>(tree.size());
       tree.push_back(std::move(node));
     }
