@@ -6,6 +6,8 @@
 // guidance halves, batched images whose catch-ups differ in length, chunked catch-ups).
 #include <gtest/gtest.h>
 
+#include "delegating_drafter.h"
+
 #include "float_compare.h"
 
 #include <algorithm>
@@ -90,20 +92,12 @@ TEST(EagleDrafter, RefusesADrafterForAnotherTarget) {
 }
 
 // Records every image's depth-1 distributions with the committed tokens they were drafted after.
-class RecordingEagle : public speculative::Drafter {
+class RecordingEagle : public test::DelegatingDrafter {
  public:
   // skip_rounds: rounds 1-6 of every 8 of each image draft nothing (depth 0), so the committed
   // pairs pile up and the next catch-up feeds more than one forward's rows (in chunks).
   RecordingEagle(speculative::ModelDrafter& inner, bool skip_rounds)
-      : inner_(inner), skip_rounds_(skip_rounds) {}
-  std::string name() const override { return inner_.name(); }
-  int draft_depth(int len) const override { return inner_.draft_depth(len); }
-  int max_nodes(int len) const override { return inner_.max_nodes(len); }
-  HiddenState hidden_state() const override { return inner_.hidden_state(); }
-  void start(std::span<ImageState* const> images,
-             const speculative::TargetPrefill& prefill) override {
-    inner_.start(images, prefill);
-  }
+      : DelegatingDrafter(inner), skip_rounds_(skip_rounds) {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     std::vector<int> depth(max_depth.begin(), max_depth.end());
@@ -122,13 +116,6 @@ class RecordingEagle : public speculative::Drafter {
       records.push_back(std::move(r));
     }
   }
-  void finish_round(ImageState& im, const speculative::DraftTree& tree,
-                    const speculative::VerifyOutcome& out,
-                    const speculative::TargetRound& target) override {
-    inner_.finish_round(im, tree, out, target);
-  }
-  void release(const ImageState& im) override { inner_.release(im); }
-  int64_t batched_forwards() const override { return inner_.batched_forwards(); }
 
   struct Record {
     int image;
@@ -140,7 +127,6 @@ class RecordingEagle : public speculative::Drafter {
   std::vector<Record> records;
 
  private:
-  speculative::ModelDrafter& inner_;
   bool skip_rounds_;
 };
 

@@ -7,6 +7,8 @@
 // chi-square proof catches it.
 #include <gtest/gtest.h>
 
+#include "delegating_drafter.h"
+
 #include "decode/guidance.h"
 #include "models/llamagen.h"
 #include "models/medusa_heads.h"
@@ -23,18 +25,10 @@ using namespace tessera::spec_test;
 namespace {
 
 // Checks (and with `swap`, mutates) each round's tree of the Hawk drafter it wraps.
-class CheckedHawk : public speculative::Drafter {
+class CheckedHawk : public test::DelegatingDrafter {
  public:
   CheckedHawk(speculative::HawkDrafter& inner, int row_width, bool swap)
-      : inner_(inner), W_(row_width), swap_(swap) {}
-  std::string name() const override { return inner_.name(); }
-  int draft_depth(int len) const override { return inner_.draft_depth(len); }
-  int max_nodes(int len) const override { return inner_.max_nodes(len); }
-  HiddenState hidden_state() const override { return inner_.hidden_state(); }
-  void start(std::span<ImageState* const> images,
-             const speculative::TargetPrefill& prefill) override {
-    inner_.start(images, prefill);
-  }
+      : DelegatingDrafter(inner), hawk_(inner), W_(row_width), swap_(swap) {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     inner_.propose(active, max_depth, trees);
@@ -52,7 +46,7 @@ class CheckedHawk : public speculative::Drafter {
           if (tree[v].parent == n.parent) sib.push_back(v);
         const size_t rank = std::find(sib.begin(), sib.end(), u) - sib.begin();
         const int P = t + n.depth;
-        const auto pool = inner_.cache(im.id).pool(P);
+        const auto pool = hawk_.cache(im.id).pool(P);
         // Vertical first: slot 0 is the proposal cached one row up when there is one.
         const bool vertical = P - W_ >= 0;
         ASSERT_EQ(pool.size(), vertical ? 1u : 0u) << "token " << P;
@@ -75,18 +69,10 @@ class CheckedHawk : public speculative::Drafter {
         }
     }
   }
-  void finish_round(ImageState& image, const speculative::DraftTree& tree,
-                    const speculative::VerifyOutcome& outcome,
-                    const speculative::TargetRound& target) override {
-    inner_.finish_round(image, tree, outcome, target);
-  }
-  void release(const ImageState& image) override { inner_.release(image); }
-  int64_t batched_forwards() const override { return inner_.batched_forwards(); }
-
   int vertical_nodes = 0, horizontal_nodes = 0;
 
  private:
-  speculative::HawkDrafter& inner_;
+  speculative::HawkDrafter& hawk_;
   int W_;
   bool swap_;
 };

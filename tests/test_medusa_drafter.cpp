@@ -6,6 +6,8 @@
 // root (both guidance halves), recomputed outside the loop; greedy decoding equals vanilla's.
 #include <gtest/gtest.h>
 
+#include "delegating_drafter.h"
+
 #include "float_compare.h"
 
 #include <algorithm>
@@ -124,17 +126,9 @@ TEST(MedusaHeads, RefuseHeadsForAnotherTarget) {
 }
 
 // Records every round's committed tokens and tree.
-class RecordingMedusa : public speculative::Drafter {
+class RecordingMedusa : public test::DelegatingDrafter {
  public:
-  explicit RecordingMedusa(speculative::MedusaDrafter& inner) : inner_(inner) {}
-  std::string name() const override { return inner_.name(); }
-  int draft_depth(int len) const override { return inner_.draft_depth(len); }
-  int max_nodes(int len) const override { return inner_.max_nodes(len); }
-  HiddenState hidden_state() const override { return inner_.hidden_state(); }
-  void start(std::span<ImageState* const> images,
-             const speculative::TargetPrefill& prefill) override {
-    inner_.start(images, prefill);
-  }
+  explicit RecordingMedusa(speculative::MedusaDrafter& inner) : DelegatingDrafter(inner) {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     inner_.propose(active, max_depth, trees);
@@ -142,13 +136,6 @@ class RecordingMedusa : public speculative::Drafter {
       if (!trees[j].empty())
         records.push_back({active[j]->id, max_depth[j], active[j]->tokens, trees[j]});
   }
-  void finish_round(ImageState& im, const speculative::DraftTree& tree,
-                    const speculative::VerifyOutcome& out,
-                    const speculative::TargetRound& target) override {
-    inner_.finish_round(im, tree, out, target);
-  }
-  void release(const ImageState& im) override { inner_.release(im); }
-  int64_t batched_forwards() const override { return inner_.batched_forwards(); }
 
   struct Record {
     int image, max_depth;
@@ -156,9 +143,6 @@ class RecordingMedusa : public speculative::Drafter {
     speculative::DraftTree tree;
   };
   std::vector<Record> records;
-
- private:
-  speculative::MedusaDrafter& inner_;
 };
 
 // Through SpeculativeDecoder: eight images in one batch, CFG, top-k and top-p, a Medusa tree.

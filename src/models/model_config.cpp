@@ -268,6 +268,17 @@ void load_eagle_config(const json& root, const std::string& where, ModelConfig& 
 
 void only_keys(const json& j, const std::string& where, std::initializer_list<const char*> known);
 
+// Draft heads (Medusa's, Hawk's) read the target's last hidden state after its final norm: the
+// only "feature" they take.
+void require_post_norm_feature(const Keys& e) {
+  const std::string feature = e.string("feature", "post_norm");
+  if (feature != "post_norm")
+    e.fail(
+        "feature must be post_norm (the heads read the target's last hidden state after its "
+        "final norm), got \"" +
+        printable(feature) + "\"");
+}
+
 // config.json "medusa": {"num_heads", "dim", "vocab_size", "lm_head", "feature", "dtype", "file"}.
 void load_medusa_config(const json& root, const std::string& where, ModelConfig& mc) {
   if (!root.contains("medusa") || !root["medusa"].is_object())
@@ -286,12 +297,7 @@ void load_medusa_config(const json& root, const std::string& where, ModelConfig&
   c.per_head_lm_head = head == "per_head";
   // Medusa's heads read the base model's last hidden state, which HF's Llama returns after its
   // final norm (FasterDecoding/Medusa medusa_model.py: outputs[0]).
-  const std::string feature = e.string("feature", "post_norm");
-  if (feature != "post_norm")
-    e.fail(
-        "feature must be post_norm (the heads read the target's last hidden state after its "
-        "final norm), got \"" +
-        printable(feature) + "\"");
+  require_post_norm_feature(e);
   c.dtype = e.float_dtype("dtype");
   c.file = e.file_name("file", "medusa.safetensors");
   e.product_fits({{"vocab_size", c.vocab_size}, {"dim", c.dim}, {"num_heads", c.num_heads}});
@@ -317,12 +323,7 @@ void load_hawk_config(const json& root, const std::string& where, ModelConfig& m
   c.row_width = e.integer("row_width", 1, 4096);
   c.dim = e.integer("dim", 1, kMaxDim);
   c.vocab_size = e.integer("vocab_size", 1, kMaxVocab);
-  const std::string feature = e.string("feature", "post_norm");
-  if (feature != "post_norm")
-    e.fail(
-        "feature must be post_norm (the heads read the target's last hidden state after its "
-        "final norm), got \"" +
-        printable(feature) + "\"");
+  require_post_norm_feature(e);
   c.dtype = e.float_dtype("dtype");
   c.file = e.file_name("file", "hawk.safetensors");
   const int heads = c.num_heads + c.vertical_heads;
