@@ -158,6 +158,16 @@ TEST_F(SpecMicro, HawkTwoSamplesPerMemberSamplesTheTargetJointDistribution) {
   expect_exact(*target_, target_joint(1, o.sampling), o, 1);
 }
 
+// --hawk-candidates top: each member's most likely token, distinct within a pool, one-hot q.
+TEST_F(SpecMicro, HawkTopCandidatesSampleTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("hawk", false);
+  o.spec.draft_model = kSpec + "micro_hawk";
+  o.spec.draft_len = 3;
+  o.spec.params["hawk.candidates"] = std::string("top");
+  o.spec.tree = "kary:2,2,1";
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+}
+
 TEST_F(SpecMicro, HawkVerticalSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("hawk-vertical", false);
   o.spec.draft_model = kSpec + "micro_hawk";

@@ -9,6 +9,10 @@ struct HawkOptions {
   int horizontal = kAll;           // horizontal heads used (0: Hawk with vertical heads only)
   int vertical = kAll;             // vertical depths used
   int samples = 1;                 // candidates drawn from each pool member
+  // false (the paper's Eq. 6): candidates drawn from each member's q and verified against it;
+  // true: each member's most likely tokens, distinct within a pool, with one-hot q (Medusa's
+  // deterministic candidates, which Hawk builds on); both lossless.
+  bool top = false;
 };
 
 }  // namespace tessera::speculative

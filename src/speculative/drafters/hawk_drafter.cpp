@@ -150,9 +150,32 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
       if (d <= H)
         for (int a = 0; a < opt_.samples; ++a)
           pool.push_back(std::span<const float>(dists_).subspan(static_cast<size_t>(d - 1) * V, V));
-      for (size_t k = 0; k < pool.size(); ++k)
-        tokens[d - 1].push_back(sample_index(
-            pool[k], im.rng.uniform(P, stream_id(Stream::Draft, im.round, static_cast<int>(k)))));
+      if (!opt_.top) {
+        for (size_t k = 0; k < pool.size(); ++k)
+          tokens[d - 1].push_back(sample_index(
+              pool[k], im.rng.uniform(P, stream_id(Stream::Draft, im.round, static_cast<int>(k)))));
+        continue;
+      }
+      // Deterministic candidates: each member's next most likely token not yet in the pool
+      // (a repeat would be rejected for sure once its twin is), verified as one-hot drafts.
+      std::vector<std::span<const float>> kept;
+      std::vector<int> kept_vertical;
+      for (size_t k = 0; k < pool.size(); ++k) {
+        const std::span<const float> q = pool[k];
+        int best = -1;
+        for (int y = 0; y < V; ++y) {
+          if (q[y] <= 0.0f ||
+              std::find(tokens[d - 1].begin(), tokens[d - 1].end(), y) != tokens[d - 1].end())
+            continue;
+          if (best < 0 || q[y] > q[best]) best = y;
+        }
+        if (best < 0) continue;
+        tokens[d - 1].push_back(best);
+        kept.push_back(q);
+        kept_vertical.push_back(k < verticals[d - 1].size() ? verticals[d - 1][k] : 0);
+      }
+      pool = std::move(kept);
+      verticals[d - 1] = std::move(kept_vertical);
     }
     // The Cartesian product of the pools, cut to the static shape over slots.
     DraftTree& tree = trees[j];
@@ -165,8 +188,10 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
       node.parent = p < 0 ? -1 : node_of[p];
       node.depth = d;
       node.token = tokens[d - 1][r];
-      node.q.assign(slots[d - 1][r].begin(), slots[d - 1][r].end());
-      node.with_replacement = true;  // tested against its own q (Eq. 6)
+      if (!opt_.top) {
+        node.q.assign(slots[d - 1][r].begin(), slots[d - 1][r].end());
+        node.with_replacement = true;  // tested against its own q (Eq. 6)
+      }  // top: one-hot q (empty), accepted with p(x) and removed from p when rejected
       if (r < static_cast<int>(verticals[d - 1].size())) node.vertical = verticals[d - 1][r];
       node_of[u] = static_cast<int>(tree.size());
       tree.push_back(std::move(node));

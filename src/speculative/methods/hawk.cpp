@@ -15,6 +15,7 @@ struct Counts {
   int horizontal = 0;  // 0: every horizontal head
   int vertical = 0;    // 0: every vertical head
   int samples = 1;
+  std::string candidates = "sampled";
 };
 
 }  // namespace
@@ -35,14 +36,21 @@ std::vector<MethodEntry> hawk_methods() {
       ParamSpec<O>("hawk.samples", &O::samples,
                    "Candidates drawn from each member of a position's pool (Hawk's a and b)")
           .in(Range::closed(1, 16));
+  const ParamSpec<O> candidates =
+      ParamSpec<O>("hawk.candidates", &O::candidates,
+                   "sampled: drawn from each head's q and verified against it (Hawk Eq. 6); top: "
+                   "each head's most likely tokens, verified as one-hot drafts (Medusa's); both "
+                   "lossless")
+          .one_of({"sampled", "top"});
   auto options = [](const O& o, bool with_horizontal) {
     HawkOptions h;
     h.horizontal = !with_horizontal ? 0 : o.horizontal == 0 ? HawkOptions::kAll : o.horizontal;
     h.vertical = o.vertical == 0 ? HawkOptions::kAll : o.vertical;
     h.samples = o.samples;
+    h.top = o.candidates == "top";
     return h;
   };
-  const std::vector<ParamSpec<O>> both = {horizontal, vertical, samples};
+  const std::vector<ParamSpec<O>> both = {horizontal, vertical, samples, candidates};
   MethodEntry spatial;
   spatial.info = {"hawk",
                   "Exact speculative decoding of Hawk's spatial pools: horizontal heads and the "
@@ -51,7 +59,7 @@ std::vector<MethodEntry> hawk_methods() {
   spatial.make_hawk = [both, options](const MethodParams& given) {
     return options(read_params(both, given, O{}), true);
   };
-  const std::vector<ParamSpec<O>> only = {vertical, samples};
+  const std::vector<ParamSpec<O>> only = {vertical, samples, candidates};
   MethodEntry vert;
   vert.info = {"hawk-vertical",
                "Hawk with its vertical heads only: the cached proposals of the rows above "
