@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "delegating_drafter.h"
 #include "speculative/drafters/drafter.h"
 
 namespace tessera::test {
@@ -26,19 +27,10 @@ struct RoundRecord {
 // Wraps a drafter and records every image's rounds. With `reject`, each draft node is replaced by
 // a token the target cannot sample (q and p both zero there under top-k: the inner drafter is the
 // target itself), drafted with certainty (one-hot q): verification rejects it, always.
-class RecordingDrafter : public speculative::Drafter {
+class RecordingDrafter : public DelegatingDrafter {
  public:
   RecordingDrafter(speculative::Drafter& inner, int depth_cap, int n_tokens, bool reject)
-      : inner_(inner), depth_cap_(depth_cap), n_tokens_(n_tokens), reject_(reject) {}
-  std::string name() const override { return inner_.name(); }
-  int draft_depth(int draft_len) const override { return inner_.draft_depth(draft_len); }
-  HiddenState hidden_state() const override { return inner_.hidden_state(); }
-  bool carries_drafts() const override { return inner_.carries_drafts(); }
-  int carried_drafts(const ImageState& im) const override { return inner_.carried_drafts(im); }
-  void start(std::span<ImageState* const> images,
-             const speculative::TargetPrefill& prefill) override {
-    inner_.start(images, prefill);
-  }
+      : DelegatingDrafter(inner), depth_cap_(depth_cap), n_tokens_(n_tokens), reject_(reject) {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     std::vector<int> carried;
@@ -69,13 +61,10 @@ class RecordingDrafter : public speculative::Drafter {
     r.accepted = static_cast<int>(outcome.accepted.size());
     inner_.finish_round(image, tree, outcome, target);
   }
-  void release(const ImageState& image) override { inner_.release(image); }
-  int64_t batched_forwards() const override { return inner_.batched_forwards(); }
 
   std::map<int, std::vector<RoundRecord>> rounds;  // by image id
 
  private:
-  speculative::Drafter& inner_;
   int depth_cap_, n_tokens_;
   bool reject_;
 };

@@ -86,8 +86,7 @@ class HawkLoop : public MicroModels {
     const MedusaHeads heads(load_model_config(kSpec + "micro_hawk"), gpt);
     const SamplingParams p = to_sampling_params(o.sampling);
     const int N = gpt.info().n_tokens;
-    speculative::HawkDrafter hawk(heads, p, {2, 1, 1}, speculative::load_tree_shape("kary:2,2"), N,
-                                  o.batch);
+    speculative::HawkDrafter hawk(heads, p, {2, 1, 1}, speculative::load_tree_shape("kary:2,2"), N);
     CheckedHawk checked(hawk, gpt.info().row_width, swap);
     const auto rule = speculative::make_exact_rule();
     speculative::LoopSettings ls;

@@ -307,8 +307,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   std::unique_ptr<speculative::Drafter> drafter;
   if (medusa && method.hawk) {
     drafter = std::make_unique<speculative::HawkDrafter>(
-        *medusa, p, *method.hawk, *prep.tree->shape(), d_->config.gpt.n_image_tokens(),
-        std::max(max_images, 1));
+        *medusa, p, *method.hawk, *prep.tree->shape(), d_->config.gpt.n_image_tokens());
   } else if (medusa) {
     drafter = std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree->shape(),
                                                            std::max(max_images, 1));

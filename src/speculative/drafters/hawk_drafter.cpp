@@ -19,7 +19,7 @@ std::string hawk_default_tree(const HawkOptions& o) {
 }
 
 HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
-                         HawkOptions options, TreeShape shape, int n_tokens, int max_images)
+                         HawkOptions options, TreeShape shape, int n_tokens)
     : heads_(heads),
       params_(params),
       opt_(options),
@@ -28,7 +28,6 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
       // Feature rows of one forward: a round's committed rows (at most the tree's depth + 1) of
       // one image, both halves.
       ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))) {
-  (void)max_images;
   check(opt_.horizontal >= 0 && opt_.horizontal <= heads.num_heads() && opt_.vertical >= 0 &&
             opt_.vertical <= heads.vertical_heads() && opt_.horizontal + opt_.vertical > 0 &&
             opt_.samples >= 1,

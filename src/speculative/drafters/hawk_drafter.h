@@ -45,9 +45,10 @@ std::string hawk_default_tree(const HawkOptions& o);
 
 class HawkDrafter : public Drafter {
  public:
-  // options: resolved (no kAll); n_tokens: the image's tokens; max_images: images in flight.
+  // options: resolved (no kAll); n_tokens: the image's tokens. The heads run per image, so the
+  // drafter's buffers do not depend on how many images are in flight.
   HawkDrafter(const MedusaHeads& heads, const SamplingParams& params, HawkOptions options,
-              TreeShape shape, int n_tokens, int max_images);
+              TreeShape shape, int n_tokens);
   std::string name() const override { return "Hawk heads"; }
   // min(L, the tree's depth).
   int draft_depth(int draft_len) const override;
