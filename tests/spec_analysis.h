@@ -416,10 +416,21 @@ enum class SiblingMutation {
 // with mass is left to draft) the next token is drawn from the last p_j. `bound` is COOL-SD Eq. 4
 // summed over the tree's states: the expected TV between each node's one-step output and P,
 // which bounds the joint's TV by the same hybrid argument as for chains.
-inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const paper::Rule& rule,
-                                        const PlainTree& tree, TreeChildren kind, int L,
-                                        int n_tokens, const Joint& target,
-                                        SiblingMutation mutation = SiblingMutation::None) {
+//
+// Heads' children (Medusa's, Hawk's: drafted from the root's features, not the parent's path)
+// are given instead of Q: child r of a node at depth d is drawn from its own q, independently of
+// its siblings (Hawk Eq. 6's candidates, DraftNode::with_replacement: tested against that q, which
+// a rejection leaves as it is), or is one given token with one-hot q (top candidates, Medusa's).
+struct HeadsChild {
+  paper::Dist q;   // sampled: the distribution it is drawn from
+  int token = -1;  // >= 0: one-hot at this token
+};
+using HeadsChildren = std::function<std::vector<HeadsChild>(const Seq& prefix, int depth)>;
+
+inline RoundAnalysis analyse_tree_walk(Conditionals& P, Conditionals* Q, const HeadsChildren* heads,
+                                       const paper::Rule& rule, const PlainTree& tree,
+                                       TreeChildren kind, int L, int n_tokens, const Joint& target,
+                                       SiblingMutation mutation) {
   RoundAnalysis a;
   const paper::Dist p0 = P.dist({});
   const int V = static_cast<int>(p0.size());
@@ -434,7 +445,9 @@ inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const 
       return;
     }
     const int depth = tree.depth[kids[0]];
-    const paper::Dist p = P.dist(prefix), q = Q.dist(prefix);
+    const paper::Dist p = P.dist(prefix), q = Q ? Q->dist(prefix) : paper::Dist(V, 0.0);
+    const std::vector<HeadsChild> given =
+        heads ? (*heads)(prefix, depth) : std::vector<HeadsChild>{};
     // Q's ranking for deterministic children: most probable first, ties by smaller id.
     std::vector<int> ranked(V);
     std::iota(ranked.begin(), ranked.end(), 0);
@@ -446,7 +459,18 @@ inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const 
           if (wj <= 0.0) return;
           std::vector<int> tokens;  // the tokens child j can be, with their draft probability
           paper::Dist draw(V, 0.0);
-          if (j < kids.size()) {
+          if (heads) {
+            if (j < kids.size() && j < given.size()) {
+              const HeadsChild& c = given[j];
+              if (c.token >= 0) {
+                tokens.push_back(c.token);
+                draw[c.token] = 1.0;
+              } else {
+                for (int y = 0; y < V; ++y)
+                  if (c.q[y] > 0.0) tokens.push_back(y), draw[y] = c.q[y];
+              }
+            }
+          } else if (j < kids.size()) {
             if (kind == TreeChildren::WithoutReplacement) {
               for (int y = 0; y < V; ++y)
                 if (qj[y] > 0.0) tokens.push_back(y), draw[y] = qj[y];
@@ -471,10 +495,12 @@ inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const 
             n.x = y;
             n.i = depth;
             n.L = L;
-            n.one_hot = kind == TreeChildren::TopK;
+            n.one_hot = heads ? given[j].token >= 0 : kind == TreeChildren::TopK;
             if (n.one_hot) {
               n.q.assign(V, 0.0);
               n.q[y] = 1.0;
+            } else if (heads) {
+              n.q = given[j].q;
             } else {
               n.q = mutation == SiblingMutation::KeepDraft ? q : qj;
             }
@@ -488,7 +514,7 @@ inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const 
                                        ? pj
                                        : paper::effective_resampling(rule.g(n), pj);
             paper::Dist qn = qj;
-            if (kind == TreeChildren::WithoutReplacement) {
+            if (!heads && kind == TreeChildren::WithoutReplacement) {
               qn[y] = 0.0;
               if (has_mass(qn)) {
                 const double m = std::accumulate(qn.begin(), qn.end(), 0.0);
@@ -507,6 +533,22 @@ inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const 
     if (p0[x0] > 0.0) at_node({x0}, p0[x0], -1);
   a.tv = total_variation(a.output, target);
   return a;
+}
+
+inline RoundAnalysis analyse_tree_round(Conditionals& P, Conditionals& Q, const paper::Rule& rule,
+                                        const PlainTree& tree, TreeChildren kind, int L,
+                                        int n_tokens, const Joint& target,
+                                        SiblingMutation mutation = SiblingMutation::None) {
+  return analyse_tree_walk(P, &Q, nullptr, rule, tree, kind, L, n_tokens, target, mutation);
+}
+
+// The same walk on a tree of heads' drafts (children given per node, above).
+inline RoundAnalysis analyse_heads_round(Conditionals& P, const HeadsChildren& heads,
+                                         const paper::Rule& rule, const PlainTree& tree, int L,
+                                         int n_tokens, const Joint& target,
+                                         SiblingMutation mutation = SiblingMutation::None) {
+  return analyse_tree_walk(P, nullptr, &heads, rule, tree, TreeChildren::TopK, L, n_tokens, target,
+                           mutation);
 }
 
 // ---- one round of a relaxed method: the loop against the analysis -----------------------------

@@ -4,6 +4,7 @@
 #include "cli_harness.h"
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "tessera/image_io.h"
 
@@ -72,6 +73,42 @@ TEST_F(CliHawk, OtherMethodsHaveNoVerticalProposals) {
                            "2", "--tokens-out", tmp("t.npy"), "--stats-out", tmp("s.json"), "-q"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(nlohmann::json::parse(slurp(tmp("s.json"))).contains("vertical_proposals_accepted"));
+}
+
+// A method that takes a draft model drafts with heads given as --draft (Hawk Table 1's "Medusa
+// with LANTERN++"); the stats and bench name the tree the heads drafted, their default when no
+// --tree is given (Hawk's pools' Cartesian product, Medusa's chain of top-1 tokens).
+TEST_F(CliHawk, RelaxedRulesDraftWithHeads) {
+  CliResult r = run({"generate", "-m", fixture("../spec/micro_target"), "--class", "1", "--method",
+                     "lantern++", "--draft", fixture("../spec/micro_hawk"), "--draft-len", "2",
+                     "-n", "20", "--tokens-out", tmp("t.npy"), "--stats-out", tmp("s.json"), "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(slurp(tmp("s.json")));
+  EXPECT_EQ(j["tree"], "kary:2,2");
+  EXPECT_GT(j["mean_draft_nodes"].get<double>(), 1.0);
+  ASSERT_TRUE(j.contains("vertical_proposals_accepted")) << j.dump(1);
+  r = run({"generate", "-m", fixture("../spec/micro_target"), "--class", "1", "--method",
+           "lantern++", "--draft", fixture("../spec/micro_medusa"), "-n", "2", "--tokens-out",
+           tmp("t.npy"), "--stats-out", tmp("s.json"), "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  j = nlohmann::json::parse(slurp(tmp("s.json")));
+  EXPECT_EQ(j["tree"], "chain:3");
+  EXPECT_FALSE(j.contains("vertical_proposals_accepted"));
+  r = run({"bench", "-m", fixture("../spec/micro_target"), "--class", "1", "--methods",
+           "hawk,lantern++", "--draft", fixture("../spec/micro_hawk"), "-n", "2", "--quality",
+           "off", "-o", "json", "-q"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::set<std::pair<std::string, std::string>> seen;
+  j = nlohmann::json::parse(r.out);
+  for (const auto& row : j["methods"])
+    seen.insert({row["method"], row["tree"].is_null() ? "-" : row["tree"].get<std::string>()});
+  const std::set<std::pair<std::string, std::string>> want = {
+      {"vanilla", "-"}, {"hawk", "kary:2,2"}, {"lantern++", "kary:2,2"}};
+  EXPECT_EQ(seen, want);
+  // An EAGLE method still refuses heads, naming what they draft for.
+  expect_error({"generate", "-m", fixture("../spec/micro_target"), "--class", "1", "--method",
+                "eagle", "--draft", fixture("../spec/micro_hawk"), "-o", tmp("x.png")},
+               {"Hawk's heads", "hawk, hawk-vertical or a method that takes a draft model"});
 }
 
 }  // namespace

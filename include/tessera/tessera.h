@@ -157,6 +157,9 @@ struct GenerateStats {
   // One-line notes for the user about the run (a lossy method outside the model's validated
   // settings, docs/quality.md); front-ends print them.
   std::vector<std::string> notes;
+  // The draft tree speculative rounds verified: a --tree spec or the heads' default (Medusa's
+  // chain:K, Hawk's Cartesian product); empty for chains.
+  std::string tree;
 
   int64_t rounds() const;
   int64_t target_forwards() const;

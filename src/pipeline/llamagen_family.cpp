@@ -98,12 +98,14 @@ const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& 
   draft.reset();
   ModelConfig dc = load_model_config(dir);
   dc.check_weights = config.check_weights;
-  check_param(
-      !dc.is_medusa(), "draft",
-      "{draft} " + dir + " holds Medusa heads: they draft for {method} medusa or medusa-typical");
-  check_param(
-      !dc.is_hawk(), "draft",
-      "{draft} " + dir + " holds Hawk's heads: they draft for {method} hawk or hawk-vertical");
+  check_param(!dc.is_medusa(), "draft",
+              "{draft} " + dir +
+                  " holds Medusa heads: they draft for {method} medusa, medusa-typical or a "
+                  "method that takes a draft model (sd, lantern, ...)");
+  check_param(!dc.is_hawk(), "draft",
+              "{draft} " + dir +
+                  " holds Hawk's heads: they draft for {method} hawk, hawk-vertical or a method "
+                  "that takes a draft model (sd, lantern, ...)");
   if (dc.is_eagle()) {
     draft = std::make_unique<EagleDrafterModel>(dc, *gpt);  // checks that it fits the target
     draft_dir = dir;
@@ -186,6 +188,7 @@ struct LlamaGenFamily::Prepared {
   speculative::Method method;
   std::string note;
   std::optional<speculative::TreeSpec> tree;  // --tree: the draft model's static or dynamic tree
+  std::string tree_spec;  // the tree drafted: --tree or the heads' default ("": chains)
 };
 
 LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
@@ -200,8 +203,15 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   // The draft model is validated before the method's tables (LANTERN's can take seconds) are built.
   const bool wants_draft = !opts.spec.draft_model.empty() && opts.spec.method != "vanilla";
   const MethodInfo* mi = find_method(opts.spec.method);
-  const bool hawk = mi && mi->drafter == "hawk";
-  const bool medusa = mi && (mi->drafter == "medusa" || hawk);
+  bool hawk = mi && mi->drafter == "hawk";
+  bool medusa = mi && (mi->drafter == "medusa" || hawk);
+  if (wants_draft && mi && mi->drafter == "draft") {
+    // A method that drafts with a draft model drafts with Medusa's or Hawk's heads when --draft
+    // names them: its rule on their trees (Hawk, Table 1's "Medusa with LANTERN++").
+    const ModelConfig dc = load_model_config(opts.spec.draft_model);
+    hawk = dc.is_hawk();
+    medusa = dc.is_medusa() || hawk;
+  }
   if (wants_draft && medusa)
     r.medusa = &d_->medusa_heads(opts.spec.draft_model, opts.spec.method, hawk);
   else
@@ -217,6 +227,8 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   if (r.method.rule)
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");
+  // Another method's rule on Hawk's pools: every head, one sampled candidate per pool member.
+  if (hawk && r.medusa && !r.method.hawk) r.method.hawk = speculative::HawkOptions{};
   if (r.method.hawk && r.medusa) {
     // "every head": the heads' counts; more than they have is refused naming the flag.
     speculative::HawkOptions& h = *r.method.hawk;
@@ -253,6 +265,7 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
     } catch (const Error& e) {
       throw ParameterError("tree", e.what());
     }
+    r.tree_spec = tree;
     check_param(!(r.medusa && r.tree->dynamic()), "tree",
                 "{tree} " + tree + ": " + (r.method.hawk ? "Hawk's" : "Medusa's") +
                     " heads draft static trees (a depth's candidates do not depend on "
@@ -365,6 +378,7 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     policy.emplace(std::move(rc), depth, drafter->carries_drafts());
     ls.policy = &*policy;
   }
+  st.tree = prep.tree_spec;
   speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
   auto grids = generate_batches(decoder, conds, idx, opts, st);
   if (!note.empty()) st.notes.push_back(note);

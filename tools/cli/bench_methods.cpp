@@ -104,8 +104,12 @@ void bench_methods(const MethodsBenchOptions& b) {
     std::string method, tree;  // tree: a --tree spec, "" for none
     bool floor = false;        // vanilla*
     std::string label() const { return floor ? "vanilla*" : method; }
+    std::string drafted;  // the tree the run verified (GenerateStats::tree), once it ran
     std::string tree_text() const {
-      return method == "vanilla" ? "-" : tree.empty() ? "chain" : tree;
+      return method == "vanilla" ? "-"
+             : !tree.empty()     ? tree
+             : !drafted.empty()  ? drafted  // the heads' default: Medusa's chain:K, Hawk's pools
+                                 : "chain";
     }
   };
   auto options_of = [&](const Run& run) {
@@ -118,13 +122,13 @@ void bench_methods(const MethodsBenchOptions& b) {
   };
   std::vector<Run> runs;
   for (const std::string& m : methods) {
-    Run base{m, b.gen.spec.tree};
+    Run base{m, b.gen.spec.tree, false, {}};
     if (m == "vanilla" || b.trees.empty() || options_of(base).spec.draft_model.empty()) {
       if (!b.trees.empty()) base.tree.clear();
       runs.push_back(base);
       continue;
     }
-    for (const std::string& t : b.trees) runs.push_back({m, t == "chain" ? "" : t});
+    for (const std::string& t : b.trees) runs.push_back({m, t == "chain" ? "" : t, false, {}});
   }
   if (!b.trees.empty() &&
       std::none_of(runs.begin(), runs.end(), [](const Run& r) { return !r.tree.empty(); }) &&
@@ -134,7 +138,7 @@ void bench_methods(const MethodsBenchOptions& b) {
         "--trees: no method of --methods drafts with a draft model, EAGLE drafter or Medusa heads; "
         "Jacobi drafts are "
         "chains");
-  if (qm) runs.insert(runs.begin() + 1, Run{"vanilla", "", true});
+  if (qm) runs.insert(runs.begin() + 1, Run{"vanilla", "", true, {}});
 
   // The sweep (llama-bench style): every combination of threads, batch and draft length. Unset
   // lists mean the single value of -t, -b and --draft-len.
@@ -176,7 +180,7 @@ void bench_methods(const MethodsBenchOptions& b) {
     if (c.threads > 0 || sweep) pipe->set_threads(c.threads > 0 ? c.threads : b.threads);
     const std::pair<int, int> key{pipe->threads(), c.batch};
     double vanilla_s = vanilla_time.count(key) ? vanilla_time[key] : 0.0;
-    for (const Run& run : runs) {
+    for (Run& run : runs) {
       const bool floor = run.floor;
       if (floor && ci > 0) continue;  // quality is measured at the first configuration
       const std::string& m = run.method;
@@ -193,6 +197,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       // are the last repetition's, the time their mean and standard deviation.
       const MethodRun mr = run_method(*pipe, conds, o, floor ? 1 : b.repeat);
       const GenerateStats& st = mr.stats;
+      if (run.tree.empty()) run.drafted = st.tree;
       const std::vector<double>& secs = mr.seconds;
       const double mean = mr.mean_seconds(), sd = mr.stddev_seconds();
       if (m == "vanilla" && !floor) vanilla_s = vanilla_time[key] = mean;

@@ -84,6 +84,7 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
         {"rules", st.rule_seconds}}},
       {"notes", st.notes},  // e.g. a lossy method outside the model's validated setting
       {"per_image", per}};
+  if (!st.tree.empty()) j["tree"] = st.tree;  // the draft tree verified ("": chains)
   // Hawk: where its vertical proposals were accepted (Hawk §5.2's claim: in detailed regions).
   if (nlohmann::json v = vertical_shares(images); !v.is_null())
     j["vertical_proposals_accepted"] = v;
