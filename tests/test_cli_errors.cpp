@@ -291,8 +291,9 @@ INSTANTIATE_TEST_SUITE_P(
                                 "@/../spec/tiny_eagle"}),
                  {"--method medusa-typical", "Medusa heads", "tiny_eagle", "EAGLE drafter"}},
         FlagCase{
-            "MedusaHeadsAsADraftModel",
-            with(kGenC2i, {"--class", "3", "--method", "sd", "--draft", "@/../spec/tiny_medusa"}),
+            "MedusaHeadsForAnEagleMethod",  // sd, lantern, ... draft with them (Medusa + LANTERN++)
+            with(kGenC2i,
+                 {"--class", "3", "--method", "eagle", "--draft", "@/../spec/tiny_medusa"}),
             {"--draft", "tiny_medusa", "Medusa heads", "--method medusa"}},
         FlagCase{"MedusaWithoutACompanion",
                  with(kGenC2i, {"--class", "3", "--method", "medusa"}),

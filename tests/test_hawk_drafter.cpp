@@ -7,6 +7,9 @@
 // chi-square proof catches it.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <numeric>
+
 #include "delegating_drafter.h"
 
 #include "decode/guidance.h"
@@ -125,6 +128,84 @@ TEST_F(HawkLoop, ANodeTestedAgainstAnotherMembersQIsCaught) {
   const Joint joint = target_joint(2, sampling_options("hawk", false).sampling);
   const int n = samples_for(joint, kTv, kPower, 1000);
   EXPECT_TRUE(rejects(chi_square(joint, sample(2, n, true))));
+}
+
+// --draft-len auto's node budget on Hawk's product (HawkDrafter::keep_best): the n nodes kept are
+// the n of highest value (top candidates: the product of q(x) along the path), every parent
+// among them, in the full tree's order (pools stay vertical first).
+class BudgetedHawk : public test::DelegatingDrafter {
+ public:
+  BudgetedHawk(speculative::HawkDrafter& inner, int n) : DelegatingDrafter(inner), n_(n) {}
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<speculative::DraftTree>& trees) override {
+    std::vector<speculative::DraftTree> full;
+    inner_.set_node_budget({});
+    inner_.propose(active, max_depth, full);     // top candidates: no draws, the same tree again
+    std::map<int, std::vector<double>> offered;  // by image id
+    inner_.set_node_budget([&](const ImageState& im, std::span<const double> values) {
+      offered[im.id].assign(values.begin(), values.end());
+      return n_;
+    });
+    inner_.propose(active, max_depth, trees);
+    for (size_t j = 0; j < active.size(); ++j) {
+      const speculative::DraftTree &f = full[j], &t = trees[j];
+      if (f.size() <= 1) continue;
+      ++budgeted;
+      ASSERT_EQ(t.size(), std::min<size_t>(n_, f.size()));
+      std::vector<double> values;
+      for (const auto& node : f) {
+        const double parent = node.parent < 0 ? 1.0 : f[node.parent].value;
+        EXPECT_LE(node.value, parent + 1e-12);
+        EXPECT_GT(node.value, 0.0);
+        values.push_back(node.value);
+      }
+      std::sort(values.rbegin(), values.rend());
+      EXPECT_EQ(offered[active[j]->id], values) << "the product's values, best first";
+      // Kept: the n best, in tree order, each with its parent.
+      size_t from = 0;
+      for (const auto& node : t) {
+        while (from < f.size() && (f[from].token != node.token || f[from].depth != node.depth ||
+                                   f[from].value != node.value))
+          ++from;
+        ASSERT_LT(from, f.size()) << "a kept node out of the full tree's order";
+        EXPECT_GE(node.value, values[t.size() - 1]);
+        if (node.parent >= 0) {
+          EXPECT_LT(node.parent, static_cast<int>(&node - t.data()));
+          EXPECT_EQ(t[node.parent].depth, node.depth - 1);
+        }
+        ++from;
+      }
+    }
+  }
+  int budgeted = 0;
+
+ private:
+  int n_;
+};
+
+TEST_F(HawkLoop, TheNodeBudgetKeepsTheBestNodesWithTheirParents) {
+  GenerateOptions o = sampling_options("hawk", false);
+  o.sampling.top_k = 0;
+  const LlamaGen gpt(load_model_config(kSpec + "micro_target"), cpu_backend());
+  const MedusaHeads heads(load_model_config(kSpec + "micro_hawk"), gpt);
+  const SamplingParams p = to_sampling_params(o.sampling);
+  speculative::HawkDrafter hawk(heads, p, {2, 1, 1, true}, speculative::load_tree_shape("kary:2,2"),
+                                gpt.info().n_tokens);
+  for (int n : {1, 2}) {
+    BudgetedHawk budgeted(hawk, n);
+    const auto rule = speculative::make_exact_rule();
+    speculative::LoopSettings ls;
+    ls.rule = rule.get();
+    ls.drafter = &budgeted;
+    ls.draft_len = 2;
+    const Condition c = Condition::label(1);
+    std::vector<const Condition*> conds(50, &c);
+    std::vector<uint64_t> idx(conds.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    GenerateStats st;
+    speculative::generate_speculative(gpt, conds, idx, p, o.seed, ls, nullptr, st);
+    EXPECT_GT(budgeted.budgeted, 10);
+  }
 }
 
 }  // namespace

@@ -302,6 +302,20 @@ TEST_F(SpecMicro, SdDynamicTreeWithAutoDraftLenSamplesTheTargetJointDistribution
   expect_exact(*target_, target_joint(2, o.sampling), o, 2);
 }
 
+// Hawk under --draft-len auto: the depth from past rounds, and of the pools' product the nodes
+// whose values (products of their slots' confidences, read from q, never from the draws) pay for
+// their verification; sampled candidates (the default) and top ones. These costs make a second
+// node at depth 1 cost 0.45 of a forward, so rounds with a two-member pool keep one of them.
+TEST_F(SpecMicro, HawkWithAutoDraftLenSamplesTheTargetJointDistribution) {
+  GenerateOptions o = sampling_options("hawk", false);
+  o.spec.draft_model = kSpec + "micro_hawk";
+  o.spec.draft_len = kDraftLenAuto;
+  o.spec.auto_costs = {{1.0, 1.0, 1.45, 1.6}, 0.0};
+  expect_exact(*target_, target_joint(2, o.sampling), o, 2);
+  o.spec.params["hawk.candidates"] = std::string("top");
+  expect_exact(*target_, target_joint(1, o.sampling), o, 1);
+}
+
 TEST_F(SpecMicro, SjdWithAutoDraftLenSamplesTheTargetJointDistribution) {
   GenerateOptions o = sampling_options("sjd");
   o.spec.draft_len = kDraftLenAuto;

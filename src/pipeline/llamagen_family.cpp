@@ -344,6 +344,8 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
     if (const speculative::TreeShape* shape = prep.tree ? prep.tree->shape() : nullptr) {
       const std::vector<int> children = shape->child_counts();  // [nodes()]: the root's
       speculative::set_tree_costs(rc, shape->depth, std::span(children).first(shape->depth.size()));
+      // Hawk's product is cut by its nodes' values (HawkDrafter::keep_best), not whole depths.
+      rc.valued = method.hawk.has_value() && medusa != nullptr;
     } else if (prep.tree) {
       // A dynamic tree cut at depth L keeps its best `total` of the candidates down to L; each
       // expansion feeds the top_k frontier.

@@ -1,6 +1,7 @@
 #include "speculative/drafters/hawk_drafter.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "decode/guidance.h"
 #include "tessera/error.h"
@@ -192,10 +193,48 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
         node.with_replacement = true;  // tested against its own q (Eq. 6)
       }  // top: one-hot q (empty), accepted with p(x) and removed from p when rejected
       if (r < static_cast<int>(verticals[d - 1].size())) node.vertical = verticals[d - 1][r];
+      // The node's value (EAGLE-2's path confidence): the product along its path of each slot's
+      // confidence, q(x) for a top candidate and E_{x~q} q(x) = Σ q² for a sampled one, read
+      // from q and never from the draw, so that the budget below keeps the walk exact.
+      const std::span<const float> q = slots[d - 1][r];
+      double confidence = 0.0;
+      if (opt_.top)
+        confidence = q[node.token];
+      else
+        for (float v : q) confidence += static_cast<double>(v) * v;
+      node.value = confidence * (node.parent < 0 ? 1.0 : tree[node.parent].value);
       node_of[u] = static_cast<int>(tree.size());
       tree.push_back(std::move(node));
     }
+    if (budget_ && tree.size() > 1) keep_best(im, tree);
   }
+}
+
+void HawkDrafter::keep_best(const ImageState& im, DraftTree& tree) {
+  // Best first; a child's value is at most its parent's and ties go to the earlier node, so any
+  // prefix of this order holds every kept node's parent.
+  std::vector<int> order(tree.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return tree[a].value > tree[b].value; });
+  std::vector<double> values(order.size());
+  for (size_t k = 0; k < order.size(); ++k) values[k] = tree[order[k]].value;
+  const int n = std::clamp(budget_(im, values), 1, static_cast<int>(tree.size()));
+  std::vector<char> kept(tree.size(), 0);
+  for (int k = 0; k < n; ++k) kept[order[k]] = 1;
+  // The kept nodes in their tree order (pools stay vertical first), parents re-indexed.
+  std::vector<int> index(tree.size(), -1);
+  DraftTree out;
+  for (size_t u = 0; u < tree.size(); ++u) {
+    if (!kept[u]) continue;
+    DraftNode node = std::move(tree[u]);
+    check(node.parent < 0 || index[node.parent] >= 0,
+          "internal: Hawk kept a node without its parent");
+    node.parent = node.parent < 0 ? -1 : index[node.parent];
+    index[u] = static_cast<int>(out.size());
+    out.push_back(std::move(node));
+  }
+  tree = std::move(out);
 }
 
 void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const VerifyOutcome& outcome,

@@ -60,6 +60,9 @@ class HawkDrafter : public Drafter {
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
                     const TargetRound& target) override;
   void release(const ImageState& image) override { state_.erase(image.id); }
+  // --draft-len auto: each round keeps the nodes of the product whose values pay for their
+  // verification (DraftLengthPolicy::choose_nodes).
+  void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
   int64_t batched_forwards() const override { return forwards_; }
 
   // The image's speculation cache (tests).
@@ -70,6 +73,8 @@ class HawkDrafter : public Drafter {
     std::vector<float> cond, uncond;  // the hidden state of the row that predicted the root
     SpeculationCache cache;
   };
+  // The budget's best nodes of `tree` (by value), in tree order.
+  void keep_best(const ImageState& im, DraftTree& tree);
   // Rows [rows, dim] of backend tensor t into `out` (appended).
   void read_rows(const Tensor& t, std::span<const int> rows, std::vector<float>& out);
   // The guided distributions of heads first..first+count-1 for `rows` feature rows given as
@@ -86,6 +91,7 @@ class HawkDrafter : public Drafter {
   std::map<int, State> state_;  // by image id
   std::vector<float> host_, logits_, dists_, one_;
   int64_t forwards_ = 0;
+  NodeBudget budget_;  // --draft-len auto (unset: every node of the product down to the depth)
 };
 
 }  // namespace tessera::speculative
