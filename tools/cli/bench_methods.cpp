@@ -192,7 +192,8 @@ void bench_methods(const MethodsBenchOptions& b) {
       if (!b.quiet)
         std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s, tree %s) ...\n",
                      run.label().c_str(), pipe->threads(), c.batch,
-                     draft_len_text(o.spec.draft_len).c_str(), run.tree_text().c_str());
+                     draft_len_text(o.spec.draft_len).c_str(),
+                     m == "vanilla" || !run.tree.empty() ? run.tree_text().c_str() : "default");
       // -r timed repetitions of the same generation (same seeds, so the same images); the stats
       // are the last repetition's, the time their mean and standard deviation.
       const MethodRun mr = run_method(*pipe, conds, o, floor ? 1 : b.repeat);
