@@ -309,4 +309,45 @@ TEST(HawkDrafter, GreedyEqualsVanillaGreedy) {
   }
 }
 
+// Hawk's state is per image (its speculation cache, the root's features of both CFG halves), so
+// an image's tokens do not depend on what it is batched with or on the KV compaction of the
+// others' rounds: five images with CFG, top-k and top-p at batch 1, 2 and 5, with a fixed draft
+// length and under --draft-len auto's node budget, sampled and top candidates.
+TEST(HawkDrafter, ResultsDoNotDependOnTheBatch) {
+  LoadOptions lo;
+  lo.load_decoder = false;
+  auto pipe = Pipeline::load(kFix + "llamagen/c2i_f32", lo);
+  std::vector<Condition> conds;
+  for (int i = 0; i < 5; ++i) conds.push_back(Condition::label(i));
+  for (const std::string candidates : {"sampled", "top"})
+    for (const int len : {3, kDraftLenAuto}) {
+      SCOPED_TRACE(candidates + " draft_len " + std::to_string(len));
+      GenerateOptions o;
+      o.sampling.cfg_scale = 2.0f;
+      o.sampling.top_k = 50;
+      o.sampling.top_p = 0.95f;
+      o.seed = 11;
+      o.spec.method = "hawk";
+      o.spec.draft_model = kSpec + "tiny_hawk";
+      o.spec.draft_len = len;
+      o.spec.auto_costs = {
+          {1.0, 1.02, 1.05, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3, 2.4},
+          0.0};
+      o.spec.params["hawk.candidates"] = candidates;
+      o.batch = 1;
+      GenerateStats st;
+      const auto one = pipe->generate(conds, o, &st);
+      // Rounds drafted trees (the rejected nodes' KV rows compacted away), and the sampled
+      // candidates of these random heads were accepted (their top tokens too rarely to assert).
+      EXPECT_GT(st.mean_draft_nodes(), 1.0);
+      if (candidates == "sampled") {
+        EXPECT_GT(st.mean_accepted_length(), 1.0);
+      }
+      for (int b : {2, 5}) {
+        o.batch = b;
+        EXPECT_EQ(pipe->generate(conds, o), one) << "batch " << b;
+      }
+    }
+}
+
 }  // namespace
