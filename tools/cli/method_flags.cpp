@@ -212,7 +212,9 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
   cmd->add_option(
          "--draft", o.draft_model,
          "Draft model directory (same VQ vocabulary) for the methods that draft with a "
-         "model; none: Jacobi iteration (the target drafts for itself); default: " +
+         "model, or Medusa's or Hawk's heads for this target (that method's rule on their "
+         "trees, e.g. lantern++: Hawk's \"Medusa with LANTERN++\"); none: Jacobi iteration (the "
+         "target drafts for itself); default: " +
              (md.draft.empty() ? std::string("the draft the model's config.json names, else Jacobi "
                                              "iteration")
                                : md.draft + ", named in the model's config.json"))
