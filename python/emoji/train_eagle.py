@@ -111,6 +111,10 @@ def main():
     ap.add_argument("--norm-eps", type=float, default=1e-6)
     ap.add_argument("--init", help="start from this drafter state dict (LANTERN layout, e.g. an earlier RUN/lantern/pytorch_model.bin)")
     a = ap.parse_args()
+    gpt_cfg = json.load(open(os.path.join(a.target, "config.json")))["gpt"]
+    if gpt_cfg["model_type"] != "c2i" or a.device != "cpu":
+        sys.exit("error: train_eagle.py trains EAGLE drafters (LANTERN's c2i layout) for class-conditional "
+                 "targets on the CPU; train_medusa.py trains heads for text-to-image targets and on a GPU")
     gpt, (tr_feat, tr_tok), (ev_feat, ev_tok), counts = prepare_run(a)
 
     d = drafter_for(gpt, a.norm_eps)

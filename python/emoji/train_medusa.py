@@ -25,6 +25,11 @@ weight 1 (Hawk's lambda_k = 1), exported as "architecture": "hawk".
 
   python3 python/emoji/train_medusa.py --target models/emoji/target --tessera build/tessera \\
       --out RUNS/medusa --sequences 2000 --minutes 12 --export models/emoji/medusa
+
+Any LlamaGen target in tessera's format: class-conditional (its classes.json's training classes,
+else every class) or text-conditional with --captions DIR (one .npy of T5 caption features per
+caption, as `tessera generate --caption` reads them); --device cuda extracts the features and
+trains on a GPU. docs/methods.md ("Training heads for another target") sizes a GPT-XL t2i run.
 """
 import argparse
 import json
@@ -76,8 +81,9 @@ def measure(heads, lm_head, feats, tokens, batch=32):
     offs = offsets(heads)
     K = len(offs)
     top1, accept, count = torch.zeros(K), torch.zeros(K), torch.zeros(K)
+    dev = lm_head.weight.device
     for s in range(0, len(tokens), batch):
-        f, tok = feats[s:s + batch].float(), tokens[s:s + batch]
+        f, tok = feats[s:s + batch].float().to(dev), tokens[s:s + batch].to(dev)
         _, logits = losses(heads, lm_head, f, tok)
         p = F.softmax(lm_head(f), -1)  # the target's distribution at every row
         for k, off in enumerate(offs):
@@ -105,8 +111,10 @@ def main():
     heads = (HawkHeads(c.dim, a.heads, a.vertical, gpt.grid_size, c.vocab_size) if a.vertical
              else MedusaHeads(c.dim, a.heads, c.vocab_size))
     if a.init:  # continue from heads this script wrote
-        heads.load_state_dict(torch.load(a.init), strict=True)
+        heads.load_state_dict(torch.load(a.init, map_location="cpu"), strict=True)
     lm_head = gpt.output
+    dev = lm_head.weight.device
+    heads.to(dev)
     opt = adamw(heads.parameters(), a.lr, 0.0)
     kind = "hawk" if a.vertical else "medusa"
     log = Log(os.path.join(a.out, f"{kind}_log.tsv"))
@@ -130,7 +138,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = scheduled_lr(a.lr, step, a.warmup, progress)
         pick = torch.randint(0, len(tr_tok), (a.batch,), generator=gen)
-        ce, _ = losses(heads, lm_head, tr_feat[pick].float(), tr_tok[pick])
+        ce, _ = losses(heads, lm_head, tr_feat[pick].float().to(dev), tr_tok[pick].to(dev))
         loss = ce.sum()  # Medusa's train_legacy.py: equal weights
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -145,14 +153,14 @@ def main():
     print(f"trained {step} steps in {wall:.0f}s: held-out top-1 {[round(x, 3) for x in top1]}, acceptance "
           f"{[round(x, 3) for x in accept]} (start {[round(x, 3) for x in accept_0]})", flush=True)
     with atomic_write(os.path.join(a.out, f"{kind}.pt")) as f:
-        torch.save({k: v.detach().clone() for k, v in heads.state_dict().items()}, f)
+        torch.save({k: v.detach().cpu().clone() for k, v in heads.state_dict().items()}, f)
     summary = {"steps": step, "train_seconds": wall, **counts,
                "top1": top1, "acceptance": accept, "initial_top1": top1_0, "initial_acceptance": accept_0,
                "loss_weights": "equal (Medusa's train_legacy.py)", "args": vars(a)}
     with atomic_write(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     if a.export:
-        (write_tessera_hawk if a.vertical else write_tessera)(heads, a.export, "f16")
+        (write_tessera_hawk if a.vertical else write_tessera)(heads.cpu(), a.export, "f16")
     return 0
 
 
