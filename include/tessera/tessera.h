@@ -190,6 +190,7 @@ struct LoadReport {
 };
 
 struct MarGenerateOptions;  // tessera/mar.h
+class Generation;           // tessera/generation.h
 struct MarStats;            // tessera/mar.h
 
 // The arithmetic of one forward (Pipeline::forward_flops), split by the units that can run it: the
@@ -230,6 +231,10 @@ class Pipeline {
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts,
                                              GenerateStats* stats = nullptr);
+  // A generation stepped by its caller (include/tessera/generation.h): requests added and
+  // cancelled between steps, all with opts' method and sampling settings, up to opts.batch at once.
+  // Raises generate's errors for opts.
+  std::unique_ptr<Generation> start_generation(const GenerateOptions& opts);
   // Raises the error generate would raise for opts (a bad setting, a draft model that does not
   // fit), without generating: a front-end checks every run of a sweep before the first starts.
   // Loads the draft model and builds the method's tables, which generate then reuses.

@@ -1,5 +1,7 @@
 #include "decode/decoder.h"
 
+#include <algorithm>
+
 #include "common/clock.h"
 #include "decode/guidance.h"
 #include "tessera/error.h"
@@ -19,17 +21,22 @@ int Decoder::capacity_images() const {
   return session_.free_slots() / (cfg() ? 2 : 1);
 }
 
-int Decoder::add(const Condition& condition, uint64_t image_index) {
+int Decoder::add(const Condition& condition, uint64_t image_index, std::optional<uint64_t> seed) {
   check(capacity_images() > 0, "internal: no free KV slot for another image");
   auto im = std::make_unique<ImageState>();
-  im->id = static_cast<int>(images_.size());
+  const auto free = std::find(images_.begin(), images_.end(), nullptr);
+  im->id = static_cast<int>(free - images_.begin());
   im->condition = condition;
-  im->rng = CounterRng(settings_.seed, image_index);
+  im->rng = CounterRng(seed.value_or(settings_.seed), image_index);
   im->slot = session_.acquire_slot();
   if (cfg()) im->uncond_slot = session_.acquire_slot();
   im->stats.accepted_depth.assign(model_.info().n_tokens, 0);
-  images_.push_back(std::move(im));
-  return images_.back()->id;
+  const int id = im->id;
+  if (free == images_.end())
+    images_.push_back(std::move(im));
+  else
+    *free = std::move(im);
+  return id;
 }
 
 void Decoder::remove(int id) {
@@ -54,12 +61,12 @@ bool Decoder::step() {
       fresh.push_back(im.get());
     else if (im && !im->done)
       active.push_back(im.get());
-  if (!fresh.empty())
+  if (fresh.empty() && active.empty()) return false;
+  last_prefill_ = !fresh.empty() && (active.empty() || !last_prefill_);
+  if (last_prefill_)
     prefill(fresh);
-  else if (!active.empty())
-    round(active);
   else
-    return false;
+    round(active);
   stats_.seconds += now_s() - t0;
   return true;
 }

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "decode/image_state.h"
@@ -30,11 +31,16 @@ class Decoder {
           const DecoderSettings& settings, GenerateStats& stats);
   virtual ~Decoder() = default;
 
-  // Queues an image (prefilled by the next step); returns its id. Throws when no KV slot is free.
-  int add(const Condition& condition, uint64_t image_index);
+  // Queues an image (prefilled by a coming step); returns its id, the lowest free one (a removed
+  // image's id is reused). Its random stream is (seed, image_index), seed the settings' unless
+  // given. Throws when no KV slot is free.
+  int add(const Condition& condition, uint64_t image_index,
+          std::optional<uint64_t> seed = std::nullopt);
   // Retires an image, finished or not, and frees its slots.
   virtual void remove(int id);
-  // One batched forward round; false when there was nothing left to do.
+  // One batched forward: the prefill of the images added since the last prefill, or a decoding
+  // round of the images in flight. With both waiting they alternate, so that images arriving at
+  // every step cannot starve the ones being decoded. False when there was nothing left to do.
   bool step();
   bool finished() const;  // every image added so far is done
   const ImageState& image(int id) const { return *images_.at(id); }
@@ -57,6 +63,7 @@ class Decoder {
   GenerateStats& stats_;
   std::vector<std::unique_ptr<ImageState>> images_;  // by id; removed ones are null
   std::vector<float> logits_, probs_;
+  bool last_prefill_ = false;  // the last step was a prefill (step() alternates)
   // The last prefill's hidden states ([slots * prefill_rows, dim], the slots as prefilled: every
   // image's conditional one, then its unconditional one) when the session returns them; valid
   // until the next forward.

@@ -279,57 +279,54 @@ void LlamaGenFamily::validate(const GenerateOptions& opts) {
   prepare(opts);
 }
 
-std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,
-                                                           const GenerateOptions& opts,
-                                                           GenerateStats* stats) {
-  Prepared prep = prepare(opts);
+// What one generation runs, owned together: the checked options and method, the drafter, the
+// draft-length policy and the decoder (which holds pointers to the others).
+struct LlamaGenFamily::Run final : GenerationRun {
+  Prepared prep;
+  std::unique_ptr<speculative::Drafter> drafter;
+  std::optional<speculative::DraftLengthPolicy> policy;
+  std::unique_ptr<Decoder> decoder_;
+  Decoder& decoder() override { return *decoder_; }
+};
+
+std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts, int max_images,
+                                                     GenerateStats& st,
+                                                     std::function<void(int64_t)> on_tokens) {
+  auto run = std::make_unique<Run>();
+  run->prep = prepare(opts);
+  Prepared& prep = run->prep;
   const SamplingParams& p = prep.p;
   const AutoregressiveModel* draft = prep.draft;
   const MedusaHeads* medusa = prep.medusa;
   speculative::Method& method = prep.method;
-  const std::string& note = prep.note;
-  GenerateStats local;
-  GenerateStats& st = stats ? *stats : local;
-  const int N = d_->config.gpt.n_image_tokens();
-  const int64_t total =
-      static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
-  int64_t done = 0;
-  std::vector<const Condition*> conds;
-  std::vector<uint64_t> idx;
-  for (size_t i = 0; i < conditions.size(); ++i) {
-    conds.push_back(&conditions[i]);
-    idx.push_back(opts.first_image_index + i);
-  }
+  max_images = std::max(max_images, 1);
   DecoderSettings ds;
   ds.sampling = p;
   ds.seed = opts.seed;
   ds.max_tokens = opts.max_tokens;
-  ds.on_tokens = [&](int64_t k) {
-    done += k;
-    if (opts.progress) opts.progress(done, total);
-  };
-  const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
+  ds.on_tokens = std::move(on_tokens);
   if (!method.rule) {
-    VanillaDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, st);
-    return generate_batches(decoder, conds, idx, opts, st);  // lossless: no note
+    run->decoder_ = std::make_unique<VanillaDecoder>(*d_->gpt, max_images, ds, st);
+    return run;  // lossless: no note
   }
+  if (!prep.note.empty()) run->notes.push_back(prep.note);
   // A static tree: a fixed draft length cuts it at that depth; auto sizes the drafter for the
   // whole tree and the policy below cuts each round's at the depth with the most expected tokens
   // per second (the node budget).
   const int draft_len = prep.tree && method.auto_len ? prep.tree->max_depth() : method.draft_len;
-  std::unique_ptr<speculative::Drafter> drafter;
+  std::unique_ptr<speculative::Drafter>& drafter = run->drafter;
   if (medusa && method.hawk) {
     drafter = std::make_unique<speculative::HawkDrafter>(
         *medusa, p, *method.hawk, *prep.tree->shape(), d_->config.gpt.n_image_tokens());
   } else if (medusa) {
-    drafter = std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree->shape(),
-                                                           std::max(max_images, 1));
+    drafter =
+        std::make_unique<speculative::MedusaDrafter>(*medusa, p, *prep.tree->shape(), max_images);
   } else if (draft) {
     speculative::FeatureInputs features;
     if (const auto* eagle = dynamic_cast<const EagleDrafterModel*>(draft))
       features = {eagle->feature(), eagle->prefix_token()};
-    drafter = std::make_unique<speculative::ModelDrafter>(
-        *draft, p, draft_len, std::max(max_images, 1), prep.tree, features);
+    drafter = std::make_unique<speculative::ModelDrafter>(*draft, p, draft_len, max_images,
+                                                          prep.tree, features);
   } else
     drafter = std::make_unique<speculative::JacobiDrafter>(d_->config.gpt.vocab_size, p);
   speculative::LoopSettings ls;
@@ -337,7 +334,6 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
   ls.drafter = drafter.get();
   ls.draft_len = draft_len;
   ls.max_rounds = opts.spec.max_rounds;
-  std::optional<speculative::DraftLengthPolicy> policy;
   if (method.auto_len) {
     int depth = drafter->draft_depth(draft_len);
     speculative::RoundCosts rc;
@@ -377,13 +373,37 @@ std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Con
       check_param(v > 0.0, "auto_costs", "verification costs must be positive seconds");
     rc.verify = costs.verify;
     rc.draft_step = costs.draft_step;
-    policy.emplace(std::move(rc), depth, drafter->carries_drafts());
-    ls.policy = &*policy;
+    run->policy.emplace(std::move(rc), depth, drafter->carries_drafts());
+    ls.policy = &*run->policy;
   }
   st.tree = prep.tree_spec;
-  speculative::SpeculativeDecoder decoder(*d_->gpt, std::max(max_images, 1), ds, ls, st);
-  auto grids = generate_batches(decoder, conds, idx, opts, st);
-  if (!note.empty()) st.notes.push_back(note);
+  run->decoder_ =
+      std::make_unique<speculative::SpeculativeDecoder>(*d_->gpt, max_images, ds, ls, st);
+  return run;
+}
+
+std::vector<std::vector<int32_t>> LlamaGenFamily::generate(const std::vector<Condition>& conditions,
+                                                           const GenerateOptions& opts,
+                                                           GenerateStats* stats) {
+  GenerateStats local;
+  GenerateStats& st = stats ? *stats : local;
+  const int N = d_->config.gpt.n_image_tokens();
+  const int64_t total =
+      static_cast<int64_t>(conditions.size()) * (opts.max_tokens > 0 ? opts.max_tokens : N);
+  int64_t done = 0;
+  std::vector<const Condition*> conds;
+  std::vector<uint64_t> idx;
+  for (size_t i = 0; i < conditions.size(); ++i) {
+    conds.push_back(&conditions[i]);
+    idx.push_back(opts.first_image_index + i);
+  }
+  const int max_images = static_cast<int>(std::min<size_t>(conditions.size(), opts.batch));
+  const auto run = start(opts, max_images, st, [&](int64_t k) {
+    done += k;
+    if (opts.progress) opts.progress(done, total);
+  });
+  auto grids = generate_batches(run->decoder(), conds, idx, opts, st);
+  st.notes.insert(st.notes.end(), run->notes.begin(), run->notes.end());
   return grids;
 }
 

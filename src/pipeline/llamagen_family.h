@@ -2,14 +2,27 @@
 // draft model of the last speculative call.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tensor/backend.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
+
+class Decoder;
+
+// One generation's decoder and everything it holds on to (method, drafter, draft-length policy):
+// Pipeline::generate steps it to the end, a Generation (include/tessera/generation.h) as its
+// caller asks.
+struct GenerationRun {
+  virtual ~GenerationRun() = default;
+  virtual Decoder& decoder() = 0;
+  std::vector<std::string> notes;  // for the user (GenerateStats::notes)
+};
 
 class LlamaGenFamily {
  public:
@@ -24,15 +37,25 @@ class LlamaGenFamily {
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts, GenerateStats* stats);
   void validate(const GenerateOptions& opts);
+  // The decoder of opts' method for up to max_images images at once, accumulating into `stats`
+  // (which must outlive it); on_tokens is called with the tokens each step committed.
+  std::unique_ptr<GenerationRun> start(const GenerateOptions& opts, int max_images,
+                                       GenerateStats& stats,
+                                       std::function<void(int64_t)> on_tokens = {});
   std::vector<float> forward_logits(const Condition& condition, std::span<const int32_t> tokens);
   std::vector<float> decode_float(std::span<const int32_t> tokens, int n);
   std::vector<uint8_t> decode(std::span<const int32_t> tokens, int n);
 
  private:
   struct Prepared;
+  struct Run;
   Prepared prepare(const GenerateOptions& opts);
   struct Data;
   std::unique_ptr<Data> d_;
 };
+
+// A Generation (tessera/generation.h) over the family's decoder for opts.
+std::unique_ptr<Generation> start_generation(LlamaGenFamily& family, const GenerateOptions& opts,
+                                             int n_tokens);
 
 }  // namespace tessera

@@ -12,6 +12,7 @@
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/device.h"
 #include "tessera/error.h"
+#include "tessera/generation.h"
 #include "tessera/log.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
@@ -126,6 +127,10 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
                                                      const GenerateOptions& opts,
                                                      GenerateStats* stats) {
   return impl_->discrete("generate").generate(conditions, opts, stats);
+}
+std::unique_ptr<Generation> Pipeline::start_generation(const GenerateOptions& opts) {
+  return tessera::start_generation(impl_->discrete("start_generation"), opts,
+                                   impl_->config.gpt.n_image_tokens());
 }
 SamplingOptions Pipeline::default_sampling() const {
   return resolve_sampling({}, config().sampling);

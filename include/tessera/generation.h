@@ -1,0 +1,76 @@
+// A generation its caller steps (issue 44; what `tessera serve` runs): requests are added and
+// cancelled between steps, each step is one batched target forward over every request in flight
+// (the prefill of new ones, or a decoding round, a token or a speculative draft-and-verify round,
+// of the others), and finished images are collected with poll(). A request's image depends only on
+// its condition, seed and image index and on the generation's options, never on the requests
+// batched beside it or on when it arrived (the engine's batch invariance).
+//
+//   auto gen = pipe->start_generation(opts);      // method, sampling, batch: opts
+//   int id = gen->add({Condition::label(3), 42});  // seed 42
+//   while (gen->step())
+//     for (FinishedImage& f : gen->poll()) ...;   // f.id, f.tokens, f.stats
+//
+// Every request of one Generation shares its options (method and parameters, sampling settings);
+// requests with other options need another Generation. A Generation is used from one thread at a
+// time and must not outlive its Pipeline; LlamaGen models only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tessera/tessera.h"
+
+namespace tessera {
+
+struct GenerationRequest {
+  Condition condition;
+  uint64_t seed = 0;
+  // The image's random stream within the seed: with seed s and index i it is the image
+  // Pipeline::generate makes for a condition at position i - first_image_index with seed s.
+  uint64_t image_index = 0;
+};
+
+struct FinishedImage {
+  int id = 0;
+  std::vector<int32_t> tokens;  // the whole grid, raster order
+  ImageStats stats;
+};
+
+class Generation {
+ public:
+  struct Impl;
+  explicit Generation(std::unique_ptr<Impl> impl);
+  ~Generation();
+
+  // Requests that can be added now (the options' batch, less the ones in flight).
+  int capacity() const;
+  // Queues a request (prefilled by a coming step) and returns its id: the lowest free one, so a
+  // finished or cancelled request's id is reused. ParameterError("capacity") when full.
+  int add(const GenerationRequest& request);
+  // Drops a request in flight or finished and not yet polled, and frees its slots now; it is never
+  // reported by poll. ParameterError("id") for an id that is neither.
+  void cancel(int id);
+  // One batched forward. Prefills and decoding rounds alternate while both are waiting, so that
+  // requests arriving at every step cannot starve the ones being decoded. False when no request is
+  // in flight.
+  bool step();
+  // The requests finished since the last poll, in the order they finished; their ids are free.
+  std::vector<FinishedImage> poll();
+  // Requests added and not yet finished.
+  int in_flight() const;
+  // The tokens committed so far of a request in flight or finished and not yet polled (a preview
+  // while it is generated). ParameterError("id") otherwise.
+  std::vector<int32_t> tokens(int id) const;
+  // RGB pixels [H, W, 3] of that request so far: its tokens decoded, the cells not generated yet
+  // grey. Needs the model's VQ decoder.
+  std::vector<uint8_t> preview(int id) const;
+  // Timing and forward counts of every step so far, and notes for the user (a lossy method outside
+  // the model's validated settings); per_image is not filled (FinishedImage::stats has it).
+  const GenerateStats& stats() const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera

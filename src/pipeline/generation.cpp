@@ -1,0 +1,143 @@
+#include "tessera/generation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "decode/decoder.h"
+#include "pipeline/llamagen_family.h"
+#include "tessera/error.h"
+
+namespace tessera {
+
+// Request ids are the generation's own: a finished request keeps its id until it is polled,
+// while its decoder image (and that image's id) is freed as soon as it finishes.
+struct Generation::Impl {
+  LlamaGenFamily& family;
+  int capacity = 1, grid = 0;
+  GenerateStats stats;
+  std::unique_ptr<GenerationRun> run;
+  std::map<int, int> live;          // request id -> decoder image id, in flight
+  std::vector<FinishedImage> done;  // finished, not polled, in the order they finished
+  std::vector<int> order;           // request ids in flight, in the order they were added
+
+  Impl(LlamaGenFamily& f, const GenerateOptions& opts, int n_tokens)
+      : family(f),
+        capacity(std::max(opts.batch, 1)),
+        grid(static_cast<int>(std::lround(std::sqrt(static_cast<double>(n_tokens))))) {
+    run = family.start(opts, capacity, stats);
+    stats.notes = run->notes;
+  }
+  Decoder& decoder() { return run->decoder(); }
+  const FinishedImage* finished(int id) const {
+    for (const FinishedImage& f : done)
+      if (f.id == id) return &f;
+    return nullptr;
+  }
+  int free_id() const {
+    for (int id = 0;; ++id)
+      if (!live.count(id) && !finished(id)) return id;
+  }
+};
+
+Generation::Generation(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Generation::~Generation() = default;
+
+int Generation::capacity() const {
+  return impl_->capacity - static_cast<int>(impl_->live.size() + impl_->done.size());
+}
+
+int Generation::add(const GenerationRequest& request) {
+  Impl& g = *impl_;
+  check_param(capacity() > 0, "capacity",
+              "the generation holds " + std::to_string(g.capacity) +
+                  " requests at once (its batch); poll finished ones or cancel one first");
+  const int id = g.free_id();
+  g.live[id] = g.decoder().add(request.condition, request.image_index, request.seed);
+  g.order.push_back(id);
+  return id;
+}
+
+void Generation::cancel(int id) {
+  Impl& g = *impl_;
+  const auto f = std::find_if(g.done.begin(), g.done.end(),
+                              [id](const FinishedImage& d) { return d.id == id; });
+  if (f != g.done.end()) {
+    g.done.erase(f);
+    return;
+  }
+  const auto it = g.live.find(id);
+  check_param(it != g.live.end(), "id",
+              "no request " + std::to_string(id) + " in flight or finished in this generation");
+  g.decoder().remove(it->second);
+  g.live.erase(it);
+  g.order.erase(std::find(g.order.begin(), g.order.end(), id));
+}
+
+bool Generation::step() {
+  Impl& g = *impl_;
+  if (g.live.empty()) return false;
+  g.decoder().step();
+  // Finished requests leave the batch now, their slots free for the next add.
+  for (auto it = g.order.begin(); it != g.order.end();) {
+    const int image = g.live.at(*it);
+    const ImageState& im = g.decoder().image(image);
+    if (!im.done) {
+      ++it;
+      continue;
+    }
+    g.done.push_back({*it, im.tokens, im.stats});
+    g.stats.images++;
+    g.stats.tokens += static_cast<int64_t>(im.tokens.size());
+    g.decoder().remove(image);
+    g.live.erase(*it);
+    it = g.order.erase(it);
+  }
+  return true;
+}
+
+std::vector<FinishedImage> Generation::poll() {
+  std::vector<FinishedImage> out = std::move(impl_->done);
+  impl_->done.clear();
+  return out;
+}
+
+int Generation::in_flight() const {
+  return static_cast<int>(impl_->live.size());
+}
+
+std::vector<int32_t> Generation::tokens(int id) const {
+  const Impl& g = *impl_;
+  if (const FinishedImage* f = g.finished(id)) return f->tokens;
+  const auto it = g.live.find(id);
+  check_param(it != g.live.end(), "id",
+              "no request " + std::to_string(id) + " in flight or finished in this generation");
+  return impl_->decoder().image(it->second).tokens;
+}
+
+std::vector<uint8_t> Generation::preview(int id) const {
+  const Impl& g = *impl_;
+  std::vector<int32_t> grid = tokens(id);
+  const size_t have = grid.size(), n = static_cast<size_t>(g.grid) * g.grid;
+  grid.resize(n, 0);
+  std::vector<uint8_t> px = g.family.decode(grid, 1);
+  const int S = g.family.image_size(), cell = S / std::max(g.grid, 1);
+  for (size_t t = have; t < n; ++t) {  // not generated yet: grey
+    const int r = static_cast<int>(t) / g.grid, c = static_cast<int>(t) % g.grid;
+    for (int y = r * cell; y < (r + 1) * cell; ++y)
+      std::fill_n(px.begin() + (static_cast<size_t>(y) * S + static_cast<size_t>(c) * cell) * 3,
+                  cell * 3, uint8_t{128});
+  }
+  return px;
+}
+
+const GenerateStats& Generation::stats() const {
+  return impl_->stats;
+}
+
+std::unique_ptr<Generation> start_generation(LlamaGenFamily& family, const GenerateOptions& opts,
+                                             int n_tokens) {
+  return std::make_unique<Generation>(std::make_unique<Generation::Impl>(family, opts, n_tokens));
+}
+
+}  // namespace tessera

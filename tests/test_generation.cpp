@@ -1,0 +1,201 @@
+// The public streaming API (include/tessera/generation.h, issue 44): requests added, cancelled
+// and collected between steps through a Pipeline. A request's image depends only on its
+// condition, seed and image index: the same as Pipeline::generate's, alone or among others, added
+// at the start or while others are decoded, for vanilla and speculative methods. Ids are reused
+// once polled or cancelled, a cancelled request frees its slots at once, arrivals at every step
+// do not starve the requests in flight, and a preview shows the tokens so far.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tessera/error.h"
+#include "tessera/generation.h"
+
+using namespace tessera;
+
+namespace {
+
+const std::string kFix = std::string(TESSERA_FIXTURES) + "/";
+
+std::unique_ptr<Pipeline> c2i() {
+  LoadOptions lo;
+  lo.threads = 1;
+  return Pipeline::load(kFix + "llamagen/c2i_f32", lo);
+}
+
+GenerateOptions options(const std::string& method, int batch) {
+  GenerateOptions o;
+  o.sampling.cfg_scale = 3.0f;
+  o.sampling.temperature = 1.0f;
+  o.sampling.top_k = 50;
+  o.batch = batch;
+  o.spec.method = method;
+  if (method == "sd") {
+    o.spec.draft_model = kFix + "spec/tiny_draft";
+    o.spec.draft_len = 3;
+  }
+  if (method == "hawk") o.spec.draft_model = kFix + "spec/tiny_hawk";
+  return o;
+}
+
+// The image Pipeline::generate makes for `cond` with `seed` at image index `index`.
+std::vector<int32_t> alone(Pipeline& pipe, GenerateOptions o, const Condition& cond, uint64_t seed,
+                           uint64_t index) {
+  o.seed = seed;
+  o.first_image_index = index;
+  o.batch = 1;
+  return pipe.generate({cond}, o).at(0);
+}
+
+class GenerationApi : public ::testing::TestWithParam<std::string> {};
+
+// Eight requests, each with its own seed and class: three at the start, the rest added one per
+// step while the others are decoded (some while a prefill is waiting), at most four at once. Each
+// must equal its image generated alone.
+TEST_P(GenerationApi, EachRequestIsItsImageAlone) {
+  auto pipe = c2i();
+  const GenerateOptions o = options(GetParam(), 4);
+  auto gen = pipe->start_generation(o);
+  struct Req {
+    GenerationRequest r;
+    int id = -1;
+    std::vector<int32_t> got = {};
+  };
+  std::vector<Req> reqs;
+  for (int i = 0; i < 8; ++i)
+    reqs.push_back({{Condition::label(i % 10), 1000 + 7 * static_cast<uint64_t>(i),
+                     static_cast<uint64_t>(i % 3)}});
+  size_t next = 0;
+  std::map<int, size_t> by_id;
+  auto add_one = [&] {
+    reqs[next].id = gen->add(reqs[next].r);
+    by_id[reqs[next].id] = next;
+    ++next;
+  };
+  for (int i = 0; i < 3; ++i) add_one();
+  int steps = 0;
+  while (next < reqs.size() || gen->in_flight() > 0) {
+    if (next < reqs.size() && gen->capacity() > 0) add_one();
+    ASSERT_TRUE(gen->step());
+    for (FinishedImage& f : gen->poll()) {
+      Req& r = reqs[by_id.at(f.id)];
+      r.got = std::move(f.tokens);
+      by_id.erase(f.id);
+    }
+    ASSERT_LT(++steps, 2000);
+  }
+  EXPECT_FALSE(gen->step());
+  for (const Req& r : reqs) {
+    SCOPED_TRACE("seed " + std::to_string(r.r.seed));
+    ASSERT_EQ(r.got.size(), 16u);
+    EXPECT_EQ(r.got, alone(*pipe, o, r.r.condition, r.r.seed, r.r.image_index));
+  }
+  EXPECT_EQ(gen->stats().images, 8);
+  EXPECT_EQ(gen->stats().tokens, 8 * 16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, GenerationApi, ::testing::Values("vanilla", "sd", "hawk"));
+
+// A request is cancelled mid-way: its slots are free at once (capacity), it is never polled, its
+// id is the next request's, and the others are unaffected.
+TEST(GenerationApiLifecycle, CancelFreesSlotsAndIdsAreReused) {
+  auto pipe = c2i();
+  const GenerateOptions o = options("sd", 2);
+  auto gen = pipe->start_generation(o);
+  const GenerationRequest a{Condition::label(1), 5, 0}, b{Condition::label(2), 6, 0};
+  const int ia = gen->add(a), ib = gen->add(b);
+  EXPECT_EQ(ia, 0);
+  EXPECT_EQ(ib, 1);
+  EXPECT_EQ(gen->capacity(), 0);
+  try {
+    gen->add(a);
+    FAIL() << "added beyond the batch";
+  } catch (const ParameterError& e) {
+    EXPECT_EQ(e.param(), "capacity");
+  }
+  for (int i = 0; i < 3; ++i) gen->step();
+  const size_t partial = gen->tokens(ib).size();
+  EXPECT_GT(partial, 0u);
+  EXPECT_LT(partial, 16u);
+  gen->cancel(ib);
+  EXPECT_EQ(gen->capacity(), 1);
+  EXPECT_THROW(gen->tokens(ib), ParameterError);
+  EXPECT_THROW(gen->cancel(ib), ParameterError);
+  const GenerationRequest c{Condition::label(3), 7, 0};
+  EXPECT_EQ(gen->add(c), ib) << "the cancelled request's id is the lowest free one";
+  std::map<int, std::vector<int32_t>> got;
+  while (gen->step())
+    for (FinishedImage& f : gen->poll()) got[f.id] = f.tokens;
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got.at(ia), alone(*pipe, o, a.condition, a.seed, 0));
+  EXPECT_EQ(got.at(ib), alone(*pipe, o, c.condition, c.seed, 0));
+  // Polled: both ids are free again.
+  EXPECT_EQ(gen->capacity(), 2);
+  EXPECT_EQ(gen->add(a), 0);
+}
+
+// A finished request keeps its id and its slot's place in the count until it is polled, and
+// tokens() and preview() show it; a request in flight shows its tokens so far, grey beyond them.
+TEST(GenerationApiLifecycle, FinishedUntilPolledAndPreviews) {
+  auto pipe = c2i();
+  auto gen = pipe->start_generation(options("vanilla", 2));
+  const int id = gen->add({Condition::label(4), 9, 0});
+  gen->step();  // the prefill: the first token
+  gen->step();  // the second
+  const std::vector<int32_t> two = gen->tokens(id);
+  ASSERT_EQ(two.size(), 2u);
+  const std::vector<uint8_t> px = gen->preview(id);
+  const int S = pipe->image_size(), cell = S / 4;
+  ASSERT_EQ(px.size(), static_cast<size_t>(S) * S * 3);
+  auto at = [&](int y, int x) { return px[(static_cast<size_t>(y) * S + x) * 3]; };
+  EXPECT_EQ(at(S - 1, S - 1), 128) << "the last cell is not generated yet";
+  EXPECT_EQ(at(cell / 2, 2 * cell + cell / 2), 128) << "nor the third";
+  // The first two cells are the decode of those tokens, as decoding the grid shows there.
+  std::vector<int32_t> grid = two;
+  grid.resize(16, 0);
+  const std::vector<uint8_t> full = pipe->decode(grid, 1);
+  for (int y = 0; y < cell; ++y)
+    for (int x = 0; x < 2 * cell; ++x)
+      ASSERT_EQ(at(y, x), full[(static_cast<size_t>(y) * S + x) * 3]) << y << "," << x;
+  while (gen->in_flight() > 0) gen->step();
+  const std::vector<int32_t> all = gen->tokens(id);
+  EXPECT_EQ(all.size(), 16u);
+  EXPECT_TRUE(std::equal(two.begin(), two.end(), all.begin()));
+  EXPECT_EQ(gen->capacity(), 1) << "finished, not polled";
+  const auto done = gen->poll();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, id);
+  EXPECT_EQ(done[0].tokens, all);
+  EXPECT_EQ(done[0].stats.tokens, 16);
+  EXPECT_EQ(gen->capacity(), 2);
+  EXPECT_THROW(gen->tokens(id), ParameterError);
+}
+
+// Requests arriving at every step: prefills alternate with rounds, so the first request keeps
+// being decoded (a token every second step) instead of waiting for the arrivals to stop.
+TEST(GenerationApiLifecycle, ArrivalsDoNotStarveRequestsInFlight) {
+  auto pipe = c2i();
+  auto gen = pipe->start_generation(options("vanilla", 8));
+  const int first = gen->add({Condition::label(1), 1, 0});
+  gen->step();  // its prefill
+  std::vector<int> later;
+  for (int i = 0; i < 7; ++i) {
+    later.push_back(gen->add({Condition::label(2), 100 + static_cast<uint64_t>(i), 0}));
+    gen->step();  // a round of the first (the arrival waits) ...
+    gen->step();  // ... then the arrival's prefill
+  }
+  EXPECT_EQ(gen->tokens(first).size(), 1u + 7u) << "one token per round of the first";
+  // Arrival i: its prefill's token, then one per round of the 6 - i iterations after it.
+  for (size_t i = 0; i < later.size(); ++i)
+    EXPECT_EQ(gen->tokens(later[i]).size(), 7u - i) << "arrival " << i;
+}
+
+TEST(GenerationApiLifecycle, BadOptionsAreRefusedAtTheStart) {
+  auto pipe = c2i();
+  GenerateOptions o = options("sd", 2);
+  o.spec.method = "no-such-method";
+  EXPECT_THROW(pipe->start_generation(o), ParameterError);
+}
+
+}  // namespace
