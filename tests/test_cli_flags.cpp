@@ -62,7 +62,7 @@ TEST_F(CliFlags, HelpShowsTheDefaultsThatApply) {
 // command's help and hold the names apart, so a newer CLI11 (Ubuntu 24.04's) still starts.
 TEST_F(CliFlags, PositionalNamesAreNotOptionNames) {
   for (const std::string cmd :
-       {"generate", "forward", "decode", "classes", "bench", "tune", "devices"}) {
+       {"generate", "forward", "decode", "classes", "bench", "tune", "serve", "devices"}) {
     const CliResult r = run({cmd, "--help"});
     ASSERT_EQ(r.code, 0) << cmd << ": " << r.err;
     std::istringstream in(r.out);

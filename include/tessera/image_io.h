@@ -15,6 +15,10 @@ namespace tessera {
 void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
                const std::vector<std::pair<std::string, std::string>>& text = {});
 
+// The same PNG's bytes, in memory (a server's response).
+std::string png_bytes(const uint8_t* rgb, int width, int height,
+                      const std::vector<std::pair<std::string, std::string>>& text = {});
+
 // Reads an 8-bit RGB/RGBA PNG; returns RGB bytes and fills the text chunks (text may be null).
 std::vector<uint8_t> read_png(const std::string& path, int& width, int& height,
                               std::vector<std::pair<std::string, std::string>>* text = nullptr);

@@ -35,5 +35,6 @@ Command add_classes(CLI::App& app);
 Command add_devices(CLI::App& app);
 Command add_bench(CLI::App& app, const ModelDefaults& md);
 Command add_tune(CLI::App& app, const ModelDefaults& md);
+Command add_serve(CLI::App& app, const ModelDefaults& md);
 
 }  // namespace tessera::cli

@@ -1,0 +1,121 @@
+// tessera serve: an OpenAI-style images API over one model (tools/serve/server.h): every request
+// runs with the server's method and sampling settings, batched with the others in flight.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "../serve/server.h"
+#include "commands.h"
+#include "common.h"
+#include "default_model.h"
+#include "method_flags.h"
+#include "tessera/log.h"
+
+namespace tessera::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};  // set by SIGINT/SIGTERM
+static_assert(std::atomic<bool>::is_always_lock_free,
+              "a signal handler may only use lock-free atomics");
+
+struct ServeArgs {
+  CommonOpts common;
+  GenerateOptions gen;
+  serve::ServeOptions serve;
+};
+
+int run_serve(ServeArgs& a, const CLI::App& cmd) {
+  if (a.common.model.empty()) a.common.model = default_model_dir();
+  apply_common(a.common);
+  if (is_mar(a.common.model)) throw Error("serve is for LlamaGen models (discrete tokens)");
+  const std::string method = a.gen.spec.method;
+  check_method_flags(cmd, {method}, false, "--method");
+  const DrafterChoice dc = choose_drafter(a.common.model, {method}, a.gen.spec.draft_model);
+  a.gen.spec.draft_model = method_draft_dir(a.common.model, method, a.gen.spec.draft_model, dc);
+  apply_model_sampling_defaults(load_model_config(a.common.model).sampling, cmd, a.gen.sampling);
+  LoadOptions lo;
+  lo.threads = a.common.threads;
+  lo.check_weights = a.common.check_weights;
+  lo.device = a.common.device;
+  auto pipe = Pipeline::load(a.common.model, lo);
+  pipe->validate(a.gen);  // a bad setting fails here, in one line, not at the first request
+  a.serve.model_dir = a.common.model;
+  a.serve.gen = a.gen;
+  serve::Server server(*pipe, a.serve);
+  const int port = server.bind();
+  // SIGINT and SIGTERM stop the server gracefully: the handler (whichever thread it runs on) only
+  // sets a flag; a watcher thread sees it and calls stop(). The requests in flight finish, queued
+  // ones are answered 503.
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop = true; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) {
+      if (g_stop.exchange(false)) {
+        log_info("serve: stopping (the images in flight finish first)");
+        server.stop();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  log_info("serve: " + a.common.model + ", method " + method +
+           (a.gen.spec.draft_model.empty() ? "" : " with " + a.gen.spec.draft_model) + ", up to " +
+           std::to_string(a.gen.batch) + " images at once");
+  // The address on stdout, flushed: scripts and tests read the port from it.
+  std::printf("listening on http://%s:%d\n", a.serve.host.c_str(), port);
+  std::fflush(stdout);
+  server.run();
+  done = true;
+  watcher.join();
+  return 0;
+}
+
+}  // namespace
+
+Command add_serve(CLI::App& app, const ModelDefaults& md) {
+  auto a = std::make_shared<ServeArgs>();
+  a->gen.sampling = md.sampling;
+  a->gen.batch = 8;
+  auto* s = app.add_subcommand(
+      "serve",
+      "Serve an OpenAI-style images API (POST /v1/images/generations, GET /v1/models, /health, "
+      "/metrics) for one model, every request batched with the others in flight (docs/serving.md)");
+  add_common(s, a->common, /*model_required=*/false);
+  add_method_flags(s, a->gen.spec, md);
+  s->add_option("--host", a->serve.host, "Address to listen on")->capture_default_str();
+  s->add_option("--port", a->serve.port, "Port to listen on (0: any free one, printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  s->add_option("-b,--batch", a->gen.batch, "Images generated at once, across requests")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  s->add_option("--queue", a->serve.queue,
+                "Images waiting beyond the batch before requests are answered 429")
+      ->check(int_at_least(0))
+      ->capture_default_str();
+  s->add_option("--timeout", a->serve.timeout_s,
+                "Seconds a request may take; later it is answered 503 and its images cancelled")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  s->add_option("--max-n", a->serve.max_n, "Images one request may ask for (its n)")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  s->add_option("--max-body", a->serve.max_body, "Bytes of a request body (more: 413)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  s->add_option("--cfg", a->gen.sampling.cfg_scale, "Guidance scale")->capture_default_str();
+  s->add_option("--temperature", a->gen.sampling.temperature, "Sampling temperature")
+      ->capture_default_str();
+  s->add_option("--top-k", a->gen.sampling.top_k, "Top-k")->capture_default_str();
+  s->add_option("--top-p", a->gen.sampling.top_p, "Top-p")->capture_default_str();
+  return {s, [a, s] { return run_serve(*a, *s); }};
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,56 @@
+// `tessera serve` (issue 44): an OpenAI-style images API over one Pipeline. One engine thread
+// owns the Pipeline and a Generation (include/tessera/generation.h) and steps it; HTTP threads
+// parse requests and queue their images, so every request in flight shares each batched target
+// forward (continuous batching across requests). A bounded queue answers 429 when full; a request
+// past its timeout is cancelled and its slots freed at the next step.
+//
+//   POST /v1/images/generations  {"prompt": "red apple", "n": 2, "seed": 7, "size": "256x256",
+//                                 "response_format": "b64_json"} (or "class": 3 for models
+//                                 without class names) -> {"created", "data": [{"b64_json",
+//                                 "revised_prompt"}], "tessera": {seeds, per-image stats}}
+//   GET /v1/models, GET /health, GET /metrics (Prometheus text)
+// Errors are JSON ({"error": {"message", "type", "param"}}): 4xx for the request's fault, 5xx
+// for the server's.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "tessera/tessera.h"
+
+namespace tessera::serve {
+
+struct ServeOptions {
+  std::string model_dir;  // for the class names of prompts and the model's id
+  std::string host = "127.0.0.1";
+  int port = 8080;            // 0: any free port (bind() returns it)
+  GenerateOptions gen;        // every request's method, sampling settings; batch: images at once
+  int queue = 64;             // images waiting beyond the batch; a request that would pass it: 429
+  double timeout_s = 600.0;   // a request not done by then: 503, and its images cancelled
+  size_t max_body = 1 << 16;  // bytes of a request body; more: 413
+  int max_n = 16;             // images per request
+  int http_threads = 8;
+};
+
+class Server {
+ public:
+  // The pipeline must outlive the server; the server's engine thread is its only user.
+  Server(Pipeline& pipe, ServeOptions options);
+  ~Server();
+  // Binds the listening socket; returns the port (the one asked for, or the one found for 0).
+  // Throws Error when it cannot bind.
+  int bind();
+  // Serves until stop(): blocks. The engine finishes the requests in flight, then returns.
+  void run();
+  // From any thread (or a signal-watching one): stops accepting, answers the queued requests
+  // 503, and makes run() return once the images in flight are done.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::serve
