@@ -72,17 +72,7 @@ std::string png_bytes(const uint8_t* rgb, int width, int height,
 // The PNG is encoded in memory and then written atomically: the file is never seen half-written.
 void write_png(const std::string& path, const uint8_t* rgb, int width, int height,
                const std::vector<std::pair<std::string, std::string>>& text) {
-  std::vector<png_text> chunks(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    chunks[i].compression = PNG_TEXT_COMPRESSION_NONE;
-    chunks[i].key = const_cast<char*>(text[i].first.c_str());
-    chunks[i].text = const_cast<char*>(text[i].second.c_str());
-    chunks[i].text_length = text[i].second.size();
-  }
-  std::string bytes;
-  if (!encode_png(&bytes, rgb, width, height, chunks.data(), static_cast<int>(chunks.size())))
-    throw Error("libpng failed encoding " + path);
-  write_file_atomic(path, bytes);
+  write_file_atomic(path, png_bytes(rgb, width, height, text));
 }
 
 }  // namespace tessera
