@@ -55,7 +55,8 @@ class Generation {
   // requests arriving at every step cannot starve the ones being decoded. False when no request is
   // in flight.
   bool step();
-  // The requests finished since the last poll, in the order they finished; their ids are free.
+  // The requests finished since the last poll, in the order they finished (by id within a
+  // step); their ids are free.
   std::vector<FinishedImage> poll();
   // Requests added and not yet finished.
   int in_flight() const;

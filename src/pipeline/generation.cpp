@@ -19,7 +19,6 @@ struct Generation::Impl {
   std::unique_ptr<GenerationRun> run;
   std::map<int, int> live;          // request id -> decoder image id, in flight
   std::vector<FinishedImage> done;  // finished, not polled, in the order they finished
-  std::vector<int> order;           // request ids in flight, in the order they were added
 
   Impl(LlamaGenFamily& f, const GenerateOptions& opts, int n_tokens)
       : family(f),
@@ -54,7 +53,6 @@ int Generation::add(const GenerationRequest& request) {
                   " requests at once (its batch); poll finished ones or cancel one first");
   const int id = g.free_id();
   g.live[id] = g.decoder().add(request.condition, request.image_index, request.seed);
-  g.order.push_back(id);
   return id;
 }
 
@@ -71,7 +69,6 @@ void Generation::cancel(int id) {
               "no request " + std::to_string(id) + " in flight or finished in this generation");
   g.decoder().remove(it->second);
   g.live.erase(it);
-  g.order.erase(std::find(g.order.begin(), g.order.end(), id));
 }
 
 bool Generation::step() {
@@ -79,19 +76,17 @@ bool Generation::step() {
   if (g.live.empty()) return false;
   g.decoder().step();
   // Finished requests leave the batch now, their slots free for the next add.
-  for (auto it = g.order.begin(); it != g.order.end();) {
-    const int image = g.live.at(*it);
-    const ImageState& im = g.decoder().image(image);
+  for (auto it = g.live.begin(); it != g.live.end();) {
+    const ImageState& im = g.decoder().image(it->second);
     if (!im.done) {
       ++it;
       continue;
     }
-    g.done.push_back({*it, im.tokens, im.stats});
+    g.done.push_back({it->first, im.tokens, im.stats});
     g.stats.images++;
     g.stats.tokens += static_cast<int64_t>(im.tokens.size());
-    g.decoder().remove(image);
-    g.live.erase(*it);
-    it = g.order.erase(it);
+    g.decoder().remove(it->second);
+    it = g.live.erase(it);
   }
   return true;
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -104,9 +105,9 @@ struct Server::Impl {
   Impl(Pipeline& p, ServeOptions opts) : pipe(p), o(std::move(opts)) {
     const ModelConfig& mc = pipe.config();
     if (ClassNames::present(o.model_dir)) names = ClassNames::load(o.model_dir, mc.gpt.num_classes);
-    model_id = mc.dir;
-    const size_t slash = model_id.find_last_of('/', model_id.size() > 1 ? model_id.size() - 2 : 0);
-    if (slash != std::string::npos) model_id = model_id.substr(slash + 1);
+    std::filesystem::path dir = std::filesystem::path(mc.dir).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();  // "models/emoji/target/"
+    model_id = dir.filename().string();
     method = o.gen.spec.method;
     image_size = pipe.image_size();
   }
