@@ -1,14 +1,21 @@
 // tessera serve's HTTP server (tools/serve/server.h, issue 44), in-process on a free loopback
 // port with cpp-httplib's client: the OpenAI images shape, each image equal to
-// Pipeline::generate's for its seed and index (and to the same request made alone, whatever was
-// batched beside it), JSON errors with 4xx for bad requests, 429 with Retry-After when the queue
-// is full, 503 and freed slots for a request past its timeout, the metrics, and a graceful stop
-// that finishes the request in flight.
+// Pipeline::generate's for its seed, index and settings (and to the same request made alone,
+// whatever was batched beside it), per-request methods and sampling, the streamed previews and
+// acceptance map, JSON errors with 4xx for bad requests, 429 with Retry-After when the queue is
+// full, 503 and freed slots for a request past its timeout or whose client has gone, the metrics,
+// the page, and a graceful stop that finishes the request in flight.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <future>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "../tools/serve/server.h"
@@ -21,6 +28,7 @@ namespace {
 
 const std::string kFix = std::string(TESSERA_FIXTURES) + "/";
 const std::string kEmoji = std::string(TESSERA_SOURCE_DIR) + "/models/emoji/target";
+const std::string kEmojiDraft = std::string(TESSERA_SOURCE_DIR) + "/models/emoji/draft";
 
 std::string unbase64(const std::string& in) {
   static const std::string chars =
@@ -153,6 +161,7 @@ TEST(Serve, BadRequestsAre4xxJson) {
   auto pipe = load(kEmoji);
   serve::ServeOptions o = options(kEmoji, "vanilla", 2);
   o.gen.sampling = {};
+  o.methods = {{"vanilla", ""}, {"lantern", kEmojiDraft}};
   o.max_body = 4096;
   Running srv(*pipe, o);
   httplib::Client c = srv.client();
@@ -170,7 +179,24 @@ TEST(Serve, BadRequestsAre4xxJson) {
       {R"({"prompt": "red apple", "n": 17})", 400, "n", "n must be"},
       {R"({"prompt": "red apple", "size": "1024x1024"})", 400, "size", "64x64"},
       {R"({"prompt": "red apple", "response_format": "url"})", 400, "response_format", "b64_json"},
-      {R"({"prompt": "red apple", "method": "sd"})", 400, "method", "this server runs"},
+      {R"({"prompt": "red apple", "method": "sd"})", 400, "method",
+       "this server runs lantern, vanilla"},
+      {R"({"prompt": "red apple", "params": {"lantern.k": 3}})", 400, "params.lantern.k",
+       "method vanilla has no parameters"},
+      {R"({"prompt": "red apple", "method": "lantern", "params": {"lantern.q": 3}})", 400,
+       "params.lantern.q", "parameters lantern.k, lantern.delta"},
+      {R"({"prompt": "red apple", "method": "lantern", "params": {"lantern.k": "x"}})", 400,
+       "params.lantern.k", "must be an integer"},
+      {R"({"prompt": "red apple", "method": "lantern", "params": {"lantern.delta": -1}})", 400,
+       "params.lantern.delta", "params.lantern.delta must be"},
+      // Only the engine knows this one's range (k below the vocabulary of the model).
+      {R"({"prompt": "red apple", "method": "lantern", "params": {"lantern.k": 100000}})", 400,
+       "lantern.k", "lantern.k"},
+      {R"({"prompt": "red apple", "temperature": 0})", 400, "temperature", "(0, 100]"},
+      {R"({"prompt": "red apple", "top_p": 1.5})", 400, "top_p", "(0, 1]"},
+      {R"({"prompt": "red apple", "top_k": -1})", 400, "top_k", "top_k must be"},
+      {R"({"prompt": "red apple", "draft_len": 0})", 400, "draft_len", "draft_len must be"},
+      {R"({"prompt": "red apple", "stream": 1})", 400, "stream", "true or false"},
       {R"({"prompt": "red apple", "seed": -1})", 400, "seed", "non-negative"},
       {R"({"prompt": "red apple", "class": 3})", 400, "class", "not both"},
       {R"({"class": 100000})", 400, "class", "class must be"},
@@ -207,7 +233,7 @@ TEST(Serve, BadRequestsAre4xxJson) {
   const httplib::Result m = c.Get("/metrics");
   ASSERT_TRUE(m);
   for (const std::string want :
-       {"tessera_requests_total{code=\"400\"} 12", "tessera_requests_total{code=\"413\"} 1",
+       {"tessera_requests_total{code=\"400\"} 22", "tessera_requests_total{code=\"413\"} 1",
         "tessera_images_total 1", "tessera_tokens_total 256", "tessera_request_seconds_count 1",
         "tessera_mean_accepted_length{method=\"vanilla\"} 1", "tessera_queue_images 0"})
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
@@ -268,3 +294,196 @@ TEST(Serve, StopFinishesTheRequestInFlight) {
 }
 
 }  // namespace
+
+namespace {
+
+// The Server-Sent Events of a body: (event, data) in order; comments skipped.
+std::vector<std::pair<std::string, json>> events_of(const std::string& body) {
+  std::vector<std::pair<std::string, json>> out;
+  size_t at = 0;
+  for (size_t end; (end = body.find("\n\n", at)) != std::string::npos; at = end + 2) {
+    std::string event, data;
+    std::istringstream frame(body.substr(at, end - at));
+    for (std::string line; std::getline(frame, line);) {
+      if (line.rfind("event: ", 0) == 0) event = line.substr(7);
+      if (line.rfind("data: ", 0) == 0) data += line.substr(6);
+    }
+    if (!data.empty()) out.push_back({event, json::parse(data)});
+  }
+  return out;
+}
+
+// Sends a request on a raw socket and closes it without reading: a client that went away.
+void post_and_hang_up(int port, const std::string& body) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req =
+      "POST /v1/images/generations HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  close(fd);
+}
+
+}  // namespace
+
+// Requests with different methods, method parameters and sampling settings at once, on a server
+// whose default is vanilla: each image is Pipeline::generate's with the request's own settings,
+// whatever else was in flight; each distinct setting had a batch of its own.
+TEST(Serve, EachRequestRunsItsOwnSettings) {
+  auto pipe = load(kFix + "llamagen/c2i_f32");
+  serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "vanilla", 4);
+  o.methods = {
+      {"vanilla", ""}, {"sd", kFix + "spec/tiny_draft"}, {"lantern", kFix + "spec/tiny_draft"}};
+  Running srv(*pipe, o);
+  struct Ask {
+    json body;
+    GenerateOptions gen;
+  };
+  std::vector<Ask> asks;
+  auto with = [&o](const std::string& method, auto&& change) {
+    GenerateOptions g = o.gen;
+    if (method != "vanilla") {
+      g.spec = {};
+      g.spec.method = method;
+      g.spec.draft_model = kFix + "spec/tiny_draft";
+    }
+    change(g);
+    return g;
+  };
+  asks.push_back({{{"class", 1}, {"n", 2}, {"seed", 5}}, with("vanilla", [](auto&) {})});
+  asks.push_back({{{"class", 1}, {"n", 2}, {"seed", 5}, {"method", "sd"}, {"draft_len", 2}},
+                  with("sd", [](GenerateOptions& g) { g.spec.draft_len = 2; })});
+  asks.push_back(
+      {{{"class", 2}, {"seed", 6}, {"method", "lantern"}, {"params", {{"lantern.k", 3}}}},
+       with("lantern", [](GenerateOptions& g) { g.spec.params["lantern.k"] = int64_t{3}; })});
+  asks.push_back({{{"class", 2}, {"seed", 6}, {"temperature", 0.5}, {"top_k", 7}, {"cfg", 1.5}},
+                  with("vanilla", [](GenerateOptions& g) {
+                    g.sampling.temperature = 0.5f;
+                    g.sampling.top_k = 7;
+                    g.sampling.cfg_scale = 1.5f;
+                  })});
+  std::vector<std::future<httplib::Result>> replies;
+  for (const Ask& a : asks)
+    replies.push_back(std::async(std::launch::async, [&srv, &a] {
+      return srv.client().Post("/v1/images/generations", a.body.dump(), "application/json");
+    }));
+  const std::string tmp = testing::TempDir() + "serve_settings.png";
+  std::set<std::string> images;
+  for (size_t k = 0; k < asks.size(); ++k) {
+    SCOPED_TRACE(asks[k].body.dump());
+    const httplib::Result r = replies[k].get();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json body = json::parse(r->body);
+    EXPECT_EQ(body["tessera"]["method"], asks[k].gen.spec.method);
+    GenerateOptions g = asks[k].gen;
+    g.seed = body["tessera"]["images"][0]["seed"];
+    g.batch = 1;
+    const size_t n = body["data"].size();
+    const auto grids = pipe->generate(
+        std::vector<Condition>(n, Condition::label(asks[k].body["class"].get<int>())), g);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(image_of(body, i, tmp), pipe->decode(grids[i], 1)) << "image " << i;
+      images.insert(body["data"][i]["b64_json"].get<std::string>());
+    }
+  }
+  EXPECT_EQ(images.size(), 6u) << "settings that differ make different images";
+  const httplib::Result m = srv.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const std::string want : {"tessera_mean_accepted_length{method=\"sd\"}",
+                                 "tessera_mean_accepted_length{method=\"lantern\"}"})
+    EXPECT_NE(m->body.find(want), std::string::npos) << want;
+}
+
+// "stream": true: previews while the image is generated (the image so far, its tokens and
+// acceptance map), then the image itself, equal to the one the same request gets unstreamed.
+TEST(Serve, StreamSendsPreviewsThenTheImage) {
+  auto pipe = load(kEmoji);  // with its trained draft, which is accepted
+  serve::ServeOptions o = options(kEmoji, "sd", 2);
+  o.gen.sampling = {};
+  o.gen.spec.draft_model = kEmojiDraft;
+  Running srv(*pipe, o);
+  const json ask = {{"prompt", "red apple"}, {"seed", 9}};
+  json streamed = ask;
+  streamed["stream"] = true;
+  const httplib::Result s =
+      srv.client().Post("/v1/images/generations", streamed.dump(), "application/json");
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->status, 200) << s->body;
+  EXPECT_EQ(s->get_header_value("Content-Type"), "text/event-stream");
+  const auto events = events_of(s->body);
+  ASSERT_GE(events.size(), 2u) << s->body;
+  const int total = pipe->config().gpt.grid * pipe->config().gpt.grid;
+  int64_t last = 0;
+  for (size_t e = 0; e + 1 < events.size(); ++e) {
+    EXPECT_EQ(events[e].first, "image_generation.partial_image");
+    const json& t = events[e].second["tessera"];
+    EXPECT_GT(t["tokens"].get<int64_t>(), last) << "previews advance";
+    EXPECT_LT(t["tokens"].get<int64_t>(), total);
+    last = t["tokens"];
+    EXPECT_EQ(t["accepted_depth"].size(), static_cast<size_t>(total));
+  }
+  const auto& [type, done] = events.back();
+  EXPECT_EQ(type, "image_generation.completed");
+  EXPECT_EQ(done["type"], "image_generation.completed");
+  EXPECT_EQ(done["tessera"]["tokens"], total);
+  EXPECT_EQ(done["tessera"]["method"], "sd");
+  EXPECT_GE(done["tessera"]["mean_accepted_length"].get<double>(), 1.0);
+  int accepted = 0;
+  for (const json& d : done["tessera"]["accepted_depth"]) accepted += d.get<int>() > 0;
+  EXPECT_GT(accepted, 0) << "sd accepted some drafts, and the map shows where";
+  const httplib::Result plain =
+      srv.client().Post("/v1/images/generations", ask.dump(), "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(done["b64_json"], json::parse(plain->body)["data"][0]["b64_json"]);
+}
+
+// A client that hangs up while its images are generated gets them cancelled at the next step, long
+// before its timeout, streamed or not; the server goes on answering.
+TEST(Serve, AClientThatHangsUpFreesItsSlots) {
+  auto pipe = load(kEmoji);
+  serve::ServeOptions o = options(kEmoji, "vanilla", 2);
+  o.gen.sampling = {};
+  Running srv(*pipe, o);
+  // 16 emoji images on one thread take seconds; the hang-up comes 0.1 s in.
+  post_and_hang_up(srv.port, R"({"prompt": "red apple", "n": 16})");
+  ASSERT_TRUE(wait_for_metric(srv, "tessera_disconnects_total 1"));
+  ASSERT_TRUE(wait_for_metric(srv, "tessera_in_flight_images 0"));
+  ASSERT_TRUE(wait_for_metric(srv, "tessera_queue_images 0"));
+  post_and_hang_up(srv.port, R"({"prompt": "red apple", "n": 16, "stream": true})");
+  ASSERT_TRUE(wait_for_metric(srv, "tessera_disconnects_total 2"));
+  ASSERT_TRUE(wait_for_metric(srv, "tessera_in_flight_images 0"));
+  const httplib::Result m = srv.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  const size_t at = m->body.find("\ntessera_images_total ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LT(std::stoi(m->body.substr(at + 22)), 8) << "most of the 32 images were never made";
+  const httplib::Result ok =
+      srv.client().Post("/v1/images/generations", R"({"prompt": "red apple"})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+// GET / is the page: self-contained, with the controls and views the browser test drives.
+TEST(Serve, ThePageIsServed) {
+  auto pipe = load(kEmoji);
+  Running srv(*pipe, options(kEmoji, "vanilla", 1));
+  const httplib::Result r = srv.client().Get("/");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  for (const std::string id : {"prompt", "method", "seed", "generate", "image", "heatmap", "stats"})
+    EXPECT_NE(r->body.find("id=\"" + id + "\""), std::string::npos) << id;
+  EXPECT_EQ(r->body.find("<script src"), std::string::npos) << "no outside scripts";
+  const json models = json::parse(srv.client().Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["tessera"]["grid"], 16);
+  EXPECT_EQ(models["data"][0]["tessera"]["classes"].size(),
+            static_cast<size_t>(pipe->config().gpt.num_classes));
+}

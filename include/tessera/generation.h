@@ -66,6 +66,10 @@ class Generation {
   // RGB pixels [H, W, 3] of that request so far: its tokens decoded, the cells not generated yet
   // grey. Needs the model's VQ decoder.
   std::vector<uint8_t> preview(int id) const;
+  // The statistics so far of a request in flight or finished and not yet polled: accepted_depth
+  // covers its committed tokens (an acceptance heatmap while it is generated).
+  // ParameterError("id") otherwise.
+  ImageStats image_stats(int id) const;
   // Timing and forward counts of every step so far, and notes for the user (a lossy method outside
   // the model's validated settings); per_image is not filled (FinishedImage::stats has it).
   const GenerateStats& stats() const;

@@ -33,6 +33,13 @@ struct Generation::Impl {
       if (f.id == id) return &f;
     return nullptr;
   }
+  // The decoder's image of a request in flight; ParameterError("id") for any other id.
+  const ImageState& in_flight(int id) {
+    const auto it = live.find(id);
+    check_param(it != live.end(), "id",
+                "no request " + std::to_string(id) + " in flight or finished in this generation");
+    return decoder().image(it->second);
+  }
   int free_id() const {
     for (int id = 0;; ++id)
       if (!live.count(id) && !finished(id)) return id;
@@ -102,12 +109,13 @@ int Generation::in_flight() const {
 }
 
 std::vector<int32_t> Generation::tokens(int id) const {
-  const Impl& g = *impl_;
-  if (const FinishedImage* f = g.finished(id)) return f->tokens;
-  const auto it = g.live.find(id);
-  check_param(it != g.live.end(), "id",
-              "no request " + std::to_string(id) + " in flight or finished in this generation");
-  return impl_->decoder().image(it->second).tokens;
+  if (const FinishedImage* f = impl_->finished(id)) return f->tokens;
+  return impl_->in_flight(id).tokens;
+}
+
+ImageStats Generation::image_stats(int id) const {
+  if (const FinishedImage* f = impl_->finished(id)) return f->stats;
+  return impl_->in_flight(id).stats;
 }
 
 std::vector<uint8_t> Generation::preview(int id) const {

@@ -1,9 +1,12 @@
-// tessera serve: an OpenAI-style images API over one model (tools/serve/server.h): every request
-// runs with the server's method and sampling settings, batched with the others in flight.
+// tessera serve: an OpenAI-style images API over one model (tools/serve/server.h): each request
+// runs with the server's method and sampling settings or its own, batched with the others in
+// flight that share them.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -13,6 +16,7 @@
 #include "default_model.h"
 #include "method_flags.h"
 #include "tessera/log.h"
+#include "tessera/methods.h"
 
 namespace tessera::cli {
 
@@ -26,7 +30,48 @@ struct ServeArgs {
   CommonOpts common;
   GenerateOptions gen;
   serve::ServeOptions serve;
+  std::string methods = "all";
 };
+
+// The methods requests may name, each with its drafter on this model: the listed ones (each must
+// run here), or with "all" every LlamaGen method the model's companions can draft (the others are
+// left out, named with -v). The server's own method keeps --draft.
+std::map<std::string, std::string> served_methods(const ServeArgs& a, const std::string& draft_flag,
+                                                  Pipeline& pipe) {
+  const bool all = a.methods == "all";
+  std::vector<std::string> names;
+  if (all) {
+    for (const MethodInfo& m : registered_methods())
+      if (m.tokens != TokenKind::Continuous) names.push_back(m.name);
+  } else {
+    names = split_list(a.methods);
+    for (const std::string& m : names) {
+      const MethodInfo* info = find_method(m);
+      if (!info || info->tokens == TokenKind::Continuous)
+        throw Error("--methods: " + m +
+                    " is not a LlamaGen method (tessera generate --help lists them)");
+    }
+  }
+  const std::string own = a.gen.spec.method;
+  if (std::find(names.begin(), names.end(), own) == names.end()) names.push_back(own);
+  std::map<std::string, std::string> out;
+  for (const std::string& m : names) {
+    try {
+      const std::string flag = m == own ? draft_flag : "";
+      GenerateOptions g = a.gen;
+      g.spec = m == own ? a.gen.spec : SpeculativeOptions{};
+      g.spec.method = m;
+      g.spec.draft_model =
+          method_draft_dir(a.common.model, m, flag, choose_drafter(a.common.model, {m}, flag));
+      pipe.validate(g);
+      out[m] = g.spec.draft_model;
+    } catch (const Error& e) {
+      if (!all || m == own) throw;
+      if (verbose()) log_info("serve: method " + m + " is not served: " + e.what());
+    }
+  }
+  return out;
+}
 
 int run_serve(ServeArgs& a, const CLI::App& cmd) {
   if (a.common.model.empty()) a.common.model = default_model_dir();
@@ -34,15 +79,17 @@ int run_serve(ServeArgs& a, const CLI::App& cmd) {
   if (is_mar(a.common.model)) throw Error("serve is for LlamaGen models (discrete tokens)");
   const std::string method = a.gen.spec.method;
   check_method_flags(cmd, {method}, false, "--method");
-  const DrafterChoice dc = choose_drafter(a.common.model, {method}, a.gen.spec.draft_model);
-  a.gen.spec.draft_model = method_draft_dir(a.common.model, method, a.gen.spec.draft_model, dc);
+  const std::string draft_flag = a.gen.spec.draft_model;
+  const DrafterChoice dc = choose_drafter(a.common.model, {method}, draft_flag);
+  a.gen.spec.draft_model = method_draft_dir(a.common.model, method, draft_flag, dc);
   apply_model_sampling_defaults(load_model_config(a.common.model).sampling, cmd, a.gen.sampling);
   LoadOptions lo;
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
   lo.device = a.common.device;
   auto pipe = Pipeline::load(a.common.model, lo);
-  pipe->validate(a.gen);  // a bad setting fails here, in one line, not at the first request
+  // Bad settings fail here, in one line, not at the first request.
+  a.serve.methods = served_methods(a, draft_flag, *pipe);
   a.serve.model_dir = a.common.model;
   a.serve.gen = a.gen;
   serve::Server server(*pipe, a.serve);
@@ -66,8 +113,9 @@ int run_serve(ServeArgs& a, const CLI::App& cmd) {
     }
   });
   log_info("serve: " + a.common.model + ", method " + method +
-           (a.gen.spec.draft_model.empty() ? "" : " with " + a.gen.spec.draft_model) + ", up to " +
-           std::to_string(a.gen.batch) + " images at once");
+           (a.gen.spec.draft_model.empty() ? "" : " with " + a.gen.spec.draft_model) + " (" +
+           std::to_string(a.serve.methods.size()) + " methods served), up to " +
+           std::to_string(a.gen.batch) + " images at once per setting");
   // The address on stdout, flushed: scripts and tests read the port from it.
   std::printf("listening on http://%s:%d\n", a.serve.host.c_str(), port);
   std::fflush(stdout);
@@ -86,7 +134,8 @@ Command add_serve(CLI::App& app, const ModelDefaults& md) {
   auto* s = app.add_subcommand(
       "serve",
       "Serve an OpenAI-style images API (POST /v1/images/generations, GET /v1/models, /health, "
-      "/metrics) for one model, every request batched with the others in flight (docs/serving.md)");
+      "/metrics) and a live web page (GET /) for one model, every request batched with the others "
+      "in flight that share its settings (docs/serving.md)");
   add_common(s, a->common, /*model_required=*/false);
   add_method_flags(s, a->gen.spec, md);
   s->add_option("--host", a->serve.host, "Address to listen on")->capture_default_str();
@@ -94,6 +143,15 @@ Command add_serve(CLI::App& app, const ModelDefaults& md) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   s->add_option("-b,--batch", a->gen.batch, "Images generated at once, across requests")
+      ->check(int_at_least(1))
+      ->capture_default_str();
+  s->add_option("--methods", a->methods,
+                "Methods a request may ask for (comma-separated), or all: every one this model "
+                "can run; --method is the default")
+      ->capture_default_str();
+  s->add_option("--max-settings", a->serve.max_settings,
+                "Distinct settings (method, parameters, sampling) generated at once, each a batch "
+                "of its own")
       ->check(int_at_least(1))
       ->capture_default_str();
   s->add_option("--queue", a->serve.queue,

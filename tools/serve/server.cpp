@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -17,10 +16,14 @@
 #include <optional>
 #include <thread>
 
+#include "client_gone.h"
+#include "metrics.h"
+#include "request.h"
 #include "tessera/class_names.h"
 #include "tessera/error.h"
 #include "tessera/generation.h"
 #include "tessera/image_io.h"
+#include "web_page.h"
 
 namespace tessera::serve {
 
@@ -28,6 +31,12 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+
+// A streamed image's previews are made at most this often (each is a VQ decode on the engine).
+constexpr auto kPreviewEvery = std::chrono::milliseconds(200);
+// How often a waiting request checks that its client is still there, and a stream with nothing
+// to send writes a comment (which fails once the client has gone).
+constexpr auto kClientCheckEvery = std::chrono::milliseconds(250);
 
 std::string base64(const std::string& bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3), '\0');
@@ -38,12 +47,6 @@ std::string base64(const std::string& bytes) {
   return out;
 }
 
-// A request's fault: answered with `status` and an OpenAI-style error body.
-struct HttpError {
-  int status;
-  std::string message, param;
-};
-
 json error_body(const std::string& message, const std::string& type, const std::string& param) {
   return {{"error",
            {{"message", message},
@@ -52,35 +55,18 @@ json error_body(const std::string& message, const std::string& type, const std::
             {"code", json()}}}};
 }
 
-// One POST's images, shared by its HTTP thread and the engine.
-struct Job {
-  std::vector<GenerationRequest> images;
-  std::vector<std::string> labels;
-  std::vector<int> ids;  // generation ids, -1 until added
-  std::vector<std::vector<uint8_t>> pixels;
-  std::vector<ImageStats> stats;
-  size_t added = 0, done = 0;
-  bool cancelled = false, failed = false;
-  std::string error;
-  bool complete() const { return failed || done == images.size(); }
-};
+std::string sse(const std::string& event, const json& data) {
+  return "event: " + event + "\ndata: " + data.dump() + "\n\n";
+}
 
-// Prometheus text exposition of the server's counters.
-struct Metrics {
-  std::map<int, int64_t> requests;  // by status
-  int64_t images = 0, tokens = 0, rounds = 0, accepted = 0;
-  static constexpr double kBuckets[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
-  std::vector<int64_t> latency = std::vector<int64_t>(std::size(kBuckets) + 1, 0);
-  double latency_sum = 0.0;
-  int64_t latency_count = 0;
+double mean_accepted(const ImageStats& s) {
+  return s.rounds > 0 ? static_cast<double>(s.tokens - 1) / s.rounds : 1.0;
+}
 
-  void observe(double s) {
-    size_t b = 0;
-    while (b < std::size(kBuckets) && s > kBuckets[b]) ++b;
-    latency[b]++;
-    latency_sum += s;
-    latency_count++;
-  }
+// One setting's Generation, and the images of it in flight: generation id -> (job, image).
+struct Lane {
+  std::unique_ptr<Generation> gen;
+  std::map<int, std::pair<std::shared_ptr<Job>, size_t>> live;
 };
 
 }  // namespace
@@ -89,18 +75,19 @@ struct Server::Impl {
   Pipeline& pipe;
   ServeOptions o;
   std::optional<ClassNames> names;
-  std::string model_id, method;
-  int image_size = 0;
+  std::string model_id;
+  int image_size = 0, grid = 0;
   httplib::Server http;
 
   std::mutex mu;
   std::condition_variable engine_cv, done_cv;
-  std::deque<std::shared_ptr<Job>> queue;                       // jobs with images not yet added
-  std::map<int, std::pair<std::shared_ptr<Job>, size_t>> live;  // generation id -> (job, image)
-  size_t waiting = 0;                                           // images queued, not added
+  std::deque<std::shared_ptr<Job>> queue;  // jobs with images not yet added
+  size_t waiting = 0;                      // images queued, not added
   bool stopping = false;
   Metrics metrics;
-  std::atomic<int> in_flight{0};
+  std::atomic<int> in_flight{0}, settings{0};
+  // The engine's alone (no lock): a Generation per distinct setting.
+  std::map<std::string, Lane> lanes;
 
   Impl(Pipeline& p, ServeOptions opts) : pipe(p), o(std::move(opts)) {
     const ModelConfig& mc = pipe.config();
@@ -108,85 +95,205 @@ struct Server::Impl {
     std::filesystem::path dir = std::filesystem::path(mc.dir).lexically_normal();
     if (dir.filename().empty()) dir = dir.parent_path();  // "models/emoji/target/"
     model_id = dir.filename().string();
-    method = o.gen.spec.method;
     image_size = pipe.image_size();
+    grid = mc.gpt.grid;
+  }
+
+  RequestContext context() const {
+    return {o, pipe.config(), names ? &*names : nullptr, image_size};
   }
 
   // ---- the engine thread -----------------------------------------------------------------------
   void engine() {
-    std::unique_ptr<Generation> gen;
-    try {
-      gen = pipe.start_generation(o.gen);
-    } catch (const std::exception& e) {
-      fail_all(std::string("the engine could not start: ") + e.what());
-      return;
-    }
     for (;;) {
+      std::vector<std::shared_ptr<Job>> to_open;
       {
         std::unique_lock lock(mu);
-        // Cancelled jobs (timed out) give their slots back now.
-        for (auto it = live.begin(); it != live.end();) {
-          if (it->second.first->cancelled) {
-            gen->cancel(it->first);
-            it = live.erase(it);
-          } else {
-            ++it;
-          }
-        }
-        for (auto it = queue.begin(); it != queue.end();)
-          if ((*it)->cancelled) {
-            waiting -= (*it)->images.size() - (*it)->added;
-            it = queue.erase(it);
-          } else {
-            ++it;
-          }
-        // Admit queued images while the batch has room: first come, first served.
-        while (!queue.empty() && gen->capacity() > 0) {
-          Job& job = *queue.front();
-          const size_t i = job.added++;
-          const int id = gen->add(job.images[i]);
-          job.ids[i] = id;
-          live[id] = {queue.front(), i};
-          waiting--;
-          if (job.added == job.images.size()) queue.pop_front();
-        }
-        in_flight = gen->in_flight();
-        if (gen->in_flight() == 0) {
-          if (stopping) return;
+        drop_cancelled();
+        admit(to_open);
+        int busy = 0;
+        for (auto& [key, lane] : lanes) busy += lane.gen->in_flight();
+        in_flight = busy;
+        settings = static_cast<int>(lanes.size());
+        if (busy == 0 && to_open.empty()) {
+          if (stopping && queue.empty()) return;
           engine_cv.wait(lock);
           continue;
         }
       }
-      try {
-        gen->step();
-        for (FinishedImage& f : gen->poll()) {
-          std::vector<uint8_t> px = pipe.decode(f.tokens, 1);
-          std::lock_guard lock(mu);
-          auto it = live.find(f.id);
-          if (it == live.end()) continue;  // cancelled meanwhile
-          Job& job = *it->second.first;
-          job.pixels[it->second.second] = std::move(px);
-          job.stats[it->second.second] = f.stats;
-          job.done++;
-          metrics.images++;
-          metrics.tokens += f.stats.tokens;
-          metrics.rounds += f.stats.rounds;
-          metrics.accepted += f.stats.tokens - 1;
-          live.erase(it);
-          if (job.complete()) done_cv.notify_all();
+      for (const auto& job : to_open) open_lane(*job);
+      if (!to_open.empty()) continue;  // admit into the new lanes first
+      for (auto& [key, lane] : lanes) {
+        if (lane.gen->in_flight() == 0) continue;
+        try {
+          lane.gen->step();
+          finish(lane);
+          stream_progress(lane);
+        } catch (const std::exception& e) {
+          fail_all(std::string("generation failed: ") + e.what());
+          return;
         }
-      } catch (const std::exception& e) {
-        fail_all(std::string("generation failed: ") + e.what());
-        return;
       }
+    }
+  }
+
+  // Cancelled jobs (timed out, or their client gone) give their slots back now.
+  void drop_cancelled() {
+    for (auto& [key, lane] : lanes)
+      for (auto it = lane.live.begin(); it != lane.live.end();) {
+        if (it->second.first->cancelled) {
+          lane.gen->cancel(it->first);
+          it = lane.live.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    for (auto it = queue.begin(); it != queue.end();)
+      if ((*it)->cancelled || (*it)->failed) {
+        waiting -= (*it)->images.size() - (*it)->added;
+        it = queue.erase(it);
+      } else {
+        ++it;
+      }
+  }
+
+  // Adds queued images to their setting's batch while it has room, first come first served. A job
+  // whose setting has no lane yet is returned in `to_open`; when max_settings lanes are busy, no
+  // later job is admitted, so the lanes drain and the waiting setting gets one.
+  void admit(std::vector<std::shared_ptr<Job>>& to_open) {
+    for (auto it = queue.begin(); it != queue.end();) {
+      Job& job = **it;
+      auto lane = lanes.find(job.settings);
+      if (lane == lanes.end()) {
+        if (std::none_of(to_open.begin(), to_open.end(),
+                         [&](const auto& j) { return j->settings == job.settings; })) {
+          if (static_cast<int>(lanes.size() + to_open.size()) >= std::max(o.max_settings, 1) &&
+              !evict_idle_lane())
+            return;
+          to_open.push_back(*it);
+        }
+        ++it;
+        continue;
+      }
+      while (job.added < job.images.size() && lane->second.gen->capacity() > 0) {
+        const size_t i = job.added++;
+        const int id = lane->second.gen->add(job.images[i]);
+        job.ids[i] = id;
+        lane->second.live[id] = {*it, i};
+        waiting--;
+      }
+      it = job.added == job.images.size() ? queue.erase(it) : std::next(it);
+    }
+  }
+
+  bool evict_idle_lane() {
+    for (auto it = lanes.begin(); it != lanes.end(); ++it)
+      if (it->second.gen->in_flight() == 0) {
+        lanes.erase(it);
+        return true;
+      }
+    return false;
+  }
+
+  // Starts the Generation of a job's setting (outside the lock: it may load a draft model). A
+  // setting the engine refuses fails every queued job that asked for it, 400 with the message.
+  void open_lane(const Job& job) {
+    int status = 400;
+    std::string why, param;
+    try {
+      pipe.validate(job.opts);
+      auto gen = pipe.start_generation(job.opts);
+      std::lock_guard lock(mu);
+      lanes[job.settings].gen = std::move(gen);
+      return;
+    } catch (const ParameterError& e) {
+      why = e.what();
+      param = e.param();
+    } catch (const Error& e) {
+      why = e.what();
+    } catch (const std::exception& e) {
+      status = 500;
+      why = std::string("the engine could not start: ") + e.what();
+    }
+    std::lock_guard lock(mu);
+    for (auto& j : queue)
+      if (j->settings == job.settings) j->fail(status, why, param);
+    drop_cancelled();
+    done_cv.notify_all();
+  }
+
+  void finish(Lane& lane) {
+    for (FinishedImage& f : lane.gen->poll()) {
+      auto it = lane.live.find(f.id);
+      if (it == lane.live.end()) continue;
+      auto [job_ptr, i] = it->second;
+      lane.live.erase(it);
+      Job& job = *job_ptr;
+      std::vector<uint8_t> px = pipe.decode(f.tokens, 1);
+      std::string event;
+      if (job.stream) event = sse("image_generation.completed", image_event(job, i, px, f.stats));
+      std::lock_guard lock(mu);
+      job.pixels[i] = std::move(px);
+      job.stats[i] = f.stats;
+      job.done++;
+      if (job.stream) job.events.push_back(std::move(event));
+      metrics.images++;
+      metrics.tokens += f.stats.tokens;
+      Metrics::Acceptance& a = metrics.by_method[job.opts.spec.method];
+      a.rounds += f.stats.rounds;
+      a.accepted += f.stats.tokens - 1;
+      done_cv.notify_all();
+    }
+  }
+
+  // A streamed image's event: its pixels so far, tokens and acceptance map.
+  json image_event(const Job& job, size_t i, const std::vector<uint8_t>& px,
+                   const ImageStats& s) const {
+    const int64_t total = static_cast<int64_t>(grid) * grid;
+    std::vector<int> depth(s.accepted_depth.begin(), s.accepted_depth.end());
+    const bool done = s.tokens >= total;
+    return {{"type", done ? "image_generation.completed" : "image_generation.partial_image"},
+            {"b64_json", base64(png_bytes(px.data(), image_size, image_size))},
+            {"created_at", static_cast<int64_t>(std::time(nullptr))},
+            {"size", std::to_string(image_size) + "x" + std::to_string(image_size)},
+            {"output_format", "png"},
+            {"revised_prompt", job.labels[i]},
+            {"tessera",
+             {{"image", i},
+              {"seed", job.images[i].seed},
+              {"method", job.opts.spec.method},
+              {"tokens", s.tokens},
+              {"total", total},
+              {"accepted_depth", depth},
+              {"target_forwards", s.target_forwards},
+              {"mean_accepted_length", mean_accepted(s)},
+              {"seconds", std::chrono::duration<double>(Clock::now() - job.start).count()}}}};
+  }
+
+  // Previews of the streamed images in flight, each at most every kPreviewEvery.
+  void stream_progress(Lane& lane) {
+    const auto now = Clock::now();
+    for (auto& [id, entry] : lane.live) {
+      Job& job = *entry.first;
+      const size_t i = entry.second;
+      if (!job.stream || now - job.previewed[i] < kPreviewEvery) continue;
+      const ImageStats s = lane.gen->image_stats(id);
+      if (s.tokens == 0) continue;  // not prefilled yet
+      job.previewed[i] = now;
+      const std::string event =
+          sse("image_generation.partial_image", image_event(job, i, lane.gen->preview(id), s));
+      std::lock_guard lock(mu);
+      job.events.push_back(event);
+      done_cv.notify_all();
     }
   }
 
   void fail_all(const std::string& why) {
     std::lock_guard lock(mu);
-    for (auto& [id, entry] : live) entry.first->failed = true, entry.first->error = why;
-    for (auto& job : queue) job->failed = true, job->error = why;
-    live.clear();
+    for (auto& [key, lane] : lanes)
+      for (auto& [id, entry] : lane.live) entry.first->fail(500, why);
+    for (auto& job : queue) job->fail(500, why);
+    lanes.clear();
     queue.clear();
     waiting = 0;
     stopping = true;
@@ -194,162 +301,90 @@ struct Server::Impl {
   }
 
   // ---- HTTP ------------------------------------------------------------------------------------
+  void count(int status) {
+    std::lock_guard lock(mu);
+    metrics.requests[status]++;
+  }
   void reply(httplib::Response& res, int status, const json& body) {
     res.status = status;
     res.set_content(body.dump(), "application/json");
-    std::lock_guard lock(mu);
-    metrics.requests[status]++;
+    count(status);
   }
   void reply_error(httplib::Response& res, const HttpError& e) {
     const std::string type = e.status >= 500 ? "server_error" : "invalid_request_error";
     reply(res, e.status, error_body(e.message, type, e.param));
   }
 
-  // The job a request body asks for (throws HttpError).
-  std::shared_ptr<Job> parse(const std::string& body) {
-    const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) throw HttpError{400, "the body is not valid JSON", ""};
-    if (!j.is_object()) throw HttpError{400, "the body must be a JSON object", ""};
-    auto field = [&](const char* k) -> const json* {
-      auto it = j.find(k);
-      return it == j.end() || it->is_null() ? nullptr : &*it;
-    };
-    auto job = std::make_shared<Job>();
-    int n = 1;
-    if (const json* v = field("n")) {
-      if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > o.max_n)
-        throw HttpError{400, "n must be an integer in [1, " + std::to_string(o.max_n) + "]", "n"};
-      n = v->get<int>();
+  // Queues a job, or says why not (shutting down, the queue full).
+  std::optional<HttpError> enqueue(const std::shared_ptr<Job>& job, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    if (stopping) return HttpError{503, "the server is shutting down", ""};
+    if (waiting + job->images.size() > static_cast<size_t>(o.queue)) {
+      res.set_header("Retry-After", "1");
+      return HttpError{
+          429, "the queue is full (" + std::to_string(o.queue) + " images waiting); retry later",
+          ""};
     }
-    uint64_t seed = 0;
-    if (const json* v = field("seed")) {
-      if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
-        throw HttpError{400, "seed must be a non-negative integer", "seed"};
-      seed = v->get<uint64_t>();
-    }
-    if (const json* v = field("size")) {
-      const std::string want = std::to_string(image_size) + "x" + std::to_string(image_size);
-      if (!v->is_string() || v->get<std::string>() != want)
-        throw HttpError{400, "size: this model makes " + want + " images", "size"};
-    }
-    if (const json* v = field("response_format"))
-      if (!v->is_string() || v->get<std::string>() != "b64_json")
-        throw HttpError{400, "response_format: only b64_json is served", "response_format"};
-    // Options fixed for the server: a request may restate them, not change them.
-    for (const char* k : {"method", "cfg", "temperature", "top_k", "top_p"})
-      if (const json* v = field(k)) {
-        const bool same =
-            std::string(k) == "method"
-                ? v->is_string() && v->get<std::string>() == method
-                : v->is_number() && std::abs(v->get<double>() - server_setting(k)) < 1e-6;
-        if (!same)
-          throw HttpError{400,
-                          std::string(k) + ": this server runs " + server_settings_text() +
-                              " for every request (start one server per setting)",
-                          k};
-      }
-    int class_id = -1;
-    std::string label;
-    const json* prompt = field("prompt");
-    const json* cls = field("class");
-    if (prompt && cls) throw HttpError{400, "give prompt or class, not both", "class"};
-    if (cls) {
-      if (!cls->is_number_integer() || cls->get<int64_t>() < 0 ||
-          cls->get<int64_t>() >= pipe.config().gpt.num_classes)
-        throw HttpError{400,
-                        "class must be an integer in [0, " +
-                            std::to_string(pipe.config().gpt.num_classes) + ")",
-                        "class"};
-      class_id = cls->get<int>();
-      label = names ? names->label(class_id) : "class " + std::to_string(class_id);
-    } else if (prompt) {
-      if (!prompt->is_string() || prompt->get<std::string>().empty())
-        throw HttpError{400, "prompt must be a non-empty string", "prompt"};
-      if (!names)
-        throw HttpError{400, "this model has no class names (classes.json): give class", "prompt"};
-      std::string style;
-      if (const json* v = field("style")) {
-        if (!v->is_string()) throw HttpError{400, "style must be a string", "style"};
-        style = v->get<std::string>();
-      }
-      try {
-        class_id = names->match(prompt->get<std::string>(), style).class_id;
-      } catch (const Error& e) {
-        throw HttpError{400, e.what(), "prompt"};
-      }
-      label = names->label(class_id);
-    } else {
-      throw HttpError{400, "give prompt (or class)", "prompt"};
-    }
-    for (int i = 0; i < n; ++i) {
-      job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i)});
-      job->labels.push_back(label);
-    }
-    job->ids.assign(n, -1);
-    job->pixels.resize(n);
-    job->stats.resize(n);
-    return job;
+    queue.push_back(job);
+    waiting += job->images.size();
+    engine_cv.notify_one();
+    return std::nullopt;
   }
 
-  double server_setting(const std::string& k) const {
-    const SamplingOptions s = resolve_sampling(o.gen.sampling, pipe.config().sampling);
-    if (k == "cfg") return s.cfg_scale;
-    if (k == "temperature") return s.temperature;
-    if (k == "top_k") return s.top_k;
-    return s.top_p;
+  Clock::time_point deadline(const Job& job) const {
+    return job.start +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
   }
-  std::string server_settings_text() const {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "method %s, cfg %g, temperature %g, top_k %g, top_p %g",
-                  method.c_str(), server_setting("cfg"), server_setting("temperature"),
-                  server_setting("top_k"), server_setting("top_p"));
-    return buf;
+
+  void cancel(Job& job) {  // with mu held
+    job.cancelled = true;  // the engine frees its slots at the next step
+    engine_cv.notify_one();
   }
 
   void generations(const httplib::Request& req, httplib::Response& res) {
-    const auto t0 = Clock::now();
     std::shared_ptr<Job> job;
     try {
-      job = parse(req.body);
+      job = parse_request(req.body, context());
     } catch (const HttpError& e) {
       reply_error(res, e);
       return;
     }
-    {
-      std::unique_lock lock(mu);
-      if (stopping) {
-        lock.unlock();
-        reply_error(res, {503, "the server is shutting down", ""});
-        return;
-      }
-      if (waiting + job->images.size() > static_cast<size_t>(o.queue)) {
-        lock.unlock();
-        res.set_header("Retry-After", "1");
-        reply_error(
-            res,
-            {429, "the queue is full (" + std::to_string(o.queue) + " images waiting); retry later",
-             ""});
-        return;
-      }
-      queue.push_back(job);
-      waiting += job->images.size();
-      engine_cv.notify_one();
-      const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(o.timeout_s));
-      if (!done_cv.wait_until(lock, deadline, [&] { return job->complete(); })) {
-        job->cancelled = true;  // the engine frees its slots at the next step
-        engine_cv.notify_one();
+    job->start = Clock::now();
+    if (auto e = enqueue(job, res)) {
+      reply_error(res, *e);
+      return;
+    }
+    if (job->stream) {
+      stream(job, res);
+      return;
+    }
+    std::unique_lock lock(mu);
+    while (!job->complete()) {
+      if (done_cv.wait_for(lock, kClientCheckEvery, [&] { return job->complete(); })) break;
+      if (Clock::now() >= deadline(*job)) {
+        cancel(*job);
         lock.unlock();
         reply_error(res, {503, "timed out after " + std::to_string(o.timeout_s) + " s", ""});
         return;
       }
-      if (job->failed) {
-        const std::string why = job->error;
-        lock.unlock();
-        reply_error(res, {500, why, ""});
+      lock.unlock();
+      const bool gone = client_gone(req.remote_addr, req.remote_port, req.local_port);
+      lock.lock();
+      if (gone && !job->complete()) {
+        cancel(*job);
+        metrics.disconnects++;
+        metrics.requests[499]++;
+        res.status = 499;  // nobody reads it
         return;
       }
     }
+    if (job->failed) {
+      const HttpError e{job->error_status, job->error, job->error_param};
+      lock.unlock();
+      reply_error(res, e);
+      return;
+    }
+    lock.unlock();
     json data = json::array(), per = json::array();
     for (size_t i = 0; i < job->images.size(); ++i) {
       const std::string png = png_bytes(job->pixels[i].data(), image_size, image_size);
@@ -358,78 +393,95 @@ struct Server::Impl {
       per.push_back({{"seed", job->images[i].seed},
                      {"image_index", job->images[i].image_index},
                      {"target_forwards", s.target_forwards},
-                     {"mean_accepted_length",
-                      s.rounds > 0 ? static_cast<double>(s.tokens - 1) / s.rounds : 1.0}});
+                     {"mean_accepted_length", mean_accepted(s)}});
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    reply(res, 200,
-          {{"created", static_cast<int64_t>(std::time(nullptr))},
-           {"data", data},
-           {"tessera", {{"method", method}, {"seconds", seconds}, {"images", per}}}});
-    std::lock_guard lock(mu);
+    const double seconds = std::chrono::duration<double>(Clock::now() - job->start).count();
+    reply(
+        res, 200,
+        {{"created", static_cast<int64_t>(std::time(nullptr))},
+         {"data", data},
+         {"tessera", {{"method", job->opts.spec.method}, {"seconds", seconds}, {"images", per}}}});
+    std::lock_guard g(mu);
     metrics.observe(seconds);
   }
 
-  std::string metrics_text() {
-    std::lock_guard lock(mu);
-    std::string t;
-    auto line = [&](const std::string& s) { t += s + "\n"; };
-    line("# HELP tessera_requests_total HTTP requests answered, by status.");
-    line("# TYPE tessera_requests_total counter");
-    for (const auto& [code, n] : metrics.requests)
-      line("tessera_requests_total{code=\"" + std::to_string(code) + "\"} " + std::to_string(n));
-    line("# HELP tessera_queue_images Images waiting for a slot in the batch.");
-    line("# TYPE tessera_queue_images gauge");
-    line("tessera_queue_images " + std::to_string(waiting));
-    line("# HELP tessera_in_flight_images Images being generated.");
-    line("# TYPE tessera_in_flight_images gauge");
-    line("tessera_in_flight_images " + std::to_string(in_flight.load()));
-    line("# HELP tessera_images_total Images generated.");
-    line("# TYPE tessera_images_total counter");
-    line("tessera_images_total " + std::to_string(metrics.images));
-    line("# HELP tessera_tokens_total Image tokens generated (rate(): tokens/s).");
-    line("# TYPE tessera_tokens_total counter");
-    line("tessera_tokens_total " + std::to_string(metrics.tokens));
-    line(
-        "# HELP tessera_mean_accepted_length Tokens per target forward after an image's first, "
-        "by method.");
-    line("# TYPE tessera_mean_accepted_length gauge");
-    char buf[64];
-    std::snprintf(
-        buf, sizeof buf, "%.6g",
-        metrics.rounds > 0 ? static_cast<double>(metrics.accepted) / metrics.rounds : 0.0);
-    line("tessera_mean_accepted_length{method=\"" + method + "\"} " + buf);
-    line("# HELP tessera_request_seconds Time from a generation request to its response.");
-    line("# TYPE tessera_request_seconds histogram");
-    int64_t cum = 0;
-    for (size_t b = 0; b <= std::size(Metrics::kBuckets); ++b) {
-      cum += metrics.latency[b];
-      std::string le = "+Inf";
-      if (b < std::size(Metrics::kBuckets)) {
-        std::snprintf(buf, sizeof buf, "%g", Metrics::kBuckets[b]);
-        le = buf;
-      }
-      line("tessera_request_seconds_bucket{le=\"" + le + "\"} " + std::to_string(cum));
-    }
-    std::snprintf(buf, sizeof buf, "%.6f", metrics.latency_sum);
-    line(std::string("tessera_request_seconds_sum ") + buf);
-    line("tessera_request_seconds_count " + std::to_string(metrics.latency_count));
-    return t;
+  // "stream": true: Server-Sent Events in the shape of OpenAI's streamed image generation
+  // (image_generation.partial_image while it is generated, image_generation.completed per image;
+  // "error" if it fails). A write that fails means the client has gone: its images are cancelled.
+  void stream(const std::shared_ptr<Job>& job, httplib::Response& res) {
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    count(200);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job](size_t, httplib::DataSink& sink) {
+          std::unique_lock lock(mu);
+          done_cv.wait_for(lock, kClientCheckEvery,
+                           [&] { return !job->events.empty() || job->complete(); });
+          std::deque<std::string> events = std::move(job->events);
+          job->events.clear();
+          bool end = job->complete() && events.empty();
+          if (!job->complete() && Clock::now() >= deadline(*job)) {
+            cancel(*job);
+            job->fail(503, "timed out after " + std::to_string(o.timeout_s) + " s");
+          }
+          if (job->failed) {
+            events.push_back(
+                sse("error",
+                    error_body(job->error,
+                               job->error_status >= 500 ? "server_error" : "invalid_request_error",
+                               job->error_param)));
+            end = true;
+          }
+          lock.unlock();
+          if (events.empty() && !end) events.push_back(": waiting\n\n");
+          for (const std::string& e : events)
+            if (!sink.write(e.data(), e.size())) {
+              lock.lock();
+              cancel(*job);
+              metrics.disconnects++;
+              return false;
+            }
+          if (end) {
+            sink.done();
+            lock.lock();
+            metrics.observe(std::chrono::duration<double>(Clock::now() - job->start).count());
+          }
+          return true;
+        },
+        [this, job](bool) {  // the stream ended, written in full or not
+          std::lock_guard lock(mu);
+          if (!job->complete()) cancel(*job);
+        });
+  }
+
+  json models() const {
+    json classes = json::array();
+    if (names)
+      for (int c = 0; c < pipe.config().gpt.num_classes; ++c) classes.push_back(names->label(c));
+    return {{"object", "list"},
+            {"data", json::array({{{"id", model_id},
+                                   {"object", "model"},
+                                   {"owned_by", "tessera"},
+                                   {"tessera",
+                                    {{"method", o.gen.spec.method},
+                                     {"methods", served_methods(o)},
+                                     {"size", image_size},
+                                     {"grid", grid},
+                                     {"classes", classes}}}}})}};
   }
 
   void routes() {
     http.set_payload_max_length(o.max_body);
     http.new_task_queue = [n = o.http_threads] { return new httplib::ThreadPool(n); };
+    http.Get("/", [this](const httplib::Request&, httplib::Response& r) {
+      r.set_content(web_page(), "text/html; charset=utf-8");
+      count(200);
+    });
     http.Post("/v1/images/generations",
               [this](const httplib::Request& q, httplib::Response& r) { generations(q, r); });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& r) {
-      reply(r, 200,
-            {{"object", "list"},
-             {"data", json::array({{{"id", model_id},
-                                    {"object", "model"},
-                                    {"owned_by", "tessera"},
-                                    {"tessera", {{"method", method}, {"size", image_size}}}}})}});
-    });
+    http.Get("/v1/models",
+             [this](const httplib::Request&, httplib::Response& r) { reply(r, 200, models()); });
     http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
       bool down;
       {
@@ -439,7 +491,9 @@ struct Server::Impl {
       reply(r, down ? 503 : 200, {{"status", down ? "stopping" : "ok"}});
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-      r.set_content(metrics_text(), "text/plain; version=0.0.4");
+      std::lock_guard lock(mu);
+      r.set_content(metrics.text(static_cast<int64_t>(waiting), in_flight.load(), settings.load()),
+                    "text/plain; version=0.0.4");
     });
     http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
       if (r.status == 413)
@@ -487,7 +541,7 @@ void Server::run() {
   {
     std::lock_guard lock(s.mu);
     s.stopping = true;
-    for (auto& job : s.queue) job->failed = true, job->error = "the server is shutting down";
+    for (auto& job : s.queue) job->fail(503, "the server is shutting down");
     s.waiting = 0;
     s.queue.clear();
     s.done_cv.notify_all();

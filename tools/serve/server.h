@@ -1,19 +1,23 @@
 // `tessera serve` (issue 44): an OpenAI-style images API over one Pipeline. One engine thread
-// owns the Pipeline and a Generation (include/tessera/generation.h) and steps it; HTTP threads
-// parse requests and queue their images, so every request in flight shares each batched target
-// forward (continuous batching across requests). A bounded queue answers 429 when full; a request
-// past its timeout is cancelled and its slots freed at the next step.
+// owns the Pipeline and a Generation (include/tessera/generation.h) per distinct setting (method,
+// its parameters, sampling) and steps them; HTTP threads parse requests and queue their images,
+// so every request in flight with the same setting shares each batched target forward
+// (continuous batching across requests). A bounded queue answers 429 when full; a request past
+// its timeout, or whose client has gone, is cancelled and its slots freed at the next step.
 //
 //   POST /v1/images/generations  {"prompt": "red apple", "n": 2, "seed": 7, "size": "256x256",
-//                                 "response_format": "b64_json"} (or "class": 3 for models
-//                                 without class names) -> {"created", "data": [{"b64_json",
-//                                 "revised_prompt"}], "tessera": {seeds, per-image stats}}
-//   GET /v1/models, GET /health, GET /metrics (Prometheus text)
+//                                 "response_format": "b64_json", "method": "lantern",
+//                                 "params": {"lantern.k": 10}, "stream": false} (or "class": 3
+//                                 for models without class names) -> {"created", "data":
+//                                 [{"b64_json", "revised_prompt"}], "tessera": {seeds, stats}};
+//                                 "stream": true answers Server-Sent Events with previews
+//   GET / (a live page), GET /v1/models, GET /health, GET /metrics (Prometheus text)
 // Errors are JSON ({"error": {"message", "type", "param"}}): 4xx for the request's fault, 5xx
 // for the server's.
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -24,8 +28,13 @@ namespace tessera::serve {
 struct ServeOptions {
   std::string model_dir;  // for the class names of prompts and the model's id
   std::string host = "127.0.0.1";
-  int port = 8080;            // 0: any free port (bind() returns it)
-  GenerateOptions gen;        // every request's method, sampling settings; batch: images at once
+  int port = 8080;      // 0: any free port (bind() returns it)
+  GenerateOptions gen;  // the default method and sampling settings; batch: images at once, each
+                        // setting
+  // Methods a request may name, each with the draft model directory it drafts with ("": none, or
+  // Jacobi drafts); empty: gen's alone. A method other than gen's runs with its defaults.
+  std::map<std::string, std::string> methods;
+  int max_settings = 4;       // distinct settings generated at once, each in a batch of its own
   int queue = 64;             // images waiting beyond the batch; a request that would pass it: 429
   double timeout_s = 600.0;   // a request not done by then: 503, and its images cancelled
   size_t max_body = 1 << 16;  // bytes of a request body; more: 413

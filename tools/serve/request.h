@@ -1,0 +1,68 @@
+// One POST /v1/images/generations: its body parsed and checked into the images it asks for and the
+// settings they are generated with (tools/serve/server.h). Requests with equal settings share a
+// batch; each distinct setting is a Generation of its own.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server.h"
+#include "tessera/class_names.h"
+#include "tessera/generation.h"
+
+namespace tessera::serve {
+
+// A request's fault: answered with `status` and an OpenAI-style error body.
+struct HttpError {
+  int status;
+  std::string message, param;
+};
+
+// One request's images, shared by its HTTP thread and the engine (under the server's mutex).
+struct Job {
+  GenerateOptions opts;  // this request's method, its parameters and sampling settings
+  std::string settings;  // those as canonical text: the key of the Generation it joins
+  bool stream = false;   // answered as Server-Sent Events with previews
+  std::vector<GenerationRequest> images;
+  std::vector<std::string> labels;
+  std::vector<int> ids;  // generation ids, -1 until added
+  std::vector<std::vector<uint8_t>> pixels;
+  std::vector<ImageStats> stats;
+  size_t added = 0, done = 0;
+  bool cancelled = false, failed = false;
+  int error_status = 500;
+  std::string error, error_param;
+  std::chrono::steady_clock::time_point start;
+  // stream: events not yet written ("event: ...\ndata: ...\n\n"), and when each image's last
+  // preview was made.
+  std::deque<std::string> events;
+  std::vector<std::chrono::steady_clock::time_point> previewed;
+
+  bool complete() const { return failed || done == images.size(); }
+  void fail(int status, const std::string& why, const std::string& param = "") {
+    failed = true;
+    error_status = status;
+    error = why;
+    error_param = param;
+  }
+};
+
+// What a request is checked against.
+struct RequestContext {
+  const ServeOptions& options;
+  const ModelConfig& config;
+  const ClassNames* names;  // null: the model has no class names
+  int image_size;
+};
+
+// The job a request body asks for; throws HttpError naming the field at fault.
+std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext& context);
+
+// The methods a request may name: ServeOptions::methods, or the server's own when that is empty.
+std::vector<std::string> served_methods(const ServeOptions& options);
+
+}  // namespace tessera::serve
