@@ -4,8 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenblas-dev libomp-dev nlohmann-json3-dev
       libcli11-dev libpng-dev libjpeg62-turbo-dev libwebp-dev zlib1g-dev libgtest-dev libgmock-dev
-      libeigen3-dev libfreetype-dev libcpp-httplib-dev fonts-dejavu-core python3-torch python3-numpy python3-pil python3-scipy python3-venv
-      clang libclang-rt-dev)  # clang and its libFuzzer runtime: tests/fuzz
+      libeigen3-dev libfreetype-dev libcpp-httplib-dev chromium chromium-driver fonts-dejavu-core python3-torch python3-numpy python3-pil python3-scipy python3-venv
+      clang libclang-rt-dev)  # clang and its libFuzzer runtime: tests/fuzz; chromium: the
+                              # browser test of tessera serve's page (python/test_serve_browser.py)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -18,11 +19,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # python/tessera_eval: torchmetrics and transformers from PyPI in a venv that sees Debian's torch,
-# numpy and scipy (--system-site-packages). The constraints pin torch and numpy to Debian's
-# versions, so pip fails rather than download a second torch. ctest's python_tessera_eval runs
+# numpy and scipy (--system-site-packages), and the Python tests' own packages (selenium). The
+# constraints pin torch and numpy to Debian's versions, so pip fails rather than download a
+# second torch. ctest's python_tessera_eval runs
 # this venv's python (CMake cache TESSERA_EVAL_PYTHON).
 venv="${TESSERA_EVAL_VENV:-/opt/tessera-eval-venv}"
-reqs="$(dirname "$0")/../python/tessera_eval/requirements.txt"
+here="$(dirname "$0")/.."
+reqs="$(mktemp)"
+cat "$here/python/tessera_eval/requirements.txt" "$here/python/test_requirements.txt" > "$reqs"
 stamp="$venv/.tessera-requirements"
 if ! cmp -s "$reqs" "$stamp" 2>/dev/null; then
   SUDO=""
@@ -35,3 +39,4 @@ print(f"torch=={v(torch)}\nnumpy=={v(numpy)}")' > "$constraints"
   rm -f "$constraints"
   $SUDO cp "$reqs" "$stamp"
 fi
+rm -f "$reqs"

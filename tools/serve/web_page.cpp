@@ -40,8 +40,8 @@ const char* web_page() {
 <div class="view">
   <figure><img id="image" alt="the image"><figcaption id="status">no image yet</figcaption></figure>
   <figure><canvas id="heatmap" width="256" height="256"></canvas>
-    <figcaption>acceptance: dark where the target sampled the token, yellow to blue where a
-      draft was accepted at depth 1, 2, ...; grey not generated yet</figcaption></figure>
+    <figcaption>acceptance: dark where the target sampled the token; yellow, red, purple to blue
+      where a draft was accepted at depth 1, 2, ...; grey not generated yet</figcaption></figure>
 </div>
 <div id="stats"></div>
 <script>
@@ -68,21 +68,20 @@ async function load() {
   }
 }
 
-// Depth d >= 1 from yellow (1) to blue (the deepest); 0 dark; 255 not generated.
+// Depth d >= 1 from yellow (1) through red and purple to blue (the deepest); 0 dark; 255 not
+// generated yet, grey.
 function colour(d, deepest) {
-  if (d === 255) return [200, 200, 200];
-  if (d === 0) return [40, 40, 40];
+  if (d === 255) return "rgb(200,200,200)";
+  if (d === 0) return "rgb(40,40,40)";
   const t = deepest > 1 ? (d - 1) / (deepest - 1) : 0;
-  return [Math.round(250 * (1 - t) + 40 * t), Math.round(220 * (1 - t) + 90 * t),
-          Math.round(40 * (1 - t) + 230 * t)];
+  return `hsl(${Math.round(415 - 175 * t) % 360}, 90%, 55%)`;
 }
 
 function drawHeatmap(depth, tokens) {
   const c = $("heatmap"), ctx = c.getContext("2d"), cell = c.width / grid;
   const deepest = Math.max(1, ...depth.slice(0, tokens));
   for (let i = 0; i < grid * grid; ++i) {
-    const [r, g, b] = colour(i < tokens ? depth[i] : 255, deepest);
-    ctx.fillStyle = `rgb(${r},${g},${b})`;
+    ctx.fillStyle = colour(i < tokens ? depth[i] : 255, deepest);
     ctx.fillRect((i % grid) * cell, Math.floor(i / grid) * cell, cell, cell);
   }
   c.dataset.tokens = tokens;
