@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
 #include "tessera/error.h"
 #include "tessera/generation.h"
@@ -199,3 +200,43 @@ TEST(GenerationApiLifecycle, BadOptionsAreRefusedAtTheStart) {
 }
 
 }  // namespace
+
+// A Pipeline shared by threads (tools/serve runs a Generation per setting; the Python package
+// will call it from several threads): each thread's images are the ones it gets alone, whatever
+// the others run at the same time, among them methods that draft with other draft models and
+// heads (the family keeps every drafter it loaded while runs hold it).
+TEST(PipelineThreads, ThreadsSharingAPipelineGetTheImagesTheyGetAlone) {
+  auto pipe = c2i();
+  std::vector<GenerateOptions> runs = {options("vanilla", 2), options("sd", 2), options("hawk", 2)};
+  GenerateOptions eagle = options("vanilla", 2);
+  eagle.spec.method = "eagle";
+  eagle.spec.draft_model = kFix + "spec/tiny_eagle";
+  runs.push_back(eagle);
+  GenerateOptions medusa = options("vanilla", 2);
+  medusa.spec.method = "medusa";
+  medusa.spec.draft_model = kFix + "spec/tiny_medusa";
+  runs.push_back(medusa);
+  const std::vector<Condition> conds = {Condition::label(1), Condition::label(2),
+                                        Condition::label(3)};
+  std::vector<std::vector<std::vector<int32_t>>> alone;
+  for (const GenerateOptions& o : runs) alone.push_back(pipe->generate(conds, o));
+  // A fresh pipeline, so that the threads also race to load the drafters.
+  pipe = c2i();
+  std::vector<std::vector<std::vector<int32_t>>> shared(runs.size());
+  std::vector<std::string> errors(runs.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < runs.size(); ++k)
+    threads.emplace_back([&, k] {
+      try {
+        for (int rep = 0; rep < 2; ++rep) shared[k] = pipe->generate(conds, runs[k]);
+      } catch (const std::exception& e) {
+        errors[k] = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (size_t k = 0; k < runs.size(); ++k) {
+    SCOPED_TRACE(runs[k].spec.method);
+    EXPECT_EQ(errors[k], "");
+    EXPECT_EQ(shared[k], alone[k]);
+  }
+}

@@ -205,6 +205,13 @@ struct ForwardFlops {
 // names. LlamaGen models generate discrete token grids (generate, decode); MAR models generate
 // continuous latents (generate_latents, decode_latents; their options are in tessera/mar.h).
 // Calling the other family's functions throws an Error that says which model it is.
+//
+// Threads may share a LlamaGen Pipeline: generate, start_generation, validate and decode may be
+// called from several threads at once, each call with its own sessions (KV caches) over the
+// shared read-only weights; draft models and heads are loaded once, by the first call that needs
+// them, and kept while the Pipeline lives. The CPU worker pool runs one thread's parallel region
+// at a time (the others run theirs on their own thread), so threads share the cores rather than
+// multiply them. A Generation is used by one thread at a time.
 class Pipeline {
  public:
   static std::unique_ptr<Pipeline> load(const std::string& model_dir, const LoadOptions& opts = {});

@@ -2,6 +2,9 @@
 // teacher-forced logits, VQ decoding.
 #include "pipeline/llamagen_family.h"
 
+#include <map>
+#include <mutex>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -56,16 +59,18 @@ struct LlamaGenFamily::Data {
   Backend* backend = nullptr;
   std::unique_ptr<LlamaGen> gpt;
   std::unique_ptr<VqDecoder> vq;
-  // The draft model of the last speculative call (reloaded when --draft changes).
-  std::string draft_dir;
-  std::unique_ptr<AutoregressiveModel> draft;
-  ModelConfig draft_config;
-  // The Medusa or Hawk heads of the last call that drafted with heads (reloaded when --draft
-  // changes).
-  std::string medusa_dir;
-  std::unique_ptr<MedusaHeads> medusa;
+  // Draft models and Medusa or Hawk heads, each loaded once by its directory and kept while the
+  // family lives: the runs in flight (one per setting of a server, or per thread) hold pointers to
+  // them. `mu` guards the maps; the models themselves are read-only once loaded.
+  struct LoadedDraft {
+    std::unique_ptr<AutoregressiveModel> model;
+    ModelConfig config;
+  };
+  std::mutex mu;
+  std::map<std::string, LoadedDraft> drafts;
+  std::map<std::pair<std::string, bool>, std::unique_ptr<MedusaHeads>> heads;  // (dir, hawk)
 
-  const AutoregressiveModel& draft_model(const std::string& dir);
+  const LoadedDraft& draft_model(const std::string& dir);
   const MedusaHeads& medusa_heads(const std::string& dir, const std::string& method, bool hawk);
 };
 
@@ -73,8 +78,9 @@ struct LlamaGenFamily::Data {
 // target.
 const MedusaHeads& LlamaGenFamily::Data::medusa_heads(const std::string& dir,
                                                       const std::string& method, bool hawk) {
-  if (medusa && medusa_dir == dir && medusa->config().is_hawk() == hawk) return *medusa;
-  medusa.reset();
+  std::lock_guard lock(mu);
+  std::unique_ptr<MedusaHeads>& loaded = heads[{dir, hawk}];
+  if (loaded) return *loaded;
   ModelConfig mc = load_model_config(dir);
   mc.check_weights = config.check_weights;
   const std::string what = mc.is_eagle()    ? "an EAGLE drafter"
@@ -86,16 +92,15 @@ const MedusaHeads& LlamaGenFamily::Data::medusa_heads(const std::string& dir,
                   (hawk ? "Hawk's heads (python/emoji/train_medusa.py --vertical D)"
                         : "Medusa heads (python/emoji/train_medusa.py)") +
                   "; " + dir + " is " + what);
-  medusa = std::make_unique<MedusaHeads>(mc, *gpt);  // checks that they fit the target
-  medusa_dir = dir;
-  return *medusa;
+  loaded = std::make_unique<MedusaHeads>(mc, *gpt);  // checks that they fit the target
+  return *loaded;
 }
 
 // A draft model over the target's vocabulary (a smaller LlamaGen), or an EAGLE drafter converted
 // for this target.
-const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& dir) {
-  if (draft && draft_dir == dir) return *draft;
-  draft.reset();
+const LlamaGenFamily::Data::LoadedDraft& LlamaGenFamily::Data::draft_model(const std::string& dir) {
+  std::lock_guard lock(mu);
+  if (auto it = drafts.find(dir); it != drafts.end()) return it->second;
   ModelConfig dc = load_model_config(dir);
   dc.check_weights = config.check_weights;
   check_param(!dc.is_medusa(), "draft",
@@ -107,10 +112,8 @@ const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& 
                   " holds Hawk's heads: they draft for {method} hawk, hawk-vertical or a method "
                   "that takes a draft model (sd, lantern, ...)");
   if (dc.is_eagle()) {
-    draft = std::make_unique<EagleDrafterModel>(dc, *gpt);  // checks that it fits the target
-    draft_dir = dir;
-    draft_config = dc;
-    return *draft;
+    auto eagle = std::make_unique<EagleDrafterModel>(dc, *gpt);  // checks that it fits the target
+    return drafts[dir] = {std::move(eagle), dc};
   }
   check_param(!dc.is_mar(), "draft", "{draft} " + dir + " is a MAR model, not a draft model");
   const GptConfig &t = config.gpt, &d = dc.gpt;
@@ -130,10 +133,8 @@ const AutoregressiveModel& LlamaGenFamily::Data::draft_model(const std::string& 
     same("num_classes", t.num_classes, d.num_classes);
   else
     same("caption_dim", t.caption_dim, d.caption_dim);
-  draft = std::make_unique<LlamaGen>(dc, *backend);
-  draft_dir = dir;
-  draft_config = dc;
-  return *draft;
+  auto draft = std::make_unique<LlamaGen>(dc, *backend);
+  return drafts[dir] = {std::move(draft), dc};
 }
 
 LlamaGenFamily::LlamaGenFamily(const ModelConfig& config, Backend& backend, bool load_decoder)
@@ -184,7 +185,8 @@ ForwardFlops LlamaGenFamily::forward_flops(int k, bool cfg) const {
 struct LlamaGenFamily::Prepared {
   SamplingParams p;
   const AutoregressiveModel* draft = nullptr;
-  const MedusaHeads* medusa = nullptr;  // the medusa methods' drafter (draft stays null)
+  const ModelConfig* draft_config = nullptr;  // the draft model's
+  const MedusaHeads* medusa = nullptr;        // the medusa methods' drafter (draft stays null)
   speculative::Method method;
   std::string note;
   std::optional<speculative::TreeSpec> tree;  // --tree: the draft model's static or dynamic tree
@@ -214,8 +216,11 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   }
   if (wants_draft && medusa)
     r.medusa = &d_->medusa_heads(opts.spec.draft_model, opts.spec.method, hawk);
-  else
-    r.draft = wants_draft ? &d_->draft_model(opts.spec.draft_model) : nullptr;
+  else if (wants_draft) {
+    const Data::LoadedDraft& loaded = d_->draft_model(opts.spec.draft_model);
+    r.draft = loaded.model.get();
+    r.draft_config = &loaded.config;
+  }
   if (mi && mi->drafter == "eagle" && r.draft)
     check_param(dynamic_cast<const EagleDrafterModel*>(r.draft) != nullptr, "draft",
                 "{method} " + opts.spec.method +
@@ -360,9 +365,8 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
     while (depth > 1 && positions(depth) > N) --depth;
     DraftCosts costs = opts.spec.auto_costs;
     if (costs.verify.empty())
-      costs = calibrated_draft_costs({d_->gpt.get(), &d_->config},
-                                     {draft, draft ? &d_->draft_config : nullptr}, p.uses_cfg(),
-                                     positions(depth));
+      costs = calibrated_draft_costs({d_->gpt.get(), &d_->config}, {draft, prep.draft_config},
+                                     p.uses_cfg(), positions(depth));
     check_param(
         static_cast<int>(costs.verify.size()) >= positions(depth) && costs.draft_step >= 0.0,
         "auto_costs",

@@ -1,5 +1,5 @@
-// The LlamaGen (discrete-token) half of the public Pipeline: the target, its VQ decoder and the
-// draft model of the last speculative call.
+// The LlamaGen (discrete-token) half of the public Pipeline: the target, its VQ decoder, and the
+// draft models and heads speculative calls loaded (kept, shared by threads).
 #pragma once
 
 #include <functional>
