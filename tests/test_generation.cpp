@@ -240,3 +240,42 @@ TEST(PipelineThreads, ThreadsSharingAPipelineGetTheImagesTheyGetAlone) {
     EXPECT_EQ(shared[k], alone[k]);
   }
 }
+
+// The emoji pair, whose trained draft is accepted whole in most rounds (so a running image's
+// draft cache trails its tokens by two), with requests joining while others are decoded: a
+// joining image feeds its draft one token and the others two in the same forward (the draft
+// failed "draft cache behind" here once, and served images that depended on their batch). Each
+// image is the one generated alone.
+TEST(GenerationApiLifecycle, JoiningAWellDraftedBatchChangesNoImage) {
+  LoadOptions lo;
+  lo.threads = 1;
+  const std::string emoji = std::string(TESSERA_SOURCE_DIR) + "/models/emoji/";
+  auto pipe = Pipeline::load(emoji + "target", lo);
+  GenerateOptions o;
+  o.batch = 4;
+  o.spec.method = "sd";
+  o.spec.draft_model = emoji + "draft";
+  o.spec.draft_len = 4;
+  auto gen = pipe->start_generation(o);
+  std::map<int, std::pair<GenerationRequest, std::vector<int32_t>>> got;
+  std::map<int, GenerationRequest> live;
+  int added = 0, step = 0;
+  while (added < 6 || gen->in_flight() > 0) {
+    if (added < 6 && step % 3 == 0 && gen->capacity() > 0) {
+      const GenerationRequest r{Condition::label(17 * added), static_cast<uint64_t>(40 + added), 0};
+      live[gen->add(r)] = r;
+      ++added;
+    }
+    ASSERT_TRUE(gen->step());
+    ++step;
+    for (FinishedImage& f : gen->poll()) {
+      got[static_cast<int>(got.size())] = {live.at(f.id), std::move(f.tokens)};
+      live.erase(f.id);
+    }
+  }
+  ASSERT_EQ(got.size(), 6u);
+  for (const auto& [k, g] : got) {
+    SCOPED_TRACE("seed " + std::to_string(g.first.seed));
+    EXPECT_EQ(g.second, alone(*pipe, o, g.first.condition, g.first.seed, 0));
+  }
+}

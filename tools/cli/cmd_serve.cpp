@@ -162,6 +162,11 @@ Command add_serve(CLI::App& app, const ModelDefaults& md) {
                 "Seconds a request may take; later it is answered 503 and its images cancelled")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  s->add_option("--http-threads", a->serve.http_threads,
+                "Threads answering HTTP (each waiting request holds one); 0: enough for the queue "
+                "and every batch")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   s->add_option("--max-n", a->serve.max_n, "Images one request may ask for (its n)")
       ->check(int_at_least(1))
       ->capture_default_str();

@@ -30,6 +30,10 @@ std::string Metrics::text(int64_t queued, int64_t in_flight, int64_t settings) c
          "Generation requests whose client went away before the answer; their images were "
          "cancelled.");
   line("tessera_disconnects_total " + std::to_string(disconnects));
+  metric("tessera_engine_faults_total", "counter",
+         "Faults of a setting's generation: its requests in flight were answered 500 and it was "
+         "started again for the next ones.");
+  line("tessera_engine_faults_total " + std::to_string(engine_faults));
   metric("tessera_queue_images", "gauge", "Images waiting for a slot in a batch.");
   line("tessera_queue_images " + std::to_string(queued));
   metric("tessera_in_flight_images", "gauge", "Images being generated.");

@@ -11,7 +11,7 @@ namespace tessera::serve {
 
 struct Metrics {
   std::map<int, int64_t> requests;  // answered, by status (499: the client went away first)
-  int64_t images = 0, tokens = 0, disconnects = 0;
+  int64_t images = 0, tokens = 0, disconnects = 0, engine_faults = 0;
   struct Acceptance {
     int64_t rounds = 0, accepted = 0;  // verification rounds, and tokens after each image's first
   };

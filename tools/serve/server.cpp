@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -86,6 +87,7 @@ struct Server::Impl {
   bool stopping = false;
   Metrics metrics;
   std::atomic<int> in_flight{0}, settings{0};
+  int listen_fd = -1;
   // The engine's alone (no lock): a Generation per distinct setting.
   std::map<std::string, Lane> lanes;
 
@@ -123,15 +125,24 @@ struct Server::Impl {
       }
       for (const auto& job : to_open) open_lane(*job);
       if (!to_open.empty()) continue;  // admit into the new lanes first
-      for (auto& [key, lane] : lanes) {
-        if (lane.gen->in_flight() == 0) continue;
+      for (auto it = lanes.begin(); it != lanes.end();) {
+        Lane& lane = it->second;
         try {
-          lane.gen->step();
-          finish(lane);
-          stream_progress(lane);
+          if (lane.gen->in_flight() > 0) {
+            lane.gen->step();
+            finish(lane);
+            stream_progress(lane);
+          }
+          ++it;
         } catch (const std::exception& e) {
-          fail_all(std::string("generation failed: ") + e.what());
-          return;
+          // A fault fails that setting's requests in flight (500) and drops its Generation; the
+          // other settings and later requests go on.
+          std::lock_guard lock(mu);
+          for (auto& [id, entry] : lane.live)
+            entry.first->fail(500, std::string("generation failed: ") + e.what());
+          metrics.engine_faults++;
+          it = lanes.erase(it);
+          done_cv.notify_all();
         }
       }
     }
@@ -286,18 +297,6 @@ struct Server::Impl {
       job.events.push_back(event);
       done_cv.notify_all();
     }
-  }
-
-  void fail_all(const std::string& why) {
-    std::lock_guard lock(mu);
-    for (auto& [key, lane] : lanes)
-      for (auto& [id, entry] : lane.live) entry.first->fail(500, why);
-    for (auto& job : queue) job->fail(500, why);
-    lanes.clear();
-    queue.clear();
-    waiting = 0;
-    stopping = true;
-    done_cv.notify_all();
   }
 
   // ---- HTTP ------------------------------------------------------------------------------------
@@ -473,7 +472,19 @@ struct Server::Impl {
 
   void routes() {
     http.set_payload_max_length(o.max_body);
-    http.new_task_queue = [n = o.http_threads] { return new httplib::ThreadPool(n); };
+    // Every request waiting for its images holds an HTTP thread: enough threads for the queue and
+    // every batch, and a few for /health and /metrics, so that requests reach the 429 logic
+    // rather than wait unseen in the pool's own queue.
+    const int threads =
+        o.http_threads > 0 ? o.http_threads
+                           : std::min(256, o.queue + o.gen.batch * std::max(o.max_settings, 1) + 8);
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients gets connections reset:
+    // keep the listening socket to listen again with the system's backlog after bind().
+    http.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = sock;
+    });
     http.Get("/", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(web_page(), "text/html; charset=utf-8");
       count(200);
@@ -531,6 +542,7 @@ int Server::bind() {
   if (port < 0)
     throw Error("cannot listen on " + s.o.host + ":" + std::to_string(s.o.port) +
                 " (in use, or not an address of this machine)");
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);  // Linux: a second listen() resizes it
   return port;
 }
 

@@ -39,7 +39,7 @@ struct ServeOptions {
   double timeout_s = 600.0;   // a request not done by then: 503, and its images cancelled
   size_t max_body = 1 << 16;  // bytes of a request body; more: 413
   int max_n = 16;             // images per request
-  int http_threads = 8;
+  int http_threads = 0;       // 0: queue + batch * max_settings + 8 (at most 256)
 };
 
 class Server {

@@ -27,6 +27,9 @@ SessionOptions draft_session(const AutoregressiveModel& model, const SamplingPar
   o.n_slots = max_images * (params.uses_cfg() ? 2 : 1);
   o.extra_capacity = max_depth + 2;
   o.max_new = 2;  // the catch-up feeds at most the last two committed tokens
+  // and reads the roots at either: a joining image's at its one real row, the others' at their
+  // second (catch_up)
+  o.max_outputs_per_seq = 2;
   if (shape) {
     // The fed nodes of every depth stay in the cache until the round's compaction.
     o.extra_capacity = shape->nodes() + 2;
@@ -195,8 +198,11 @@ void ModelDrafter::run(const StepBatch& b) {
 
 // Catch-up: the cache holds at least the committed tokens but the last two (see docs); cut it
 // there (and drop the rows of a tree finish_round never compacted: they are no path) and feed
-// those tokens for the images `who` (cond, then uncond), so every image appends the same number
-// of rows; the last one's outputs are the root's.
+// those tokens for the images `who` (cond, then uncond); the last one's outputs are the root's.
+// An image feeds its last two tokens, or its only one just after its prefill: images that joined
+// a running batch (continuous batching) feed one, the others two, in one forward with a padding
+// row after the real one (after it, so that no real row sees it; removed after the forward). So
+// what an image feeds never depends on the images beside it.
 int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vector<int>& who,
                            StepBatch& b, std::vector<int>& out_row) {
   if (reads_features()) return catch_up_features(active, who, b, out_row);
@@ -209,37 +215,47 @@ int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vecto
     b.slots[i] = s.cond;
     if (cfg) b.slots[m + i] = s.uncond;
   }
-  int feed = 2;
-  for (int j : who) feed = std::min(feed, static_cast<int>(active[j]->tokens.size()));
+  std::vector<int> feed(m), keep(m);
+  int n = 1;
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
-    check(static_cast<int>(im.tokens.size()) >= feed, "internal: drafter catch-up");
-    const int keep = T + static_cast<int>(im.tokens.size()) - feed;
+    check(!im.tokens.empty(), "internal: drafter catch-up");
+    feed[i] = std::min(2, static_cast<int>(im.tokens.size()));
+    n = std::max(n, feed[i]);
+    keep[i] = T + static_cast<int>(im.tokens.size()) - feed[i];
     const Slots& s = slots_.at(im.id);
     for (int h = 0; h < (cfg ? 2 : 1); ++h) {
       const int slot = b.slots[h * m + i];
       if (s.tree_base >= 0) session_.remove(slot, std::min(s.tree_base, session_.length(slot)));
-      check(session_.length(slot) >= keep, "internal: draft cache behind");
-      session_.remove(slot, keep);
+      check(session_.length(slot) >= keep[i], "internal: draft cache behind");
+      session_.remove(slot, keep[i]);
     }
   }
-  b.n_new = feed;
-  b.tokens.resize(static_cast<size_t>(R) * feed);
+  b.n_new = n;
+  b.tokens.assign(static_cast<size_t>(R) * n, 0);
   b.positions.resize(b.tokens.size());
   for (int h = 0; h < (cfg ? 2 : 1); ++h)
     for (int i = 0; i < m; ++i) {
       const ImageState& im = *active[who[i]];
       const int nt = static_cast<int>(im.tokens.size());
-      for (int f = 0; f < feed; ++f) {
-        const size_t row = static_cast<size_t>(h * m + i) * feed + f;
-        b.tokens[row] = im.tokens[nt - feed + f];
-        b.positions[row] = model_.token_position(nt - feed + f);
+      for (int r = 0; r < n; ++r) {
+        const size_t row = static_cast<size_t>(h * m + i) * n + r;
+        const int f = std::min(r, feed[i] - 1);  // a padding row repeats the last real position
+        b.positions[row] = model_.token_position(nt - feed[i] + f);
+        if (r < feed[i]) b.tokens[row] = im.tokens[nt - feed[i] + r];
       }
     }
-  b.output_at = {feed - 1};
+  b.output_at.resize(n);
+  for (int r = 0; r < n; ++r) b.output_at[r] = r;
   run(b);
-  out_row.assign(m, 0);
-  return 1;
+  out_row.resize(m);
+  for (int i = 0; i < m; ++i) {
+    out_row[i] = feed[i] - 1;
+    if (feed[i] < n)
+      for (int h = 0; h < (cfg ? 2 : 1); ++h)
+        session_.remove(b.slots[h * m + i], keep[i] + feed[i]);
+  }
+  return n;
 }
 
 // Feature mode: drop the last round's draft rows (the cache keeps the `fed` pairs with the
