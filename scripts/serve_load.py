@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A bounded load run against `tessera serve` (docs/serving.md), with checks.
 
-Starts one server (--method, default vanilla; -b 16; --queue 256), warms it up with 2*batch
+Starts one server (--method, default vanilla; a list such as vanilla,sd makes each request name
+one of them, batched apart; -b 16; --queue 256), warms it up with 2*batch
 requests, then sends --requests N (default 1000) requests from --clients C (default 16) threads,
 a mix drawn deterministically from --seed:
   ~80% valid: a class prompt among a few (or, for half of them when GET /v1/models gives the
@@ -113,14 +114,21 @@ def mib(b):
 # ---- the plan ----------------------------------------------------------------------------------
 
 
-def valid_body(rng, class_ids):
+def valid_body(rng, class_ids, methods):
+    """A valid request and its key's name; with several methods each request names one (the
+    server batches each method apart), and the method is part of the key."""
     n = rng.choice([1, 2])
     seed = rng.randrange(SEED_RANGE)
     if class_ids and rng.random() < 0.5:
         c = rng.choice(class_ids)
-        return {"class": c, "n": n, "seed": seed}, f"class:{c}"
-    p = rng.choice(PROMPTS)
-    return {"prompt": p, "n": n, "seed": seed}, f"prompt:{p}"
+        body, who = {"class": c, "n": n, "seed": seed}, f"class:{c}"
+    else:
+        p = rng.choice(PROMPTS)
+        body, who = {"prompt": p, "n": n, "seed": seed}, f"prompt:{p}"
+    if len(methods) > 1:
+        body["method"] = rng.choice(methods)
+        who += f"/{body['method']}"
+    return body, who
 
 
 def malformed_body(kind):
@@ -134,7 +142,7 @@ def malformed_body(kind):
     return json.dumps(body).encode()
 
 
-def make_plan(n, seed, num_classes, mix=(80, 10, 10)):
+def make_plan(n, seed, num_classes, mix=(80, 10, 10), methods=("vanilla",)):
     """The requests, drawn from `seed`. With a class count, half the valid requests name a class
     id instead of a prompt: one of a few ids drawn from [0, num_classes), so that keys repeat."""
     rng = random.Random(seed)
@@ -147,7 +155,7 @@ def make_plan(n, seed, num_classes, mix=(80, 10, 10)):
     for i in range(n):
         r = rng.random()
         if r < p_valid:
-            body, who = valid_body(rng, class_ids)
+            body, who = valid_body(rng, class_ids, methods)
             plan.append({"i": i, "kind": "valid", "body": body, "who": who})
         elif r < p_bad:  # the malformed kinds in turn, so a short run has each
             kind, want = MALFORMED[n_bad % len(MALFORMED)]
@@ -155,7 +163,7 @@ def make_plan(n, seed, num_classes, mix=(80, 10, 10)):
             plan.append({"i": i, "kind": "malformed", "what": kind, "want": want,
                          "raw": malformed_body(kind)})
         else:
-            body, who = valid_body(rng, class_ids)
+            body, who = valid_body(rng, class_ids, methods)
             plan.append({"i": i, "kind": "disconnect", "body": body, "who": who,
                          "delay": rng.uniform(0.05, 0.5)})
     return plan
@@ -327,7 +335,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--model", "-m", default=os.path.join(REPO, "models/emoji/target"))
-    ap.add_argument("--method", default="vanilla")
+    ap.add_argument("--method", default="vanilla",
+                    help="methods, comma-separated: the first is the server's default; with "
+                         "several, each request names one of them")
     ap.add_argument("--batch", "-b", type=int, default=16, help="serve -b (default 16)")
     ap.add_argument("--queue", type=int, default=256, help="serve --queue (default 256)")
     ap.add_argument("--threads", "-t", type=int, help="passed to serve as -t")
@@ -357,7 +367,8 @@ def main():
     if not os.access(a.binary, os.X_OK):
         ap.error(f"no executable tessera at {a.binary} (build it, or pass --binary)")
 
-    args = ["-m", a.model, "--method", a.method, "-b", str(a.batch), "--queue", str(a.queue)]
+    methods = [m for m in a.method.split(",") if m]
+    args = ["-m", a.model, "--method", methods[0], "-b", str(a.batch), "--queue", str(a.queue)]
     if a.threads:
         args += ["-t", str(a.threads)]
     server = ServerProcess(a.binary, args, f"{a.method} -b {a.batch}", logger=log)
@@ -401,7 +412,7 @@ def main():
             f"{mib(rss_idle):.1f} MiB")
 
         # The load, with VmRSS sampled throughout.
-        plan = make_plan(a.requests, a.seed, num_classes, mix)
+        plan = make_plan(a.requests, a.seed, num_classes, mix, methods)
         kinds = {k: sum(1 for p in plan if p["kind"] == k)
                  for k in ("valid", "malformed", "disconnect")}
         log(f"load: {a.requests} requests from {a.clients} clients: {kinds['valid']} valid, "

@@ -1184,6 +1184,30 @@ TEST(BackendOps, AddRowsBroadcast) {
 
 // ============================================================================ decoder ops
 
+// The image decoders' convolutions give the same bits with one thread or two, at the sizes that
+// split their products between threads (an emoji image's 32x32 and 64x64 layers). The product's
+// column slices once followed the thread count, and OpenBLAS computed another slice shape with
+// another summation order on some CPUs (an AMD EPYC with AVX-512): a decoded image then depended
+// on the threads.
+TEST(BackendOps, Conv2dThreadInvariant) {
+  ThreadsGuard guard;
+  Rng rng(31);
+  for (const int64_t side : {32, 64}) {
+    SCOPED_TRACE("side " + std::to_string(side));
+    const int64_t C = 32, O = 48;
+    const Vec x = rng.normal(C * side * side), w = rng.normal(O * C * 9, 0.1f),
+              bias = rng.normal(O);
+    std::vector<Vec> got;
+    for (int threads : {1, 2}) {
+      set_cpu_threads(threads);
+      Tensor y = be().empty(DType::F32, {1, O, side, side});
+      be().conv2d(up(x, {1, C, side, side}), up(w, {O, C, 3, 3}), up(bias, {O}), 1, y);
+      got.push_back(down(y));
+    }
+    EXPECT_TRUE(same_bits(got[0], got[1]));
+  }
+}
+
 TEST(BackendOps, Conv2d) {
   // SGEMM over C kh kw <= 100 terms: bound 2e-5 of |bias| + sum |w x| (as linear).
   constexpr Tol kTol{2e-5, 1e-7};

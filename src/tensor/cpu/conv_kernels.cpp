@@ -14,20 +14,22 @@ namespace tessera {
 
 namespace {
 
-// C[M, N] = alpha op(A) op(B) + beta C (row-major) with the columns split between the pool's
-// threads, each calling OpenBLAS on its own slice. OpenBLAS itself runs single-threaded
-// (CpuBackend::CpuBackend): its pthreads pool busy-waits with sched_yield after every call and
-// took the CPUs from the token steps that follow a decode (`generate -n 16` on the emoji model:
-// 5.30 s with OpenBLAS's threads, 4.53 s with one). A slice's columns are computed as in one call.
+// C[M, N] = alpha op(A) op(B) + beta C (row-major) with the columns split in slices of a fixed
+// width, which the pool's threads share, each calling OpenBLAS on its own slices. OpenBLAS itself
+// runs single-threaded (CpuBackend::CpuBackend): its pthreads pool busy-waits with sched_yield
+// after every call and took the CPUs from the token steps that follow a decode (`generate -n 16`
+// on the emoji model: 5.30 s with OpenBLAS's threads, 4.53 s with one). The slices never depend on
+// the thread count: OpenBLAS may pick another kernel, with another order of summation, for
+// another shape (on an AMD EPYC with AVX-512, slices sized by the team made the VQ decoder's
+// pixels differ between 1 and 2 threads), so every thread count makes the same calls.
 void sgemm_columns(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                    int64_t ldc) {
-  const int64_t threads = cpu_pool().team();
-  // Slices of whole 16-column groups, and at least 64 columns each: smaller ones cost more in
-  // packing than they save.
-  const int64_t slices =
-      M * N * K >= cpu::kParallelMinMacs ? std::clamp<int64_t>(N / 64, 1, threads) : 1;
-  const int64_t per = (N / 16 + slices - 1) / slices * 16;
+  // Slices of 512 columns (whole 16-column groups): smaller ones cost more in packing than they
+  // save; a small product is one slice.
+  constexpr int64_t kSlice = 512;
+  const int64_t slices = M * N * K >= cpu::kParallelMinMacs ? std::max<int64_t>(1, N / kSlice) : 1;
+  const int64_t per = slices == 1 ? N : kSlice;
   parallel_for(
       "sgemm", slices,
       [&](int64_t sl) {
