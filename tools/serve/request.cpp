@@ -215,7 +215,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
     job->labels.push_back(label);
   }
   job->ids.assign(n, -1);
-  job->pixels.resize(n);
+  job->tokens.resize(n);
   job->stats.resize(n);
   job->previewed.resize(n);
   return job;

@@ -29,17 +29,23 @@ struct Job {
   bool stream = false;   // answered as Server-Sent Events with previews
   std::vector<GenerationRequest> images;
   std::vector<std::string> labels;
-  std::vector<int> ids;  // generation ids, -1 until added
-  std::vector<std::vector<uint8_t>> pixels;
+  std::vector<int> ids;                      // generation ids, -1 until added
+  std::vector<std::vector<int32_t>> tokens;  // each finished image's grid (decoded by its
+                                             // HTTP thread, not the engine's)
   std::vector<ImageStats> stats;
   size_t added = 0, done = 0;
   bool cancelled = false, failed = false;
   int error_status = 500;
   std::string error, error_param;
   std::chrono::steady_clock::time_point start;
-  // stream: events not yet written ("event: ...\ndata: ...\n\n"), and when each image's last
-  // preview was made.
-  std::deque<std::string> events;
+  // stream: events not yet written, and when each image's last preview was made. An event is its
+  // text ("event: ...\ndata: ...\n\n"), or the index of a finished image, whose event the
+  // HTTP thread makes (it decodes the image).
+  struct Event {
+    std::string text;
+    int finished = -1;
+  };
+  std::deque<Event> events;
   std::vector<std::chrono::steady_clock::time_point> previewed;
 
   bool complete() const { return failed || done == images.size(); }

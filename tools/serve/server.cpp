@@ -233,6 +233,8 @@ struct Server::Impl {
     done_cv.notify_all();
   }
 
+  // Finished images go to their requests' HTTP threads, which decode them (threads may share
+  // the Pipeline), so the engine goes on stepping meanwhile.
   void finish(Lane& lane) {
     for (FinishedImage& f : lane.gen->poll()) {
       auto it = lane.live.find(f.id);
@@ -240,14 +242,11 @@ struct Server::Impl {
       auto [job_ptr, i] = it->second;
       lane.live.erase(it);
       Job& job = *job_ptr;
-      std::vector<uint8_t> px = pipe.decode(f.tokens, 1);
-      std::string event;
-      if (job.stream) event = sse("image_generation.completed", image_event(job, i, px, f.stats));
       std::lock_guard lock(mu);
-      job.pixels[i] = std::move(px);
+      job.tokens[i] = std::move(f.tokens);
       job.stats[i] = f.stats;
       job.done++;
-      if (job.stream) job.events.push_back(std::move(event));
+      if (job.stream) job.events.push_back({"", static_cast<int>(i)});
       metrics.images++;
       metrics.tokens += f.stats.tokens;
       Metrics::Acceptance& a = metrics.by_method[job.opts.spec.method];
@@ -294,7 +293,7 @@ struct Server::Impl {
       const std::string event =
           sse("image_generation.partial_image", image_event(job, i, lane.gen->preview(id), s));
       std::lock_guard lock(mu);
-      job.events.push_back(event);
+      job.events.push_back({event});
       done_cv.notify_all();
     }
   }
@@ -359,7 +358,8 @@ struct Server::Impl {
     }
     std::unique_lock lock(mu);
     while (!job->complete()) {
-      if (done_cv.wait_for(lock, kClientCheckEvery, [&] { return job->complete(); })) break;
+      const auto until = std::min(deadline(*job), Clock::now() + kClientCheckEvery);
+      if (done_cv.wait_until(lock, until, [&] { return job->complete(); })) break;
       if (Clock::now() >= deadline(*job)) {
         cancel(*job);
         lock.unlock();
@@ -386,7 +386,8 @@ struct Server::Impl {
     lock.unlock();
     json data = json::array(), per = json::array();
     for (size_t i = 0; i < job->images.size(); ++i) {
-      const std::string png = png_bytes(job->pixels[i].data(), image_size, image_size);
+      const std::vector<uint8_t> px = pipe.decode(job->tokens[i], 1);
+      const std::string png = png_bytes(px.data(), image_size, image_size);
       data.push_back({{"b64_json", base64(png)}, {"revised_prompt", job->labels[i]}});
       const ImageStats& s = job->stats[i];
       per.push_back({{"seed", job->images[i].seed},
@@ -417,9 +418,18 @@ struct Server::Impl {
           std::unique_lock lock(mu);
           done_cv.wait_for(lock, kClientCheckEvery,
                            [&] { return !job->events.empty() || job->complete(); });
-          std::deque<std::string> events = std::move(job->events);
+          std::deque<Job::Event> queued = std::move(job->events);
           job->events.clear();
-          bool end = job->complete() && events.empty();
+          bool end = job->complete() && queued.empty();
+          std::vector<std::string> events;
+          std::vector<std::pair<size_t, ImageStats>> finished;  // decoded below, unlocked
+          for (Job::Event& e : queued)
+            if (e.finished >= 0) {
+              finished.push_back({static_cast<size_t>(e.finished), job->stats[e.finished]});
+              events.emplace_back();  // its place in the order
+            } else {
+              events.push_back(std::move(e.text));
+            }
           if (!job->complete() && Clock::now() >= deadline(*job)) {
             cancel(*job);
             job->fail(503, "timed out after " + std::to_string(o.timeout_s) + " s");
@@ -433,6 +443,13 @@ struct Server::Impl {
             end = true;
           }
           lock.unlock();
+          size_t next = 0;
+          for (std::string& e : events)
+            if (e.empty() && next < finished.size()) {
+              const auto& [i, stats] = finished[next++];
+              e = sse("image_generation.completed",
+                      image_event(*job, i, pipe.decode(job->tokens[i], 1), stats));
+            }
           if (events.empty() && !end) events.push_back(": waiting\n\n");
           for (const std::string& e : events)
             if (!sink.write(e.data(), e.size())) {
