@@ -2,7 +2,7 @@
 """A bounded load run against `tessera serve` (docs/serving.md), with checks.
 
 Starts one server (--method, default vanilla; a list such as vanilla,sd makes each request name
-one of them, batched apart; -b 16; --queue 256), warms it up with 2*batch
+one of them, batched apart; -b 16; --queue 256), warms it up with 2*batch per method
 requests, then sends --requests N (default 1000) requests from --clients C (default 16) threads,
 a mix drawn deterministically from --seed:
   ~80% valid: a class prompt among a few (or, for half of them when GET /v1/models gives the
@@ -393,9 +393,16 @@ def main():
 
         # Warm-up: 2*batch valid requests (seeds outside the load's), concurrently.
         wrng = random.Random(a.seed + 1)
+        # Every method's setting is warmed up (each has its own batch and memory), so that the
+        # idle level is the server's with all of them started.
         warm = [{"i": -1 - k, "kind": "valid", "who": f"prompt:{p}",
                  "body": {"prompt": p, "n": 1, "seed": 1000 + k}}
-                for k, p in enumerate(wrng.choice(PROMPTS) for _ in range(2 * a.batch))]
+                for k, p in enumerate(wrng.choice(PROMPTS)
+                                      for _ in range(2 * a.batch * len(methods)))]
+        if len(methods) > 1:
+            for k, w in enumerate(warm):
+                w["body"]["method"] = methods[k % len(methods)]
+                w["who"] += f"/{w['body']['method']}"
         wl = Load(host, port, a.request_timeout)
         t0 = time.perf_counter()
         wl.run(warm, min(a.clients, len(warm)), None, a.request_timeout, server.alive)
@@ -461,7 +468,10 @@ def main():
         repeat_bad = []
         for who, seed, idx in sample:
             kind, _, value = who.partition(":")
+            value, _, method = value.partition("/")  # "prompt:red apple/sd"
             body = {kind: int(value) if kind == "class" else value, "n": idx + 1, "seed": seed}
+            if method:
+                body["method"] = method
             status, _, data = load.post(body)
             shas = images_sha(data, body) if status == 200 else f"HTTP {status}"
             if isinstance(shas, str):
@@ -557,7 +567,7 @@ def main():
     # Information: what the server counted, and the disconnected requests' images.
     got_images = sum(r.get("images", 0) for r in by_kind["disconnect"])
     received = sum(len(v) for v in load.hashes.values())
-    generated_load = int(m_after.get("tessera_images_total", 0)) - 2 * a.batch
+    generated_load = int(m_after.get("tessera_images_total", 0)) - 2 * a.batch * len(methods)
     info = {
         "load_seconds": load_s,
         "valid_latency_p50_s": percentile([r["seconds"] for r in by_kind["valid"]], 50)
