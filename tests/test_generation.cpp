@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "tessera/error.h"
@@ -278,4 +279,97 @@ TEST(GenerationApiLifecycle, JoiningAWellDraftedBatchChangesNoImage) {
     SCOPED_TRACE("seed " + std::to_string(g.first.seed));
     EXPECT_EQ(g.second, alone(*pipe, o, g.first.condition, g.first.seed, 0));
   }
+}
+
+namespace {
+
+// Each drafter's way of drafting: chains from a draft model, static and dynamic trees, EAGLE's
+// features, Medusa's and Hawk's heads, Jacobi windows.
+GenerateOptions drafting(const std::string& name) {
+  GenerateOptions o = options(name == "sd-tree" || name == "sd-dynamic" ? "sd" : "vanilla", 4);
+  if (name == "sd") o = options("sd", 4);
+  if (name == "hawk") o = options("hawk", 4);
+  if (name == "sd-tree") o.spec.tree = "kary:2,2";
+  if (name == "sd-dynamic") o.spec.tree = "dynamic:3,2,4";
+  if (name == "eagle" || name == "medusa" || name == "sjd") {
+    o.spec.method = name;
+    o.spec.draft_model = name == "sjd" ? "" : kFix + "spec/tiny_" + name;
+  }
+  return o;
+}
+
+class GenerationSampling : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+// Requests with their own guidance scale, temperature, top-k and top-p share one generation's
+// batch: each image is the one generated alone with its request's settings (every distribution
+// of an image, the target's and its drafts', uses its own settings).
+TEST_P(GenerationSampling, EachRequestSamplesWithItsOwnSettings) {
+  auto pipe = c2i();
+  const GenerateOptions o = drafting(GetParam());
+  auto gen = pipe->start_generation(o);
+  std::vector<SamplingOptions> settings(4, o.sampling);
+  settings[1].temperature = 0.6f;
+  settings[1].top_k = 7;
+  settings[2].cfg_scale = 1.5f;
+  settings[2].top_p = 0.8f;
+  settings[3].temperature = 1.4f;
+  settings[3].cfg_interval = 5.0f;
+  std::map<int, size_t> by_id;
+  for (size_t k = 0; k < settings.size(); ++k) {
+    GenerationRequest r{Condition::label(3), 77, 0};
+    if (k > 0) r.sampling = settings[k];
+    by_id[gen->add(r)] = k;
+  }
+  std::vector<std::vector<int32_t>> got(settings.size());
+  while (gen->step())
+    for (FinishedImage& f : gen->poll()) got[by_id.at(f.id)] = std::move(f.tokens);
+  std::set<std::vector<int32_t>> distinct;
+  for (size_t k = 0; k < settings.size(); ++k) {
+    SCOPED_TRACE("settings " + std::to_string(k));
+    GenerateOptions alone_opts = o;
+    alone_opts.sampling = settings[k];
+    EXPECT_EQ(got[k], alone(*pipe, alone_opts, Condition::label(3), 77, 0));
+    distinct.insert(got[k]);
+  }
+  EXPECT_GT(distinct.size(), 2u) << "the settings change the images";
+}
+
+INSTANTIATE_TEST_SUITE_P(Drafters, GenerationSampling,
+                         ::testing::Values("vanilla", "sd", "sd-tree", "sd-dynamic", "eagle",
+                                           "medusa", "hawk", "sjd"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// Guidance on or off, and greedy or not, shape the batch (its unconditional slots, the drafters'
+// trees): a request that differs there is refused, naming the setting.
+TEST(GenerationApiLifecycle, GuidanceAndGreedinessAreTheGenerations) {
+  auto pipe = c2i();
+  auto gen = pipe->start_generation(options("sd", 2));
+  GenerationRequest r{Condition::label(3), 1, 0};
+  r.sampling = options("sd", 2).sampling;
+  r.sampling->cfg_scale = 1.0f;
+  try {
+    gen->add(r);
+    ADD_FAILURE() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_EQ(e.param(), "sampling");
+    EXPECT_NE(std::string(e.what()).find("guidance"), std::string::npos) << e.what();
+  }
+  r.sampling = options("sd", 2).sampling;
+  r.sampling->temperature = 0.0f;
+  EXPECT_THROW(gen->add(r), ParameterError);
+  r.sampling->temperature = -1.0f;  // out of range: named
+  try {
+    gen->add(r);
+    ADD_FAILURE() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_EQ(e.param(), "temperature");
+  }
+  EXPECT_EQ(gen->in_flight(), 0);
+  EXPECT_EQ(gen->capacity(), 2);
 }

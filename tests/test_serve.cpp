@@ -335,7 +335,8 @@ void post_and_hang_up(int port, const std::string& body) {
 
 // Requests with different methods, method parameters and sampling settings at once, on a server
 // whose default is vanilla: each image is Pipeline::generate's with the request's own settings,
-// whatever else was in flight; each distinct setting had a batch of its own.
+// whatever else was in flight; each method had a batch of its own, and a request that changed
+// only its sampling shared the default's.
 TEST(Serve, EachRequestRunsItsOwnSettings) {
   auto pipe = load(kFix + "llamagen/c2i_f32");
   serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "vanilla", 4);
@@ -395,6 +396,9 @@ TEST(Serve, EachRequestRunsItsOwnSettings) {
     }
   }
   EXPECT_EQ(images.size(), 6u) << "settings that differ make different images";
+  // vanilla, sd and lantern each had a batch; the request that changed only its sampling shared
+  // vanilla's.
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 3"));
   const httplib::Result m = srv.client().Get("/metrics");
   ASSERT_TRUE(m);
   for (const std::string want : {"tessera_mean_accepted_length{method=\"sd\"}",

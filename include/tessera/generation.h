@@ -10,13 +10,17 @@
 //   while (gen->step())
 //     for (FinishedImage& f : gen->poll()) ...;   // f.id, f.tokens, f.stats
 //
-// Every request of one Generation shares its options (method and parameters, sampling settings);
-// requests with other options need another Generation. A Generation is used from one thread at a
+// Every request of one Generation shares its method and the method's parameters; each may bring
+// its own sampling settings (guidance scale, temperature, top-k, top-p) and is batched with the
+// others all the same, as long as it guides or not (cfg > 1) and samples greedily or not
+// (temperature 0) as the generation's options do. Requests with another method need another
+// Generation. A Generation is used from one thread at a
 // time and must not outlive its Pipeline; LlamaGen models only.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tessera/tessera.h"
@@ -29,6 +33,10 @@ struct GenerationRequest {
   // The image's random stream within the seed: with seed s and index i it is the image
   // Pipeline::generate makes for a condition at position i - first_image_index with seed s.
   uint64_t image_index = 0;
+  // This request's sampling settings (those left to the model take its config.json's); unset:
+  // the generation's. Guidance on or off and greedy or not must be the generation's
+  // (ParameterError "sampling" from add otherwise).
+  std::optional<SamplingOptions> sampling;
 };
 
 struct FinishedImage {

@@ -21,13 +21,25 @@ int Decoder::capacity_images() const {
   return session_.free_slots() / (cfg() ? 2 : 1);
 }
 
-int Decoder::add(const Condition& condition, uint64_t image_index, std::optional<uint64_t> seed) {
+int Decoder::add(const Condition& condition, uint64_t image_index, std::optional<uint64_t> seed,
+                 const std::optional<SamplingParams>& sampling) {
   check(capacity_images() > 0, "internal: no free KV slot for another image");
+  const SamplingParams& own = settings_.sampling;
+  if (sampling) {
+    check_param(sampling->uses_cfg() == own.uses_cfg(), "sampling",
+                std::string("an image's guidance must be on or off as its generation's (cfg ") +
+                    (own.uses_cfg() ? "> 1" : "<= 1") +
+                    "): it decides the batch's unconditional slots");
+    check_param((sampling->temperature <= 0.0f) == (own.temperature <= 0.0f), "sampling",
+                std::string("an image must be ") + (own.temperature <= 0.0f ? "" : "not ") +
+                    "greedy (temperature 0) as its generation is");
+  }
   auto im = std::make_unique<ImageState>();
   const auto free = std::find(images_.begin(), images_.end(), nullptr);
   im->id = static_cast<int>(free - images_.begin());
   im->condition = condition;
   im->rng = CounterRng(seed.value_or(settings_.seed), image_index);
+  im->sampling = sampling.value_or(own);
   im->slot = session_.acquire_slot();
   if (cfg()) im->uncond_slot = session_.acquire_slot();
   im->stats.accepted_depth.assign(model_.info().n_tokens, 0);
@@ -74,9 +86,9 @@ bool Decoder::step() {
 int32_t Decoder::sample(ImageState& im, const float* cond, const float* uncond, int index) {
   const int V = model_.info().vocab_size;
   probs_.resize(V);
-  guided_distribution(cond, uncond, V, settings_.sampling, index, probs_);
-  return settings_.sampling.temperature <= 0.0f ? argmax(probs_)
-                                                : sample_index(probs_, im.rng.uniform(index));
+  guided_distribution(cond, uncond, V, im.sampling, index, probs_);
+  return im.sampling.temperature <= 0.0f ? argmax(probs_)
+                                         : sample_index(probs_, im.rng.uniform(index));
 }
 
 void Decoder::prefill(std::vector<ImageState*>& fresh) {

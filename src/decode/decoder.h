@@ -33,9 +33,12 @@ class Decoder {
 
   // Queues an image (prefilled by a coming step); returns its id, the lowest free one (a removed
   // image's id is reused). Its random stream is (seed, image_index), seed the settings' unless
-  // given. Throws when no KV slot is free.
+  // given; its sampling settings the settings' unless given, which must guide (cfg > 1) and be
+  // greedy (temperature 0) as the settings' are (ParameterError "sampling" otherwise). Throws
+  // when no KV slot is free.
   int add(const Condition& condition, uint64_t image_index,
-          std::optional<uint64_t> seed = std::nullopt);
+          std::optional<uint64_t> seed = std::nullopt,
+          const std::optional<SamplingParams>& sampling = std::nullopt);
   // Retires an image, finished or not, and frees its slots.
   virtual void remove(int id);
   // One batched forward: the prefill of the images added since the last prefill, or a decoding

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sampling/rng.h"
+#include "sampling/sampler.h"
 #include "tessera/tessera.h"
 
 namespace tessera {
@@ -15,6 +16,10 @@ struct ImageState {
   int id = 0;  // position in the generation, stable while the image lives
   Condition condition;
   CounterRng rng{0, 0};
+  // This image's sampling settings (its request's): every distribution of the image, the
+  // target's and the drafts', uses them. Guidance on or off and greedy or not are its decoder's
+  // (they shape the batch: the unconditional slots, the drafters' trees).
+  SamplingParams sampling;
   int slot = -1;                // KV slot of the conditional sequence
   int uncond_slot = -1;         // KV slot of the unconditional (CFG) sequence; -1 without guidance
   std::vector<int32_t> tokens;  // committed tokens, raster order

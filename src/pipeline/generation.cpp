@@ -5,6 +5,7 @@
 #include <map>
 
 #include "decode/decoder.h"
+#include "decode/guidance.h"
 #include "pipeline/llamagen_family.h"
 #include "tessera/error.h"
 
@@ -14,6 +15,7 @@ namespace tessera {
 // while its decoder image (and that image's id) is freed as soon as it finishes.
 struct Generation::Impl {
   LlamaGenFamily& family;
+  SamplingDefaults defaults;  // the model's, for the settings a request leaves to it
   int capacity = 1, grid = 0;
   GenerateStats stats;
   std::unique_ptr<GenerationRun> run;
@@ -59,7 +61,10 @@ int Generation::add(const GenerationRequest& request) {
               "the generation holds " + std::to_string(g.capacity) +
                   " requests at once (its batch); poll finished ones or cancel one first");
   const int id = g.free_id();
-  g.live[id] = g.decoder().add(request.condition, request.image_index, request.seed);
+  std::optional<SamplingParams> sampling;
+  if (request.sampling)  // checks its ranges (ParameterError naming the setting)
+    sampling = to_sampling_params(resolve_sampling(*request.sampling, g.defaults));
+  g.live[id] = g.decoder().add(request.condition, request.image_index, request.seed, sampling);
   return id;
 }
 
@@ -139,8 +144,10 @@ const GenerateStats& Generation::stats() const {
 }
 
 std::unique_ptr<Generation> start_generation(LlamaGenFamily& family, const GenerateOptions& opts,
-                                             int n_tokens) {
-  return std::make_unique<Generation>(std::make_unique<Generation::Impl>(family, opts, n_tokens));
+                                             int n_tokens, const SamplingDefaults& defaults) {
+  auto impl = std::make_unique<Generation::Impl>(family, opts, n_tokens);
+  impl->defaults = defaults;
+  return std::make_unique<Generation>(std::move(impl));
 }
 
 }  // namespace tessera

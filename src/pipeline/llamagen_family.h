@@ -55,7 +55,8 @@ class LlamaGenFamily {
 };
 
 // A Generation (tessera/generation.h) over the family's decoder for opts.
+// `defaults`: the model's sampling settings, for the settings a request leaves to the model.
 std::unique_ptr<Generation> start_generation(LlamaGenFamily& family, const GenerateOptions& opts,
-                                             int n_tokens);
+                                             int n_tokens, const SamplingDefaults& defaults);
 
 }  // namespace tessera

@@ -130,7 +130,7 @@ std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition
 }
 std::unique_ptr<Generation> Pipeline::start_generation(const GenerateOptions& opts) {
   return tessera::start_generation(impl_->discrete("start_generation"), opts,
-                                   impl_->config.gpt.n_image_tokens());
+                                   impl_->config.gpt.n_image_tokens(), impl_->config.sampling);
 }
 SamplingOptions Pipeline::default_sampling() const {
   return resolve_sampling({}, config().sampling);

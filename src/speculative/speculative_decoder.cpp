@@ -38,8 +38,7 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
     : Decoder(target, target_session(loop, settings.sampling, max_images), settings, stats),
       loop_(loop),
       depth_cap_(depth_cap(loop)),
-      node_cap_(node_cap(loop)),
-      verify_params_(settings.sampling) {
+      node_cap_(node_cap(loop)) {
   // --draft-len auto sizes the trees a drafter shapes itself (dynamic) by their values: the image's
   // depth for this round is chosen before propose() (ImageAcceptance::depth).
   if (loop_.policy)
@@ -49,13 +48,18 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
     });
   check(settings.max_tokens == 0 || settings.max_tokens == target.info().n_tokens,
         "internal: speculative decoding generates whole images");
-  if (settings.sampling.temperature <= 0.0f) {
-    verify_params_.temperature = 1.0f;
-    if (!loop.rule->greedy_filtered()) {
-      verify_params_.top_k = 0;
-      verify_params_.top_p = 1.0f;
+}
+
+SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image) const {
+  SamplingParams p = image;
+  if (p.temperature <= 0.0f) {
+    p.temperature = 1.0f;
+    if (!loop_.rule->greedy_filtered()) {
+      p.top_k = 0;
+      p.top_p = 1.0f;
     }
   }
+  return p;
 }
 
 SpeculativeDecoder::~SpeculativeDecoder() {
@@ -178,6 +182,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     const int used = static_cast<int>(tree.size()) + 1;
     computed_.assign(used, 0);
     double dist_s = 0.0;
+    const SamplingParams verifying = verify_params(im.sampling);
     TargetRound target;
     target.dist = [&](int r) {
       std::span<float> out(dists_.data() + static_cast<size_t>(r) * V, V);
@@ -186,7 +191,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
         guided_distribution(
             logits_.data() + (static_cast<size_t>(j) * rows + r) * V,
             cfg() ? logits_.data() + (static_cast<size_t>(m + j) * rows + r) * V : nullptr, V,
-            verify_params_, base + (r == 0 ? 0 : tree[r - 1].depth), out);
+            verifying, base + (r == 0 ? 0 : tree[r - 1].depth), out);
         computed_[r] = 1;
         dist_s += now_s() - td;
       }

@@ -43,8 +43,10 @@ class SpeculativeDecoder final : public Decoder {
  private:
   LoopSettings loop_;
   int depth_cap_ = 0;
-  int node_cap_ = 0;              // most draft nodes per image and round (the session's width - 1)
-  SamplingParams verify_params_;  // greedy verification sees the untempered distribution
+  int node_cap_ = 0;  // most draft nodes per image and round (the session's width - 1)
+  // The settings an image's target distributions are verified with: its own, but greedy
+  // verification sees the untempered distribution (unfiltered unless the rule keeps the filters).
+  SamplingParams verify_params(const SamplingParams& image) const;
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
   std::vector<ImageAcceptance> acceptance_;  // by image id (--draft-len auto)

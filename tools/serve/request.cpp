@@ -165,19 +165,14 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
   }
   json params = json::object();
   for (const auto& [k, v] : g.spec.params) params[k] = param_value_text(v, true);
-  job->settings = json{
-      {"method", g.spec.method},
-      {"draft", g.spec.draft_model},
-      {"draft_len", g.spec.draft_len},
-      {"tree", g.spec.tree},
-      {"resample", g.spec.resample},
-      {"params", params},
-      {"cfg", s.cfg_scale},
-      {"cfg_interval", s.cfg_interval},
-      {"temperature", s.temperature},
-      {"top_k", s.top_k},
-      {"top_p",
-       s.top_p}}.dump();
+  // The batch's key: the method and its parameters, and whether the sampling guides and is
+  // greedy (they shape the batch); the sampling values themselves are each image's own, so
+  // requests that differ only in them share forwards.
+  job->settings = json{{"method", g.spec.method},       {"draft", g.spec.draft_model},
+                       {"draft_len", g.spec.draft_len}, {"tree", g.spec.tree},
+                       {"resample", g.spec.resample},   {"params", params},
+                       {"guided", s.cfg_scale > 1.0f},  {"greedy", s.temperature <= 0.0f}}
+                      .dump();
 
   int class_id = -1;
   std::string label;
@@ -211,7 +206,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
     throw HttpError{400, "give prompt (or class)", "prompt"};
   }
   for (int i = 0; i < n; ++i) {
-    job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i)});
+    job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i), s});
     job->labels.push_back(label);
   }
   job->ids.assign(n, -1);

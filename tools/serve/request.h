@@ -25,7 +25,8 @@ struct HttpError {
 // One request's images, shared by its HTTP thread and the engine (under the server's mutex).
 struct Job {
   GenerateOptions opts;  // this request's method, its parameters and sampling settings
-  std::string settings;  // those as canonical text: the key of the Generation it joins
+  std::string settings;  // its method's as canonical text: the key of the Generation it joins
+                         // (the sampling is each image's own, GenerationRequest::sampling)
   bool stream = false;   // answered as Server-Sent Events with previews
   std::vector<GenerationRequest> images;
   std::vector<std::string> labels;

@@ -187,11 +187,25 @@ struct Server::Impl {
         continue;
       }
       while (job.added < job.images.size() && lane->second.gen->capacity() > 0) {
-        const size_t i = job.added++;
-        const int id = lane->second.gen->add(job.images[i]);
+        const size_t i = job.added;
+        int id;
+        try {
+          id = lane->second.gen->add(job.images[i]);
+        } catch (const ParameterError& e) {  // a sampling setting the engine refuses
+          job.fail(400, e.what(), e.param());
+          done_cv.notify_all();
+          break;
+        }
+        job.added++;
         job.ids[i] = id;
         lane->second.live[id] = {*it, i};
         waiting--;
+      }
+      if (job.failed) {  // its images added so far are cancelled with it
+        job.cancelled = true;
+        waiting -= job.images.size() - job.added;
+        it = queue.erase(it);
+        continue;
       }
       it = job.added == job.images.size() ? queue.erase(it) : std::next(it);
     }

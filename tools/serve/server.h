@@ -1,9 +1,11 @@
 // `tessera serve` (issue 44): an OpenAI-style images API over one Pipeline. One engine thread
-// owns the Pipeline and a Generation (include/tessera/generation.h) per distinct setting (method,
-// its parameters, sampling) and steps them; HTTP threads parse requests and queue their images,
-// so every request in flight with the same setting shares each batched target forward
-// (continuous batching across requests). A bounded queue answers 429 when full; a request past
-// its timeout, or whose client has gone, is cancelled and its slots freed at the next step.
+// owns the Pipeline and a Generation (include/tessera/generation.h) per distinct setting (method
+// and its parameters; guidance on or off; greedy or not) and steps them; HTTP threads parse
+// requests and queue their images, so every request in flight with the same setting shares each
+// batched target forward (continuous batching across requests), each image with its own request's
+// sampling values (guidance scale, temperature, top-k, top-p). A bounded queue answers 429 when
+// full; a request past its timeout, or whose client has gone, is cancelled and its slots freed at
+// the next step.
 //
 //   POST /v1/images/generations  {"prompt": "red apple", "n": 2, "seed": 7, "size": "256x256",
 //                                 "response_format": "b64_json", "method": "lantern",

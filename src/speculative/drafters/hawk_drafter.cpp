@@ -64,7 +64,8 @@ void HawkDrafter::read_rows(const Tensor& t, std::span<const int> rows, std::vec
 }
 
 template <class TokenOf>
-void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf token) {
+void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf token,
+                                     const SamplingParams& p) {
   const bool cfg = params_.uses_cfg();
   const int R = cfg ? 2 * rows : rows, V = heads_.vocab_size();
   check(static_cast<int>(host_.size()) == R * heads_.dim(), "internal: Hawk's feature rows");
@@ -81,8 +82,8 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
     for (int r = 0; r < rows; ++r) {
       const size_t row = static_cast<size_t>(k) * R + r;
       guided_distribution(logits_.data() + row * V,
-                          cfg ? logits_.data() + (row + rows) * V : nullptr, V, params_,
-                          token(r, k), std::span(dists_).subspan((k * rows + r) * size_t(V), V));
+                          cfg ? logits_.data() + (row + rows) * V : nullptr, V, p, token(r, k),
+                          std::span(dists_).subspan((k * rows + r) * size_t(V), V));
     }
 }
 
@@ -104,8 +105,9 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
     if (opt_.vertical == 0) continue;
     host_ = s.cond;
     host_.insert(host_.end(), s.uncond.begin(), s.uncond.end());
-    head_distributions(1, heads_.num_heads(), opt_.vertical,
-                       [&](int, int k) { return (k + 1) * W; });
+    head_distributions(
+        1, heads_.num_heads(), opt_.vertical, [&](int, int k) { return (k + 1) * W; },
+        images[i]->sampling);
     for (int k = 0; k < opt_.vertical; ++k)
       s.cache.put(0, k + 1, std::span(dists_).subspan(static_cast<size_t>(k) * V, V), n_tokens_);
   }
@@ -130,7 +132,8 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
     if (H > 0) {
       host_ = s.cond;
       host_.insert(host_.end(), s.uncond.begin(), s.uncond.end());
-      head_distributions(1, 0, H, [&](int, int k) { return t + 1 + k; });
+      head_distributions(
+          1, 0, H, [&](int, int k) { return t + 1 + k; }, im.sampling);
       im.stats.draft_forwards++;
     }
     // Eq. 5's pool per depth: the cached vertical proposals, nearest row first, then the
@@ -260,8 +263,9 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   s.cache.evict_before(static_cast<int>(image.tokens.size()));
   if (opt_.vertical == 0) return;
   const int W = heads_.config().row_width;
-  head_distributions(k, heads_.num_heads(), opt_.vertical,
-                     [&](int r, int d) { return first + r + (d + 1) * W; });
+  head_distributions(
+      k, heads_.num_heads(), opt_.vertical, [&](int r, int d) { return first + r + (d + 1) * W; },
+      image.sampling);
   for (int d = 0; d < opt_.vertical; ++d)
     for (int r = 0; r < k; ++r)
       s.cache.put(first + r, d + 1,

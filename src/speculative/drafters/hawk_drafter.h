@@ -81,7 +81,7 @@ class HawkDrafter : public Drafter {
   // cond rows then (with CFG) as many uncond rows in host_: dists_[(k * rows + r) * V ...], the
   // token index of row r and head k given by token(r, k).
   template <class TokenOf>
-  void head_distributions(int rows, int first, int count, TokenOf token);
+  void head_distributions(int rows, int first, int count, TokenOf token, const SamplingParams& p);
   const MedusaHeads& heads_;
   SamplingParams params_;
   HawkOptions opt_;

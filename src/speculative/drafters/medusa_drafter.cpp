@@ -11,11 +11,8 @@ MedusaDrafter::MedusaDrafter(const MedusaHeads& heads, const SamplingParams& par
                              TreeShape shape, int max_images)
     : heads_(heads),
       params_(params),
-      ranking_(params),
       shape_(std::move(shape)),
       ws_(heads.make_workspace(std::max(max_images, 1) * (params.uses_cfg() ? 2 : 1))) {
-  // Greedy drafts rank by the distribution at temperature 1 (a one-hot has no ranks beyond 0).
-  if (ranking_.temperature <= 0.0f) ranking_.temperature = 1.0f;
   top_needed_.assign(shape_.max_depth(), 0);
   for (int u = 0; u < shape_.nodes(); ++u)
     top_needed_[shape_.depth[u] - 1] =
@@ -107,12 +104,16 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
     ImageState& im = *active[who[i]];
     const int deepest = std::min(max_depth[who[i]], depth);
     im.stats.draft_forwards++;
+    // Ranks by the image's guided distribution; greedy ones at temperature 1 (a one-hot has no
+    // ranks beyond 0).
+    SamplingParams ranking = im.sampling;
+    if (ranking.temperature <= 0.0f) ranking.temperature = 1.0f;
     // Each depth's candidates: the top ranks of its head, by the guided distribution.
     for (int d = 1; d <= deepest; ++d) {
       const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
       const size_t row = static_cast<size_t>(d - 1) * R + i;
       guided_distribution(logits_.data() + row * V, cfg ? logits_.data() + (row + m) * V : nullptr,
-                          V, ranking_, t, dist_);
+                          V, ranking, t, dist_);
       order_.clear();
       for (int y = 0; y < V; ++y)
         if (dist_[y] > 0.0f) order_.push_back(y);

@@ -57,7 +57,7 @@ class MedusaDrafter : public Drafter {
   // Row `row` of backend tensor t ([rows, dim]) into `out`.
   void read_row(const Tensor& t, int64_t row, std::vector<float>& out);
   const MedusaHeads& heads_;
-  SamplingParams params_, ranking_;
+  SamplingParams params_;  // guidance on or off (the images' own settings rank their drafts)
   TreeShape shape_;
   std::vector<int> top_needed_;  // per depth d - 1: 1 + the largest rank of the shape's nodes
   MedusaHeads::Workspace ws_;

@@ -385,7 +385,7 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
       const size_t row = static_cast<size_t>(i) * n_out + out_row[i];
       const size_t urow = static_cast<size_t>(m + i) * n_out + out_row[i];
       guided_distribution(logits_.data() + row * V, cfg ? logits_.data() + urow * V : nullptr, V,
-                          params_, t, node.q);
+                          im.sampling, t, node.q);
       node.token =
           params_.temperature <= 0.0f
               ? argmax(node.q)
@@ -478,8 +478,6 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   std::vector<std::vector<int>> node_of(m, std::vector<int>(N, -1));
   std::vector<int> rows_of = {-1};  // the shape node of each output row (-1: the root)
   std::vector<float> dist(V), work(V);
-  SamplingParams ranking = params_;
-  ranking.temperature = 1.0f;
   const bool masked = !shape.is_chain();  // a chain attends causally, as the chain drafter does
   int tree_rows = 0;  // tree rows already in the cache (the same for every image)
   for (int d = 1; d <= depth; ++d) {
@@ -504,7 +502,9 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
         const size_t urow = static_cast<size_t>(m + i) * n_out + kk;
         const float* cond = logits_.data() + row * V;
         const float* uncond = cfg ? logits_.data() + urow * V : nullptr;
-        guided_distribution(cond, uncond, V, params_, t, dist);
+        guided_distribution(cond, uncond, V, im.sampling, t, dist);
+        SamplingParams ranking = im.sampling;  // greedy ranks: the same at temperature 1
+        ranking.temperature = 1.0f;
         int previous = -1;
         for (size_t r = 0; r < kids.size(); ++r) {
           const int c = kids[r];
@@ -584,8 +584,6 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
   if (who.empty()) return;
   depth = std::min(depth, dt.max_depth());
   const int m = static_cast<int>(who.size());
-  SamplingParams scoring = params_;
-  if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
   struct Candidate {
     int32_t token;
     int parent;  // candidate index; -1 = the root
@@ -607,7 +605,10 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
     const float* cond = logits_.data() + (static_cast<size_t>(i) * n_out + row) * V;
     const float* uncond =
         cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
-    const int t = static_cast<int>(active[who[i]]->tokens.size()) - 1 + d;  // token index
+    const ImageState& im = *active[who[i]];
+    const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index
+    SamplingParams scoring = im.sampling;
+    if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
     guided_distribution(cond, uncond, V, scoring, t, dist);
     std::iota(order.begin(), order.end(), 0);
     const int k = std::min(K, V);
