@@ -130,12 +130,15 @@ def main():
 
         # train_eagle.py: an EAGLE drafter on the teacher's engine-drawn samples and features must
         # raise its held-out depth-1 acceptance, and the exported drafter must draft in the engine.
+        # 80 steps: after 30 the held-out acceptance had moved by 1e-4 either way (on an AMD EPYC
+        # it fell, 0.73259 -> 0.73244, with the same scripts and engine that raised it elsewhere).
         eagle_run, eagle = os.path.join(runs, "eagle"), os.path.join(models, "eagle")
         run("train_eagle.py", "--target", teacher, "--tessera", tessera, "--out", eagle_run,
-            "--samples-per-class", "2", "--batch", "4", "--steps", "30", "--warmup", "2", "--lr", "1e-2",
-            "--eval-every", "10", "--eval-fraction", "0.2", "--export", eagle)
+            "--samples-per-class", "2", "--batch", "4", "--steps", "80", "--warmup", "2", "--lr", "1e-2",
+            "--eval-every", "20", "--eval-fraction", "0.2", "--export", eagle)
         es = json.load(open(os.path.join(eagle_run, "summary.json")))
-        assert es["steps"] == 30 and es["sequences"] == 2 * 11, es
+        assert es["steps"] == 80 and es["sequences"] == 2 * 11, es
+        print(f"eagle: held-out depth-1 acceptance {es['initial_acceptance']:.4f} -> {es['acceptance']:.4f}")
         assert es["acceptance"] > es["initial_acceptance"], es
         assert os.path.exists(os.path.join(eagle, "eagle.safetensors")), eagle
 

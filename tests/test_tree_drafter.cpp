@@ -40,11 +40,13 @@ SamplingParams sampling(bool greedy, float cfg = 3.0f, int top_k = 40) {
   return to_sampling_params(s);
 }
 
-// Images 0..n-1 of labels 1, 2, ...; their first token as if drawn by the target's prefill.
-std::vector<ImageState> images(int n) {
+// Images 0..n-1 of labels 1, 2, ...; their first token as if drawn by the target's prefill;
+// sampled with `p` (the drafter's settings, as a generation's images are).
+std::vector<ImageState> images(int n, const SamplingParams& p) {
   std::vector<ImageState> v(n);
   for (int i = 0; i < n; ++i) {
     v[i].id = i;
+    v[i].sampling = p;
     v[i].condition = Condition::label(1 + i);
     v[i].rng = CounterRng(7, i);
     v[i].tokens = {static_cast<int32_t>(17 * i + 5)};
@@ -155,7 +157,7 @@ TEST(TreeDrafter, ChainShapeDraftsTheChainBitForBit) {
       const SamplingParams p = sampling(greedy, cfg);
       ModelDrafter chain(draft_model(), p, 4, 3);
       ModelDrafter shaped(draft_model(), p, 4, 3, load_tree_shape("chain:4"));
-      auto a_ims = images(3), b_ims = images(3);
+      auto a_ims = images(3, p), b_ims = images(3, p);
       const auto a = run_rounds(chain, 8, 4, a_ims);
       const auto b = run_rounds(shaped, 8, 4, b_ims);
       ASSERT_EQ(a.size(), b.size());
@@ -185,7 +187,7 @@ void check_tree_against_fresh_chains(const TreeShape& shape, bool greedy) {
   ranking.temperature = 1.0f;
   const int V = draft_model().info().vocab_size, N = draft_model().info().n_tokens;
   ModelDrafter drafter(draft_model(), p, shape.max_depth(), 3, shape);
-  auto ims = images(3);
+  auto ims = images(3, p);
   std::vector<ImageState*> ptrs;
   for (auto& im : ims) ptrs.push_back(&im);
   drafter.start(ptrs, {});
@@ -305,7 +307,7 @@ TEST(TreeDrafter, StoredQIsTheQTheVerifierWalksSiblingsWith) {
   // verify_draft tests the root's children in order and, after each rejection, removes the
   // rejected token from the q it used: each child must be tested with exactly its stored q.
   ModelDrafter drafter(draft_model(), sampling(false), 2, 1, load_tree_shape("kary:4,2"));
-  auto ims = images(1);
+  auto ims = images(1, sampling(false));
   const DraftTree tree = first_tree(drafter, ims[0], 2);
   ASSERT_EQ(tree.size(), 4u + 8u);
   const int V = draft_model().info().vocab_size;
@@ -332,7 +334,7 @@ TEST(TreeDrafter, SiblingsStopWhenNoTokenIsLeft) {
   s.temperature = 1.0f;
   s.top_k = 2;
   ModelDrafter drafter(draft_model(), to_sampling_params(s), 2, 1, load_tree_shape("kary:3,2"));
-  auto ims = images(1);
+  auto ims = images(1, to_sampling_params(s));
   const DraftTree tree = first_tree(drafter, ims[0], 2);
   ASSERT_EQ(tree.size(), 2u + 4u);  // 2 children of the root, 2 children each
   EXPECT_EQ(tree[0].parent, -1);
@@ -432,7 +434,7 @@ void check_dynamic_against_reference(bool greedy, bool budget = false) {
       return 1 + (im.id + static_cast<int>(im.round)) % 6;
     });
   int trimmed = 0;
-  auto ims = images(3);
+  auto ims = images(3, p);
   std::vector<ImageState*> ptrs;
   for (auto& im : ims) ptrs.push_back(&im);
   drafter.start(ptrs, {});

@@ -20,6 +20,12 @@ struct SamplingParams {
   float top_p = 1.0f;          // 1 = off
 
   bool uses_cfg() const { return cfg_scale > 1.0f; }
+  bool greedy() const { return temperature <= 0.0f; }
+  // Guides and is greedy as `o` does: what a batch's images must share (its unconditional slots,
+  // its drafters' trees), while the values may be each image's own.
+  bool same_shape(const SamplingParams& o) const {
+    return uses_cfg() == o.uses_cfg() && greedy() == o.greedy();
+  }
   // Whether image token t (0-based) is guided. LlamaGen's loop index for token t >= 1 is t - 1;
   // token 0 (from the prefill) is always guided.
   bool guided(int token_index) const {

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "decode/image_state.h"
 #include "sampling/rng.h"
+#include "tessera/error.h"
 #include "tessera/tessera.h"
 
 namespace tessera::speculative {
@@ -50,6 +52,13 @@ enum class Stream : uint32_t {
   JacobiInit = 4,
   JacobiCarry = 5
 };
+// A drafter's images sample with their own settings (ImageState::sampling), shaped as its own.
+inline void check_images_sampling(std::span<ImageState* const> images, const SamplingParams& p) {
+  for (const ImageState* im : images)
+    check(im->sampling.same_shape(p),
+          "internal: an image's guidance or greediness differs from its drafter's");
+}
+
 inline uint32_t stream_id(Stream s, int64_t round, int sibling = 0) {
   return static_cast<uint32_t>(s) | (static_cast<uint32_t>(sibling & 0xff) << 4) |
          (static_cast<uint32_t>(round + 1) << 12);

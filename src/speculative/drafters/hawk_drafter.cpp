@@ -115,6 +115,7 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
 
 void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                           std::vector<DraftTree>& trees) {
+  check_images_sampling(active, params_);
   trees.assign(active.size(), {});
   const int V = heads_.vocab_size();
   std::vector<int> node_of(shape_.nodes());

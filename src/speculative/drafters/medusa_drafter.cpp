@@ -66,6 +66,7 @@ void MedusaDrafter::finish_round(ImageState& image, const DraftTree&, const Veri
 
 void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                             std::vector<DraftTree>& trees) {
+  check_images_sampling(active, params_);
   trees.assign(active.size(), {});
   std::vector<int> who;
   int depth = 0;

@@ -342,6 +342,7 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
 
 void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                            std::vector<DraftTree>& trees) {
+  check_images_sampling(active, params_);
   if (shape_) {
     propose_tree(active, max_depth, trees);
     return;
