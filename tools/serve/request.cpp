@@ -209,7 +209,6 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
     job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i), s});
     job->labels.push_back(label);
   }
-  job->ids.assign(n, -1);
   job->tokens.resize(n);
   job->stats.resize(n);
   job->previewed.resize(n);

@@ -30,7 +30,6 @@ struct Job {
   bool stream = false;   // answered as Server-Sent Events with previews
   std::vector<GenerationRequest> images;
   std::vector<std::string> labels;
-  std::vector<int> ids;                      // generation ids, -1 until added
   std::vector<std::vector<int32_t>> tokens;  // each finished image's grid (decoded by its
                                              // HTTP thread, not the engine's)
   std::vector<ImageStats> stats;

@@ -197,7 +197,6 @@ struct Server::Impl {
           break;
         }
         job.added++;
-        job.ids[i] = id;
         lane->second.live[id] = {*it, i};
         waiting--;
       }

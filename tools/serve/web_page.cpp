@@ -2,8 +2,8 @@
 
 namespace tessera::serve {
 
-// Element ids are what the browser test (tests/serve_browser.py) drives: prompt, method, seed,
-// generate, image, heatmap, stats, status, error.
+// Element ids are what the browser test (python/test_serve_browser.py) drives: prompt, method,
+// seed, generate, image, heatmap, stats, status, error.
 const char* web_page() {
   return R"HTML(<!doctype html>
 <html lang="en">

@@ -245,17 +245,20 @@ int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vecto
         if (r < feed[i]) b.tokens[row] = im.tokens[nt - feed[i] + r];
       }
     }
-  b.output_at.resize(n);
-  for (int r = 0; r < n; ++r) b.output_at[r] = r;
+  // The roots' rows: the last one when every image feeds as many (the usual round), else each
+  // image's own last real row.
+  const bool uniform = std::all_of(feed.begin(), feed.end(), [n](int f) { return f == n; });
+  b.output_at.clear();
+  for (int r = uniform ? n - 1 : 0; r < n; ++r) b.output_at.push_back(r);
   run(b);
   out_row.resize(m);
   for (int i = 0; i < m; ++i) {
-    out_row[i] = feed[i] - 1;
+    out_row[i] = uniform ? 0 : feed[i] - 1;
     if (feed[i] < n)
       for (int h = 0; h < (cfg ? 2 : 1); ++h)
         session_.remove(b.slots[h * m + i], keep[i] + feed[i]);
   }
-  return n;
+  return static_cast<int>(b.output_at.size());
 }
 
 // Feature mode: drop the last round's draft rows (the cache keeps the `fed` pairs with the
