@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # What travels to a lent GPU machine is this checkout's working tree (tracked files and untracked
-# ones git does not ignore) plus the carried paths, 64 MiB at most; the tracked tree is ~72 MiB, 39
+# ones git does not ignore) plus the carried paths, 64 MiB at most; the tracked tree is ~82 MiB, 39
 # of them the emoji target. `pack` takes out the tracked files the GPU check does not read (the
 # PyTorch checkpoints the converter tests read, the data-trained draft, the quality classifier,
-# the README's sample sheet) and prints what will travel; `unpack` brings them back from git.
+# the emoji heads (EAGLE, Medusa, Hawk), the README's images) and prints what will travel;
+# `unpack` brings them back from git.
 # Both are safe to repeat. Usage: scripts/gpu-trip.sh pack|unpack|size
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Paths scripts/gpu-check.sh never reads (its cuda tests, benches and the emoji target do not).
 PATHS=(tests/fixtures/llamagen/pt tests/fixtures/mar/pt models/emoji/draft-data
-       models/emoji/classifier docs/images)
+       models/emoji/classifier models/emoji/eagle models/emoji/medusa models/emoji/hawk docs/images)
 LIMIT=$((64 * 1048576))
 
 travelling_bytes() {

@@ -275,6 +275,22 @@ TEST_P(Ops, ElementWise) {
   }
 }
 
+TEST_P(Ops, AddScalarI32) {
+  Rng rng(16);
+  for (int64_t n : {1, 7, 1001}) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (int32_t& x : v) x = rng.integer(-1000, 1000);
+    check("add_scalar_i32 n " + std::to_string(n), kExact, [&](Backend& b) {
+      Tensor t = b.upload(v.data(), DType::I32, {n});
+      b.add_scalar_i32(t, 3);
+      b.add_scalar_i32(t, -1);
+      std::vector<int32_t> out(static_cast<size_t>(n));
+      b.download(t, out.data());
+      return Vec(out.begin(), out.end());
+    });
+  }
+}
+
 TEST_P(Ops, SwigluStackedAndFused) {
   Rng rng(7);
   for (int64_t rows : {1, 5, 19})

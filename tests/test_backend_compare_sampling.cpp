@@ -8,15 +8,19 @@
 // Session, since Pipeline runs on the CPU backend until it can be given a device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backends_under_test.h"
+#include "decode/decoder.h"
 #include "decode/session.h"
 #include "models/llamagen.h"
 #include "sampling/rng.h"
+#include "sampling/sample_rows.h"
 #include "spec_analysis.h"
 
 using namespace tessera;
@@ -95,7 +99,169 @@ TEST_P(Statistical, VanillaSamplesTheTargetJointDistribution) {
   EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
 }
 
+// The same proof with the tokens drawn where the logits are: VanillaDecoder's device loop on the
+// backend under test (sampling/sample_rows.h; on a GPU the CUDA sampling kernel, each step a
+// replayed graph), images 0..n-1 through generate_all.
+TEST_P(Statistical, DeviceLoopSamplesTheTargetJointDistribution) {
+  LoadOptions lo;
+  lo.load_decoder = false;
+  auto pipe = Pipeline::load(kSpec + "micro_target", lo);
+  const GenerateOptions o = sampling_options("vanilla");
+  const int cls = 0;
+  Conditionals exact(*pipe, cls, o.sampling);
+  Joint joint;
+  enumerate_joint(exact, {}, 1.0, pipe->config().gpt.n_image_tokens(), joint);
+  const int n = samples_for(joint, kTv, kPower, kBatch);
+  LlamaGen model(load_model_config(kSpec + "micro_target"), backend());
+  DecoderSettings d;
+  d.sampling = to_sampling_params(o.sampling);
+  d.seed = o.seed + 1;  // other draws than the host loop's proof above
+  d.device_loop = DeviceLoop::On;
+  GenerateStats stats;
+  VanillaDecoder dec(model, kBatch, d, stats);
+  const Condition c = Condition::label(cls);
+  std::vector<const Condition*> conds(static_cast<size_t>(n), &c);
+  std::vector<uint64_t> index(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) index[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+  const std::vector<Seq> samples = generate_all(dec, conds, index, stats);
+  const ChiSquare r = chi_square(joint, samples);
+  const double power =
+      test_stats::chi_square_power(n, r.df, std::max(0.0, kTv - r.pooled_mass), kAlpha);
+  std::printf("  device loop on %s: n %d df %d power %.3f p %.3g, %lld steps replayed\n",
+              GetParam().c_str(), n, r.df, power, r.p_value,
+              static_cast<long long>(dec.graph_replays()));
+  EXPECT_EQ(r.impossible, 0);
+  EXPECT_GT(r.df, 10);
+  EXPECT_GE(power, kPower);
+  EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
+  if (!backend().host_memory()) {
+    EXPECT_GT(dec.graph_replays(), 0) << "no step ran as a graph";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Statistical, ::testing::ValuesIn(kBackendNames),
+                         backend_param_name);
+
+}  // namespace
+
+namespace {
+
+// sample_rows on the backend under test draws the CPU's tokens: every rule (greedy, temperature,
+// top-k, top-p, guidance, guidance stopped by cfg_interval) at vocabularies up to the device
+// kernel's largest, written to the token, its CFG twin and the history, the rows' token index
+// advanced, two steps in a row. The device sums in another order, so a draw within ~1e-6 of a
+// boundary could differ; none of these does. A non-finite logit: the CPU throws, a device flags.
+class Sampling : public BackendTest {};
+
+struct SampledRows {
+  std::vector<int32_t> tokens, history;
+  std::vector<DeviceSampleParams> params;
+};
+
+SampledRows sample_twice(Backend& b, const std::vector<float>& cond,
+                         const std::vector<float>& uncond, std::vector<DeviceSampleParams> ps,
+                         int V, int stride) {
+  const int n = static_cast<int>(ps.size());
+  Tensor c = b.upload(cond.data(), DType::F32, {n, V});
+  Tensor u = b.upload(uncond.data(), DType::F32, {n, V});
+  Tensor params = b.upload(ps.data(), DType::U8, {static_cast<int64_t>(n * sizeof(ps[0]))});
+  std::vector<int32_t> init(static_cast<size_t>(n) * stride, -1);
+  SampleRowsOut o;
+  o.tokens = b.upload(init.data(), DType::I32, {2 * n});
+  o.mirror = n;
+  o.history = b.upload(init.data(), DType::I32, {n, stride});
+  o.history_stride = stride;
+  o.advance = true;
+  const int32_t zero = 0;
+  Tensor flag = b.upload(&zero, DType::I32, {1});
+  SampledRows r;
+  for (int step = 0; step < 2; ++step) {
+    sample_rows(b, c, &u, n, params, o, flag);
+    std::vector<int32_t> t(2 * static_cast<size_t>(n));
+    b.download(o.tokens, t.data());
+    r.tokens.insert(r.tokens.end(), t.begin(), t.end());
+  }
+  r.history.resize(init.size());
+  b.download(o.history, r.history.data());
+  r.params.resize(ps.size());
+  b.download(params, r.params.data());
+  int32_t failed = 0;
+  b.download(flag, &failed);
+  EXPECT_EQ(failed, 0);
+  return r;
+}
+
+TEST_P(Sampling, SampleRowsDrawTheCpusTokens) {
+  std::mt19937 g(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const int V : {256, 1000, kMaxDeviceSampleVocab}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(V));
+    std::vector<DeviceSampleParams> ps;
+    auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
+                   uint32_t token) {
+      SamplingParams p;
+      p.cfg_scale = cfg;
+      p.cfg_interval = interval;
+      p.temperature = temperature;
+      p.top_k = top_k;
+      p.top_p = top_p;
+      ps.push_back(device_sample_params(p, 7, ps.size() + 3, token));
+    };
+    row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy
+    row(3.0f, -1.0f, 0.0f, 0, 1.0f, 4);   // greedy, guided
+    row(3.0f, -1.0f, 1.0f, 0, 1.0f, 1);   // guided
+    row(1.0f, -1.0f, 0.8f, 10, 1.0f, 2);  // top-k
+    row(1.0f, -1.0f, 1.0f, 0, 0.7f, 3);   // top-p
+    row(4.0f, 2.0f, 1.0f, 0, 1.0f, 5);    // guidance stopped (loop index 4 > 2)
+    row(4.0f, 2.0f, 1.0f, 0, 1.0f, 2);    // ... not yet (loop index 1)
+    row(2.0f, -1.0f, 1.3f, 50, 0.9f, 0);  // all at once
+    const int n = static_cast<int>(ps.size()), stride = 8;
+    std::vector<float> cond(static_cast<size_t>(n) * V), uncond(cond.size());
+    for (float& x : cond) x = normal(g);
+    for (float& x : uncond) x = normal(g);
+    const SampledRows want = sample_twice(ref(), cond, uncond, ps, V, stride);
+    const SampledRows got = sample_twice(backend(), cond, uncond, ps, V, stride);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.history, want.history);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(got.params[r].token_index, ps[r].token_index + 2) << "row " << r;
+      EXPECT_EQ(want.params[r].token_index, ps[r].token_index + 2) << "row " << r;
+    }
+    // The twin half and the history hold each step's token.
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(want.tokens[r], want.tokens[n + r]);
+      EXPECT_EQ(want.history[r * stride + ps[r].token_index], want.tokens[r]);
+      EXPECT_EQ(want.history[r * stride + ps[r].token_index + 1], want.tokens[2 * n + r]);
+    }
+  }
+}
+
+TEST_P(Sampling, NonFiniteLogitsAreReported) {
+  Backend& b = backend();
+  const int V = 64;
+  std::vector<float> logits(V, 0.5f);
+  logits[9] = std::nanf("");
+  std::vector<DeviceSampleParams> ps = {device_sample_params(SamplingParams{}, 1, 0, 0)};
+  Tensor c = b.upload(logits.data(), DType::F32, {1, V});
+  Tensor params = b.upload(ps.data(), DType::U8, {static_cast<int64_t>(sizeof(ps[0]))});
+  SampleRowsOut o;
+  const int32_t init[1] = {-1};
+  o.tokens = b.upload(init, DType::I32, {1});
+  const int32_t zero = 0;
+  Tensor flag = b.upload(&zero, DType::I32, {1});
+  if (b.host_memory()) {
+    EXPECT_THROW(sample_rows(b, c, nullptr, 1, params, o, flag), Error);
+    return;
+  }
+  sample_rows(b, c, nullptr, 1, params, o, flag);
+  int32_t failed = 0, token = -1;
+  b.download(flag, &failed);
+  b.download(o.tokens, &token);
+  EXPECT_EQ(failed, 1);
+  EXPECT_EQ(token, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Sampling, ::testing::ValuesIn(kBackendNames),
                          backend_param_name);
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "decode/decoder.h"
 #include "decode/guidance.h"
@@ -129,6 +130,23 @@ class CountingBackend final : public Backend {
   void upload_into(const void* h, Tensor& t) override { ++writes, be.upload_into(h, t); }
   void download_async(const Tensor& t, void* h) override { ++downloads, be.download_async(t, h); }
   void synchronize() override { ++syncs, be.synchronize(); }
+  bool host_memory() const override { return be.host_memory(); }
+  // With record_graphs, a capture keeps the ops and a replay runs them again, as a CUDA graph
+  // replays its kernels: a step that read host values of its first burst would replay them.
+  bool record_graphs = false;
+  int captures = 0, replays = 0;
+  struct Recorded : OpGraph {
+    std::function<void()> ops;
+  };
+  std::unique_ptr<OpGraph> capture(const std::function<void()>& ops) override {
+    if (!record_graphs) return nullptr;
+    ++captures;
+    auto g = std::make_unique<Recorded>();
+    g->ops = ops;
+    return g;
+  }
+  void replay(OpGraph& g) override { ++replays, static_cast<Recorded&>(g).ops(); }
+  void add_scalar_i32(Tensor& x, int32_t d) override { be.add_scalar_i32(x, d); }
   Tensor adopt_host(const void* h, DType d, Shape s, std::shared_ptr<void> o) override {
     return be.adopt_host(h, d, std::move(s), std::move(o));
   }
@@ -231,6 +249,106 @@ TEST(DecoderSteps, DecodingStepsAllocateNothingAndUploadOnce) {
     EXPECT_EQ(counting.downloads, steps_forwards);
     EXPECT_EQ(counting.syncs, steps_forwards);
   }
+}
+
+// The host loop's tokens for one image of class `cls` (its own sampling settings if given).
+std::vector<int32_t> host_tokens(DecoderSettings d, int cls, uint64_t index,
+                                 const std::optional<SamplingParams>& own = std::nullopt) {
+  d.device_loop = DeviceLoop::Off;
+  GenerateStats stats;
+  VanillaDecoder dec(models().target, 1, d, stats);
+  EXPECT_FALSE(dec.device_loop());
+  const int id = dec.add(Condition::label(cls), index, std::nullopt, own);
+  while (dec.step()) {
+  }
+  return dec.image(id).tokens;
+}
+
+// Vanilla's device loop (sampling on the backend, each step replayed, tokens read back once a
+// burst) draws the host loop's tokens, bit for bit on the CPU: images joining and leaving between
+// bursts, bursts cut short by the image nearest its end, an image with its own settings, guidance
+// that stops mid-image (cfg_interval), greedy, top-p without guidance. With record_graphs every
+// step after a batch shape's first is a replay of the ops recorded then, as a CUDA graph runs.
+TEST(DeviceLoop, DrawsTheHostLoopsTokens) {
+  struct Case {
+    const char* name;
+    float cfg, interval, temperature;
+    int top_k;
+    float top_p;
+  };
+  const Case cases[] = {{"guided, top-k", 3.0f, -1.0f, 1.0f, 50, 1.0f},
+                        {"greedy", 3.0f, -1.0f, 0.0f, 0, 1.0f},
+                        {"unguided, top-p", 1.0f, -1.0f, 0.9f, 0, 0.8f},
+                        {"guidance stops at 5", 4.0f, 5.0f, 1.0f, 0, 1.0f}};
+  for (const Case& c : cases)
+    for (const bool record : {false, true}) {
+      SCOPED_TRACE(std::string(c.name) + (record ? ", replayed" : ", run"));
+      DecoderSettings d = settings();
+      d.sampling.cfg_scale = c.cfg;
+      d.sampling.cfg_interval = c.interval;
+      d.sampling.temperature = c.temperature;
+      d.sampling.top_k = c.top_k;
+      d.sampling.top_p = c.top_p;
+      d.device_loop = DeviceLoop::On;
+      d.device_burst = 5;
+      SamplingParams own = d.sampling;  // the same shape, other values
+      if (!own.greedy()) own.temperature = 0.7f, own.top_k = 20;
+      CountingBackend counting;
+      counting.record_graphs = record;
+      LlamaGen target(models().target_config, counting);
+      GenerateStats stats;
+      VanillaDecoder dec(target, 3, d, stats);
+      ASSERT_TRUE(dec.device_loop());
+      const int a = dec.add(Condition::label(1), 10);
+      ASSERT_TRUE(dec.step());  // a's prefill
+      ASSERT_TRUE(dec.step());  // a burst of a alone (5 tokens)
+      const int b = dec.add(Condition::label(2), 11, std::nullopt, own);
+      const int x = dec.add(Condition::label(3), 12);
+      ASSERT_TRUE(dec.step());  // b's and x's prefill
+      ASSERT_TRUE(dec.step());  // a burst of three
+      dec.remove(x);
+      const int e = dec.add(Condition::label(1), 13);
+      while (dec.step()) {
+      }
+      EXPECT_EQ(dec.image(a).tokens, host_tokens(d, 1, 10));
+      EXPECT_EQ(dec.image(b).tokens, host_tokens(d, 2, 11, own));
+      EXPECT_EQ(dec.image(e).tokens, host_tokens(d, 1, 13));
+      EXPECT_EQ(dec.image(a).tokens.size(), 16u);
+      EXPECT_EQ(dec.graph_replays(), counting.replays);
+      if (record) {
+        EXPECT_GT(counting.replays, 20);
+        EXPECT_LE(counting.captures, 3);  // one per batch shape: 1, 2 and 3 images
+      } else {
+        EXPECT_EQ(counting.replays, 0);
+      }
+    }
+}
+
+// A burst of k steps moves data once: its inputs, the rows' settings and the error flag written
+// (three transfers), the tokens and the flag read back with one synchronize; nothing allocated
+// after the first burst. The host loop needs a transfer, a download and a synchronize per step.
+TEST(DeviceLoop, ABurstMovesDataOnce) {
+  CountingBackend counting;
+  LlamaGen target(models().target_config, counting);
+  DecoderSettings d = settings();
+  d.device_loop = DeviceLoop::On;
+  d.device_burst = 5;
+  GenerateStats stats;
+  VanillaDecoder dec(target, 2, d, stats);
+  dec.add(Condition::label(1), 0);
+  dec.add(Condition::label(2), 1);
+  ASSERT_TRUE(dec.step());  // prefill
+  ASSERT_TRUE(dec.step());  // the first burst reserves the loop's buffers
+  counting.allocations = counting.uploads = counting.writes = 0;
+  counting.downloads = counting.syncs = 0;
+  const int64_t forwards = stats.forward_passes;
+  ASSERT_TRUE(dec.step());
+  EXPECT_EQ(stats.forward_passes - forwards, 5);
+  EXPECT_EQ(counting.allocations, 0);
+  EXPECT_EQ(counting.uploads, 0);
+  EXPECT_EQ(counting.writes, 3);
+  EXPECT_EQ(counting.downloads, 2);
+  EXPECT_EQ(counting.syncs, 1);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "decode/guidance.h"
+#include "sampling/sample_rows.h"
 #include "tessera/error.h"
 
 namespace tessera {
@@ -126,24 +127,139 @@ void Decoder::prefill(std::vector<ImageState*>& fresh) {
   if (settings_.on_tokens) settings_.on_tokens(n);
 }
 
-VanillaDecoder::VanillaDecoder(const AutoregressiveModel& model, int max_images,
-                               const DecoderSettings& settings, GenerateStats& stats)
-    : Decoder(model, SessionOptions{.n_slots = max_images * (settings.sampling.uses_cfg() ? 2 : 1)},
-              settings, stats) {}
-
-void VanillaDecoder::round(std::vector<ImageState*>& active) {
-  const double t0 = now_s();
-  const int m = static_cast<int>(active.size()), V = model_.info().vocab_size;
+namespace {
+// Vanilla's step: each image's last token, at its position, for both halves with guidance.
+StepBatch vanilla_step(const AutoregressiveModel& model, const std::vector<ImageState*>& active,
+                       bool cfg) {
   StepBatch b;
   b.n_new = 1;
   b.output_at = {0};
-  for (int h = 0; h < (cfg() ? 2 : 1); ++h)
+  for (int h = 0; h < (cfg ? 2 : 1); ++h)
     for (ImageState* im : active) {
       b.slots.push_back(h == 0 ? im->slot : im->uncond_slot);
       b.tokens.push_back(im->tokens.back());  // the sampled token is fed to both halves
-      b.positions.push_back(model_.token_position(static_cast<int>(im->tokens.size()) - 1));
+      b.positions.push_back(model.token_position(static_cast<int>(im->tokens.size()) - 1));
     }
-  session_.read(session_.forward(b).logits, logits_);
+  return b;
+}
+
+// Whether the device loop can run: its step advances every position by one, reads no features
+// (EAGLE's), and samples where the backend can.
+bool device_loop_possible(const AutoregressiveModel& model) {
+  const ArModelInfo& m = model.info();
+  for (int t = 1; t < m.n_tokens; ++t)
+    if (model.token_position(t) != model.token_position(t - 1) + 1) return false;
+  return m.feature_dim == 0 && can_sample_rows(model.backend(), m.vocab_size);
+}
+}  // namespace
+
+VanillaDecoder::VanillaDecoder(const AutoregressiveModel& model, int max_images,
+                               const DecoderSettings& settings, GenerateStats& stats)
+    : Decoder(model, SessionOptions{.n_slots = max_images * (settings.sampling.uses_cfg() ? 2 : 1)},
+              settings, stats) {
+  check(settings.device_burst >= 1, "internal: device_burst must be at least 1");
+  const bool possible = device_loop_possible(model);
+  check_param(possible || settings.device_loop != DeviceLoop::On, "device-loop",
+              "on: this model's tokens cannot be drawn on " + model.backend().name() +
+                  " (vocabulary " + std::to_string(model.info().vocab_size) + ", at most " +
+                  std::to_string(kMaxDeviceSampleVocab) +
+                  " on a GPU; positions must follow each other)");
+  device_loop_ =
+      possible && (settings.device_loop == DeviceLoop::On ||
+                   (settings.device_loop == DeviceLoop::Auto && !model.backend().host_memory()));
+}
+
+VanillaDecoder::~VanillaDecoder() = default;
+
+void VanillaDecoder::round(std::vector<ImageState*>& active) {
+  if (device_loop_)
+    device_round(active);
+  else
+    host_round(active);
+}
+
+void VanillaDecoder::device_round(std::vector<ImageState*>& active) {
+  const double t0 = now_s();
+  Backend& be = model_.backend();
+  const int m = static_cast<int>(active.size()), N = model_.info().n_tokens;
+  int burst = settings_.device_burst;  // every image in the burst still needs this many tokens
+  for (const ImageState* im : active)
+    burst = std::min(burst, image_tokens() - static_cast<int>(im->tokens.size()));
+  check(burst >= 1, "internal: a device burst of no step");
+  const StepBatch b = vanilla_step(model_, active, cfg());
+  const ForwardInputs in = session_.prepare(b);
+  if (!params_.data) {
+    const int64_t images = session_.n_slots() / (cfg() ? 2 : 1);
+    params_ = be.empty(DType::U8, {images * static_cast<int64_t>(sizeof(DeviceSampleParams))});
+    history_ = be.empty(DType::I32, {images, N});
+    error_flag_ = be.empty(DType::I32, {1});
+  }
+  std::vector<DeviceSampleParams> ps;
+  for (const ImageState* im : active)
+    ps.push_back(device_sample_params(im->sampling, im->rng.seed(), im->rng.image_index(),
+                                      static_cast<uint32_t>(im->tokens.size())));
+  Tensor params = params_.rows(0, m * static_cast<int64_t>(sizeof(DeviceSampleParams)));
+  be.upload_into(ps.data(), params);
+  const int32_t no_error = 0;
+  be.upload_into(&no_error, error_flag_);
+  const Tensor history = history_.rows(0, m);
+  // One step: forward, draw into the next step's tokens (both halves), positions and cached
+  // lengths one further. It holds views whose addresses depend only on m, never host values of
+  // this burst, so the graph captured for m at its first burst replays every later one.
+  auto step = [this, in, params, history, m]() mutable {
+    Backend& be = model_.backend();
+    const int N = model_.info().n_tokens;
+    const ForwardOutputs out = session_.run(in);
+    const Tensor uncond = cfg() ? out.logits.rows(m, m) : Tensor{};
+    SampleRowsOut o;
+    o.tokens = in.tokens;
+    o.mirror = cfg() ? m : 0;
+    o.history = history;
+    o.history_stride = N;
+    o.advance = true;
+    sample_rows(be, out.logits.rows(0, m), cfg() ? &uncond : nullptr, m, params, o, error_flag_);
+    Tensor positions = in.positions, past = in.attn.past;
+    be.add_scalar_i32(positions, 1);
+    be.add_scalar_i32(past, 1);
+  };
+  auto graph = graphs_.find(m);
+  if (graph == graphs_.end()) graph = graphs_.emplace(m, be.capture(step)).first;
+  for (int k = 0; k < burst; ++k)
+    if (graph->second) {
+      be.replay(*graph->second);
+      graph_replays_++;
+      stats_.replayed_steps++;
+    } else {
+      step();
+    }
+  history_host_.resize(static_cast<size_t>(m) * N);
+  int32_t failed = 0;
+  be.download_async(history, history_host_.data());
+  be.download_async(error_flag_, &failed);
+  be.synchronize();
+  if (failed) throw Error(device_sample_failed());
+  session_.advance(b.slots, burst);
+  stats_.forward_passes += burst;
+  stats_.device_steps += burst;
+  for (int j = 0; j < m; ++j) {
+    ImageState& im = *active[j];
+    const size_t from = static_cast<size_t>(j) * N + im.tokens.size();
+    im.tokens.insert(im.tokens.end(), history_host_.begin() + static_cast<std::ptrdiff_t>(from),
+                     history_host_.begin() + static_cast<std::ptrdiff_t>(from + burst));
+    im.round += burst;
+    im.stats.rounds += burst;
+    im.stats.target_forwards += burst;
+    im.stats.tokens = static_cast<int64_t>(im.tokens.size());
+    im.done = static_cast<int>(im.tokens.size()) >= image_tokens();
+  }
+  stats_.target_seconds += now_s() - t0;
+  if (settings_.on_tokens) settings_.on_tokens(int64_t{m} * burst);
+}
+
+void VanillaDecoder::host_round(std::vector<ImageState*>& active) {
+  const double t0 = now_s();
+  const int m = static_cast<int>(active.size()), V = model_.info().vocab_size;
+  session_.read(session_.forward(vanilla_step(model_, active, cfg())).logits, logits_);
   stats_.forward_passes++;
   for (int j = 0; j < m; ++j) {
     ImageState& im = *active[j];

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -22,6 +23,12 @@ struct DecoderSettings {
   int max_tokens = 0;  // > 0: an image is done after this many tokens (benchmarks)
   // Called after each step with the number of tokens it committed, over all images.
   std::function<void(int64_t)> on_tokens;
+  // Vanilla decoding's device loop: tokens sampled where the logits are (sampling/sample_rows.h),
+  // each step's forward, draw and counter updates replayed as one graph, tokens read back once a
+  // burst. Auto: where tensors are not host memory (a GPU). On the CPU it draws the host loop's
+  // tokens (the tests run it there).
+  DeviceLoop device_loop = DeviceLoop::Auto;  // tessera.h
+  int device_burst = 32;  // most steps one burst runs before the host reads tokens back
 };
 
 class Decoder {
@@ -78,9 +85,29 @@ class VanillaDecoder final : public Decoder {
  public:
   VanillaDecoder(const AutoregressiveModel& model, int max_images, const DecoderSettings& settings,
                  GenerateStats& stats);
+  ~VanillaDecoder() override;
+  bool device_loop() const { return device_loop_; }
+  int64_t graph_replays() const { return graph_replays_; }  // steps run as a replayed graph
 
  protected:
   void round(std::vector<ImageState*>& active) override;
+
+ private:
+  // One forward, its logits read back and sampled on the host.
+  void host_round(std::vector<ImageState*>& active);
+  // Up to device_burst steps on the backend: the inputs uploaded once, each step a replay, the
+  // tokens read back at the end.
+  void device_round(std::vector<ImageState*>& active);
+
+  bool device_loop_ = false;
+  Tensor params_;      // U8: DeviceSampleParams per image of a burst
+  Tensor history_;     // I32 [max images, n_tokens]: the tokens drawn on the device
+  Tensor error_flag_;  // I32 [1]: a non-finite logit (device_sample_failed)
+  // A captured step per batch shape (images in the burst); null: capture failed or the backend
+  // records none, and the step's ops run one by one.
+  std::map<int, std::unique_ptr<OpGraph>> graphs_;
+  int64_t graph_replays_ = 0;
+  std::vector<int32_t> history_host_;
 };
 
 // Generates one token grid per condition (image i uses random stream image_indices[i]), as many

@@ -114,6 +114,26 @@ int Session::prefill_rows() const {
 }
 
 ForwardOutputs Session::forward(const StepBatch& b) {
+  const ForwardInputs in = prepare(b);
+  ForwardOutputs out = run(in);
+  advance(b.slots, b.n_new);
+  forwards_++;
+  return out;
+}
+
+ForwardOutputs Session::run(const ForwardInputs& in) {
+  return model_.forward(in, cache_, *workspace_);
+}
+
+void Session::advance(std::span<const int32_t> slots, int n) {
+  for (const int32_t s : slots) {
+    check(s >= 0 && s < n_slots() && in_use_[s], "internal: advancing a free slot");
+    check(cache_.length(s) + n <= capacity(), "internal: advancing a slot past its capacity");
+    cache_.set_length(s, cache_.length(s) + n);
+  }
+}
+
+ForwardInputs Session::prepare(const StepBatch& b) {
   Backend& be = backend();
   const int n_seq = static_cast<int>(b.slots.size()), n_new = b.n_new;
   const int rows = n_seq * n_new, n_out = n_seq * static_cast<int>(b.output_at.size());
@@ -176,13 +196,12 @@ ForwardOutputs Session::forward(const StepBatch& b) {
   in.embeddings = b.embeddings;
   in.output_hidden = b.output_hidden;
   in.hidden_after_norm = hidden_states_ == HiddenState::PostNorm;
-  Tensor features;
   if (fd > 0) {
     if (!feature_buffer_.data)
       feature_buffer_ = be.empty(DType::F32, {static_cast<int64_t>(workspace_->max_rows()), fd});
-    features = feature_buffer_.rows(0, rows);
-    be.upload_into(b.features.data(), features);
-    in.features = &features;
+    features_ = feature_buffer_.rows(0, rows);
+    be.upload_into(b.features.data(), features_);
+    in.features = &features_;
   }
   if (tree || !b.mask.empty()) {
     // A tree's mask is expanded from its parents where the backend runs (rows ints cross to a
@@ -209,12 +228,7 @@ ForwardOutputs Session::forward(const StepBatch& b) {
     }
   }
   in.attn.key_visible = cache_.key_visible();
-
-  ForwardOutputs out = model_.forward(in, cache_, *workspace_);
-  for (int r = 0; r < n_seq; ++r)
-    cache_.set_length(b.slots[r], staging_[2 * rows + n_seq + r] + n_new);
-  forwards_++;
-  return out;
+  return in;
 }
 
 void Session::read(const Tensor& t, std::vector<float>& host) {

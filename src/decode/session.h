@@ -71,10 +71,17 @@ class Session {
   HiddenState hidden_states() const { return hidden_states_; }
   // Uploads the batch's inputs (one transfer per buffer), runs the model, advances the slots.
   ForwardOutputs forward(const StepBatch& batch);
+  // forward() in three parts, for steps that advance on the device (VanillaDecoder's device
+  // loop): prepare uploads the batch's inputs and returns them, views of the session's buffers
+  // whose addresses depend only on the batch's shape; run runs the model on them (once, or
+  // captured and replayed); advance records n more cached positions for each slot.
+  ForwardInputs prepare(const StepBatch& batch);
+  ForwardOutputs run(const ForwardInputs& in);
+  void advance(std::span<const int32_t> slots, int n);
   // Copies t to `host` (resized) and waits for it.
   void read(const Tensor& t, std::vector<float>& host);
 
-  int64_t forwards() const { return forwards_; }
+  int64_t forwards() const { return forwards_; }  // forward() calls
 
  private:
   // Throws before anything is allocated when the cache and workspace `o` asks for do not fit in
@@ -90,6 +97,7 @@ class Session {
   Tensor index_buffer_;    // I32: tokens | positions | seq | past | output rows | tree parents
   Tensor mask_buffer_;     // U8, reserved on first use
   Tensor feature_buffer_;  // F32 [max rows, feature_dim], reserved on first use
+  Tensor features_;        // the prepared batch's rows of feature_buffer_
   std::vector<int32_t> staging_;  // host side of index_buffer_
   HiddenState hidden_states_ = HiddenState::None;
   int64_t forwards_ = 0;

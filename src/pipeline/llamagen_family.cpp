@@ -309,6 +309,7 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   ds.sampling = p;
   ds.seed = opts.seed;
   ds.max_tokens = opts.max_tokens;
+  ds.device_loop = opts.device_loop;
   ds.on_tokens = std::move(on_tokens);
   if (!method.rule) {
     run->decoder_ = std::make_unique<VanillaDecoder>(*d_->gpt, max_images, ds, st);

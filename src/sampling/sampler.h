@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "sampling/sampling_rules.h"
+
 namespace tessera {
 
 struct SamplingParams {
@@ -26,11 +28,10 @@ struct SamplingParams {
   bool same_shape(const SamplingParams& o) const {
     return uses_cfg() == o.uses_cfg() && greedy() == o.greedy();
   }
-  // Whether image token t (0-based) is guided. LlamaGen's loop index for token t >= 1 is t - 1;
-  // token 0 (from the prefill) is always guided.
+  // Whether image token t (0-based) is guided (sampling_rules.h's guided_at, shared with the
+  // device sampler).
   bool guided(int token_index) const {
-    return uses_cfg() && (token_index == 0 || cfg_interval <= -1.0f ||
-                          static_cast<float>(token_index - 1) <= cfg_interval);
+    return guided_at(uses_cfg(), cfg_interval, static_cast<uint32_t>(token_index));
   }
 };
 

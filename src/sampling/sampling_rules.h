@@ -23,6 +23,14 @@ TESSERA_HD inline float guided_logit(float cond, float uncond, float scale) {
 #endif
 }
 
+// Whether image token t (0-based) is guided (SamplingParams::guided): LlamaGen's loop index for
+// token t >= 1 is t - 1, and guidance stops after index cfg_interval (> -1); token 0, from the
+// prefill, is always guided.
+TESSERA_HD inline bool guided_at(bool uses_cfg, float cfg_interval, uint32_t token_index) {
+  return uses_cfg && (token_index == 0 || cfg_interval <= -1.0f ||
+                      static_cast<float>(token_index - 1) <= cfg_interval);
+}
+
 // The divisor target_distribution applies (temperature > 0; 0 is greedy).
 TESSERA_HD inline float temperature_divisor(float temperature) {
   return temperature > 1e-5f ? temperature : 1e-5f;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,6 +35,14 @@ struct AttentionBatch {
   bool has_mask() const { return mask.data != nullptr; }
 };
 
+// A recorded sequence of ops that Backend::replay runs again as one launch (a CUDA graph): the
+// ops' shapes and addresses are fixed at capture, so what changes between replays lives in
+// device tensors that the ops themselves advance.
+class OpGraph {
+ public:
+  virtual ~OpGraph() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,6 +67,20 @@ class Backend {
   // tensor. The CPU backend uses it in place, without a copy; a device backend copies it.
   virtual Tensor adopt_host(const void* host, DType dtype, Shape shape,
                             std::shared_ptr<void> owner) = 0;
+  // Whether tensors' data are host addresses (the CPU backend), readable without a download.
+  virtual bool host_memory() const { return false; }
+  // The native queue the backend's ops run on (CUDA: its cudaStream_t), for kernels written
+  // outside the tensor layer to join it (the device sampler); null where there is none.
+  virtual void* native_stream() const { return nullptr; }
+  // Records the ops `ops` issues, without running them, into a graph; null when the backend
+  // records nothing (the CPU, whose ops cost no launch: the caller runs `ops` itself) or when
+  // the ops cannot be recorded (a CUDA capture that fails: logged, and the caller runs them).
+  virtual std::unique_ptr<OpGraph> capture(const std::function<void()>& ops) {
+    (void)ops;
+    return nullptr;
+  }
+  // Queues a graph made by this backend's capture().
+  virtual void replay(OpGraph& graph) { (void)graph; }
   // A new f32 tensor with the values of t (any float dtype).
   virtual Tensor to_f32(const Tensor& t) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count
@@ -91,6 +114,9 @@ class Backend {
     linear(x, w13, nullptr, gate_up);
     swiglu_stacked(gate_up, y);
   }
+  // x += delta for every element of an I32 tensor (counters a replayed step advances: positions,
+  // cached lengths).
+  virtual void add_scalar_i32(Tensor& x, int32_t delta) = 0;
   virtual void gelu_tanh(Tensor& x) = 0;
   virtual void silu(Tensor& x) = 0;
   // Interleaved-pair rotary embedding on the first n_rot_heads heads of each row of

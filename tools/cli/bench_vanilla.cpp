@@ -62,6 +62,7 @@ GenerateOptions generate_options(const VanillaBenchOptions& o, int max_tokens) {
   go.sampling = o.sampling;
   go.batch = o.n;
   go.max_tokens = max_tokens;
+  go.device_loop = o.device_loop;
   return go;
 }
 
@@ -185,6 +186,9 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   j["top_k"] = o.sampling.top_k;
   j["top_p"] = o.sampling.top_p;
   j["rounds"] = o.repeat;
+  // The step loop the runs took: steps drawn on the device, and those replayed as a graph.
+  j["device_loop_steps"] = counted.device_steps;
+  j["replayed_steps"] = counted.replayed_steps;
   j["machine_read_gbs"] = machine;
   j["parallel_regions_per_forward"] = {
       {"forked", forked_total}, {"serial", serial_total}, {"by_op", region_json}};

@@ -19,6 +19,7 @@ struct VanillaBenchOptions {
   int tokens = 0;              // per image; 0 = the whole grid
   int class_id = 0;
   SamplingOptions sampling;  // cfg (2 rows per image when > 1), temperature, top-k, top-p
+  DeviceLoop device_loop = DeviceLoop::Auto;  // --device-loop
   int repeat = 1;            // measured rounds; each round times every model once
   bool torch = false;        // also time python/bench_torch.py on `model`
   bool json = false;

@@ -259,6 +259,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   vo.tokens = a.tokens;
   vo.class_id = a.class_id;
   vo.sampling = a.gen.sampling;
+  vo.device_loop = a.gen.device_loop;
   vo.repeat = a.repeat;
   vo.torch = a.torch;
   vo.json = a.json;
@@ -284,6 +285,7 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   b->add_option("--cfg", a->gen.sampling.cfg_scale, "Guidance scale (> 1 runs both halves)")
       ->capture_default_str();
   b->add_option("--class", a->class_id, "Class label (c2i)");
+  add_device_loop(b, a->gen.device_loop);
   b->add_flag("--torch", a->torch,
               "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
   b->add_flag("--json", a->json, "Print one JSON object instead of a table");

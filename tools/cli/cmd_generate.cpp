@@ -371,6 +371,7 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
                 "Random stream of the first image: image i of the run uses stream N + i (to "
                 "regenerate image N of an earlier run alone)")
       ->capture_default_str();
+  add_device_loop(g, a->gen.device_loop);
   const std::string from = md.model_given ? "from " + md.model : "the default model's";
   g->add_option("--cfg", a->gen.sampling.cfg_scale,
                 "Classifier-free guidance scale (<= 1: off; default: " + from + " config.json)")

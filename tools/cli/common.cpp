@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -34,6 +35,19 @@ void add_common(CLI::App* cmd, CommonOpts& o, bool model_required) {
   cmd->add_flag("!--no-check-weights", o.check_weights,
                 "Unsafe: skip the NaN/Inf scan of the weights at load (a corrupt checkpoint then "
                 "gives noise images, exit code 0)");
+}
+
+void add_device_loop(CLI::App* cmd, DeviceLoop& loop) {
+  cmd->add_option_function<std::string>(
+         "--device-loop",
+         [&loop](const std::string& v) {
+           loop = v == "on" ? DeviceLoop::On : v == "off" ? DeviceLoop::Off : DeviceLoop::Auto;
+         },
+         "Vanilla sampling's step loop: on draws tokens where the logits are and replays each "
+         "step as a CUDA graph, off reads every step's logits back to the host; auto: on for a "
+         "GPU, off on the CPU")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->default_str("auto");
 }
 
 namespace {

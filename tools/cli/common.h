@@ -23,6 +23,8 @@ struct CommonOpts {
   bool verbose = false;
 };
 void add_common(CLI::App* cmd, CommonOpts& o, bool model_required = true);
+// --device-loop auto|on|off (GenerateOptions::device_loop).
+void add_device_loop(CLI::App* cmd, DeviceLoop& loop);
 // Sets the log level from --quiet / --verbose, checks -m names a model directory, and notes a
 // -t above the machine's physical cores. Every subcommand calls it first.
 void apply_common(const CommonOpts& o);

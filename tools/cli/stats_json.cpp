@@ -73,6 +73,8 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
       {"target_forwards_per_image", st.target_forwards() / img},
       {"batched_target_forwards", st.forward_passes},
       {"batched_draft_forwards", st.draft_forward_passes},
+      {"device_loop_steps", st.device_steps},
+      {"replayed_steps", st.replayed_steps},
       {"acceptance_by_depth", st.acceptance_by_depth()},
       {"rounds_by_draft_depth", st.rounds_by_depth()},
       {"mean_draft_depth", st.mean_draft_depth()},

@@ -127,16 +127,40 @@ __device__ bool dropped(float x) {
   return x == -INFINITY;
 }
 
+// Row r's token: to its outputs (SampleRowsOut), then its params advance. Thread 0 only, after
+// every thread has read the params.
+struct RowOut {
+  int32_t* tokens;
+  int mirror;
+  int32_t* history;
+  int history_stride;
+  bool advance;
+  int* error_flag;
+};
+__device__ void write_token(const RowOut& o, DeviceSampleParams* params, int row, int token) {
+  const uint32_t t = params[row].token_index;
+  o.tokens[row] = token;
+  if (o.mirror > 0) o.tokens[o.mirror + row] = token;
+  if (o.history) {
+    if (t < static_cast<uint32_t>(o.history_stride))
+      o.history[static_cast<size_t>(row) * o.history_stride + t] = token;
+    else
+      atomicExch(o.error_flag, 1);
+  }
+  if (o.advance) params[row].token_index = t + 1;
+}
+
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const float* __restrict__ cond, const float* __restrict__ uncond, int V,
-                       const DeviceSampleParams* __restrict__ params, int32_t* __restrict__ tokens,
-                       int* __restrict__ error_flag) {
+                       DeviceSampleParams* __restrict__ params, RowOut o) {
   extern __shared__ float l[];  // the row's logits, later its unnormalised probabilities
   __shared__ BlockScratch s;
   const int row = blockIdx.x, tid = threadIdx.x;
   const DeviceSampleParams p = params[row];
+  __syncthreads();  // every thread has its copy before thread 0 advances the params
   const float* c = cond + static_cast<size_t>(row) * V;
-  const float* u = uncond && p.guided ? uncond + static_cast<size_t>(row) * V : nullptr;
+  const bool guided = uncond && guided_at(p.uses_cfg != 0, p.cfg_interval, p.token_index);
+  const float* u = guided ? uncond + static_cast<size_t>(row) * V : nullptr;
 
   // Guidance, coalesced; the finiteness check of target_distribution.
   int bad = 0;
@@ -147,8 +171,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (block_extreme(bad, false, s.i)) {
     if (tid == 0) {
-      tokens[row] = 0;
-      atomicExch(error_flag, 1);
+      write_token(o, params, row, 0);
+      atomicExch(o.error_flag, 1);
     }
     return;
   }
@@ -163,7 +187,7 @@ __global__ void __launch_bounds__(kThreads)
       if (argmax_prefers(l[i], i, best, best_i)) best = l[i], best_i = i;
     const float mx = block_max(best, s.f);
     const int first = block_extreme(best == mx ? best_i : INT_MAX, true, s.i);
-    if (tid == 0) tokens[row] = first;
+    if (tid == 0) write_token(o, params, row, first);
     return;
   }
   const float t = temperature_divisor(p.temperature);
@@ -245,14 +269,14 @@ __global__ void __launch_bounds__(kThreads)
   const int hit = draw_in_chunk(l + begin, end - begin, begin, before, target, &last);
   const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
   const int last_positive = block_extreme(last, false, s.i);
-  if (tid == 0) tokens[row] = first_hit != INT_MAX ? first_hit : last_positive;
+  if (tid == 0) write_token(o, params, row, first_hit != INT_MAX ? first_hit : last_positive);
 }
 
 }  // namespace
 
 void launch_sample_rows(const float* cond, const float* uncond, int n_rows, int vocab,
-                        const DeviceSampleParams* params, int32_t* tokens, int* error_flag,
-                        CUstream_st* stream) {
+                        DeviceSampleParams* params, int32_t* tokens, int mirror, int32_t* history,
+                        int history_stride, bool advance, int* error_flag, CUstream_st* stream) {
   if (vocab < 1 || vocab > kMaxDeviceSampleVocab || n_rows < 0)
     throw Error("device sampling: vocabulary " + std::to_string(vocab) + " (1.." +
                 std::to_string(kMaxDeviceSampleVocab) + " supported), " + std::to_string(n_rows) +
@@ -263,8 +287,8 @@ void launch_sample_rows(const float* cond, const float* uncond, int n_rows, int 
   // allowed during graph capture).
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(
       sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-  sample_rows_kernel<<<n_rows, kThreads, shared, stream>>>(cond, uncond, vocab, params, tokens,
-                                                           error_flag);
+  const RowOut o{tokens, mirror, history, history_stride, advance, error_flag};
+  sample_rows_kernel<<<n_rows, kThreads, shared, stream>>>(cond, uncond, vocab, params, o);
   TESSERA_CUDA_LAUNCHED("sample_rows_kernel");
 }
 

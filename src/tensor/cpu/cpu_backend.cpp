@@ -275,6 +275,12 @@ void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
     simd_blocks("swiglu", swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
 }
 
+void CpuBackend::add_scalar_i32(Tensor& x, int32_t delta) {
+  check(x.dtype == DType::I32, "internal: add_scalar_i32 on a non-I32 tensor");
+  int32_t* p = x.ptr<int32_t>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] += delta;
+}
+
 void CpuBackend::gelu_tanh(Tensor& x) {
   float* p = x.ptr<float>();
   const int64_t n = x.numel();

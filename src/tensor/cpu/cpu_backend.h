@@ -23,6 +23,7 @@ class CpuBackend final : public Backend {
   void upload_into(const void* host, Tensor& dst) override;
   void download_async(const Tensor& t, void* host) override { download(t, host); }
   void synchronize() override {}  // every CPU op has finished when it returns
+  bool host_memory() const override { return true; }
   Tensor adopt_host(const void* host, DType dtype, Shape shape,
                     std::shared_ptr<void> owner) override;
   Tensor to_f32(const Tensor& t) override;
@@ -39,6 +40,7 @@ class CpuBackend final : public Backend {
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
   void swiglu_stacked(const Tensor& gate_up, Tensor& y) override;
   void linear_swiglu(const Tensor& x, const Tensor& w13, Tensor& gate_up, Tensor& y) override;
+  void add_scalar_i32(Tensor& x, int32_t delta) override;
   void gelu_tanh(Tensor& x) override;
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,

@@ -12,6 +12,7 @@
 #include "tensor/cuda/device_flags.h"
 #include "tensor/cuda/image_ops.h"
 #include "tessera/error.h"
+#include "tessera/log.h"
 
 namespace tessera {
 
@@ -111,7 +112,13 @@ Tensor CudaBackend::empty(DType dtype, Shape shape) {
   t.backend = this;
   const size_t bytes = (t.nbytes() + 255) / 256 * 256;  // 256-byte aligned, for vector loads
   if (bytes == 0) return t;
-  const int64_t avail = available_memory();
+  // Under graph capture (a step's scratch) free memory is not queried (cudaMemGetInfo is not a
+  // capturable call): the allocation becomes a graph node, and a failure surfaces at instantiation.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  const int64_t avail = capturing == cudaStreamCaptureStatusNone
+                            ? available_memory()
+                            : std::numeric_limits<int64_t>::max();
   check(static_cast<int64_t>(bytes) <= avail, [&] {
     return "out of device memory on " + name_ + ": a " + std::to_string(bytes >> 20) +
            " MiB tensor " + shape_str(t.shape) + " does not fit in the " +
@@ -159,6 +166,47 @@ void CudaBackend::download_async(const Tensor& t, void* host) {
   check(t.layout == Layout::RowMajor, "internal: download of a packed weight");
   if (t.nbytes())
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+}
+
+namespace {
+class CudaGraph final : public OpGraph {
+ public:
+  explicit CudaGraph(cudaGraphExec_t exec) : exec(exec) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec); }
+  cudaGraphExec_t exec;
+};
+}  // namespace
+
+// The ops' stream-ordered allocations become the graph's memory nodes. Capture records every op
+// queued on the stream meanwhile, so no other thread may issue ops on this backend during it.
+std::unique_ptr<OpGraph> CudaBackend::capture(const std::function<void()>& ops) {
+  TESSERA_CUDA_CHECK(cudaSetDevice(ordinal_));
+  TESSERA_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  std::string why;
+  try {
+    ops();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (why.empty() && ended != cudaSuccess) why = cudaGetErrorString(ended);
+  cudaGraphExec_t exec = nullptr;
+  if (why.empty()) {
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    if (made != cudaSuccess) why = std::string("instantiate: ") + cudaGetErrorString(made);
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!why.empty()) {
+    (void)cudaGetLastError();  // a failed capture leaves no sticky error behind
+    log_info("CUDA graph capture failed on " + name_ + ", the step's ops run one by one: " + why);
+    return nullptr;
+  }
+  return std::make_unique<CudaGraph>(exec);
+}
+
+void CudaBackend::replay(OpGraph& graph) {
+  TESSERA_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream_));
 }
 
 void CudaBackend::synchronize() {

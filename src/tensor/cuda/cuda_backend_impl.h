@@ -33,6 +33,11 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   Tensor adopt_host(const void* host, DType dtype, Shape shape,
                     std::shared_ptr<void> owner) override;
+  void* native_stream() const override { return stream_; }
+  // A CUDA graph of the ops, captured on the backend's stream (thread-local mode: other threads
+  // may keep allocating); null, with the reason logged, when capture fails.
+  std::unique_ptr<OpGraph> capture(const std::function<void()>& ops) override;
+  void replay(OpGraph& graph) override;
   Tensor to_f32(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
 
@@ -42,6 +47,7 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
   void swiglu_stacked(const Tensor& gate_up, Tensor& y) override;
+  void add_scalar_i32(Tensor& x, int32_t delta) override;
   void gelu_tanh(Tensor& x) override;
   void silu(Tensor& x) override;
   void rope(Tensor& x, int n_rot_heads, int head_dim, const Tensor& cos_sin,

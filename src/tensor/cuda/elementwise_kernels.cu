@@ -94,6 +94,11 @@ __global__ void silu_kernel(float* x, int64_t n) {
   if (i < n) x[i] = silu_of(x[i]);
 }
 
+__global__ void add_scalar_i32_kernel(int32_t* x, int64_t n, int32_t delta) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] += delta;
+}
+
 __global__ void gelu_tanh_kernel(float* x, int64_t n, float c) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
@@ -169,6 +174,14 @@ void CudaBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
   const float* g = gate_up.ptr<float>();
   swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(g, g + F, 2 * F, F, y.ptr<float>(), n);
   TESSERA_CUDA_LAUNCHED("swiglu_stacked");
+}
+
+void CudaBackend::add_scalar_i32(Tensor& x, int32_t delta) {
+  check(x.dtype == DType::I32, "internal: add_scalar_i32 on a non-I32 tensor");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  add_scalar_i32_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(x.ptr<int32_t>(), n, delta);
+  TESSERA_CUDA_LAUNCHED("add_scalar_i32");
 }
 
 void CudaBackend::gelu_tanh(Tensor& x) {

@@ -1,0 +1,103 @@
+#include "sampling/sample_rows.h"
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sampling/rng.h"
+#include "tessera/error.h"
+#if defined(TESSERA_HAVE_CUDA)
+#include "sampling/cuda/sample_kernels.h"
+#endif
+
+namespace tessera {
+
+DeviceSampleParams device_sample_params(const SamplingParams& p, uint64_t seed,
+                                        uint64_t image_index, uint32_t token_index) {
+  DeviceSampleParams d;
+  d.cfg_scale = p.cfg_scale;
+  d.cfg_interval = p.cfg_interval;
+  d.temperature = p.temperature;
+  d.top_k = p.top_k;
+  d.top_p = p.top_p;
+  d.uses_cfg = p.uses_cfg() ? 1 : 0;
+  d.seed = seed;
+  d.image_index = image_index;
+  d.token_index = token_index;
+  return d;
+}
+
+SamplingParams sampling_params(const DeviceSampleParams& d) {
+  SamplingParams p;
+  p.cfg_scale = d.cfg_scale;
+  p.cfg_interval = d.cfg_interval;
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  return p;
+}
+
+const char* device_sample_failed() {
+  return "the model produced non-finite logits (NaN or Inf) in a step sampled on the device";
+}
+
+void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows, Tensor& params,
+                 const SampleRowsOut& out, Tensor& error_flag) {
+  const int V = static_cast<int>(cond.dim(-1));
+  check(cond.dtype == DType::F32 && cond.numel() >= int64_t{n_rows} * V,
+        "internal: sample_rows logits shape");
+  check(!uncond || (uncond->dtype == DType::F32 && uncond->numel() >= int64_t{n_rows} * V),
+        "internal: sample_rows unconditional logits shape");
+  check(params.nbytes() >= static_cast<size_t>(n_rows) * sizeof(DeviceSampleParams),
+        "internal: sample_rows params size");
+  check(out.tokens.dtype == DType::I32 && out.tokens.numel() >= out.mirror + n_rows,
+        "internal: sample_rows tokens size");
+  check(!out.history.data || (out.history.dtype == DType::I32 &&
+                              out.history.numel() >= int64_t{n_rows} * out.history_stride),
+        "internal: sample_rows history size");
+  if (n_rows == 0) return;
+  if (be.host_memory()) {
+    auto* ps = static_cast<DeviceSampleParams*>(params.data);
+    int32_t* tokens = out.tokens.ptr<int32_t>();
+    std::vector<float> probs(static_cast<size_t>(V));
+    for (int r = 0; r < n_rows; ++r) {
+      DeviceSampleParams& d = ps[r];
+      const SamplingParams p = sampling_params(d);
+      const std::span<const float> c(cond.ptr<float>() + static_cast<size_t>(r) * V, V);
+      std::span<const float> u;
+      if (uncond && guided_at(d.uses_cfg != 0, d.cfg_interval, d.token_index))
+        u = {uncond->ptr<float>() + static_cast<size_t>(r) * V, static_cast<size_t>(V)};
+      try {
+        target_distribution(c, u, p.cfg_scale, p, probs);
+      } catch (const Error& e) {
+        throw Error(std::string(e.what()) + " at image token " + std::to_string(d.token_index));
+      }
+      const int32_t t =
+          p.greedy()
+              ? argmax(probs)
+              : sample_index(probs,
+                             CounterRng(d.seed, d.image_index).uniform(d.token_index, d.stream));
+      tokens[r] = t;
+      if (out.mirror > 0) tokens[out.mirror + r] = t;
+      if (out.history.data) {
+        check(d.token_index < static_cast<uint32_t>(out.history_stride),
+              "internal: sample_rows history too short");
+        out.history.ptr<int32_t>()[static_cast<size_t>(r) * out.history_stride + d.token_index] = t;
+      }
+      if (out.advance) d.token_index++;
+    }
+    return;
+  }
+#if defined(TESSERA_HAVE_CUDA)
+  launch_sample_rows(cond.ptr<float>(), uncond ? uncond->ptr<float>() : nullptr, n_rows, V,
+                     static_cast<DeviceSampleParams*>(params.data), out.tokens.ptr<int32_t>(),
+                     out.mirror, out.history.data ? out.history.ptr<int32_t>() : nullptr,
+                     out.history_stride, out.advance, error_flag.ptr<int32_t>(),
+                     static_cast<CUstream_st*>(be.native_stream()));
+#else
+  (void)error_flag;
+  throw Error("internal: sampling on " + be.name() + " in a build without CUDA");
+#endif
+}
+
+}  // namespace tessera

@@ -1,0 +1,62 @@
+// Token draws where the logits are (issue 40, item 4): one token per row of logits, written into
+// backend tensors, with each row's settings in a backend tensor too, so a vanilla decode step
+// needs no host round trip and replays as a graph whose counters advance on the device. The CPU
+// backend runs sampler.cpp's rules on its host tensors (the tokens of the host loop, bit for
+// bit); a CUDA backend launches sampling/cuda/sample_kernels.cu on its stream (the same rules,
+// sampling_rules.h and philox.h, with sums reduced in another order).
+#pragma once
+
+#include <cstdint>
+
+#include "sampling/sampler.h"
+#include "tensor/backend.h"
+
+namespace tessera {
+
+// One row's settings as the device reads them (plain data: the bytes of a U8 backend tensor).
+struct DeviceSampleParams {
+  float cfg_scale = 1.0f;
+  float cfg_interval = -1.0f;  // SamplingParams::cfg_interval (guided_at)
+  float temperature = 1.0f;    // <= 0: greedy (argmax of the guided logits)
+  int top_k = 0;               // 0 = off
+  float top_p = 1.0f;          // 1 = off
+  int uses_cfg = 0;            // 1: the row has an unconditional twin (guided_at decides per token)
+  uint64_t seed = 0;           // CounterRng(seed, image_index).uniform(token_index, stream)
+  uint64_t image_index = 0;
+  uint32_t token_index = 0;
+  uint32_t stream = 0;
+};
+
+DeviceSampleParams device_sample_params(const SamplingParams& p, uint64_t seed,
+                                        uint64_t image_index, uint32_t token_index);
+SamplingParams sampling_params(const DeviceSampleParams& d);
+
+// One CUDA block holds a row in shared memory: 64 KiB of f32 at this vocabulary (LlamaGen's
+// 16384). Lumina-mGPT's ~65536 would need 256 KiB, above a block's 227 KiB on sm_90: a two-pass
+// variant keeping the row in global memory (or bf16 in shared memory) would be needed there.
+constexpr int kMaxDeviceSampleVocab = 16384;
+// Whether sample_rows runs on `be` for this vocabulary (the CPU: any).
+inline bool can_sample_rows(const Backend& be, int vocab) {
+  return be.host_memory() || vocab <= kMaxDeviceSampleVocab;
+}
+
+// Where sample_rows writes row r's token t (t = its params' token_index).
+struct SampleRowsOut {
+  Tensor tokens;  // I32: at [r], and at [mirror + r] when mirror > 0 (CFG's twin row)
+  int mirror = 0;
+  Tensor history;  // optional I32 [rows, history_stride]: also at [r * stride + t]
+  int history_stride = 0;
+  bool advance = false;  // then token_index += 1 in the row's params (the next step's token)
+};
+
+// cond: [n_rows, vocab] f32 logits; uncond: the unconditional rows, or null (no row guided);
+// params: U8 [n_rows * sizeof(DeviceSampleParams)]. A row with a non-finite guided logit: the CPU
+// throws Error (sampler.cpp's message and the token index); a device writes token 0 and sets
+// error_flag (I32 [1]), which the caller reads after synchronising (device_sample_failed).
+void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows, Tensor& params,
+                 const SampleRowsOut& out, Tensor& error_flag);
+
+// Error's text for a set error_flag.
+const char* device_sample_failed();
+
+}  // namespace tessera
