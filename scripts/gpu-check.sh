@@ -9,7 +9,8 @@
 #       timeout_s=600)
 #   quick subset (~4 min): command="bash scripts/gpu-check.sh --quick --report $OUT/gpu-check.md"
 #
-# Options: --report FILE (table and logs as markdown), --quick, --budget SECONDS (default 450:
+# Options: --report FILE (table and logs as markdown), --quick, --no-torch (tessera's rows only:
+# a rerun after the reference was measured on the same card), --budget SECONDS (default 450:
 # rows that would start past it are skipped and named), --dry-run (print the commands only),
 # --build-dir DIR (default build-cuda), --all-targets (build every test, not only the CLI and the
 # backend tests). CUDA_ARCH (default 90) overrides the architectures.
@@ -18,11 +19,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-REPORT="" QUICK=0 DRY=0 BUDGET=450 BUILD=build-cuda TARGETS=(--target tessera tessera_backend_tests)
+REPORT="" QUICK=0 DRY=0 TORCH=1 BUDGET=450 BUILD=build-cuda TARGETS=(--target tessera tessera_backend_tests)
 while [[ $# -gt 0 ]]; do
   case $1 in
     --report) REPORT=${2:?--report needs a file}; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --no-torch) TORCH=0; shift ;;
     --all-targets) TARGETS=(); shift ;;
     --dry-run) DRY=1; shift ;;
     --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
@@ -50,8 +52,23 @@ run() {
   timeout "$t" "$@" >"$LOG.cur" 2>&1; local rc=$?
   cat "$LOG.cur" >>"$LOG"; return $rc
 }
-# The last JSON line of the last run's output, one field.
-field() { grep '^{' "$LOG.cur" | tail -1 | $PY -c "import json,sys; print(json.load(sys.stdin)$1)" 2>/dev/null; }
+# One field of the last JSON object in the last run's output (one line, or indented over many as
+# tessera bench --json prints it).
+field() {
+  $PY - "$LOG.cur" "$1" 2>/dev/null <<'PYEOF'
+import json, re, sys
+text, path = open(sys.argv[1]).read(), sys.argv[2]
+for m in reversed(list(re.finditer(r"^\{", text, re.M))):
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text[m.start():])
+    except ValueError:
+        continue
+    for key in re.findall(r'\["([^"]+)"\]', path):
+        obj = obj[key]
+    print(obj)
+    break
+PYEOF
+}
 
 # 1. Dependencies carried as .deb files (scripts/gpu-deps.sh), unpacked under /tmp/deps.
 CMAKE_EXTRA=()
@@ -137,8 +154,8 @@ timed_row() {
   if [[ $DRY == 1 ]]; then
     run "$TESSERA" bench -m "$d" -n "$b" --cfg "$c" --json --device cuda
     run "$TESSERA" bench -m "$d" -n "$b" --cfg "$c" --json --device cuda --device-loop off
-    [[ " $EAGER " == *" $item "* ]] && run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens 32 --warmup 3
-    run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile
+    [[ $TORCH == 1 && " $EAGER " == *" $item "* ]] && run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens 32 --warmup 3
+    [[ $TORCH == 1 ]] && run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile
     return
   fi
   if [[ $HAS_DEVICE == 0 ]]; then t="**FAILED: no --device in tessera bench**"
@@ -153,12 +170,13 @@ timed_row() {
       h=$(field '["tokens_per_s"]'); [[ -n $h ]] || h="**FAILED: no JSON**"
     else h="**FAILED** (rc $?)"; fail "tessera host loop $item"; fi
   fi
-  if [[ " $EAGER " == *" $item "* ]]; then
+  if [[ $TORCH == 1 && " $EAGER " == *" $item "* ]]; then
     if run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens 32 --warmup 3; then
       e=$(field '["tokens_per_s"]')
     else e="**FAILED** (rc $?)"; fail "eager $item"; fi
   fi
-  if run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile; then
+  if [[ $TORCH == 0 ]]; then k="(--no-torch)"
+  elif run $PY python/bench_torch.py -m "$d" --device cuda --dtype bf16 --cfg "$c" --batch "$b" --tokens $TOK --warmup 3 --compile; then
     k=$(field '["tokens_per_s"]'); kg=$(gbs "$(field '["weight_bytes"]')" "$(field '["ms_per_step"]')")
   else k="**FAILED** (rc $?)"; fail "torch.compile $item"; fi
   [[ ${t%% *} =~ ^[0-9.]+$ && $k =~ ^[0-9.]+$ ]] && ratio=$(awk -v a="${t%% *}" -v b="$k" 'BEGIN{printf "%.2fx", a/b}')

@@ -4,8 +4,8 @@
 // k of each 256-wide K tile at l*8, accumulates them in k order with f32 FMAs, and the 32 lane
 // sums are combined by a fixed butterfly. Rows of x are processed in chunks of up to 64, staged
 // in shared memory per K tile, so each weight is read once per chunk: for decode and
-// verification (M <= 64) once in all, which is what bounds these steps (memory bandwidth).
-// Next step, not written yet because it cannot be checked without a GPU: a tensor-core (MMA)
+// verification (M <= 64) once in all, which is what bounds these steps (memory bandwidth); up to
+// 16 rows, linear_small_kernel computes the same sums with more loads in flight. Next step, not written yet because it cannot be checked without a GPU: a tensor-core (MMA)
 // path for large M with the same fixed K order.
 #include <cstdint>
 #include <cstdlib>
@@ -105,6 +105,66 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Decode and verification (M <= 16 rows, K % 8 == 0, aligned): the same sums in the same order
+// as linear_kernel (each lane's 8 k of each tile, tile after tile, then the butterfly), so an
+// output's bits do not depend on which kernel ran. Without linear_kernel's shared-memory staging
+// and block barriers: each lane issues its weight loads for kAhead tiles before any FMA and
+// reads x from L1, so loads are in flight together (linear_kernel waited on one tile at a time
+// and reached 7% of the H200's bandwidth on GPT-XL).
+constexpr int kAhead = 4;
+
+template <DType kW, int kRows>
+__global__ void __launch_bounds__(kWarps * 32)
+    linear_small_kernel(const float* __restrict__ x, int M, int64_t K,
+                        const void* __restrict__ w, int64_t N, const float* __restrict__ bias,
+                        float* __restrict__ y) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (n >= N) return;  // whole warps leave: no barrier below
+  float acc[kRows];
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
+  for (int64_t kt = 0; kt < K; kt += kAhead * kTile) {
+    float wv[kAhead][kPerLane];
+#pragma unroll
+    for (int t = 0; t < kAhead; ++t) {
+      const int64_t k = kt + t * kTile + lane * kPerLane;
+      if (k < K) load8<kW>(w, n * K + k, wv[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < kAhead; ++t) {
+      const int64_t k = kt + t * kTile + lane * kPerLane;
+      if (k >= K) break;  // later tiles start further on
+#pragma unroll
+      for (int m = 0; m < kRows; ++m) {
+        if (m >= M) break;
+        const float4* xp = reinterpret_cast<const float4*>(x + m * K + k);
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+        const float xv[kPerLane] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) acc[m] = fmaf(xv[j], wv[t][j], acc[m]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    if (m >= M) break;
+    float v = acc[m];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) y[m * N + n] = bias ? v + bias[n] : v;
+  }
+}
+
+template <DType kW, int kRows>
+void launch_small(cudaStream_t s, const float* x, int64_t M, int64_t K, const void* w, int64_t N,
+                  const float* bias, float* y) {
+  const dim3 grid(static_cast<unsigned>((N + kWarps - 1) / kWarps));
+  linear_small_kernel<kW, kRows>
+      <<<grid, kWarps * 32, 0, s>>>(x, static_cast<int>(M), K, w, N, bias, y);
+  TESSERA_CUDA_LAUNCHED("linear_small");
+}
+
 template <DType kW, bool kVector>
 void launch(cudaStream_t s, const float* x, int64_t M, int64_t K, const void* w, int64_t N,
             const float* bias, float* y) {
@@ -126,6 +186,14 @@ void launch_dtype(cudaStream_t s, const float* x, int64_t M, int64_t K, const vo
   // 16-byte weight loads need every row start 16-byte aligned: K a multiple of 8 elements
   // (f32 rows then start at multiples of 32 bytes, 16-bit ones at 16) and an aligned base.
   const bool vec = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  // The small-M kernel reads x rows as float4 pairs: x's base 16-byte aligned too.
+  if (vec && M <= 16 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    if (M <= 1) return launch_small<kW, 1>(s, x, M, K, w, N, bias, y);
+    if (M <= 2) return launch_small<kW, 2>(s, x, M, K, w, N, bias, y);
+    if (M <= 4) return launch_small<kW, 4>(s, x, M, K, w, N, bias, y);
+    if (M <= 8) return launch_small<kW, 8>(s, x, M, K, w, N, bias, y);
+    return launch_small<kW, 16>(s, x, M, K, w, N, bias, y);
+  }
   if (vec)
     launch<kW, true>(s, x, M, K, w, N, bias, y);
   else
