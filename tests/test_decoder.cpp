@@ -9,6 +9,7 @@
 
 #include "decode/decoder.h"
 #include "decode/guidance.h"
+#include "models/kv_cache.h"
 #include "models/llamagen.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
@@ -116,7 +117,7 @@ INSTANTIATE_TEST_SUITE_P(Methods, DecoderSteps, ::testing::Values("vanilla", "sd
 // The CPU backend, counting the calls that allocate or move data between host and device.
 class CountingBackend final : public Backend {
  public:
-  int allocations = 0, uploads = 0, writes = 0, downloads = 0, syncs = 0;
+  int allocations = 0, uploads = 0, writes = 0, downloads = 0, syncs = 0, copies = 0, moves = 0;
   Backend& be = cpu_backend();
 
   std::string name() const override { return "counting cpu"; }
@@ -151,7 +152,10 @@ class CountingBackend final : public Backend {
     return be.adopt_host(h, d, std::move(s), std::move(o));
   }
   Tensor to_f32(const Tensor& t) override { return ++allocations, be.to_f32(t); }
-  void copy(const Tensor& a, Tensor& b) override { be.copy(a, b); }
+  void copy(const Tensor& a, Tensor& b) override { ++copies, be.copy(a, b); }
+  void move_rows(Tensor& t, const Tensor& f, const Tensor& d) override {
+    ++moves, be.move_rows(t, f, d);
+  }
   void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
     be.linear(x, w, b, y);
   }
@@ -349,6 +353,40 @@ TEST(DeviceLoop, ABurstMovesDataOnce) {
   EXPECT_EQ(counting.writes, 3);
   EXPECT_EQ(counting.downloads, 2);
   EXPECT_EQ(counting.syncs, 1);
+}
+
+// A KV cache compaction or copy is one row move per layer's K and V (its row pairs uploaded
+// once), not one copy per layer, head and position: the tree methods' per-round cost on a GPU.
+TEST(KVCacheMoves, CompactAndCopyAreOneOpPerLayerTensor) {
+  CountingBackend counting;
+  KVCache cache(counting, 3, 2, 16, 4, 8);
+  std::vector<float> k0(static_cast<size_t>(2 * 4 * 16 * 8));
+  for (size_t i = 0; i < k0.size(); ++i) k0[i] = static_cast<float>(i);
+  counting.upload_into(k0.data(), cache.k(1));
+  cache.set_length(0, 9);
+  counting.writes = 0;
+  const int keep[] = {4, 6, 7};
+  cache.compact(0, 2, keep);
+  EXPECT_EQ(cache.length(0), 5);
+  EXPECT_EQ(counting.moves, 6);
+  EXPECT_EQ(counting.copies, 0);
+  EXPECT_EQ(counting.writes, 1);
+  std::vector<float> k1(k0.size());
+  counting.download(cache.k(1), k1.data());
+  for (int h = 0; h < 4; ++h)
+    for (int i = 0; i < 3; ++i)  // slot 2 + i of head h holds slot keep[i]'s keys
+      for (int d = 0; d < 8; ++d)
+        EXPECT_EQ(k1[static_cast<size_t>((h * 16 + 2 + i) * 8 + d)],
+                  k0[static_cast<size_t>((h * 16 + keep[i]) * 8 + d)]);
+  cache.copy(0, 1, 5);
+  EXPECT_EQ(counting.moves, 12);
+  EXPECT_EQ(counting.copies, 0);
+  counting.download(cache.k(1), k1.data());
+  for (int h = 0; h < 4; ++h)
+    for (int i = 0; i < 5; ++i)
+      for (int d = 0; d < 8; ++d)
+        EXPECT_EQ(k1[static_cast<size_t>(((4 + h) * 16 + i) * 8 + d)],
+                  k1[static_cast<size_t>((h * 16 + i) * 8 + d)]);
 }
 
 }  // namespace

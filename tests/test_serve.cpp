@@ -406,6 +406,24 @@ TEST(Serve, EachRequestRunsItsOwnSettings) {
     EXPECT_NE(m->body.find(want), std::string::npos) << want;
 }
 
+// The default setting's batch starts at bind(), before any request (a --draft-len auto
+// calibration with it); warm_up off leaves it to the first request.
+TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
+  auto pipe = load(kFix + "llamagen/c2i_f32");
+  for (const bool warm : {true, false}) {
+    SCOPED_TRACE(warm ? "warm_up" : "no warm_up");
+    serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
+    o.warm_up = warm;
+    Running srv(*pipe, o);
+    EXPECT_TRUE(wait_for_metric(srv, warm ? "tessera_settings 1" : "tessera_settings 0"));
+    const httplib::Result r = srv.client().Post(
+        "/v1/images/generations", json{{"class", 1}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 1"));  // the request joined that batch
+  }
+}
+
 // "stream": true: previews while the image is generated (the image so far, its tokens and
 // acceptance map), then the image itself, equal to the one the same request gets unstreamed.
 TEST(Serve, StreamSendsPreviewsThenTheImage) {

@@ -1,6 +1,7 @@
 #include "models/kv_cache.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "tessera/error.h"
 
@@ -13,6 +14,10 @@ KVCache::KVCache(Backend& backend, int n_layer, int n_seq, int capacity, int n_k
       n_kv_head_(n_kv_head),
       head_dim_(head_dim),
       len_(n_seq, 0) {
+  // Moves name rows [seq, head, slot] by I32 index.
+  check(static_cast<int64_t>(n_seq) * n_kv_head * capacity <= INT32_MAX,
+        "KV cache: " + std::to_string(n_seq) + " sequences of " + std::to_string(capacity) +
+            " positions are too many rows to index");
   for (int l = 0; l < n_layer; ++l) {
     k_.push_back(backend.zeros(DType::F32, {n_seq, n_kv_head, capacity, head_dim}));
     v_.push_back(backend.zeros(DType::F32, {n_seq, n_kv_head, capacity, head_dim}));
@@ -33,20 +38,31 @@ void KVCache::remove(int seq, int from) {
   len_[seq] = from;
 }
 
-// One position of one sequence is n_kv_head blocks of head_dim values per layer (the cache is
-// [seq, kv head, slot, head_dim]); copies go through the backend, so the cache may live on a
-// device.
-void KVCache::move_position(int seq, int from, int to) {
+// A position of a sequence is n_kv_head rows of head_dim values per layer (the cache is [seq, kv
+// head, slot, head_dim]). Moves go through the backend, so the cache may live on a device: the
+// row pairs are uploaded once and each layer's K and V move in one op (2 x n_layer ops, not one
+// copy per layer, head and position).
+void KVCache::move(std::span<const int32_t> from, std::span<const int32_t> to) {
+  const size_t n = from.size();
+  if (n == 0) return;
+  index_host_.assign(from.begin(), from.end());
+  index_host_.insert(index_host_.end(), to.begin(), to.end());
+  if (index_.numel() < static_cast<int64_t>(2 * n))
+    index_ = backend_.empty(DType::I32, {static_cast<int64_t>(2 * n)});
+  Tensor pairs = index_.rows(0, static_cast<int64_t>(2 * n));
+  backend_.upload_into(index_host_.data(), pairs);
+  const Tensor src = pairs.rows(0, static_cast<int64_t>(n));
+  const Tensor dst = pairs.rows(static_cast<int64_t>(n), static_cast<int64_t>(n));
   const int64_t rows = static_cast<int64_t>(n_seq()) * n_kv_head_ * capacity_;
   for (std::vector<Tensor>* kv : {&k_, &v_})
     for (Tensor& t : *kv) {
-      const Tensor all = t.view({rows, head_dim_});
-      for (int h = 0; h < n_kv_head_; ++h) {
-        const int64_t base = (static_cast<int64_t>(seq) * n_kv_head_ + h) * capacity_;
-        Tensor dst = all.rows(base + to, 1);
-        backend_.copy(all.rows(base + from, 1), dst);
-      }
+      Tensor all = t.view({rows, head_dim_});
+      backend_.move_rows(all, src, dst);
     }
+}
+
+int32_t KVCache::row(int seq, int head, int slot) const {
+  return static_cast<int32_t>((static_cast<int64_t>(seq) * n_kv_head_ + head) * capacity_ + slot);
 }
 
 void KVCache::copy(int src, int dst, int length) {
@@ -58,21 +74,13 @@ void KVCache::copy(int src, int dst, int length) {
     len_[dst] = length;
     return;
   }
-  const int64_t block = static_cast<int64_t>(capacity_) * head_dim_;
-  for (std::vector<Tensor>* kv : {&k_, &v_})
-    for (Tensor& t : *kv) {
-      const Tensor all = t.view({static_cast<int64_t>(n_seq()) * n_kv_head_, block});
-      for (int h = 0; h < n_kv_head_; ++h) {
-        // The first `length` slots of one head are contiguous: one copy per head.
-        const Tensor s = all.rows(static_cast<int64_t>(src) * n_kv_head_ + h, 1)
-                             .view({block})
-                             .rows(0, static_cast<int64_t>(length) * head_dim_);
-        Tensor d = all.rows(static_cast<int64_t>(dst) * n_kv_head_ + h, 1)
-                       .view({block})
-                       .rows(0, static_cast<int64_t>(length) * head_dim_);
-        backend_.copy(s, d);
-      }
+  std::vector<int32_t> from, to;
+  for (int h = 0; h < n_kv_head_; ++h)
+    for (int i = 0; i < length; ++i) {
+      from.push_back(row(src, h, i));
+      to.push_back(row(dst, h, i));
     }
+  move(from, to);
   for (int i = 0; i < length; ++i)
     visible_host_[static_cast<size_t>(dst) * capacity_ + i] =
         visible_host_[static_cast<size_t>(src) * capacity_ + i];
@@ -87,9 +95,14 @@ void KVCache::compact(int seq, int from, std::span<const int> keep) {
     check(p > prev && p < len, "KV cache: compact positions must ascend within the sequence");
     prev = p;
   }
-  for (size_t i = 0; i < keep.size(); ++i)
-    if (keep[i] != from + static_cast<int>(i))
-      move_position(seq, keep[i], from + static_cast<int>(i));
+  std::vector<int32_t> src, dst;
+  for (int h = 0; h < n_kv_head_; ++h)
+    for (size_t i = 0; i < keep.size(); ++i)
+      if (keep[i] != from + static_cast<int>(i)) {
+        src.push_back(row(seq, h, keep[i]));
+        dst.push_back(row(seq, h, from + static_cast<int>(i)));
+      }
+  move(src, dst);
   len_[seq] = from + static_cast<int>(keep.size());
 }
 

@@ -4,6 +4,7 @@
 // into another (forking a branch) or compacted (keeping the accepted path of a draft tree).
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -41,13 +42,17 @@ class KVCache {
   Tensor& v(int layer) { return v_[layer]; }
 
  private:
-  void move_position(int seq, int from, int to);
+  // Rows from[i] -> to[i] of every layer's K and V ([seq, head, slot] rows), reads before writes.
+  void move(std::span<const int32_t> from, std::span<const int32_t> to);
+  int32_t row(int seq, int head, int slot) const;
   Backend& backend_;
   int capacity_, n_kv_head_, head_dim_;
   std::vector<int> len_;
   std::vector<Tensor> k_, v_;
   std::vector<uint8_t> visible_host_;
   Tensor visible_;
+  Tensor index_;                     // I32: the row pairs of the last move, reused
+  std::vector<int32_t> index_host_;
   bool any_hidden_ = false, visible_dirty_ = false;
 };
 

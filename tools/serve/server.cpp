@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <ctime>
 #include <deque>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "tessera/error.h"
 #include "tessera/generation.h"
 #include "tessera/image_io.h"
+#include "tessera/log.h"
 #include "web_page.h"
 
 namespace tessera::serve {
@@ -217,6 +219,26 @@ struct Server::Impl {
         return true;
       }
     return false;
+  }
+
+  // The default setting's Generation, started before the first request. Its key is the one a
+  // request with no method or sampling fields gets.
+  void warm_up() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<Job> job;
+    try {
+      job = parse_request(R"({"class": 0})", context());
+    } catch (const HttpError& e) {
+      throw Error("serve: the default setting cannot run: " + e.message);
+    }
+    pipe.validate(job->opts);
+    auto gen = pipe.start_generation(job->opts);
+    std::lock_guard lock(mu);
+    lanes[job->settings].gen = std::move(gen);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char took[32];
+    std::snprintf(took, sizeof took, "%.2f s", s);
+    log_info(std::string("serve: the default setting's batch started in ") + took);
   }
 
   // Starts the Generation of a job's setting (outside the lock: it may load a draft model). A
@@ -573,6 +595,7 @@ int Server::bind() {
     throw Error("cannot listen on " + s.o.host + ":" + std::to_string(s.o.port) +
                 " (in use, or not an address of this machine)");
   if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);  // Linux: a second listen() resizes it
+  if (s.o.warm_up) s.warm_up();
   return port;
 }
 

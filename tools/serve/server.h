@@ -42,6 +42,9 @@ struct ServeOptions {
   size_t max_body = 1 << 16;  // bytes of a request body; more: 413
   int max_n = 16;             // images per request
   int http_threads = 0;       // 0: queue + batch * max_settings + 8 (at most 256)
+  // bind() starts the default setting's batch (its draft loaded, a --draft-len auto calibration
+  // measured or read from the cache), so the first request waits for none of it.
+  bool warm_up = true;
 };
 
 class Server {
@@ -49,8 +52,9 @@ class Server {
   // The pipeline must outlive the server; the server's engine thread is its only user.
   Server(Pipeline& pipe, ServeOptions options);
   ~Server();
-  // Binds the listening socket; returns the port (the one asked for, or the one found for 0).
-  // Throws Error when it cannot bind.
+  // Binds the listening socket and, with ServeOptions::warm_up, starts the default setting's
+  // batch; returns the port (the one asked for, or the one found for 0). Throws Error when it
+  // cannot bind or the default setting cannot start.
   int bind();
   // Serves until stop(): blocks. The engine finishes the requests in flight, then returns.
   void run();

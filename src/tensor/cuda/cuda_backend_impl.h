@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   void replay(OpGraph& graph) override;
   Tensor to_f32(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
+  void move_rows(Tensor& t, const Tensor& from, const Tensor& to) override;
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
   void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) override;

@@ -94,6 +94,30 @@ __global__ void silu_kernel(float* x, int64_t n) {
   if (i < n) x[i] = silu_of(x[i]);
 }
 
+// move_rows in two passes (every read before any write): gather the sources into scratch, then
+// scatter it. One block per pair; rows copied as 32-bit words (row bytes are a multiple of 4) or
+// bytes.
+template <bool kGather>
+__global__ void move_rows_kernel(uint8_t* t, int64_t rows, int64_t row_bytes, const int32_t* from,
+                                 const int32_t* to, uint8_t* scratch, int* flag) {
+  const int64_t i = blockIdx.x;
+  const int32_t r = kGather ? from[i] : to[i];
+  if (r < 0 || r >= rows) {
+    if (threadIdx.x == 0) raise_flag(flag, kFlagRowId, r);
+    return;
+  }
+  uint8_t* row = t + r * row_bytes;
+  uint8_t* staged = scratch + i * row_bytes;
+  if (row_bytes % 4 == 0) {
+    auto* a = reinterpret_cast<uint32_t*>(kGather ? staged : row);
+    const auto* b = reinterpret_cast<const uint32_t*>(kGather ? row : staged);
+    for (int64_t c = threadIdx.x; c < row_bytes / 4; c += blockDim.x) a[c] = b[c];
+  } else {
+    for (int64_t c = threadIdx.x; c < row_bytes; c += blockDim.x)
+      (kGather ? staged : row)[c] = (kGather ? row : staged)[c];
+  }
+}
+
 __global__ void add_scalar_i32_kernel(int32_t* x, int64_t n, int32_t delta) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] += delta;
@@ -174,6 +198,24 @@ void CudaBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
   const float* g = gate_up.ptr<float>();
   swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(g, g + F, 2 * F, F, y.ptr<float>(), n);
   TESSERA_CUDA_LAUNCHED("swiglu_stacked");
+}
+
+void CudaBackend::move_rows(Tensor& t, const Tensor& from, const Tensor& to) {
+  check(t.shape.size() == 2 && from.dtype == DType::I32 && to.dtype == DType::I32 &&
+            from.numel() == to.numel(),
+        "internal: move_rows shapes");
+  const int64_t rows = t.dim(0), n = from.numel();
+  if (n == 0 || rows == 0) return;
+  const int64_t row_bytes = static_cast<int64_t>(t.nbytes()) / rows;
+  Tensor scratch = empty(DType::U8, {n * row_bytes});
+  auto* base = static_cast<uint8_t*>(t.data);
+  auto* staged = static_cast<uint8_t*>(scratch.data);
+  move_rows_kernel<true><<<static_cast<unsigned>(n), 128, 0, stream_>>>(
+      base, rows, row_bytes, from.ptr<int32_t>(), to.ptr<int32_t>(), staged, error_flag_);
+  TESSERA_CUDA_LAUNCHED("move_rows gather");
+  move_rows_kernel<false><<<static_cast<unsigned>(n), 128, 0, stream_>>>(
+      base, rows, row_bytes, from.ptr<int32_t>(), to.ptr<int32_t>(), staged, error_flag_);
+  TESSERA_CUDA_LAUNCHED("move_rows scatter");
 }
 
 void CudaBackend::add_scalar_i32(Tensor& x, int32_t delta) {
