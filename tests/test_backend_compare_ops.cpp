@@ -161,8 +161,8 @@ TEST_P(Ops, LinearEveryDtype) {
   };
   // K % 8 == 0 with M <= 16 takes the CUDA backend's small-M kernel (several tiles in flight,
   // K spanning more than one group of them); the others its general kernel.
-  const Case cases[] = {{1, 7, 5},    {3, 67, 33},    {13, 129, 47},  {61, 257, 37},
-                        {70, 95, 131}, {1, 384, 37},  {2, 1280, 65},  {5, 1032, 17},
+  const Case cases[] = {{1, 7, 5},     {3, 67, 33},   {13, 129, 47}, {61, 257, 37},
+                        {70, 95, 131}, {1, 384, 37},  {2, 1280, 65}, {5, 1032, 17},
                         {16, 264, 9},  {9, 2056, 33}, {40, 384, 21}};
   Rng rng(3);
   const bool rounds_differ =
@@ -313,8 +313,8 @@ TEST_P(Ops, MoveRows) {
   Rng rng(17);
   const int64_t rows = 40;
   const std::vector<int32_t> from = {3, 4, 6, 7, 30, 0, 12}, to = {2, 3, 4, 5, 31, 12, 39};
-  for (const auto& [dt, width] : {std::pair{DType::F32, int64_t{6}}, {DType::U8, int64_t{7}},
-                                  {DType::BF16, int64_t{5}}}) {
+  for (const auto& [dt, width] :
+       {std::pair{DType::F32, int64_t{6}}, {DType::U8, int64_t{7}}, {DType::BF16, int64_t{5}}}) {
     SCOPED_TRACE(std::string(dtype_name(dt)) + " width " + std::to_string(width));
     Bytes bytes(static_cast<size_t>(rows * width) * dtype_size(dt));
     for (auto& b : bytes) b = static_cast<uint8_t>(rng.integer(0, 255));

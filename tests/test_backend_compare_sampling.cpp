@@ -73,67 +73,63 @@ void sample_vanilla(Backend& b, const ModelConfig& mc, int cls, const SamplingPa
   }
 }
 
-class Statistical : public BackendTest {};
+class Statistical : public BackendTest {
+ protected:
+  // The micro target's exact joint distribution for class kClass (computed on the CPU), and the
+  // number of images that gives the chi-square test its power.
+  void SetUp() override {
+    BackendTest::SetUp();
+    if (IsSkipped()) return;
+    LoadOptions lo;
+    lo.load_decoder = false;
+    auto pipe = Pipeline::load(kSpec + "micro_target", lo);
+    Conditionals exact(*pipe, kClass, options.sampling);
+    enumerate_joint(exact, {}, 1.0, pipe->config().gpt.n_image_tokens(), joint);
+    n = samples_for(joint, kTv, kPower, kBatch);
+  }
+  // The verdict on `samples`, printed with `what`.
+  void expect_exact(const std::vector<Seq>& samples, const std::string& what) const {
+    const ChiSquare r = chi_square(joint, samples);
+    const double power =
+        test_stats::chi_square_power(n, r.df, std::max(0.0, kTv - r.pooled_mass), kAlpha);
+    std::printf("  %s on %s: n %d df %d pooled mass %.4f power(TV %.2f) %.3f p %.3g\n",
+                what.c_str(), GetParam().c_str(), n, r.df, r.pooled_mass, kTv, power, r.p_value);
+    EXPECT_EQ(r.impossible, 0);
+    EXPECT_GT(r.df, 10);
+    EXPECT_GE(power, kPower);
+    EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
+  }
+
+  static constexpr int kClass = 0;
+  const GenerateOptions options = sampling_options("vanilla");
+  Joint joint;
+  int n = 0;
+};
 
 TEST_P(Statistical, VanillaSamplesTheTargetJointDistribution) {
-  LoadOptions lo;
-  lo.load_decoder = false;
-  auto pipe = Pipeline::load(kSpec + "micro_target", lo);  // the exact joint, on the CPU
-  const GenerateOptions o = sampling_options("vanilla");
-  const int cls = 0;
-  Conditionals exact(*pipe, cls, o.sampling);
-  Joint joint;
-  enumerate_joint(exact, {}, 1.0, pipe->config().gpt.n_image_tokens(), joint);
-  const int n = samples_for(joint, kTv, kPower, kBatch);
   std::vector<Seq> samples;
-  sample_vanilla(backend(), load_model_config(kSpec + "micro_target"), cls,
-                 to_sampling_params(o.sampling), o.seed, 0, n, samples);
-  const ChiSquare r = chi_square(joint, samples);
-  const double power =
-      test_stats::chi_square_power(n, r.df, std::max(0.0, kTv - r.pooled_mass), kAlpha);
-  std::printf("  vanilla on %s: n %d df %d pooled mass %.4f power(TV %.2f) %.3f p %.3g\n",
-              GetParam().c_str(), n, r.df, r.pooled_mass, kTv, power, r.p_value);
-  EXPECT_EQ(r.impossible, 0);
-  EXPECT_GT(r.df, 10);
-  EXPECT_GE(power, kPower);
-  EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
+  sample_vanilla(backend(), load_model_config(kSpec + "micro_target"), kClass,
+                 to_sampling_params(options.sampling), options.seed, 0, n, samples);
+  expect_exact(samples, "vanilla");
 }
 
 // The same proof with the tokens drawn where the logits are: VanillaDecoder's device loop on the
 // backend under test (sampling/sample_rows.h; on a GPU the CUDA sampling kernel, each step a
 // replayed graph), images 0..n-1 through generate_all.
 TEST_P(Statistical, DeviceLoopSamplesTheTargetJointDistribution) {
-  LoadOptions lo;
-  lo.load_decoder = false;
-  auto pipe = Pipeline::load(kSpec + "micro_target", lo);
-  const GenerateOptions o = sampling_options("vanilla");
-  const int cls = 0;
-  Conditionals exact(*pipe, cls, o.sampling);
-  Joint joint;
-  enumerate_joint(exact, {}, 1.0, pipe->config().gpt.n_image_tokens(), joint);
-  const int n = samples_for(joint, kTv, kPower, kBatch);
   LlamaGen model(load_model_config(kSpec + "micro_target"), backend());
   DecoderSettings d;
-  d.sampling = to_sampling_params(o.sampling);
-  d.seed = o.seed + 1;  // other draws than the host loop's proof above
+  d.sampling = to_sampling_params(options.sampling);
+  d.seed = options.seed + 1;  // other draws than the host loop's proof above
   d.device_loop = DeviceLoop::On;
   GenerateStats stats;
   VanillaDecoder dec(model, kBatch, d, stats);
-  const Condition c = Condition::label(cls);
+  const Condition c = Condition::label(kClass);
   std::vector<const Condition*> conds(static_cast<size_t>(n), &c);
   std::vector<uint64_t> index(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) index[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
-  const std::vector<Seq> samples = generate_all(dec, conds, index, stats);
-  const ChiSquare r = chi_square(joint, samples);
-  const double power =
-      test_stats::chi_square_power(n, r.df, std::max(0.0, kTv - r.pooled_mass), kAlpha);
-  std::printf("  device loop on %s: n %d df %d power %.3f p %.3g, %lld steps replayed\n",
-              GetParam().c_str(), n, r.df, power, r.p_value,
-              static_cast<long long>(dec.graph_replays()));
-  EXPECT_EQ(r.impossible, 0);
-  EXPECT_GT(r.df, 10);
-  EXPECT_GE(power, kPower);
-  EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
+  expect_exact(generate_all(dec, conds, index, stats),
+               "device loop (" + std::to_string(dec.graph_replays()) + " steps replayed)");
   if (!backend().host_memory()) {
     EXPECT_GT(dec.graph_replays(), 0) << "no step ran as a graph";
   }

@@ -416,8 +416,8 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
     o.warm_up = warm;
     Running srv(*pipe, o);
     EXPECT_TRUE(wait_for_metric(srv, warm ? "tessera_settings 1" : "tessera_settings 0"));
-    const httplib::Result r = srv.client().Post(
-        "/v1/images/generations", json{{"class", 1}}.dump(), "application/json");
+    const httplib::Result r =
+        srv.client().Post("/v1/images/generations", json{{"class", 1}}.dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 1"));  // the request joined that batch

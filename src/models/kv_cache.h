@@ -51,7 +51,7 @@ class KVCache {
   std::vector<Tensor> k_, v_;
   std::vector<uint8_t> visible_host_;
   Tensor visible_;
-  Tensor index_;                     // I32: the row pairs of the last move, reused
+  Tensor index_;  // I32: the row pairs of the last move, reused
   std::vector<int32_t> index_host_;
   bool any_hidden_ = false, visible_dirty_ = false;
 };

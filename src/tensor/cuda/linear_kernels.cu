@@ -5,8 +5,9 @@
 // sums are combined by a fixed butterfly. Rows of x are processed in chunks of up to 64, staged
 // in shared memory per K tile, so each weight is read once per chunk: for decode and
 // verification (M <= 64) once in all, which is what bounds these steps (memory bandwidth); up to
-// 16 rows, linear_small_kernel computes the same sums with more loads in flight. Next step, not written yet because it cannot be checked without a GPU: a tensor-core (MMA)
-// path for large M with the same fixed K order.
+// 16 rows, linear_small_kernel computes the same sums with more loads in flight. Next step, not
+// written yet because it cannot be checked without a GPU: a tensor-core (MMA) path for large M with
+// the same fixed K order.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -115,9 +116,8 @@ constexpr int kAhead = 4;
 
 template <DType kW, int kRows>
 __global__ void __launch_bounds__(kWarps * 32)
-    linear_small_kernel(const float* __restrict__ x, int M, int64_t K,
-                        const void* __restrict__ w, int64_t N, const float* __restrict__ bias,
-                        float* __restrict__ y) {
+    linear_small_kernel(const float* __restrict__ x, int M, int64_t K, const void* __restrict__ w,
+                        int64_t N, const float* __restrict__ bias, float* __restrict__ y) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (n >= N) return;  // whole warps leave: no barrier below
