@@ -328,6 +328,38 @@ TEST(DeviceLoop, DrawsTheHostLoopsTokens) {
     }
 }
 
+// A t2i caption's padding hides keys (the cache's visibility table), which exists only from the
+// first such prefill: a step recorded before it, for the same number of images, must not be
+// replayed after it. An unconditional image, then a captioned one, one image at a time.
+TEST(DeviceLoop, AStepRecordedBeforeHiddenKeysIsNotReplayedAfter) {
+  const ModelConfig t2i = load_model_config(kFixtures + "/llamagen/t2i_f32");
+  const Condition caption =
+      Condition::caption_file(kFixtures + "/llamagen/golden/caption.npy", t2i.gpt);
+  DecoderSettings d = settings();
+  d.device_burst = 5;
+  // Each image's tokens by the host loop, or by the device loop with its steps recorded.
+  auto tokens = [&](bool device) {
+    CountingBackend counting;
+    counting.record_graphs = device;
+    LlamaGen target(t2i, counting);
+    DecoderSettings ds = d;
+    ds.device_loop = device ? DeviceLoop::On : DeviceLoop::Off;
+    GenerateStats stats;
+    VanillaDecoder dec(target, 1, ds, stats);
+    std::vector<std::vector<int32_t>> out;
+    for (const Condition& c : {Condition::unconditional(), caption}) {
+      const int id = dec.add(c, out.size());
+      while (dec.step()) {
+      }
+      out.push_back(dec.image(id).tokens);
+      dec.remove(id);
+    }
+    EXPECT_EQ(counting.replays > 0, device);
+    return out;
+  };
+  EXPECT_EQ(tokens(true), tokens(false));
+}
+
 // A burst of k steps moves data once: its inputs, the rows' settings and the error flag written
 // (three transfers), the tokens and the flag read back with one synchronize; nothing allocated
 // after the first burst. The host loop needs a transfer, a download and a synchronize per step.

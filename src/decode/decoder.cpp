@@ -222,8 +222,11 @@ void VanillaDecoder::device_round(std::vector<ImageState*>& active) {
     be.add_scalar_i32(positions, 1);
     be.add_scalar_i32(past, 1);
   };
-  auto graph = graphs_.find(m);
-  if (graph == graphs_.end()) graph = graphs_.emplace(m, be.capture(step)).first;
+  // The key visibility table (t2i caption padding) exists once any key is hidden: a step
+  // captured before it reads none, so it is part of the key.
+  const int key = 2 * m + (in.attn.key_visible ? 1 : 0);
+  auto graph = graphs_.find(key);
+  if (graph == graphs_.end()) graph = graphs_.emplace(key, be.capture(step)).first;
   for (int k = 0; k < burst; ++k)
     if (graph->second) {
       be.replay(*graph->second);
