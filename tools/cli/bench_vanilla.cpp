@@ -80,7 +80,11 @@ Round time_once(Timed& t, const VanillaBenchOptions& o, int K) {
 nlohmann::json model_json(const Timed& t, double machine_gbs) {
   const Round& r = median_round(t.rounds);
   const double bytes = static_cast<double>(t.pipe->weight_bytes_per_step());
-  const double stream_ms = bytes / (machine_gbs * 1e9) * 1e3;
+  // The roofline of the host's RAM; none for a model on a GPU (machine_gbs 0: not measured).
+  const nlohmann::json stream_ms =
+      machine_gbs > 0 ? nlohmann::json(bytes / (machine_gbs * 1e9) * 1e3) : nlohmann::json();
+  const nlohmann::json over =
+      machine_gbs > 0 ? nlohmann::json(r.ms_per_step / stream_ms.get<double>()) : nlohmann::json();
   std::vector<double> tps;
   for (const Round& x : t.rounds) tps.push_back(x.tokens_per_s);
   return {{"model", t.dir},
@@ -93,7 +97,7 @@ nlohmann::json model_json(const Timed& t, double machine_gbs) {
           {"weight_bytes_per_step", bytes},
           {"achieved_weight_gbs", r.ms_per_step > 0 ? bytes / (r.ms_per_step * 1e-3) / 1e9 : 0.0},
           {"weight_stream_ms", stream_ms},
-          {"step_over_stream", r.ms_per_step / stream_ms},
+          {"step_over_stream", over},
           {"tokens_per_s_rounds", tps}};
 }
 
@@ -175,7 +179,9 @@ void bench_vanilla(const VanillaBenchOptions& o) {
     serial_total += static_cast<double>(c.serial) / forwards;
   }
 
-  const double machine = memory_read_bandwidth_gbs();
+  // The host's RAM bandwidth bounds a CPU step only: a GPU's is measured by scripts/gpu-check.sh.
+  const bool on_cpu = o.device.rfind("cpu", 0) == 0;
+  const double machine = on_cpu ? memory_read_bandwidth_gbs() : 0.0;
 
   nlohmann::json j = model_json(models[0], machine);
   j["threads"] = threads;
@@ -189,7 +195,7 @@ void bench_vanilla(const VanillaBenchOptions& o) {
   // The step loop the runs took: steps drawn on the device, and those replayed as a graph.
   j["device_loop_steps"] = counted.device_steps;
   j["replayed_steps"] = counted.replayed_steps;
-  j["machine_read_gbs"] = machine;
+  j["machine_read_gbs"] = on_cpu ? nlohmann::json(machine) : nlohmann::json();
   j["parallel_regions_per_forward"] = {
       {"forked", forked_total}, {"serial", serial_total}, {"by_op", region_json}};
   std::vector<double> ratios;
@@ -234,11 +240,14 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       std::printf("   (median of %d rounds: %s)", o.repeat, list(m["tokens_per_s_rounds"]).c_str());
     std::printf("\n  ms/token        %.2f   prefill %.2f ms\n", m["ms_per_token"].get<double>(),
                 m["prefill_ms"].get<double>());
-    std::printf(
-        "  weights/step    %.1f MB  achieved %.2f GB/s  (stream once: %.2f ms; "
-        "step/stream = %.2fx)\n",
-        m["weight_bytes_per_step"].get<double>() / 1e6, m["achieved_weight_gbs"].get<double>(),
-        m["weight_stream_ms"].get<double>(), m["step_over_stream"].get<double>());
+    std::printf("  weights/step    %.1f MB  achieved %.2f GB/s",
+                m["weight_bytes_per_step"].get<double>() / 1e6,
+                m["achieved_weight_gbs"].get<double>());
+    if (m["weight_stream_ms"].is_null())
+      std::printf("\n");
+    else
+      std::printf("  (stream once: %.2f ms; step/stream = %.2fx)\n",
+                  m["weight_stream_ms"].get<double>(), m["step_over_stream"].get<double>());
   };
   const SamplingOptions& sp = o.sampling;
   std::printf(
@@ -246,7 +255,13 @@ void bench_vanilla(const VanillaBenchOptions& o) {
       "top-k %d, top-p %.2f\n",
       o.n, K, sp.cfg_scale, sp.cfg_scale > 1.0f ? 2 * o.n : o.n, sp.temperature, sp.top_k,
       sp.top_p);
-  std::printf("machine read     %.2f GB/s\n", machine);
+  if (on_cpu)
+    std::printf("machine read     %.2f GB/s\n", machine);
+  else
+    std::printf(
+        "machine read     not measured: the model is on %s (scripts/gpu-check.sh measures "
+        "the card)\n",
+        o.device.c_str());
   print_model("model", j);
   {
     std::string forked, serial;
