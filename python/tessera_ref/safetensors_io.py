@@ -75,12 +75,15 @@ def read_header(path):
     return n, hdr
 
 
-def read_safetensors(path):
-    """Returns an ordered dict name -> torch.Tensor (copies; file order by data offset)."""
+def read_safetensors(path, names=None):
+    """Returns an ordered dict name -> torch.Tensor (copies; file order by data offset). With
+    `names` (a set), only the tensors whose names are in it are read."""
     n, hdr = read_header(path)
     data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
     out = {}
     for name, info in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        if names is not None and name not in names:
+            continue
         b, e = info["data_offsets"]
         shape = info["shape"]
         dt = info["dtype"]
