@@ -507,7 +507,9 @@ def main():
     manifest["t2i"] = {
         "prompts": [{k: x[k] for k in ("prompt", "text", "ids", "mask", "valid", "margin")} for x in chosen],
         "notes": "text = prompt.lower().strip(), T5Embedder.text_preprocessing with use_text_preprocessing=False "
-                 "(the default True runs clean_caption twice; for these plain ASCII prompts it gives the same text). "
+                 "(the default True runs clean_caption twice; for these plain ASCII prompts it gives the same text, checked "
+                 "once with LlamaGen's own T5Embedder.text_preprocessing at commit ce98ec4, ftfy and beautifulsoup4 "
+                 "installed). "
                  "Tokenized with max_length 8 (cls_token_num of the tiny t2i model), padding='max_length', "
                  "truncation, EOS; encoded in f32 with the attention mask; then sample_t2i.py's left padding. "
                  "The uncond half of CFG uses the model's uncond_embedding and the same (flipped) mask."}
