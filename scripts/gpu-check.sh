@@ -92,7 +92,7 @@ fi
 # 2. Build (all cores; the CLI and the backend tests only, unless --all-targets) and the `cuda` tests.
 # No HTTP server: the image has neither cpp-httplib nor OpenSSL's headers, and serving is not
 # what this checks (tests/check_gpu_deps.py holds the configuration to what the image has).
-if run cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON -DTESSERA_SERVE=OFF \
+if run cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON -DTESSERA_SERVE=OFF -DTESSERA_TEXT=OFF \
      -DCMAKE_CUDA_ARCHITECTURES="$ARCH" "${CMAKE_EXTRA[@]}" &&
    run cmake --build "$BUILD" -j "$(nproc)" "${TARGETS[@]}"; then
   row "build (sm_$ARCH) | ok in $((SECONDS - START)) s | | | | |"

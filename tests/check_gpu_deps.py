@@ -18,7 +18,7 @@ CARRIED = {"JPEG": "libjpeg62-turbo-dev", "Freetype": "libfreetype-dev", "PkgCon
            "libwebp": "libwebp-dev", "libwebpmux": "libwebp-dev",
            "CBLAS_INCLUDE_DIR": "libopenblas-pthread-dev (headers only)"}
 # Options as gpu-check.sh configures on the image: blocks under them are in or out.
-OPTIONS = {"TESSERA_CUDA": True, "TESSERA_FUZZ": False, "TESSERA_SERVE": False,
+OPTIONS = {"TESSERA_CUDA": True, "TESSERA_FUZZ": False, "TESSERA_SERVE": False, "TESSERA_TEXT": False,
            "TESSERA_BUILD_TESTS": True}
 
 REQUIRED = [

@@ -365,6 +365,11 @@ TEST_P(Ops, SwigluStackedAndFused) {
         b.swiglu_stacked(up(b, gu, {rows, 2 * F}), y);
         return down(b, y);
       });
+      check("geglu_stacked", kMath, [&](Backend& b) {
+        Tensor y = b.empty(DType::F32, {rows, F});
+        b.geglu_stacked(up(b, gu, {rows, 2 * F}), y);
+        return down(b, y);
+      });
       for (DType dt : kWeightTypes)
         check("linear_swiglu " + dtype_label(dt),
               dt == DType::BF16 && backend().linear_rounds_bf16_activations() !=
@@ -586,7 +591,19 @@ TEST_P(Ops, SelfAttentionAndRowBroadcast) {
     const Vec qkv = rng.normal(rows * 3 * D), table = rng.normal(c.N * D);
     check("self_attention", kAttention, [&](Backend& b) {
       Tensor out = b.empty(DType::F32, {rows, D});
-      b.self_attention(up(b, qkv, {rows, 3 * D}), c.batch, c.H, c.hd, out);
+      b.self_attention(up(b, qkv, {rows, 3 * D}), c.batch, c.H, c.hd, out, {});
+      return down(b, out);
+    });
+    // T5's form: unscaled, a relative-position bias, every third key of a sequence hidden.
+    const Vec bias = rng.normal(static_cast<int64_t>(c.H) * c.N * c.N, 2.0f);
+    std::vector<uint8_t> visible(static_cast<size_t>(rows), 1);
+    for (int64_t r = 0; r < rows; ++r) visible[r] = r % c.N % 3 != 2;
+    check("self_attention with bias and key mask", kAttention, [&](Backend& b) {
+      Tensor out = b.empty(DType::F32, {rows, D});
+      Tensor bias_t = up(b, bias, {c.H, c.N, c.N});
+      Tensor mask_t = b.upload(visible.data(), DType::U8, {c.batch, c.N});
+      b.self_attention(up(b, qkv, {rows, 3 * D}), c.batch, c.H, c.hd, out,
+                       {1.0f, &bias_t, &mask_t});
       return down(b, out);
     });
     check("add_rows_broadcast", kExact, [&](Backend& b) {

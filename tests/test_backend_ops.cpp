@@ -662,6 +662,30 @@ TEST(BackendOps, LinearSwigluEqualsLinearThenSwiglu) {
         }
 }
 
+// T5 v1.1's gated GELU from a stacked [rows, 2F] tensor: gelu_tanh of the first half times the
+// second, against a double reference (the same bound as gelu_tanh's, scaled by |up|).
+TEST(BackendOps, GegluStacked) {
+  constexpr Tol kTol{4e-6, 1e-30};
+  Rng rng(23);
+  for (const int64_t F : {1, 16, 37})
+    for (const int64_t rows : {1, 5, 300}) {
+      SCOPED_TRACE("F " + std::to_string(F) + ", rows " + std::to_string(rows));
+      const Vec gu = activation_data(rng, rows * 2 * F);
+      Tensor y = be().empty(DType::F32, {rows, F});
+      be().geglu_stacked(up(gu, {rows, 2 * F}), y);
+      DVec want(rows * F), scale(rows * F);
+      const double c = std::sqrt(2.0 / M_PI);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < F; ++i) {
+          const double g = gu[r * 2 * F + i], u = gu[r * 2 * F + F + i];
+          const double gelu = 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g)));
+          want[r * F + i] = gelu * u;
+          scale[r * F + i] = (std::fabs(gelu) + std::fabs(g)) * std::fabs(u);
+        }
+      EXPECT_TRUE(near("geglu_stacked", down(y), want, kTol, scale));
+    }
+}
+
 TEST(BackendOps, Silu) {
   constexpr Tol kTol{1e-6, 1e-30};  // as swiglu
   Rng rng(16);
@@ -1088,42 +1112,58 @@ TEST(BackendOps, GeluErf) {
   }
 }
 
+// Plain (MAR's) and with T5's extras: unscaled scores, a relative-position bias per head, and
+// padding keys hidden (at least one key of each sequence stays visible, as T5's EOS does).
 TEST(BackendOps, SelfAttention) {
   constexpr Tol kTol{1e-5, 1e-7};  // as attention
   Rng rng(22);
-  for (int batch : {1, 2, 3})
-    for (int64_t N : {1, 5, 17})
-      for (int H : {1, 3})
-        for (int hd : {1, 5, 16}) {
-          SCOPED_TRACE(shape_label({{"batch", batch}, {"N", N}, {"H", H}, {"hd", hd}}));
-          const int64_t D = static_cast<int64_t>(H) * hd, rows = batch * N;
-          const Vec qkv = rng.normal(rows * 3 * D);
-          Tensor out = be().empty(DType::F32, {rows, D});
-          be().self_attention(up(qkv, {rows, 3 * D}), batch, H, hd, out);
-          // Token i of sequence b attends to all N tokens of b; q, k, v blocks are head-major.
-          DVec want(rows * D, 0.0), scale(rows * D, 0.0);
-          for (int64_t b = 0; b < batch; ++b)
-            for (int64_t i = 0; i < N; ++i)
-              for (int h = 0; h < H; ++h) {
-                const float* q = qkv.data() + (b * N + i) * 3 * D + h * hd;
-                DVec w(N);
-                double mx = -INFINITY, z = 0.0;
-                for (int64_t s = 0; s < N; ++s) {
-                  const float* k = qkv.data() + (b * N + s) * 3 * D + D + h * hd;
-                  double d = 0.0;
-                  for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
-                  mx = std::max(mx, w[s] = d / std::sqrt(static_cast<double>(hd)));
-                }
-                for (double& v : w) z += (v = std::exp(v - mx));
-                for (int64_t s = 0; s < N; ++s)
-                  for (int e = 0; e < hd; ++e) {
-                    const double v = qkv[(b * N + s) * 3 * D + 2 * D + h * hd + e];
-                    want[(b * N + i) * D + h * hd + e] += w[s] / z * v;
-                    scale[(b * N + i) * D + h * hd + e] += w[s] / z * std::fabs(v);
+  for (const bool t5 : {false, true})
+    for (int batch : {1, 2, 3})
+      for (int64_t N : {1, 5, 17})
+        for (int H : {1, 3})
+          for (int hd : {1, 5, 16}) {
+            SCOPED_TRACE(shape_label({{"batch", batch}, {"N", N}, {"H", H}, {"hd", hd}}) +
+                         (t5 ? " with bias and key mask" : ""));
+            const int64_t D = static_cast<int64_t>(H) * hd, rows = batch * N;
+            const Vec qkv = rng.normal(rows * 3 * D), bias = rng.normal(H * N * N, 2.0f);
+            std::vector<uint8_t> visible(static_cast<size_t>(rows), 1);
+            if (t5)
+              for (int64_t b = 0; b < batch; ++b)
+                for (int64_t s = 1; s < N; ++s) visible[b * N + s] = rng.integer(0, 4) < 3 ? 1 : 0;
+            Tensor bias_t = up(bias, {H, N, N});
+            Tensor mask_t = be().upload(visible.data(), DType::U8, {batch, N});
+            SelfAttentionExtras extras;
+            if (t5) extras = {1.0f, &bias_t, &mask_t};
+            Tensor out = be().empty(DType::F32, {rows, D});
+            be().self_attention(up(qkv, {rows, 3 * D}), batch, H, hd, out, extras);
+            // Token i of sequence b attends to the visible tokens of b; q, k, v blocks are
+            // head-major.
+            DVec want(rows * D, 0.0), scale(rows * D, 0.0);
+            for (int64_t b = 0; b < batch; ++b)
+              for (int64_t i = 0; i < N; ++i)
+                for (int h = 0; h < H; ++h) {
+                  const float* q = qkv.data() + (b * N + i) * 3 * D + h * hd;
+                  DVec w(N, -INFINITY);
+                  double mx = -INFINITY, z = 0.0;
+                  for (int64_t s = 0; s < N; ++s) {
+                    if (!visible[b * N + s]) continue;
+                    const float* k = qkv.data() + (b * N + s) * 3 * D + D + h * hd;
+                    double d = 0.0;
+                    for (int e = 0; e < hd; ++e) d += static_cast<double>(q[e]) * k[e];
+                    w[s] =
+                        t5 ? d + bias[(h * N + i) * N + s] : d / std::sqrt(static_cast<double>(hd));
+                    mx = std::max(mx, w[s]);
                   }
-              }
-          EXPECT_TRUE(near("self_attention", down(out), want, kTol, scale));
-        }
+                  for (double& v : w) z += (v = std::exp(v - mx));
+                  for (int64_t s = 0; s < N; ++s)
+                    for (int e = 0; e < hd; ++e) {
+                      const double v = qkv[(b * N + s) * 3 * D + 2 * D + h * hd + e];
+                      want[(b * N + i) * D + h * hd + e] += w[s] / z * v;
+                      scale[(b * N + i) * D + h * hd + e] += w[s] / z * std::fabs(v);
+                    }
+                }
+            EXPECT_TRUE(near("self_attention", down(out), want, kTol, scale));
+          }
 }
 
 TEST(BackendOps, Modulate) {

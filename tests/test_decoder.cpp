@@ -166,6 +166,7 @@ class CountingBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override { be.add(a, b, y); }
   void swiglu(const Tensor& g, const Tensor& u, Tensor& y) override { be.swiglu(g, u, y); }
   void swiglu_stacked(const Tensor& gu, Tensor& y) override { be.swiglu_stacked(gu, y); }
+  void geglu_stacked(const Tensor& gu, Tensor& y) override { be.geglu_stacked(gu, y); }
   void gelu_tanh(Tensor& x) override { be.gelu_tanh(x); }
   void silu(Tensor& x) override { be.silu(x); }
   void rope(Tensor& x, int n, int hd, const Tensor& cs, const Tensor& pos) override {
@@ -186,8 +187,9 @@ class CountingBackend final : public Backend {
     be.layer_norm(x, g, b, e, y);
   }
   void gelu_erf(Tensor& x) override { be.gelu_erf(x); }
-  void self_attention(const Tensor& q, int b, int h, int hd, Tensor& o) override {
-    be.self_attention(q, b, h, hd, o);
+  void self_attention(const Tensor& q, int b, int h, int hd, Tensor& o,
+                      const SelfAttentionExtras& x) override {
+    be.self_attention(q, b, h, hd, o, x);
   }
   void modulate(const Tensor& x, const Tensor& sh, const Tensor& sc, Tensor& y) override {
     be.modulate(x, sh, sc, y);

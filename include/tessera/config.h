@@ -137,13 +137,14 @@ struct QualitySection {
 
 // The optional "companions" object of a config.json: the directories of the models that work with
 // this one, relative to its directory (e.g. "../draft"), so that `-m DIR` runs what the default
-// model runs. Empty: none named. (Heads and text encoders will join them.)
+// model runs. Empty: none named.
 struct Companions {
   std::string draft;       // the draft model of the draft-model methods (sd, lantern, ...)
   std::string eagle;       // the EAGLE drafter (tools/convert_eagle.py) of method eagle
   std::string medusa;      // the Medusa heads (python/tessera_ref/medusa.py) of the medusa methods
   std::string hawk;        // Hawk's horizontal and vertical heads of the hawk methods
   std::string classifier;  // the image classifier of the quality columns (bench, tune)
+  std::string text_encoder;  // the T5 encoder of a t2i model's typed prompts
 };
 
 // An EAGLE drafter (Li et al., 2024, as LANTERN trains it for LlamaGen): one decoder layer over
@@ -173,19 +174,35 @@ struct MedusaConfig {
   int num_heads = 0, dim = 0, vocab_size = 0;  // num_heads: Medusa's (Hawk's horizontal ones)
   bool per_head_lm_head = false;  // "lm_head": "per_head" (Medusa-1) or "shared" (default)
   int vertical_heads = 0;         // Hawk: its vertical speculation depth D (0: Medusa)
-  int row_width = 0;              // Hawk: image tokens per row W the vertical heads were trained for
+  int row_width = 0;  // Hawk: image tokens per row W the vertical heads were trained for
   std::string dtype = "f32";
   std::string file = "medusa.safetensors";
   bool is_hawk() const { return vertical_heads > 0; }
 };
 
+// A T5 v1.1 / flan-T5 text encoder (Raffel et al., 2020; v1.1: gated-GELU FFN, relative position
+// buckets, no absolute positions): the encoder stack of HF's T5EncoderModel and its SentencePiece
+// tokenizer, converted by tools/convert_t5.py (architecture "t5_encoder").
+struct T5Config {
+  int vocab_size = 0, d_model = 0, d_kv = 0, d_ff = 0, num_layers = 0, num_heads = 0;
+  int relative_attention_num_buckets = 32, relative_attention_max_distance = 128;
+  float layer_norm_epsilon = 1e-6f;
+  std::string dtype = "f32";
+  std::string file = "t5.safetensors";
+  std::string tokenizer_file = "spiece.model";
+  int eos_id = 1, pad_id = 0;
+
+  int inner_dim() const { return num_heads * d_kv; }
+};
+
 struct ModelConfig {
   std::string dir;
   bool check_weights = true;  // set by the loader, not config.json: scan weights for NaN/Inf
-  std::string architecture = "llamagen";  // llamagen | mar | eagle | medusa | hawk
+  std::string architecture = "llamagen";  // llamagen | mar | eagle | medusa | hawk | t5_encoder
   GptConfig gpt;                          // llamagen
   EagleConfig eagle;                      // eagle (a drafter, not a model of its own)
   MedusaConfig medusa;                    // medusa, hawk (draft heads, not a model of their own)
+  T5Config t5;                            // t5_encoder (a text encoder, not an image model)
   SamplingDefaults sampling;              // llamagen
   QualitySection quality;                 // llamagen
   bool has_vq = false;
@@ -199,6 +216,7 @@ struct ModelConfig {
   bool is_eagle() const { return architecture == "eagle"; }
   bool is_medusa() const { return architecture == "medusa"; }
   bool is_hawk() const { return architecture == "hawk"; }
+  bool is_t5() const { return architecture == "t5_encoder"; }
   // A companion's path (Companions::draft, ...) resolved against the model's directory ("" when
   // not named); whether it holds a model is the caller's to check, when it needs it.
   std::string companion_path(const std::string& relative) const;

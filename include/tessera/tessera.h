@@ -19,14 +19,18 @@ namespace tessera {
 
 // What an image is conditioned on.
 struct Condition {
-  enum class Kind { Class, Caption, Unconditional } kind = Kind::Unconditional;
+  enum class Kind { Class, Caption, Unconditional, Prompt } kind = Kind::Unconditional;
   int class_id = -1;
   // Caption: T5 features [T, caption_dim] (row-major) and the valid-row mask [T] (1 = real token).
   std::vector<float> caption;
   std::vector<uint8_t> caption_mask;
+  // Prompt: typed text, which Pipeline::generate encodes with the model's text encoder into a
+  // Caption (Pipeline::text_condition). A Caption made from a prompt keeps the text here.
+  std::string prompt;
 
   static Condition label(int id);
   static Condition unconditional();
+  static Condition text(std::string prompt);
   // From features [rows, dim]. With rows < T the features are left-padded to T rows as LlamaGen
   // does; rows that are all zero are treated as padding.
   static Condition from_caption(std::vector<float> features, int rows, int dim,
@@ -35,6 +39,12 @@ struct Condition {
   // tensor "caption" (and optional "mask").
   static Condition caption_file(const std::string& path, const GptConfig& config);
 };
+
+// What is done to a typed prompt before it is tokenized. LlamaGen's T5Embedder cleans captions
+// with clean_caption by default (URL, HTML, CJK and punctuation rules, then lowercase); tessera
+// does not reproduce that cleaning and applies the embedder's other path, lower().strip()
+// (docs/methods.md). None: the text as given (transformers' tokenizer alone).
+enum class TextPreprocessing { Lower, None };
 
 // A sampling setting left at these values is the model's: its config.json "sampling" when it
 // has one, else LlamaGen's default (cfg 4, temperature 1, top-k 2000, top-p 1). So a program that
@@ -160,8 +170,8 @@ struct GenerateStats {
   // verification (target distributions, acceptance rules, resampling).
   double target_seconds = 0.0, draft_seconds = 0.0, verify_seconds = 0.0;
   double rule_seconds = 0.0;  // the part of verify_seconds spent in acceptance rules and resampling
-  int64_t device_steps = 0;    // vanilla steps run by the device loop (DeviceLoop)
-  int64_t replayed_steps = 0;  // ... of them replayed as a captured graph (a GPU)
+  int64_t device_steps = 0;   // vanilla steps run by the device loop (DeviceLoop)
+  int64_t replayed_steps = 0;         // ... of them replayed as a captured graph (a GPU)
   std::vector<ImageStats> per_image;  // in the order of the conditions
   // One-line notes for the user about the run (a lossy method outside the model's validated
   // settings, docs/quality.md); front-ends print them.
@@ -189,6 +199,10 @@ struct LoadOptions {
   // Where the model runs: "cpu", "cuda" (= "cuda:0") or "cuda:N". A CUDA device that this build
   // or machine lacks is a ParameterError("device") before anything is read.
   std::string device = "cpu";
+  // The T5 encoder directory of typed prompts (t2i); empty: the one config.json's companions
+  // name ("text_encoder"). Loaded by the first prompt that needs it.
+  std::string text_encoder;
+  TextPreprocessing text_preprocessing = TextPreprocessing::Lower;
 };
 
 // What Pipeline::load took: wall time, and the part spent scanning weights for NaN/Inf.
@@ -258,6 +272,12 @@ class Pipeline {
   // Logits [tokens.size() + 1, vocab] without guidance: row i is the next-token logits after
   // the prefix and the first i tokens.
   std::vector<float> forward_logits(const Condition& condition, std::span<const int32_t> tokens);
+  // The Caption condition of a typed prompt (t2i): preprocessed, tokenized to at most the model's
+  // caption length (longer prompts are cut, with a note on stderr naming the limit), encoded by the
+  // text encoder (LoadOptions::text_encoder or the model's companion) and left-padded as LlamaGen
+  // pads captions. Errors: a c2i model, no text encoder, a width that is not caption_dim, an
+  // empty prompt. generate() does this for Prompt conditions itself.
+  Condition text_condition(const std::string& prompt);
   // Decoder output [n, 3, H, W] in nominal [-1, 1] for n token grids.
   std::vector<float> decode_float(std::span<const int32_t> tokens, int n);
   // RGB pixels [n, H, W, 3].

@@ -1,5 +1,6 @@
-// Building conditions: class labels and T5 caption features (computing T5 is out of scope; the
-// features come from a file written by LlamaGen's language/extract_t5_feature.py or similar).
+// Building conditions: class labels, typed prompts (encoded by Pipeline::text_condition) and T5
+// caption features (from text_condition, or from a file written by LlamaGen's
+// language/extract_t5_feature.py, tessera encode or similar).
 #include <cstring>
 #include <filesystem>
 
@@ -18,6 +19,13 @@ Condition Condition::label(int id) {
 
 Condition Condition::unconditional() {
   return Condition{};
+}
+
+Condition Condition::text(std::string prompt) {
+  Condition c;
+  c.kind = Kind::Prompt;
+  c.prompt = std::move(prompt);
+  return c;
 }
 
 Condition Condition::from_caption(std::vector<float> features, int rows, int dim,

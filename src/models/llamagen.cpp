@@ -140,6 +140,9 @@ Tensor LlamaGen::embed_conditions(std::span<const Condition* const> conds, bool 
   const int n = static_cast<int>(conds.size()), R = with_uncond ? 2 * n : n;
   const int T = c.cls_token_num;
   hidden_keys.assign(static_cast<size_t>(R) * T, 0);
+  for (int i = 0; i < n; ++i)
+    check(conds[i]->kind != Condition::Kind::Prompt,
+          "internal: a typed prompt reached the model unencoded (Pipeline::text_condition)");
   if (c.is_c2i()) {
     std::vector<int32_t> ids(R, c.num_classes);  // null class for unconditional rows
     for (int i = 0; i < n; ++i) {

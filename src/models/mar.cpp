@@ -76,7 +76,7 @@ void Mar::run_block(Tensor& x, int batch, const Block& b) const {
   Tensor h = backend_.empty(DType::F32, x.shape);
   backend_.layer_norm(x, &b.norm1_w, &b.norm1_b, c.norm_eps, h);
   const Tensor qkv = linear(h, b.qkv_w, b.qkv_b);
-  backend_.self_attention(qkv, batch, c.n_head, c.head_dim(), h);
+  backend_.self_attention(qkv, batch, c.n_head, c.head_dim(), h, {});
   const Tensor a = linear(h, b.proj_w, b.proj_b);
   backend_.add(x, a, x);
   backend_.layer_norm(x, &b.norm2_w, &b.norm2_b, c.norm_eps, h);

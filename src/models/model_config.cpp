@@ -331,6 +331,47 @@ void load_hawk_config(const json& root, const std::string& where, ModelConfig& m
   e.product_fits({{"dim", c.dim}, {"dim", c.dim}, {"heads", heads}});
 }
 
+// config.json "t5" and "tokenizer" (tools/convert_t5.py). Only T5 v1.1's encoder exists in this
+// format: the converter refuses the original T5's ReLU FFN and per-layer position biases.
+void load_t5_config(const json& root, const std::string& where, ModelConfig& mc) {
+  if (!root.contains("t5") || !root["t5"].is_object())
+    Keys(root, where).fail("missing object \"t5\"");
+  const std::string w = where + " t5";
+  only_keys(root["t5"], w,
+            {"file", "vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+             "relative_attention_num_buckets", "relative_attention_max_distance",
+             "layer_norm_epsilon", "dtype"});
+  const Keys e(root["t5"], w);
+  T5Config& c = mc.t5;
+  c.vocab_size = e.integer("vocab_size", 1, kMaxVocab);
+  c.d_model = e.integer("d_model", 1, kMaxDim);
+  c.d_kv = e.integer("d_kv", 1, kMaxDim);
+  c.d_ff = e.integer("d_ff", 1, 1 << 20);
+  c.num_layers = e.integer("num_layers", 1, kMaxDepth);
+  c.num_heads = e.integer("num_heads", 1, kMaxDepth);
+  c.relative_attention_num_buckets = e.integer("relative_attention_num_buckets", 2, 4096, 32);
+  c.relative_attention_max_distance = e.integer("relative_attention_max_distance", 2, 1 << 20, 128);
+  c.layer_norm_epsilon = e.real("layer_norm_epsilon", 0.0, 1.0, true, 1e-6f);
+  c.dtype = e.float_dtype("dtype");
+  c.file = e.file_name("file", "t5.safetensors");
+  if (int64_t{c.num_heads} * c.d_kv > kMaxDim)
+    e.fail("num_heads x d_kv = " + std::to_string(int64_t{c.num_heads} * c.d_kv) + " exceeds " +
+           std::to_string(kMaxDim));
+  if (c.relative_attention_num_buckets % 2)
+    e.fail("relative_attention_num_buckets must be even (half for each direction), got " +
+           std::to_string(c.relative_attention_num_buckets));
+  e.product_fits({{"vocab_size", c.vocab_size}, {"d_model", c.d_model}});
+  e.product_fits({{"2 x d_ff", 2 * int64_t{c.d_ff}}, {"d_model", c.d_model}});
+  e.product_fits({{"3 x num_heads x d_kv", 3 * int64_t{c.inner_dim()}}, {"d_model", c.d_model}});
+  if (!root.contains("tokenizer") || !root["tokenizer"].is_object())
+    Keys(root, where).fail("missing object \"tokenizer\"");
+  only_keys(root["tokenizer"], where + " tokenizer", {"file", "eos_id", "pad_id"});
+  const Keys t(root["tokenizer"], where + " tokenizer");
+  c.tokenizer_file = t.file_name("file", "spiece.model");
+  c.eos_id = t.integer("eos_id", 0, c.vocab_size - 1, 1);
+  c.pad_id = t.integer("pad_id", 0, c.vocab_size - 1, 0);
+}
+
 SamplingDefaults read_sampling_defaults(const json& s, const std::string& where) {
   if (!s.is_object()) throw Error(where + ": \"sampling\" must be an object");
   for (const auto& [key, value] : s.items())
@@ -470,7 +511,7 @@ QualitySection read_quality_section(const json& q, const std::string& where) {
 // relative paths (a model directory moves with its companions).
 Companions read_companions(const json& c, const std::string& where) {
   const std::string w = where + " companions";
-  only_keys(c, w, {"draft", "eagle", "medusa", "hawk", "classifier"});
+  only_keys(c, w, {"draft", "eagle", "medusa", "hawk", "classifier", "text_encoder"});
   const Keys k(c, w);
   auto path = [&](const char* key) {
     const std::string s = k.string(key, "");
@@ -489,6 +530,7 @@ Companions read_companions(const json& c, const std::string& where) {
   out.medusa = path("medusa");
   out.hawk = path("hawk");
   out.classifier = path("classifier");
+  out.text_encoder = path("text_encoder");
   return out;
 }
 
@@ -524,9 +566,13 @@ ModelConfig parse_model_config(std::string_view json_text, const std::string& di
     load_hawk_config(root, where, mc);
     return mc;
   }
+  if (mc.is_t5()) {
+    load_t5_config(root, where, mc);
+    return mc;
+  }
   if (mc.architecture != "llamagen")
     r.fail("unsupported architecture \"" + printable(mc.architecture) +
-           "\" (supported: llamagen, mar, eagle, medusa, hawk)");
+           "\" (supported: llamagen, mar, eagle, medusa, hawk, t5_encoder)");
   if (!root.contains("gpt") || !root["gpt"].is_object()) r.fail("missing object \"gpt\"");
   const Keys g(root["gpt"], where + " gpt");
   GptConfig& c = mc.gpt;

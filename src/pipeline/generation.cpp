@@ -16,6 +16,7 @@ namespace tessera {
 struct Generation::Impl {
   LlamaGenFamily& family;
   SamplingDefaults defaults;  // the model's, for the settings a request leaves to it
+  std::function<Condition(const std::string&)> encode_prompt;  // typed prompt -> caption
   int capacity = 1, grid = 0;
   GenerateStats stats;
   std::unique_ptr<GenerationRun> run;
@@ -64,6 +65,12 @@ int Generation::add(const GenerationRequest& request) {
   std::optional<SamplingParams> sampling;
   if (request.sampling)  // checks its ranges (ParameterError naming the setting)
     sampling = to_sampling_params(resolve_sampling(*request.sampling, g.defaults));
+  if (request.condition.kind == Condition::Kind::Prompt) {
+    check_param(g.encode_prompt != nullptr, "condition", "a typed prompt needs a text encoder");
+    const Condition caption = g.encode_prompt(request.condition.prompt);
+    g.live[id] = g.decoder().add(caption, request.image_index, request.seed, sampling);
+    return id;
+  }
   g.live[id] = g.decoder().add(request.condition, request.image_index, request.seed, sampling);
   return id;
 }
@@ -143,10 +150,12 @@ const GenerateStats& Generation::stats() const {
   return impl_->stats;
 }
 
-std::unique_ptr<Generation> start_generation(LlamaGenFamily& family, const GenerateOptions& opts,
-                                             int n_tokens, const SamplingDefaults& defaults) {
+std::unique_ptr<Generation> start_generation(
+    LlamaGenFamily& family, const GenerateOptions& opts, int n_tokens,
+    const SamplingDefaults& defaults, std::function<Condition(const std::string&)> encode_prompt) {
   auto impl = std::make_unique<Generation::Impl>(family, opts, n_tokens);
   impl->defaults = defaults;
+  impl->encode_prompt = std::move(encode_prompt);
   return std::make_unique<Generation>(std::move(impl));
 }
 

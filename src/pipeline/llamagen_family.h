@@ -55,8 +55,11 @@ class LlamaGenFamily {
 };
 
 // A Generation (tessera/generation.h) over the family's decoder for opts.
-// `defaults`: the model's sampling settings, for the settings a request leaves to the model.
-std::unique_ptr<Generation> start_generation(LlamaGenFamily& family, const GenerateOptions& opts,
-                                             int n_tokens, const SamplingDefaults& defaults);
+// `defaults`: the model's sampling settings, for the settings a request leaves to the model;
+// `encode_prompt` turns a request's typed prompt into its caption (Pipeline::text_condition).
+std::unique_ptr<Generation> start_generation(
+    LlamaGenFamily& family, const GenerateOptions& opts, int n_tokens,
+    const SamplingDefaults& defaults,
+    std::function<Condition(const std::string&)> encode_prompt = nullptr);
 
 }  // namespace tessera

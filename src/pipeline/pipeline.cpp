@@ -2,6 +2,7 @@
 // directory, dispatches to the family its config.json names (LlamaGen: discrete tokens; MAR:
 // continuous tokens) and owns what the families share (the config, the backend, threads).
 #include <memory>
+#include <mutex>
 
 #include "common/clock.h"
 #include "models/weights.h"
@@ -16,6 +17,7 @@
 #include "tessera/log.h"
 #include "tessera/mar.h"
 #include "tessera/tessera.h"
+#include "tessera/text_encoder.h"
 
 namespace tessera {
 
@@ -25,6 +27,16 @@ struct Pipeline::Impl {
   Backend* backend = nullptr;
   std::unique_ptr<LlamaGenFamily> llamagen;
   std::unique_ptr<MarFamily> mar;
+  LoadOptions options;
+  std::mutex text_mutex;  // guards text_encoder's first load
+  std::unique_ptr<TextEncoder> text_encoder;
+
+  // The text encoder of typed prompts, loaded by the first prompt (a t2i model only).
+  TextEncoder& text(const char* what);
+  // The Caption of a typed prompt (Pipeline::text_condition).
+  Condition encode_prompt(const std::string& prompt);
+  // conds with each Prompt replaced by its Caption.
+  std::vector<Condition> with_captions(const std::vector<Condition>& conds);
 
   // The family a call needs, or an error naming what the model is instead.
   LlamaGenFamily& discrete(const char* call) {
@@ -51,6 +63,59 @@ void use_threads(int n) {
 }
 }  // namespace
 
+TextEncoder& Pipeline::Impl::text(const char* what) {
+  discrete(what);
+  const GptConfig& gpt = config.gpt;
+  if (gpt.is_c2i())
+    throw Error(config.dir +
+                " is class-conditional (c2i): a typed prompt needs a text-conditional (t2i) model "
+                "and its text encoder; a c2i model takes a class");
+  std::lock_guard<std::mutex> lock(text_mutex);
+  if (text_encoder) return *text_encoder;
+  const std::string dir = !options.text_encoder.empty()
+                              ? options.text_encoder
+                              : config.companion_path(config.companions.text_encoder);
+  if (dir.empty())
+    throw Error(config.dir +
+                " names no text encoder (config.json companions \"text_encoder\"): give one "
+                "(--text-encoder T5_DIR, made by tools/convert_t5.py) or caption features "
+                "(--caption FILE)");
+  LoadOptions lo;
+  lo.device = options.device;
+  lo.check_weights = options.check_weights;
+  auto enc = TextEncoder::load(dir, lo);
+  if (enc->width() != gpt.caption_dim)
+    throw Error(dir + ": the text encoder's features have width " + std::to_string(enc->width()) +
+                " but " + config.dir + " takes captions of width " +
+                std::to_string(gpt.caption_dim) + " (caption_dim): it belongs to another model");
+  text_encoder = std::move(enc);
+  return *text_encoder;
+}
+
+Condition Pipeline::Impl::encode_prompt(const std::string& prompt) {
+  TextEncoder& enc = text("text_condition");
+  const int T = config.gpt.cls_token_num;
+  // LlamaGen's T5Embedder: at most the caption length of tokens (EOS included), no padding here:
+  // the real rows are what the model sees (Condition::from_caption left-pads them).
+  const TextEncoding e = enc.encode(prompt, T, options.text_preprocessing);
+  if (e.truncated)
+    log_info("note: the prompt is longer than the model's " + std::to_string(T) +
+             " caption tokens; it was cut to its first " + std::to_string(T - 1) +
+             " tokens and EOS, as LlamaGen cuts it");
+  const int rows = static_cast<int>(e.ids.size());
+  Condition c = Condition::from_caption(e.features, rows, e.width, config.gpt);
+  c.prompt = prompt;
+  return c;
+}
+
+std::vector<Condition> Pipeline::Impl::with_captions(const std::vector<Condition>& conds) {
+  std::vector<Condition> out;
+  out.reserve(conds.size());
+  for (const Condition& c : conds)
+    out.push_back(c.kind == Condition::Kind::Prompt ? encode_prompt(c.prompt) : c);
+  return out;
+}
+
 Pipeline::Pipeline(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Pipeline::~Pipeline() = default;
 
@@ -68,6 +133,7 @@ std::unique_ptr<Pipeline> Pipeline::load(const std::string& model_dir, const Loa
   if (&backend != &backend_for(Device::cpu()))
     check_device_memory(impl->config, opts.load_decoder, backend, opts.device);
   impl->backend = &backend;
+  impl->options = opts;
   if (impl->config.is_mar())
     impl->mar = std::make_unique<MarFamily>(impl->config, backend, opts.load_decoder);
   else
@@ -126,11 +192,19 @@ int64_t Pipeline::weight_bytes_per_step() const {
 std::vector<std::vector<int32_t>> Pipeline::generate(const std::vector<Condition>& conditions,
                                                      const GenerateOptions& opts,
                                                      GenerateStats* stats) {
-  return impl_->discrete("generate").generate(conditions, opts, stats);
+  LlamaGenFamily& family = impl_->discrete("generate");
+  for (const Condition& c : conditions)
+    if (c.kind == Condition::Kind::Prompt)
+      return family.generate(impl_->with_captions(conditions), opts, stats);
+  return family.generate(conditions, opts, stats);
 }
 std::unique_ptr<Generation> Pipeline::start_generation(const GenerateOptions& opts) {
   return tessera::start_generation(impl_->discrete("start_generation"), opts,
-                                   impl_->config.gpt.n_image_tokens(), impl_->config.sampling);
+                                   impl_->config.gpt.n_image_tokens(), impl_->config.sampling,
+                                   [this](const std::string& p) { return text_condition(p); });
+}
+Condition Pipeline::text_condition(const std::string& prompt) {
+  return impl_->encode_prompt(prompt);
 }
 SamplingOptions Pipeline::default_sampling() const {
   return resolve_sampling({}, config().sampling);
@@ -140,7 +214,10 @@ void Pipeline::validate(const GenerateOptions& opts) {
 }
 std::vector<float> Pipeline::forward_logits(const Condition& condition,
                                             std::span<const int32_t> tokens) {
-  return impl_->discrete("forward_logits").forward_logits(condition, tokens);
+  LlamaGenFamily& family = impl_->discrete("forward_logits");
+  if (condition.kind == Condition::Kind::Prompt)
+    return family.forward_logits(impl_->encode_prompt(condition.prompt), tokens);
+  return family.forward_logits(condition, tokens);
 }
 std::vector<float> Pipeline::decode_float(std::span<const int32_t> tokens, int n) {
   return impl_->discrete("decode").decode_float(tokens, n);

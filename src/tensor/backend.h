@@ -38,6 +38,15 @@ struct AttentionBatch {
 // A recorded sequence of ops that Backend::replay runs again as one launch (a CUDA graph): the
 // ops' shapes and addresses are fixed at capture, so what changes between replays lives in
 // device tensors that the ops themselves advance.
+// The extras of an encoder's self-attention beyond MAR's plain form: T5's (Raffel et al., 2020,
+// §2.1: scores not scaled, the 1/sqrt(d) folded into its initialisation; a learned
+// relative-position bias per head) and padding keys hidden (HF's attention_mask).
+struct SelfAttentionExtras {
+  float scale = 0.0f;                // score scale; 0: 1/sqrt(head_dim)
+  const Tensor* bias = nullptr;      // f32 [n_head, N, N] added to every sequence's scores
+  const Tensor* key_mask = nullptr;  // U8 [batch, N]: 0 hides that key from every query
+};
+
 class OpGraph {
  public:
   virtual ~OpGraph() = default;
@@ -110,6 +119,9 @@ class Backend {
   // The same from one [rows, 2F] tensor (a stacked w1/w3 linear's output): y [rows, F] =
   // silu(gate_up[:, :F]) * gate_up[:, F:], each element's bits as swiglu gives them.
   virtual void swiglu_stacked(const Tensor& gate_up, Tensor& y) = 0;
+  // T5 v1.1's gated GELU from one [rows, 2F] tensor (a stacked wi_0/wi_1 linear's output):
+  // y [rows, F] = gelu_tanh(gate_up[:, :F]) * gate_up[:, F:] (HF's gelu_new, the tanh form).
+  virtual void geglu_stacked(const Tensor& gate_up, Tensor& y) = 0;
   // y [rows, F] = silu(x · w1^T) * (x · w3^T) for w13 = [w1; w3] ([2F, K], as a stacked linear's
   // weight), each element's bits as linear(x, w13) then swiglu_stacked give them; gate_up
   // [rows, 2F] is scratch. The default does exactly that; a backend may fuse the two (the CPU
@@ -148,9 +160,10 @@ class Backend {
                           Tensor& y) = 0;
   virtual void gelu_erf(Tensor& x) = 0;  // exact GELU, x * Phi(x)
   // Bidirectional self-attention without a cache: qkv [batch*N, 3*H*hd] holds q, k, v blocks
-  // (head-major within each); out [batch*N, H*hd]. Every token attends to all N of its sequence.
-  virtual void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
-                              Tensor& out) = 0;
+  // (head-major within each); out [batch*N, H*hd]. Every token attends to all N of its sequence
+  // (but the keys extras.key_mask hides), with extras.bias added to the scaled scores.
+  virtual void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim, Tensor& out,
+                              const SelfAttentionExtras& extras) = 0;
   // y = x * (1 + scale) + shift, element-wise (AdaLN modulation). y may alias x.
   virtual void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) = 0;
   // h += gate * u, element-wise (gated residual).

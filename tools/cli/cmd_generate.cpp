@@ -35,6 +35,7 @@ struct GenerateArgs {
   std::string out, tokens_out, latents_out, stats_out, heatmap_out;
   bool grid = false;
   std::string prompt, style, from_png;
+  std::string text_encoder, caption_out, preprocessing = "lower";  // t2i prompts
   std::vector<std::string> prompt_words;  // the positional prompt: unquoted words are one prompt
   size_t output_begin = 0;
   MarOnly mar;
@@ -142,7 +143,13 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (!a.prompt.empty()) {
     if (a.cond.class_id >= 0 || !a.cond.caption.empty() || a.cond.uncond)
       throw Error("give a prompt or --class/--caption/--uncond, not both");
-    prompt_label = resolve_prompt(a.common.model, a.prompt, a.style, a.cond);
+    if (!mar && !load_model_config(a.common.model).gpt.is_c2i()) {
+      // A text-conditional model: the prompt goes to its text encoder, not to class names.
+      if (!a.style.empty()) throw Error("--style picks a class's drawing; this is a t2i model");
+      a.cond.text = prompt_label = a.prompt;
+    } else {
+      prompt_label = resolve_prompt(a.common.model, a.prompt, a.style, a.cond);
+    }
     if (a.out.empty() && a.tokens_out.empty() && a.latents_out.empty())
       a.out = prompt_file_name(prompt_label);
   } else if (!a.style.empty()) {
@@ -160,6 +167,12 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
       throw Error("--from-png " + a.from_png +
                   ": without -o the image would be written over it; give -o OUT.png");
   }
+  if (a.cond.text.empty() && (g.count("--text-encoder") > 0 || g.count("--caption-out") > 0 ||
+                              g.count("--text-preprocessing") > 0))
+    throw Error(
+        "--text-encoder, --caption-out and --text-preprocessing are for a typed prompt on a "
+        "text-conditional (t2i) model; give one, e.g. tessera generate -m T2I_DIR \"a red "
+        "apple\"");
   if (a.grid && a.out.empty()) throw Error("--grid needs -o OUT.png");
   if (g.count("--output-begin-idx") > 0 && a.out.empty() && a.heatmap_out.empty())
     throw Error("--output-begin-idx numbers the images of -o (and --heatmap-out); give -o");
@@ -168,6 +181,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   check_output_path(a.tokens_out, "--tokens-out");
   check_output_path(a.latents_out, "--latents-out");
   check_output_path(a.stats_out, "--stats-out");
+  check_output_path(a.caption_out, "--caption-out");
   check_output_path(a.heatmap_out, "--heatmap-out", a.n, a.output_begin);
   if (a.n > 1 && g.count("--image-index") > 0 && verbose())
     log_info("images use random streams " + std::to_string(gen.first_image_index) + ".." +
@@ -183,7 +197,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
     rs.add("uncond", "true");
   else if (!a.cond.caption.empty())
     rs.add("caption", a.cond.caption);
-  else
+  else if (a.cond.text.empty())
     rs.add("class", std::to_string(a.cond.class_id));
   // The prompt as typed (--from-png matches it again, to the same class and the same text).
   if (!prompt_label.empty()) rs.add("prompt", a.prompt);
@@ -232,6 +246,9 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   lo.check_weights = a.common.check_weights;
   lo.device = a.common.device;
   lo.load_decoder = !a.out.empty();
+  lo.text_encoder = a.text_encoder;
+  lo.text_preprocessing =
+      a.preprocessing == "none" ? TextPreprocessing::None : TextPreprocessing::Lower;
   auto pipe = Pipeline::load(a.common.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
   if (verbose())
@@ -249,7 +266,22 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   rs.add("tessera", kVersion);
   if (!a.out.empty() && !pipe->has_decoder())
     throw Error(a.common.model + " has no VQ decoder: use --tokens-out only");
-  const Condition cond = make_condition(a.cond, cfg);
+  const Condition cond =
+      a.cond.text.empty() ? make_condition(a.cond, cfg) : pipe->text_condition(a.cond.text);
+  if (!a.cond.text.empty()) {
+    if (a.preprocessing != "lower") rs.add("text_preprocessing", a.preprocessing);
+    if (!a.caption_out.empty()) {  // the real rows: a --caption file that reproduces the run
+      std::vector<float> rows;
+      for (int t = 0; t < cfg.cls_token_num; ++t)
+        if (cond.caption_mask[t])
+          rows.insert(rows.end(), cond.caption.begin() + int64_t{t} * cfg.caption_dim,
+                      cond.caption.begin() + int64_t{t + 1} * cfg.caption_dim);
+      const auto n_rows = static_cast<int64_t>(rows.size()) / cfg.caption_dim;
+      write_npy(a.caption_out, {n_rows, cfg.caption_dim}, rows);
+      log_info("wrote " + a.caption_out + " [" + std::to_string(n_rows) + ", " +
+               std::to_string(cfg.caption_dim) + "]");
+    }
+  }
   {
     // What the run keeps per image until it ends: the condition, the tokens (the grids and the
     // flat copy that is decoded and written), per-token statistics and, for --grid, the pixels
@@ -358,6 +390,15 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
   g->add_option("--class", a->cond.class_id, "Class label (c2i models)")->check(int_at_least(0));
   g->add_option("--caption", a->cond.caption,
                 "T5 caption features, .npy [rows, dim] or .safetensors (t2i)");
+  g->add_option("--text-encoder", a->text_encoder,
+                "T5 encoder directory of a typed prompt (t2i; tools/convert_t5.py makes one); "
+                "default: the one the model's config.json names");
+  g->add_option("--caption-out", a->caption_out,
+                "Write the typed prompt's caption features (.npy, for --caption)");
+  g->add_option("--text-preprocessing", a->preprocessing,
+                "lower: lowercase and strip the prompt, as LlamaGen's T5Embedder without "
+                "clean_caption; none: the text as given")
+      ->check(CLI::IsMember({"lower", "none"}));
   g->add_flag("--uncond", a->cond.uncond, "Unconditional generation (null class / empty caption)");
   g->add_option("-n,--n", a->n, "Number of images")->check(int_at_least(1))->capture_default_str();
   g->add_option("-b,--batch", a->gen.batch, "Images generated together")

@@ -30,6 +30,7 @@ ModelDefaults model_defaults(int argc, const char* const* argv);
 
 Command add_generate(CLI::App& app, const ModelDefaults& md);
 Command add_forward(CLI::App& app);
+Command add_encode(CLI::App& app);
 Command add_decode(CLI::App& app);
 Command add_classes(CLI::App& app);
 Command add_devices(CLI::App& app);

@@ -41,6 +41,7 @@ struct CondOpts {
   int class_id = -1;
   std::string caption;
   bool uncond = false;
+  std::string text;  // a typed prompt for a t2i model's text encoder (Pipeline::text_condition)
 };
 Condition make_condition(const CondOpts& c, const GptConfig& cfg);
 

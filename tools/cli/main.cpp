@@ -169,8 +169,8 @@ int main(int argc, char** argv) {
   try {
     const cli::ModelDefaults md = cli::model_defaults(argc, argv);
     commands = {cli::add_generate(app, md), cli::add_forward(app),   cli::add_decode(app),
-                cli::add_classes(app),      cli::add_bench(app, md), cli::add_tune(app, md), cli::add_serve(app, md),
-                cli::add_devices(app)};
+                cli::add_classes(app),      cli::add_bench(app, md), cli::add_tune(app, md),
+                cli::add_serve(app, md),    cli::add_encode(app),    cli::add_devices(app)};
   } catch (const std::exception& e) {  // a CLI11 release stricter than the ones tested, say
     std::fprintf(stderr, "error: setting up the command line (CLI11 %s): %s\n", CLI11_VERSION,
                  e.what());

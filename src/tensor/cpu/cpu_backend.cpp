@@ -15,6 +15,7 @@
 #include "common/vector_math.h"
 #include "tensor/cpu/host_memory.h"
 #include "tensor/cpu/linear_panels.h"
+#include "tensor/cuda/device_math.h"
 #include "tessera/error.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -307,12 +308,23 @@ void CpuBackend::gelu_tanh(Tensor& x) {
   const int64_t n = x.numel();
   const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
   parallel_for(
-      "gelu_tanh", n,
+      "gelu_tanh", n, [&](int64_t i) { p[i] = cuda::gelu_tanh_value(p[i], c); }, n > 65536);
+}
+
+void CpuBackend::geglu_stacked(const Tensor& gate_up, Tensor& y) {
+  const int64_t F = y.dim(-1), rows = F ? y.numel() / F : 0;
+  check(gate_up.dim(-1) == 2 * F && gate_up.numel() == 2 * y.numel(),
+        "internal: geglu_stacked needs [rows, 2F] into [rows, F]");
+  const float* g = gate_up.ptr<float>();
+  float* out = y.ptr<float>();
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+  parallel_for(
+      "geglu", rows * F,
       [&](int64_t i) {
-        const float v = p[i];
-        p[i] = 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+        const int64_t r = i / F, col = i % F;
+        out[i] = cuda::gelu_tanh_value(g[r * 2 * F + col], c) * g[r * 2 * F + F + col];
       },
-      n > 65536);
+      rows * F > 65536);
 }
 
 void CpuBackend::silu(Tensor& x) {

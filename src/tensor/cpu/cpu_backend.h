@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, Tensor& y) override;
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& y) override;
   void swiglu_stacked(const Tensor& gate_up, Tensor& y) override;
+  void geglu_stacked(const Tensor& gate_up, Tensor& y) override;
   void linear_swiglu(const Tensor& x, const Tensor& w13, Tensor& gate_up, Tensor& y) override;
   void add_scalar_i32(Tensor& x, int32_t delta) override;
   void gelu_tanh(Tensor& x) override;
@@ -57,7 +58,8 @@ class CpuBackend final : public Backend {
   void layer_norm(const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
                   Tensor& y) override;
   void gelu_erf(Tensor& x) override;
-  void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim, Tensor& out) override;
+  void self_attention(const Tensor& qkv, int batch, int n_head, int head_dim, Tensor& out,
+                      const SelfAttentionExtras& extras) override;
   void modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) override;
   void add_gated(Tensor& h, const Tensor& gate, const Tensor& u) override;
   void add_rows_broadcast(Tensor& x, const Tensor& table) override;

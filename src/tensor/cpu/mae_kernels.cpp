@@ -60,14 +60,21 @@ void CpuBackend::gelu_erf(Tensor& x) {
   simd_blocks("gelu_erf", gelu_block, p, nullptr, p, x.numel(), x.numel() > 65536);
 }
 
-void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
-                                Tensor& out) {
+void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim, Tensor& out,
+                                const SelfAttentionExtras& extras) {
   const int64_t D = static_cast<int64_t>(n_head) * head_dim, width = 3 * D;
   check(qkv.dim(-1) == width, "internal: self_attention qkv width");
   const int64_t N = qkv.numel() / width / batch;
   check(N * batch * width == qkv.numel() && out.numel() == N * batch * D,
         "internal: self_attention shapes");
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  check(!extras.bias || extras.bias->numel() == n_head * N * N,
+        "internal: self_attention bias shape");
+  check(!extras.key_mask || extras.key_mask->numel() == batch * N,
+        "internal: self_attention key mask shape");
+  const float scale =
+      extras.scale != 0.0f ? extras.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float* bias = extras.bias ? extras.bias->ptr<float>() : nullptr;
+  const uint8_t* key_mask = extras.key_mask ? extras.key_mask->ptr<uint8_t>() : nullptr;
   const float* src = qkv.ptr<float>();
   float* dst = out.ptr<float>();
   const int64_t total = static_cast<int64_t>(batch) * n_head * N;
@@ -78,21 +85,27 @@ void CpuBackend::self_attention(const Tensor& qkv, int batch, int n_head, int he
       const int64_t i = idx % N, h = (idx / N) % n_head, b = idx / (N * n_head);
       const float* base = src + b * N * width;
       const float* q = base + i * width + h * head_dim;
+      const float* bias_row = bias ? bias + (h * N + i) * N : nullptr;
+      const uint8_t* visible = key_mask ? key_mask + b * N : nullptr;
       float mx = -INFINITY;
       for (int64_t s = 0; s < N; ++s) {
+        if (visible && !visible[s]) continue;
         const float* k = base + s * width + D + h * head_dim;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
         for (int e = 0; e < head_dim; ++e) dot += q[e] * k[e];
-        scores[s] = dot * scale;
+        scores[s] = dot * scale + (bias_row ? bias_row[s] : 0.0f);
         mx = std::max(mx, scores[s]);
       }
+      // A hidden key weighs exp(-inf) = 0, as HF's finfo.min added to its score makes it.
       float denom = 0.0f;
-      for (int64_t s = 0; s < N; ++s) denom += (scores[s] = std::exp(scores[s] - mx));
-      const float inv = 1.0f / denom;
+      for (int64_t s = 0; s < N; ++s)
+        denom += (scores[s] = visible && !visible[s] ? 0.0f : std::exp(scores[s] - mx));
+      const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;  // every key hidden: zeros
       float* o = dst + (b * N + i) * D + h * head_dim;
       for (int e = 0; e < head_dim; ++e) o[e] = 0.0f;
       for (int64_t s = 0; s < N; ++s) {
+        if (visible && !visible[s]) continue;
         const float p = scores[s] * inv;
         const float* v = base + s * width + 2 * D + h * head_dim;
 #pragma omp simd

@@ -255,8 +255,8 @@ void CudaBackend::gelu_erf(Tensor& x) {
   cuda::gelu_erf(stream_, x);
 }
 void CudaBackend::self_attention(const Tensor& qkv, int batch, int n_head, int head_dim,
-                                 Tensor& out) {
-  cuda::self_attention(stream_, qkv, batch, n_head, head_dim, out);
+                                 Tensor& out, const SelfAttentionExtras& extras) {
+  cuda::self_attention(stream_, qkv, batch, n_head, head_dim, out, extras);
 }
 void CudaBackend::modulate(const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y) {
   cuda::modulate(stream_, x, shift, scale, y);

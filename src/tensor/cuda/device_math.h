@@ -1,6 +1,7 @@
 // Scalar math the CUDA kernels share with a CPU unit test (tests/test_cuda_device_math.cpp):
-// 16-bit float decoding, the rope pair rotation and the merge of two online-softmax partials
-// (split-key attention). Plain C++ on the host, __host__ __device__ under nvcc.
+// 16-bit float decoding, GELU's tanh form, the rope pair rotation and the merge of two
+// online-softmax partials (split-key attention). Plain C++ on the host, __host__ __device__ under
+// nvcc.
 #pragma once
 
 #include <cmath>
@@ -29,6 +30,12 @@ TESSERA_HD inline float f16_to_f32(uint16_t h) {
   // Subnormal: man * 2^-24, exact in f32.
   const float v = static_cast<float>(man) * 5.9604644775390625e-8f;
   return sign ? -v : v;
+}
+
+// GELU's tanh form (LlamaGen's caption MLP; HF's gelu_new, T5 v1.1's gated FFN), with
+// c = sqrt(2/pi) as the backend computes it once.
+TESSERA_HD inline float gelu_tanh_value(float v, float c) {
+  return 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
 }
 
 // One interleaved rope pair (x0, x1) rotated by (cos, sin), as the CPU rope does.

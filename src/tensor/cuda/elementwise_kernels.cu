@@ -125,9 +125,16 @@ __global__ void add_scalar_i32_kernel(int32_t* x, int64_t n, int32_t delta) {
 
 __global__ void gelu_tanh_kernel(float* x, int64_t n, float c) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = gelu_tanh_value(x[i], c);
+}
+
+// y[r, c] = gelu_tanh(gate_up[r, c]) * gate_up[r, F + c] (T5 v1.1's gated GELU).
+__global__ void geglu_stacked_kernel(const float* gate_up, int64_t F, float c, float* y,
+                                     int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float v = x[i];
-  x[i] = 0.5f * v * (1.0f + tanhf(c * (v + 0.044715f * v * v * v)));
+  const int64_t r = i / F, col = i % F;
+  y[i] = gelu_tanh_value(gate_up[r * 2 * F + col], c) * gate_up[r * 2 * F + F + col];
 }
 
 }  // namespace
@@ -198,6 +205,17 @@ void CudaBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
   const float* g = gate_up.ptr<float>();
   swiglu_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(g, g + F, 2 * F, F, y.ptr<float>(), n);
   TESSERA_CUDA_LAUNCHED("swiglu_stacked");
+}
+
+void CudaBackend::geglu_stacked(const Tensor& gate_up, Tensor& y) {
+  const int64_t F = y.dim(-1), n = y.numel();
+  check(gate_up.dim(-1) == 2 * F && gate_up.numel() == 2 * n,
+        "internal: geglu_stacked needs [rows, 2F] into [rows, F]");
+  if (n == 0) return;
+  const float c = std::sqrt(2.0f / static_cast<float>(M_PI));
+  geglu_stacked_kernel<<<blocks_for(n), kThreads, 0, stream_>>>(gate_up.ptr<float>(), F, c,
+                                                                y.ptr<float>(), n);
+  TESSERA_CUDA_LAUNCHED("geglu_stacked");
 }
 
 void CudaBackend::move_rows(Tensor& t, const Tensor& from, const Tensor& to) {

@@ -8,16 +8,17 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "tensor/backend.h"
 #include "tensor/tensor.h"
 
 namespace tessera::cuda {
 
 // ---- MAE / diffusion head ----
-void layer_norm(cudaStream_t s, const Tensor& x, const Tensor* gamma, const Tensor* beta,
-                float eps, Tensor& y);
+void layer_norm(cudaStream_t s, const Tensor& x, const Tensor* gamma, const Tensor* beta, float eps,
+                Tensor& y);
 void gelu_erf(cudaStream_t s, Tensor& x);
 void self_attention(cudaStream_t s, const Tensor& qkv, int batch, int n_head, int head_dim,
-                    Tensor& out);
+                    Tensor& out, const SelfAttentionExtras& extras);
 void modulate(cudaStream_t s, const Tensor& x, const Tensor& shift, const Tensor& scale, Tensor& y);
 void add_gated(cudaStream_t s, Tensor& h, const Tensor& gate, const Tensor& u);
 void add_rows_broadcast(cudaStream_t s, Tensor& x, const Tensor& table);

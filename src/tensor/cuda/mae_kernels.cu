@@ -50,30 +50,39 @@ __global__ void gelu_kernel(float* x, int64_t n) {
 
 // One block per (batch, head, query row): the N scores live in dynamic shared memory; softmax
 // with the row maximum subtracted, then each thread owns output features e, e + blockDim.x, ...
+// bias [H, N, N] (null: none) is added to the scaled scores; a key whose key_mask [batch, N]
+// entry is 0 weighs 0 (null: every key visible).
 __global__ void self_attention_kernel(const float* qkv, int n_head, int head_dim, int64_t N,
-                                      float scale, float* out) {
+                                      float scale, const float* bias, const uint8_t* key_mask,
+                                      float* out) {
   extern __shared__ float scores[];
   const int64_t i = blockIdx.x % N, h = (blockIdx.x / N) % n_head, b = blockIdx.x / (N * n_head);
   const int64_t D = static_cast<int64_t>(n_head) * head_dim, width = 3 * D;
   const float* base = qkv + b * N * width;
   const float* q = base + i * width + h * head_dim;
+  const float* bias_row = bias ? bias + (h * N + i) * N : nullptr;
+  const uint8_t* visible = key_mask ? key_mask + b * N : nullptr;
   float mx = -INFINITY;
   for (int64_t s = threadIdx.x; s < N; s += blockDim.x) {
+    if (visible && !visible[s]) continue;
     const float* k = base + s * width + D + h * head_dim;
     float dot = 0.0f;
     for (int e = 0; e < head_dim; ++e) dot += q[e] * k[e];
-    scores[s] = dot * scale;
+    scores[s] = dot * scale + (bias_row ? bias_row[s] : 0.0f);
     mx = fmaxf(mx, scores[s]);
   }
   mx = block_max(mx);  // its barriers also publish the scores
   float part = 0.0f;
-  for (int64_t s = threadIdx.x; s < N; s += blockDim.x) part += (scores[s] = expf(scores[s] - mx));
-  const float inv = 1.0f / block_sum(part);
+  for (int64_t s = threadIdx.x; s < N; s += blockDim.x)
+    part += (scores[s] = visible && !visible[s] ? 0.0f : expf(scores[s] - mx));
+  const float denom = block_sum(part);
+  const float inv = denom > 0.0f ? 1.0f / denom : 0.0f;  // every key hidden: zeros
   float* o = out + (b * N + i) * D + h * head_dim;
   for (int e = threadIdx.x; e < head_dim; e += blockDim.x) {
     float acc = 0.0f;
     for (int64_t s = 0; s < N; ++s)
-      acc += scores[s] * inv * base[s * width + 2 * D + h * head_dim + e];
+      if (!visible || visible[s])
+        acc += scores[s] * inv * base[s * width + 2 * D + h * head_dim + e];
     o[e] = acc;
   }
 }
@@ -120,20 +129,27 @@ void gelu_erf(cudaStream_t s, Tensor& x) {
 }
 
 void self_attention(cudaStream_t s, const Tensor& qkv, int batch, int n_head, int head_dim,
-                    Tensor& out) {
+                    Tensor& out, const SelfAttentionExtras& extras) {
   const int64_t D = static_cast<int64_t>(n_head) * head_dim, width = 3 * D;
   check(qkv.dim(-1) == width, "internal: self_attention qkv width");
   const int64_t N = qkv.numel() / width / batch;
   check(N * batch * width == qkv.numel() && out.numel() == N * batch * D,
         "internal: self_attention shapes");
+  check(!extras.bias || extras.bias->numel() == n_head * N * N,
+        "internal: self_attention bias shape");
+  check(!extras.key_mask || extras.key_mask->numel() == batch * N,
+        "internal: self_attention key mask shape");
   const size_t smem = static_cast<size_t>(N) * sizeof(float);
   check(smem <= 48 * 1024, "internal: self_attention: " + std::to_string(N) +
                                " tokens exceed the 48 KiB of scores in shared memory");
   const int64_t blocks = static_cast<int64_t>(batch) * n_head * N;
   if (blocks == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale =
+      extras.scale != 0.0f ? extras.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   self_attention_kernel<<<static_cast<unsigned>(blocks), 128, smem, s>>>(
-      qkv.ptr<float>(), n_head, head_dim, N, scale, out.ptr<float>());
+      qkv.ptr<float>(), n_head, head_dim, N, scale,
+      extras.bias ? extras.bias->ptr<float>() : nullptr,
+      extras.key_mask ? extras.key_mask->ptr<uint8_t>() : nullptr, out.ptr<float>());
   TESSERA_CUDA_LAUNCHED("self_attention");
 }
 
