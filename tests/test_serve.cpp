@@ -509,3 +509,36 @@ TEST(Serve, ThePageIsServed) {
   EXPECT_EQ(models["data"][0]["tessera"]["classes"].size(),
             static_cast<size_t>(pipe->config().gpt.num_classes));
 }
+
+// A text-conditional model serves typed prompts through its text encoder: the image is the one
+// Pipeline::generate makes for the same prompt and seed; a whitespace-only prompt is a 400 naming
+// the prompt, and the server keeps answering.
+TEST(Serve, AT2iModelAnswersTypedPrompts) {
+  LoadOptions lo;
+  lo.threads = 1;
+  lo.text_encoder = kFix + "t5/f32";
+  auto pipe = Pipeline::load(kFix + "llamagen/t2i_f32", lo);
+  const serve::ServeOptions o = options(kFix + "llamagen/t2i_f32", "vanilla", 2);
+  Running srv(*pipe, o);
+  const std::string prompt = "Two Dogs on a beach";
+  httplib::Result r =
+      srv.client().Post("/v1/images/generations",
+                        json{{"prompt", prompt}, {"n", 2}, {"seed", 5}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json body = json::parse(r->body);
+  GenerateOptions g = o.gen;
+  g.seed = 5;
+  g.batch = 1;
+  const auto grids = pipe->generate({Condition::text(prompt), Condition::text(prompt)}, g);
+  const std::string tmp = testing::TempDir() + "serve_t2i.png";
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(image_of(body, i, tmp), pipe->decode(grids[i], 1));
+  r = srv.client().Post("/v1/images/generations", json{{"prompt", " \t "}}.dump(),
+                        "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("prompt"), std::string::npos) << r->body;
+  r = srv.client().Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}

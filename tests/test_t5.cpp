@@ -360,3 +360,40 @@ TEST_F(T5Errors, EncodeAndGenerateFromTheCommandLine) {
     EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
   }
 }
+
+// Every LlamaGen method runs from a typed prompt, drawing the images it draws from the prompt's
+// caption (Pipeline::text_condition, as `generate --caption` of the --caption-out file would):
+// draft models (the t2i model drafting for itself), Jacobi drafts, EAGLE's drafter and
+// Medusa's and Hawk's heads of the tiny t2i target.
+TEST(T5EndToEnd, EveryMethodRunsFromATypedPrompt) {
+  LoadOptions lo;
+  lo.text_encoder = kT5 + "f32";
+  lo.threads = 1;
+  auto pipe = Pipeline::load(kT2i, lo);
+  const std::string spec = std::string(TESSERA_FIXTURES) + "/spec/";
+  const std::string prompt = "An Old Castle near the lake";
+  const Condition caption = pipe->text_condition(prompt);
+  int ran = 0;
+  for (const MethodInfo& m : registered_methods()) {
+    if (m.tokens != TokenKind::Discrete) continue;
+    SCOPED_TRACE(m.name);
+    GenerateOptions o;
+    o.seed = 3;
+    o.sampling.cfg_scale = 3.0f;
+    o.sampling.temperature = 1.0f;
+    o.sampling.top_k = 0;
+    o.spec.method = m.name;
+    if (m.drafts == DraftSource::DraftModel || m.drafts == DraftSource::ModelOrJacobi)
+      o.spec.draft_model = m.drafter == "eagle"    ? spec + "t2i_eagle"
+                           : m.drafter == "medusa" ? spec + "tiny_medusa"
+                           : m.drafter == "hawk"   ? spec + "tiny_hawk"
+                                                   : kT2i;
+    const auto typed = pipe->generate({Condition::text(prompt)}, o);
+    const auto fed = pipe->generate({caption}, o);
+    ASSERT_EQ(typed.size(), 1u);
+    EXPECT_EQ(typed[0].size(), 16u);
+    EXPECT_EQ(typed, fed);
+    ++ran;
+  }
+  EXPECT_GE(ran, 10);
+}

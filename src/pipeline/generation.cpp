@@ -67,7 +67,14 @@ int Generation::add(const GenerationRequest& request) {
     sampling = to_sampling_params(resolve_sampling(*request.sampling, g.defaults));
   if (request.condition.kind == Condition::Kind::Prompt) {
     check_param(g.encode_prompt != nullptr, "condition", "a typed prompt needs a text encoder");
-    const Condition caption = g.encode_prompt(request.condition.prompt);
+    Condition caption;
+    try {
+      caption = g.encode_prompt(request.condition.prompt);
+    } catch (const ParameterError&) {
+      throw;
+    } catch (const Error& e) {  // no text encoder, a prompt that is not UTF-8, ...
+      throw ParameterError("prompt", std::string(": ") + e.what());
+    }
     g.live[id] = g.decoder().add(caption, request.image_index, request.seed, sampling);
     return id;
   }

@@ -30,6 +30,7 @@ struct Pipeline::Impl {
   LoadOptions options;
   std::mutex text_mutex;  // guards text_encoder's first load
   std::unique_ptr<TextEncoder> text_encoder;
+  std::pair<std::string, Condition> last_prompt;  // the last prompt encoded (-n, a request's n)
 
   // The text encoder of typed prompts, loaded by the first prompt (a t2i model only).
   TextEncoder& text(const char* what);
@@ -94,6 +95,11 @@ TextEncoder& Pipeline::Impl::text(const char* what) {
 
 Condition Pipeline::Impl::encode_prompt(const std::string& prompt) {
   TextEncoder& enc = text("text_condition");
+  {
+    std::lock_guard<std::mutex> lock(text_mutex);
+    if (last_prompt.second.kind == Condition::Kind::Caption && last_prompt.first == prompt)
+      return last_prompt.second;
+  }
   const int T = config.gpt.cls_token_num;
   // LlamaGen's T5Embedder: at most the caption length of tokens (EOS included), no padding here:
   // the real rows are what the model sees (Condition::from_caption left-pads them).
@@ -105,6 +111,8 @@ Condition Pipeline::Impl::encode_prompt(const std::string& prompt) {
   const int rows = static_cast<int>(e.ids.size());
   Condition c = Condition::from_caption(e.features, rows, e.width, config.gpt);
   c.prompt = prompt;
+  std::lock_guard<std::mutex> lock(text_mutex);
+  last_prompt = {prompt, c};
   return c;
 }
 

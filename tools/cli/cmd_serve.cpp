@@ -31,6 +31,7 @@ struct ServeArgs {
   GenerateOptions gen;
   serve::ServeOptions serve;
   std::string methods = "all";
+  std::string text_encoder;  // a t2i model's T5 encoder (LoadOptions::text_encoder)
 };
 
 // The methods requests may name, each with its drafter on this model: the listed ones (each must
@@ -87,7 +88,15 @@ int run_serve(ServeArgs& a, const CLI::App& cmd) {
   lo.threads = a.common.threads;
   lo.check_weights = a.common.check_weights;
   lo.device = a.common.device;
+  lo.text_encoder = a.text_encoder;
   auto pipe = Pipeline::load(a.common.model, lo);
+  // A t2i model answers typed prompts: its text encoder loads now (a missing or mismatched one
+  // is one error line here, not a failure at the first request).
+  if (!pipe->config().gpt.is_c2i())
+    pipe->text_condition("a photo");
+  else if (!a.text_encoder.empty())
+    throw Error("--text-encoder is for text-conditional (t2i) models; " + a.common.model +
+                " is class-conditional");
   // Bad settings fail here, in one line, not at the first request.
   a.serve.methods = served_methods(a, draft_flag, *pipe);
   a.serve.model_dir = a.common.model;
@@ -149,6 +158,9 @@ Command add_serve(CLI::App& app, const ModelDefaults& md) {
                 "Methods a request may ask for (comma-separated), or all: every one this model "
                 "can run; --method is the default")
       ->capture_default_str();
+  s->add_option("--text-encoder", a->text_encoder,
+                "T5 encoder directory of a t2i model's prompts (tools/convert_t5.py); default: "
+                "the one its config.json names");
   s->add_option("--max-settings", a->serve.max_settings,
                 "Distinct settings (method, parameters, sampling) generated at once, each a batch "
                 "of its own")

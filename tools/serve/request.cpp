@@ -186,6 +186,18 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
                       "class"};
     class_id = cls->get<int>();
     label = c.names ? c.names->label(class_id) : "class " + std::to_string(class_id);
+  } else if (prompt && !c.config.gpt.is_c2i()) {
+    // A text-conditional model: the engine thread encodes the prompt with the text encoder
+    // (Generation::add), so the device is used by that thread alone.
+    if (!prompt->is_string() || prompt->get<std::string>().empty())
+      throw HttpError{400, "prompt must be a non-empty string", "prompt"};
+    if (field("style"))
+      throw HttpError{400, "style picks a class's drawing; this is a t2i model", "style"};
+    const std::string text = prompt->get<std::string>();
+    for (int i = 0; i < n; ++i) {
+      job->images.push_back({Condition::text(text), seed, static_cast<uint64_t>(i), s});
+      job->labels.push_back(text);
+    }
   } else if (prompt) {
     if (!prompt->is_string() || prompt->get<std::string>().empty())
       throw HttpError{400, "prompt must be a non-empty string", "prompt"};
@@ -205,7 +217,8 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
   } else {
     throw HttpError{400, "give prompt (or class)", "prompt"};
   }
-  for (int i = 0; i < n; ++i) {
+  const bool by_class = job->images.empty();  // a typed prompt's images are in already
+  for (int i = 0; by_class && i < n; ++i) {
     job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i), s});
     job->labels.push_back(label);
   }

@@ -227,7 +227,8 @@ struct Server::Impl {
     const auto t0 = std::chrono::steady_clock::now();
     std::shared_ptr<Job> job;
     try {
-      job = parse_request(R"({"class": 0})", context());
+      job = parse_request(pipe.config().gpt.is_c2i() ? R"({"class": 0})" : R"({"prompt": "a"})",
+                          context());
     } catch (const HttpError& e) {
       throw Error("serve: the default setting cannot run: " + e.message);
     }
