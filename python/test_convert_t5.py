@@ -237,6 +237,28 @@ def main():
         d = copy_hf(tmp, "empty_spiece")
         open(os.path.join(d, "spiece.model"), "w").close()
         expect_error(tmp, "empty_spiece", d, ["spiece.model", "empty"], "an empty spiece.model")
+
+        # ---- tools/convert_llamagen.py --text-encoder: a t2i model that names its T5 encoder
+        lg = os.path.join(ROOT, "tools", "convert_llamagen.py")
+        base = [sys.executable, lg, "--gpt", os.path.join(ROOT, "tests", "fixtures", "llamagen", "pt", "t2i_gpt.pt"),
+                "--gpt-model", "custom", "--dim", "64", "--n-layer", "2", "--n-head", "4", "--image-size", "16",
+                "--downsample", "4", "--caption-dim", "32", "--vocab-size", "256"]
+        out = os.path.join(tmp, "t2i")
+        r = subprocess.run(base + ["--model-type", "t2i", "--cls-token-num", "8", "--out", out, "--text-encoder",
+                                   os.path.join(FIX, "f32")], capture_output=True, text=True)
+        check(r.returncode == 0, f"convert_llamagen --text-encoder exits 0 {r.stderr.strip()}")
+        if r.returncode == 0:
+            with open(os.path.join(out, "config.json")) as f:
+                te = json.load(f).get("companions", {}).get("text_encoder", "")
+            check(os.path.realpath(os.path.join(out, te)) == os.path.realpath(os.path.join(FIX, "f32")),
+                  f"  ... config.json's companions name the encoder relative to the model ({te})")
+        for name, extra, must in (
+                ("c2i", ["--model-type", "c2i", "--text-encoder", os.path.join(FIX, "f32")], "t2i"),
+                ("not_t5", ["--model-type", "t2i", "--cls-token-num", "8", "--text-encoder", HF], "not a tessera T5 encoder")):
+            r = subprocess.run(base + extra + ["--out", os.path.join(tmp, name)], capture_output=True, text=True)
+            lines = r.stderr.strip().splitlines()
+            check(r.returncode == 2 and len(lines) == 1 and must in lines[0],
+                  f"convert_llamagen --text-encoder refused ({name}): rc {r.returncode}: {r.stderr.strip()}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -32,7 +32,7 @@ SKIP = [
     (r"/usr/bin/python3 tools/convert_", "needs the official checkpoints (downloaded by the user)"),
     (r"tessera_eval", "needs reference images and the evaluation venv"),
     (r"models/mar_", "needs the converted MAR checkpoints"),
-    (r"--caption", "needs a text-conditional (t2i) model"),
+    (r"--caption|-m T2I\b|-m T5_DIR\b|models/t2i_", "needs a text-conditional (t2i) model and its T5 encoder"),
     (r"DIR_BF16|DIR_F32", "needs a bf16 and an f32 copy of a model (tools/recast_model.py)"),
     (r"\btune\b", "long: a sweep of the method's grid (minutes to hours)"),
     (r"--methods|--kernels|--verify-cost|--repeat|--against|--torch",

@@ -261,6 +261,8 @@ def vq_config(args, sd):
 # ----------------------------------------------------------------------------------------------
 
 def convert(args):
+    if args.text_encoder is not None and args.model_type != "t2i":
+        raise UserError("--text-encoder is for text-conditional models (--model-type t2i)")
     sd = load_pt(args.gpt, "gpt")
     gcfg = gpt_config(args, sd)
     gexp = gpt_expected(gcfg)
@@ -272,12 +274,28 @@ def convert(args):
         vexp = vq_expected(vcfg)
         validate(vsd, vexp, "vq", vname, vq_is_ignored)
 
+    if args.text_encoder is not None:
+        te_config = os.path.join(args.text_encoder, "config.json")
+        try:
+            with open(te_config) as f:
+                te = json.load(f)
+        except (OSError, ValueError) as e:
+            raise UserError(f"--text-encoder {args.text_encoder}: cannot read {te_config}: {e}")
+        if not isinstance(te, dict) or te.get("architecture") != "t5_encoder":
+            raise UserError(f"--text-encoder {args.text_encoder}: not a tessera T5 encoder directory "
+                            "(convert it with tools/convert_t5.py)")
+        if te.get("t5", {}).get("d_model") != gcfg["caption_dim"]:
+            raise UserError(f"--text-encoder {args.text_encoder}: its width d_model "
+                            f"{te.get('t5', {}).get('d_model')} is not the GPT's caption_dim {gcfg['caption_dim']}")
     os.makedirs(args.out, exist_ok=True)
     gdt = DTYPES[args.dtype][1]
     gbytes = write_safetensors(os.path.join(args.out, "gpt.safetensors"),
                                [(k, sd[k].to(gdt)) for k in gexp])
     nparams = sum(sd[k].numel() for k in gexp)
     config = {"tessera_format": 1, "architecture": "llamagen", "gpt": gcfg}
+    if args.text_encoder is not None:  # relative, so the two directories move together
+        config["companions"] = {"text_encoder": os.path.relpath(os.path.abspath(args.text_encoder),
+                                                                os.path.abspath(args.out))}
     lines = [f"gpt: {args.gpt_model} {gcfg['model_type']} dim {gcfg['dim']} layers {gcfg['n_layer']} "
              f"heads {gcfg['n_head']} ffn {gcfg['ffn_dim']} vocab {gcfg['vocab_size']} grid {gcfg['grid']} "
              f"T {gcfg['cls_token_num']}: {len(gexp)} tensors, {nparams:,} params, {args.dtype}, "
@@ -321,6 +339,8 @@ def main(argv=None):
     ap.add_argument("--vq-model", default="auto", choices=["auto", "VQ-16", "VQ-8", "custom"],
                     help="auto: VQ-16 for --downsample 16, VQ-8 for 8, else custom (read from shapes)")
     ap.add_argument("--dtype", default="f32", choices=list(DTYPES))
+    ap.add_argument("--text-encoder", help="t2i: the T5 encoder directory of typed prompts "
+                    "(tools/convert_t5.py), named in config.json's companions relative to --out")
     ap.add_argument("--vq-dtype", default="f32", choices=list(DTYPES))
     args = ap.parse_args(argv)
     return run_converter(convert, args)
