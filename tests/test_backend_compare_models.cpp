@@ -18,6 +18,7 @@
 #include "models/kl_vae_decoder.h"
 #include "models/llamagen.h"
 #include "models/mar.h"
+#include "models/t5_encoder.h"
 #include "models/vq_decoder.h"
 #include "tessera/config.h"
 #include "tessera/tessera.h"
@@ -220,6 +221,27 @@ TEST_P(Models, MarDiffusionHeadNet) {
   };
   const Vec want = run(ref());
   EXPECT_TRUE(same("diffusion head net", run(backend()), want, kMarLatents));
+}
+
+// The T5 encoder (issue 45) on the fixture's token ids, f32 and bf16 weights, one sequence with
+// padding hidden and a batch of two: hidden states within the f32 logits' tolerance.
+TEST_P(Models, T5EncoderHiddenStates) {
+  const std::vector<int32_t> ids = read_npy(kFixtures + "/t5/golden/ids_padded.npy").as_i32();
+  const std::vector<int32_t> mask32 = read_npy(kFixtures + "/t5/golden/mask_padded.npy").as_i32();
+  const std::vector<uint8_t> mask(mask32.begin(), mask32.end());
+  for (const char* dir : {"f32", "bf16"}) {
+    SCOPED_TRACE(dir);
+    const ModelConfig mc = load_model_config(kFixtures + "/t5/" + dir);
+    auto run = [&](Backend& b) {
+      T5Encoder enc(mc, b);
+      Vec out = enc.encode(std::span(ids).first(120), std::span(mask).first(120), 1);
+      const Vec two = enc.encode(std::span(ids).first(240), std::span(mask).first(240), 2);
+      out.insert(out.end(), two.begin(), two.end());
+      return out;
+    };
+    const Vec want = run(ref());
+    EXPECT_TRUE(same(std::string("t5 hidden states ") + dir, run(backend()), want, kLogitsF32));
+  }
 }
 
 TEST_P(Models, KlVaeDecoderPixels) {

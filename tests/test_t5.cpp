@@ -15,6 +15,7 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "models/prompt_text.h"
+#include "models/t5_encoder.h"
 #include "models/t5_relative_position.h"
 #include "tessera/text_encoder.h"
 
@@ -134,6 +135,18 @@ TEST(T5Encoder, PaddedRowsEqualTransformers) {
     const TextEncoding u = encoder().encode(ps[which[k]], 120, TextPreprocessing::None);
     EXPECT_LE(relative_error(std::span(e.features).first(u.features.size()), u.features), 1e-5);
   }
+}
+
+// The four padded prompts as one batch of four, as transformers ran them: each sequence's rows
+// depend on that sequence alone.
+TEST(T5Encoder, ABatchEqualsTransformersBatch) {
+  const std::vector<int32_t> ids = read_npy(kGolden + "ids_padded.npy").as_i32();
+  const std::vector<int32_t> m = read_npy(kGolden + "mask_padded.npy").as_i32();
+  const std::vector<uint8_t> mask(m.begin(), m.end());
+  const std::vector<float> want = read_npy(kGolden + "hidden_padded_f32.npy").as_f32();
+  T5Encoder enc(load_model_config(kT5 + "f32"), cpu_backend());
+  const std::vector<float> got = enc.encode(ids, mask, 4);
+  EXPECT_LE(relative_error(got, want), 1e-4);
 }
 
 // bf16 weights (tools/convert_t5.py --dtype bf16) against transformers' model.to(bfloat16),
