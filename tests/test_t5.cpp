@@ -164,7 +164,8 @@ TEST(T5Encoder, HiddenStatesNearTransformersBf16) {
   }
 }
 
-// A typed prompt end to end: lowercased, tokenized to the model's 8 caption tokens, encoded,
+// A typed prompt end to end: cleaned (LlamaGen's default; these prompts clean to their lowercase),
+// tokenized to the model's 8 caption tokens, encoded,
 // left-padded and masked as LlamaGen's sample_t2i.py does, then greedy generation with cfg 3:
 // the official LlamaGen t2i code's tokens (python/tessera_ref/llamagen.py's generate on the
 // same tiny model, with transformers' T5 features).
@@ -281,6 +282,7 @@ TEST_F(T5Errors, AnImageModelIsNotATextEncoder) {
 
 TEST_F(T5Errors, AnEmptyPromptIsRefused) {
   EXPECT_THROW(encoder().encode("   ", 120, TextPreprocessing::Lower), ParameterError);
+  EXPECT_THROW(encoder().encode("*** ... ***", 120, TextPreprocessing::Clean), ParameterError);
   EXPECT_THROW(encoder().encode("", 120, TextPreprocessing::None), ParameterError);
 }
 
@@ -342,7 +344,7 @@ TEST_F(T5Errors, EncodeAndGenerateFromTheCommandLine) {
   CliResult r = run({"encode", "-m", kT5 + "f32", "--prompt", prompt, "--out", tmp("f.npy"),
                      "--ids-out", tmp("ids.npy")});
   ASSERT_EQ(r.code, 0) << r.err;
-  const TextEncoding e = encoder().encode(prompt, 120, TextPreprocessing::Lower);
+  const TextEncoding e = encoder().encode(prompt, 120, TextPreprocessing::Clean);  // the default
   EXPECT_EQ(read_npy(tmp("ids.npy")).as_i32(), e.ids);
   EXPECT_EQ(read_npy(tmp("f.npy")).as_f32(), e.features);
   r = run({"encode", "-m", kT5 + "f32", "--prompt", prompt, "--out", tmp("p.npy"), "--pad",

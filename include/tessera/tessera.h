@@ -40,11 +40,12 @@ struct Condition {
   static Condition caption_file(const std::string& path, const GptConfig& config);
 };
 
-// What is done to a typed prompt before it is tokenized. LlamaGen's T5Embedder cleans captions
-// with clean_caption by default (URL, HTML, CJK and punctuation rules, then lowercase); tessera
-// does not reproduce that cleaning and applies the embedder's other path, lower().strip()
-// (docs/methods.md). None: the text as given (transformers' tokenizer alone).
-enum class TextPreprocessing { Lower, None };
+// What is done to a typed prompt before it is tokenized. Clean: LlamaGen's T5Embedder default,
+// clean_caption twice (URLs, HTML, @names, ids, file names, CJK and stray punctuation removed,
+// quotes and dashes unified, lowercased; docs/methods.md names what differs from the Python).
+// Lower: the embedder's other path (use_text_preprocessing=False), lower().strip(). None: the
+// text as given (transformers' tokenizer alone).
+enum class TextPreprocessing { Clean, Lower, None };
 
 // A sampling setting left at these values is the model's: its config.json "sampling" when it
 // has one, else LlamaGen's default (cfg 4, temperature 1, top-k 2000, top-p 1). So a program that
@@ -202,7 +203,7 @@ struct LoadOptions {
   // The T5 encoder directory of typed prompts (t2i); empty: the one config.json's companions
   // name ("text_encoder"). Loaded by the first prompt that needs it.
   std::string text_encoder;
-  TextPreprocessing text_preprocessing = TextPreprocessing::Lower;
+  TextPreprocessing text_preprocessing = TextPreprocessing::Clean;  // LlamaGen's default
 };
 
 // What Pipeline::load took: wall time, and the part spent scanning weights for NaN/Inf.

@@ -1,6 +1,5 @@
-// What LlamaGen's T5Embedder does to a prompt before tokenizing it. Its default cleaning
-// (clean_caption, twice: ftfy, BeautifulSoup, ~40 regular expressions) is not reproduced here;
-// tessera applies its other path, text.lower().strip() (docs/methods.md names the deviation).
+// LlamaGen's T5Embedder without its caption cleaning (use_text_preprocessing=False):
+// text.lower().strip(), TextPreprocessing::Lower. The cleaning is models/caption_cleaning.h.
 #pragma once
 
 #include <string>

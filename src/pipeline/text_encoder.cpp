@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/regular_file.h"
+#include "models/caption_cleaning.h"
 #include "models/prompt_text.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
@@ -16,7 +17,15 @@
 namespace tessera {
 
 std::string preprocess_prompt(const std::string& prompt, TextPreprocessing how) {
-  return how == TextPreprocessing::Lower ? lowercase_and_strip(prompt) : prompt;
+  switch (how) {
+    case TextPreprocessing::Clean:
+      return clean_caption_twice(prompt);
+    case TextPreprocessing::Lower:
+      return lowercase_and_strip(prompt);
+    case TextPreprocessing::None:
+      break;
+  }
+  return prompt;
 }
 
 int TextEncoding::valid() const {

@@ -14,15 +14,16 @@ namespace {
 
 struct EncodeArgs {
   CommonOpts common;
-  std::string prompt, out, ids_out, preprocessing = "lower";
+  std::string prompt, out, ids_out, preprocessing = "clean";
   int max_length = 120;
   bool pad = false;
 };
 
 TextPreprocessing parse_preprocessing(const std::string& s) {
+  if (s == "clean") return TextPreprocessing::Clean;
   if (s == "lower") return TextPreprocessing::Lower;
   if (s == "none") return TextPreprocessing::None;
-  throw Error("--text-preprocessing " + s + ": use lower or none");
+  throw Error("--text-preprocessing " + s + ": use clean, lower or none");
 }
 
 int run_encode(EncodeArgs& a) {
@@ -73,9 +74,10 @@ Command add_encode(CLI::App& app) {
               "Pad to --max-length and output every row, as transformers' "
               "padding=\"max_length\" with its attention mask gives them");
   f->add_option("--text-preprocessing", a->preprocessing,
-                "lower: lowercase and strip, as LlamaGen's T5Embedder without clean_caption; "
-                "none: the text as given")
-      ->check(CLI::IsMember({"lower", "none"}));
+                "clean: LlamaGen's T5Embedder default, its clean_caption twice (URLs, HTML, "
+                "ids, stray punctuation removed; lowercased); lower: lowercase and strip, as "
+                "the embedder without clean_caption; none: the text as given")
+      ->check(CLI::IsMember({"clean", "lower", "none"}));
   return {f, [a] { return run_encode(*a); }};
 }
 

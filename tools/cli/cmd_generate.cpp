@@ -35,7 +35,7 @@ struct GenerateArgs {
   std::string out, tokens_out, latents_out, stats_out, heatmap_out;
   bool grid = false;
   std::string prompt, style, from_png;
-  std::string text_encoder, caption_out, preprocessing = "lower";  // t2i prompts
+  std::string text_encoder, caption_out, preprocessing = "clean";  // t2i prompts
   std::vector<std::string> prompt_words;  // the positional prompt: unquoted words are one prompt
   size_t output_begin = 0;
   MarOnly mar;
@@ -247,8 +247,9 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   lo.device = a.common.device;
   lo.load_decoder = !a.out.empty();
   lo.text_encoder = a.text_encoder;
-  lo.text_preprocessing =
-      a.preprocessing == "none" ? TextPreprocessing::None : TextPreprocessing::Lower;
+  lo.text_preprocessing = a.preprocessing == "none"    ? TextPreprocessing::None
+                          : a.preprocessing == "lower" ? TextPreprocessing::Lower
+                                                       : TextPreprocessing::Clean;
   auto pipe = Pipeline::load(a.common.model, lo);
   const GptConfig& cfg = pipe->config().gpt;
   if (verbose())
@@ -269,7 +270,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   const Condition cond =
       a.cond.text.empty() ? make_condition(a.cond, cfg) : pipe->text_condition(a.cond.text);
   if (!a.cond.text.empty()) {
-    if (a.preprocessing != "lower") rs.add("text_preprocessing", a.preprocessing);
+    if (a.preprocessing != "clean") rs.add("text_preprocessing", a.preprocessing);
     if (!a.caption_out.empty()) {  // the real rows: a --caption file that reproduces the run
       std::vector<float> rows;
       for (int t = 0; t < cfg.cls_token_num; ++t)
@@ -396,9 +397,10 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
   g->add_option("--caption-out", a->caption_out,
                 "Write the typed prompt's caption features (.npy, for --caption)");
   g->add_option("--text-preprocessing", a->preprocessing,
-                "lower: lowercase and strip the prompt, as LlamaGen's T5Embedder without "
-                "clean_caption; none: the text as given")
-      ->check(CLI::IsMember({"lower", "none"}));
+                "clean: LlamaGen's T5Embedder default, its clean_caption twice (URLs, HTML, "
+                "ids, stray punctuation removed; lowercased); lower: lowercase and strip, as "
+                "the embedder without clean_caption; none: the text as given")
+      ->check(CLI::IsMember({"clean", "lower", "none"}));
   g->add_flag("--uncond", a->cond.uncond, "Unconditional generation (null class / empty caption)");
   g->add_option("-n,--n", a->n, "Number of images")->check(int_at_least(1))->capture_default_str();
   g->add_option("-b,--batch", a->gen.batch, "Images generated together")
