@@ -22,6 +22,12 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+# Before torch loads libgomp: Debian's torch runs its matrix multiplies in OpenBLAS's own pthreads,
+# which libgomp's workers, spinning after each OpenMP region by default, keep off the cores: on the
+# 2-core machine the T5-XL encode took 7.6 s with 2 threads spinning, 4.0 s passive (4.5 s on 1
+# thread). The baseline is transformers at its best; OMP_WAIT_POLICY set by the caller is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -115,7 +121,8 @@ def main():
     ms = statistics.median(times)
     print(json.dumps({"impl": "transformers", "ms": round(ms, 3), "ms_rounds": [round(t, 3) for t in times],
                       "tokens": len(ids), "tokens_per_s": round(len(ids) / (ms * 1e-3), 3),
-                      "load_s": round(load_s, 3), "threads": torch.get_num_threads(), "model": a.model,
+                      "load_s": round(load_s, 3), "threads": torch.get_num_threads(),
+                      "omp_wait_policy": os.environ["OMP_WAIT_POLICY"], "model": a.model,
                       "transformers": tf_version, "torch": torch.__version__}))
 
 

@@ -83,6 +83,9 @@ const ModelConfig& TextEncoder::config() const {
 int TextEncoder::width() const {
   return impl_->config.t5.d_model;
 }
+int TextEncoder::threads() const {
+  return cpu_threads();
+}
 
 std::vector<int32_t> TextEncoder::tokenize(const std::string& text, int max_length,
                                            bool* truncated) const {

@@ -111,13 +111,17 @@ void bench_t5(const T5BenchOptions& o) {
 
   const TextEncoding warm = encode();  // untimed: pages in the weights, sizes the buffers
   if (warm.ids != ids) throw Error("internal: encode tokenized the bench prompt differently");
+  // threads: the configured count, which --torch gets too; in use: the pool's team after each
+  // timed encode, fewer while other processes keep cores busy (tessera/cpu_threads.h).
+  const int threads = enc->threads();
   std::vector<double> ms;
+  std::vector<int> in_use;
   for (int r = 0; r < o.repeat; ++r) {
     const double t = now_s();
     encode();
     ms.push_back(1e3 * (now_s() - t));
+    in_use.push_back(cpu_threads_in_use());
   }
-  const int threads = cpu_threads_in_use();
   const double med = median(ms);
   const double flops = encode_flops(c, n);
   const bool on_cpu = o.device.rfind("cpu", 0) == 0;
@@ -128,6 +132,7 @@ void bench_t5(const T5BenchOptions& o) {
                       {"device", o.device},
                       {"weights_dtype", c.dtype},
                       {"threads", threads},
+                      {"threads_in_use_rounds", in_use},
                       {"load_seconds", load_s},
                       {"tokens", n},
                       {"rounds", o.repeat},
@@ -165,6 +170,11 @@ void bench_t5(const T5BenchOptions& o) {
     std::printf("   (%.0f%% of the measured f32 FMA peak, %.1f GFLOP/s)",
                 100.0 * j["of_f32_fma_peak"].get<double>(), peak);
   std::printf("\n");
+  if (*std::min_element(in_use.begin(), in_use.end()) < threads)
+    std::printf(
+        "  note           other processes took cores: the encodes ran on fewer than %d "
+        "threads at times\n",
+        threads);
   if (o.torch)
     std::printf("transformers     %.1f ms/encode, %.1f GFLOP/s  (tessera speed-up %.2fx)\n",
                 j["torch_ms"].get<double>(), j["torch_gflops"].get<double>(),
