@@ -412,3 +412,76 @@ TEST(T5EndToEnd, EveryMethodRunsFromATypedPrompt) {
   }
   EXPECT_GE(ran, 10);
 }
+
+// tessera bench -m T5_DIR: the encode time of one prompt of --tokens tokens (no timing asserted).
+class T5Bench : public CliTest {
+ protected:
+  static std::string eval_python() {
+    const char* env = std::getenv("TESSERA_EVAL_PYTHON");
+    return env && *env ? env : "/opt/tessera-eval-venv/bin/python3";
+  }
+};
+
+TEST_F(T5Bench, JsonHasTheFiguresOfAPromptOfTheGivenTokens) {
+  const CliResult r =
+      run({"bench", "-m", kT5 + "f32", "--json", "-r", "2", "--tokens", "40", "--quiet"});
+  ASSERT_TRUE(r.exited) << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "t5_encoder");
+  EXPECT_EQ(j["tokens"], 40);
+  EXPECT_EQ(j["rounds"], 2);
+  EXPECT_EQ(j["weights_dtype"], "f32");
+  EXPECT_EQ(j["ms_rounds"].size(), 2u);
+  for (const char* k : {"ms", "tokens_per_s", "gflops", "gflop_per_encode", "load_seconds"}) {
+    ASSERT_TRUE(j.contains(k) && j[k].is_number()) << k;
+    EXPECT_GT(j[k].get<double>(), 0.0) << k;
+  }
+  EXPECT_GE(j["threads"].get<int>(), 1);
+  EXPECT_FALSE(j.contains("speedup_vs_torch"));
+  // 2 layers: 2 * 40 * 2 * (4 * 32 * 32 + 3 * 32 * 64) + 2 * 4 * 40 * 40 * 32 FLOPs
+  EXPECT_NEAR(j["gflop_per_encode"].get<double>(), 2.048e-3, 1e-12);
+}
+
+TEST_F(T5Bench, TheTableSaysHowManyTokensThePromptHad) {
+  const CliResult r = run({"bench", "-m", kT5 + "bf16", "-r", "1", "--tokens", "7", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("one prompt of 7 tokens"), std::string::npos) << r.out;
+}
+
+TEST_F(T5Bench, ImageFlagsAreRefused) {
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--methods", "sd"},
+                                                {"--against", kT5 + "bf16"},
+                                                {"-n", "2"},
+                                                {"--cfg", "2"},
+                                                {"--verify-cost"},
+                                                {"--concurrent", "2"}}) {
+    std::vector<std::string> args = {"bench", "-m", kT5 + "f32"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    expect_error(args, {extra[0], "does not apply to a T5 text encoder"});
+  }
+  expect_error({"bench", "-m", kT5 + "f32", "--tokens", "0"}, {"--tokens", "at least 1"});
+}
+
+TEST_F(T5Bench, TorchWithoutTransformersIsOneLine) {
+  const CliResult r = run({"bench", "-m", kT5 + "f32", "--torch", "-r", "1"},
+                          "TESSERA_EVAL_PYTHON=/nonexistent/python3");
+  ASSERT_TRUE(r.exited);
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("error: --torch needs transformers: run scripts/setup-deps.sh", 0), 0u)
+      << r.err;
+}
+
+TEST_F(T5Bench, TorchTimesTransformersOnTheSameWeights) {
+  const std::string python = eval_python();
+  // The set-up makes the venv (scripts/setup-deps.sh); a skip would hide a broken set-up.
+  ASSERT_TRUE(fs::exists(python)) << python << " is missing: run scripts/setup-deps.sh";
+  const CliResult r = run(
+      {"bench", "-m", kT5 + "f32", "--torch", "--json", "-r", "1", "--tokens", "12", "--quiet"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["speedup_vs_torch"].get<double>(), 0.0);
+  EXPECT_EQ(j["torch"]["impl"], "transformers");
+  EXPECT_EQ(j["torch"]["tokens"], 12);
+}

@@ -31,7 +31,8 @@ class TextEncoder {
   ~TextEncoder();
 
   const ModelConfig& config() const;
-  int width() const;  // d_model: the width of the features
+  int width() const;    // d_model: the width of the features
+  int threads() const;  // the CPU threads, as Pipeline::threads()
 
   // Token ids of `text` as given (no preprocessing) with EOS, at most max_length (0: no limit).
   std::vector<int32_t> tokenize(const std::string& text, int max_length,

@@ -11,8 +11,10 @@
 #include "models/prompt_text.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
+#include "tensor/cpu/cpu_backend.h"
 #include "tensor/device.h"
 #include "tessera/error.h"
+#include "tessera/log.h"
 
 namespace tessera {
 
@@ -45,6 +47,14 @@ TextEncoder::TextEncoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TextEncoder::~TextEncoder() = default;
 
 std::unique_ptr<TextEncoder> TextEncoder::load(const std::string& dir, const LoadOptions& opts) {
+  check_param(opts.threads >= 0, "threads", "must be >= 0 (0: every CPU this process may use)");
+  if (opts.threads > 0) {  // as Pipeline::load: the CPU threads are the process's
+    const int used = set_cpu_threads(opts.threads);
+    if (used < opts.threads)
+      log_info("note: " + std::to_string(opts.threads) +
+               " threads requested, but this process may use " + std::to_string(used) +
+               " CPUs; running on " + std::to_string(used));
+  }
   Backend& backend = backend_for(opts.device);
   auto impl = std::make_unique<Impl>();
   // A Hugging Face T5 directory (config.json with "model_type") has to be converted first.
@@ -81,6 +91,9 @@ const ModelConfig& TextEncoder::config() const {
 }
 int TextEncoder::width() const {
   return impl_->config.t5.d_model;
+}
+int TextEncoder::threads() const {
+  return cpu_threads();
 }
 
 std::vector<int32_t> TextEncoder::tokenize(const std::string& text, int max_length,

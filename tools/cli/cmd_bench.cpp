@@ -1,12 +1,14 @@
 // tessera bench: vanilla decoding speed against memory bandwidth (bench_vanilla), speculative
-// methods against vanilla (bench_methods), MAR's continuous methods (mar_bench), or the cost of
-// a k-position forward against the roofline (bench_verify_cost).
+// methods against vanilla (bench_methods), MAR's continuous methods (mar_bench), the cost of
+// a k-position forward against the roofline (bench_verify_cost), or a T5 text encoder's encode
+// against transformers (bench_t5).
 #include <algorithm>
 #include <memory>
 
 #include "bench_concurrent.h"
 #include "bench_kernels.h"
 #include "bench_methods.h"
+#include "bench_t5.h"
 #include "bench_vanilla.h"
 #include "bench_verify_cost.h"
 #include "commands.h"
@@ -175,6 +177,32 @@ int run_concurrent_bench(const BenchArgs& a, const CLI::App& b) {
   return 0;
 }
 
+// A T5 text encoder directory: the time of encoding one prompt (bench_t5); the image flags do not
+// apply.
+int run_t5_bench(const BenchArgs& a, const CLI::App& b) {
+  const std::vector<std::string> allowed = {
+      "--model",  "--threads", "--quiet", "--verbose", "--device", "--no-check-weights",
+      "--tokens", "--repeat",  "--json",  "--torch"};
+  for (const auto* opt : b.get_options())
+    if (opt->count() > 0 &&
+        std::find(allowed.begin(), allowed.end(), opt->get_name()) == allowed.end())
+      throw Error(opt->get_name() +
+                  " does not apply to a T5 text encoder (it takes -m, -t, --device, --tokens, -r, "
+                  "--json and --torch)");
+  if (b.count("--tokens") > 0 && a.tokens < 1) throw Error("--tokens must be at least 1");
+  T5BenchOptions to;
+  to.model = a.common.model;
+  to.threads = a.common.threads;
+  to.check_weights = a.common.check_weights;
+  to.device = a.common.device;
+  if (b.count("--tokens") > 0) to.tokens = a.tokens;
+  if (b.count("--repeat") > 0) to.repeat = a.repeat;
+  to.torch = a.torch;
+  to.json = a.json;
+  bench_t5(to);
+  return 0;
+}
+
 int run_bench(BenchArgs& a, const CLI::App& b) {
   if (a.kernels) {
     for (const auto* o : b.get_options())
@@ -189,6 +217,7 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
   // the draft the model's config.json names (as generate does); the table's header names it.
   if (a.common.model.empty()) a.common.model = default_model_dir();
   apply_common(a.common);
+  if (model_architecture(a.common.model) == "t5_encoder") return run_t5_bench(a, b);
   if (a.concurrent > 0) return run_concurrent_bench(a, b);
   if (b.count("--k-range") > 0 && !a.verify_cost) throw Error("--k-range applies to --verify-cost");
   if (b.count("--read-gbs") > 0 && !a.verify_cost)
@@ -275,19 +304,24 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
   auto* b =
       app.add_subcommand("bench",
                          "Measure speed: vanilla against memory bandwidth, or --methods against "
-                         "vanilla in one run, with image quality when a classifier is present");
+                         "vanilla in one run, with image quality when a classifier is present; "
+                         "with a T5 text encoder, the time to encode one prompt");
   add_common(b, a->common, /*model_required=*/false);
   b->add_option("-n,--n", a->n, "Images (generated as one batch)")
       ->check(int_at_least(1))
       ->capture_default_str();
-  b->add_option("--tokens", a->tokens, "Tokens per image (default: the whole grid)")
+  b->add_option("--tokens", a->tokens,
+                "Tokens per image (default: the whole grid); with a T5 text encoder (-m T5_DIR), "
+                "the prompt's tokens, EOS included (default 120)")
       ->check(int_at_least(0));
   b->add_option("--cfg", a->gen.sampling.cfg_scale, "Guidance scale (> 1 runs both halves)")
       ->capture_default_str();
   b->add_option("--class", a->class_id, "Class label (c2i)");
   add_device_loop(b, a->gen.device_loop);
   b->add_flag("--torch", a->torch,
-              "Also time the project's PyTorch reference on the same model (/usr/bin/python3)");
+              "Also time the project's PyTorch reference on the same model (/usr/bin/python3); "
+              "with a T5 text encoder, transformers' T5EncoderModel on the same weights and ids "
+              "(TESSERA_EVAL_PYTHON, default /opt/tessera-eval-venv/bin/python3)");
   b->add_flag("--json", a->json, "Print one JSON object instead of a table");
   b->add_flag("--kernels", a->kernels,
               "Time the CPU linear kernel alone at the emoji and GPT-B shapes, 1-64 rows, f16, "
@@ -297,7 +331,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
                 "and report the tokens/s ratio");
   b->add_option("-r,--repeat", a->repeat,
                 "Measured rounds: with --against, alternating between models (medians); with "
-                "--methods, timed runs per row after the warm-up (mean ± stddev)")
+                "--methods, timed runs per row after the warm-up (mean ± stddev); with a T5 text "
+                "encoder, timed encodes after the warm-up (median; default 5)")
       ->check(int_at_least(1))
       ->capture_default_str();
   b->add_option("-o,--output-format", a->format,
