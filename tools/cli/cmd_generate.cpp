@@ -1,5 +1,6 @@
 // tessera generate: images (or token grids / latents) from a prompt, a class or a caption.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -267,8 +268,16 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   rs.add("tessera", kVersion);
   if (!a.out.empty() && !pipe->has_decoder())
     throw Error(a.common.model + " has no VQ decoder: use --tokens-out only");
+  const auto encode_t0 = std::chrono::steady_clock::now();
   const Condition cond =
       a.cond.text.empty() ? make_condition(a.cond, cfg) : pipe->text_condition(a.cond.text);
+  if (!a.cond.text.empty() && verbose()) {
+    int tokens = 0;
+    for (const uint8_t m : cond.caption_mask) tokens += m != 0;
+    log_info("prompt: " + std::to_string(tokens) + " tokens (EOS included), loaded and encoded in " +
+             fmt(std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_t0).count()) +
+             " s");
+  }
   if (!a.cond.text.empty()) {
     if (a.preprocessing != "clean") rs.add("text_preprocessing", a.preprocessing);
     if (!a.caption_out.empty()) {  // the real rows: a --caption file that reproduces the run
