@@ -1,6 +1,7 @@
 #include "io/mapped_file.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -38,6 +39,15 @@ std::shared_ptr<MappedFile> MappedFile::from_bytes(const std::string& name, cons
     std::memcpy(f->data_, data, size);
   }
   return f;
+}
+
+void MappedFile::release(const void* p, size_t bytes) const {
+  const auto* begin = static_cast<const unsigned char*>(p);
+  if (!mapped_ || begin < data_ || bytes > size_ || begin > data_ + (size_ - bytes)) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(begin) + bytes) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -21,6 +21,11 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  // Drops this process's pages of [p, p + bytes) that lie wholly inside it (MADV_DONTNEED): for
+  // a range read once and copied (weights a backend packed or uploaded), so the copy alone stays
+  // resident. A later read maps the file's pages again; a heap copy (from_bytes) is kept.
+  void release(const void* p, size_t bytes) const;
+
   const unsigned char* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }

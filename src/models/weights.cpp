@@ -55,7 +55,15 @@ Tensor WeightLoader::matrix(const std::string& name, const Shape& shape) {
 }
 
 Tensor WeightLoader::linear(const std::string& name, const Shape& shape) {
-  return backend_.pack_linear_weight(matrix(name, shape));
+  const Tensor stored = matrix(name, shape);
+  Tensor packed = backend_.pack_linear_weight(stored);
+  if (packed.data != stored.data) release(name);  // the model reads the packed copy alone
+  return packed;
+}
+
+void WeightLoader::release(const std::string& name) {
+  const SafeTensorInfo& info = file_.get(name);
+  file_.mapping()->release(info.data, info.nbytes);
 }
 
 Tensor WeightLoader::linear_stacked(const std::vector<std::string>& names, const Shape& each) {
@@ -65,6 +73,7 @@ Tensor WeightLoader::linear_stacked(const std::vector<std::string>& names, const
   for (size_t i = 0; i < names.size(); ++i) {
     Tensor rows = stacked.rows(static_cast<int64_t>(i) * each[0], each[0]);
     backend_.copy(matrix(names[i], each), rows);
+    release(names[i]);
   }
   return backend_.pack_linear_weight(stacked);
 }
@@ -87,15 +96,21 @@ Tensor WeightLoader::linear_columns(const std::string& name, const Shape& shape,
 
 Tensor WeightLoader::adopt(const SafeTensorInfo& info) {
   // safetensors does not promise alignment; a misaligned tensor is copied instead of mapped.
-  if (reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) != 0)
-    return backend_.upload(info.data, info.dtype, info.shape);
-  return backend_.adopt_host(info.data, info.dtype, info.shape, file_.mapping());
+  Tensor t = reinterpret_cast<uintptr_t>(info.data) % dtype_size(info.dtype) != 0
+                 ? backend_.upload(info.data, info.dtype, info.shape)
+                 : backend_.adopt_host(info.data, info.dtype, info.shape, file_.mapping());
+  // A copy (a device's memory, a misaligned tensor): the file's pages are not needed again.
+  if (t.data != info.data) file_.mapping()->release(info.data, info.nbytes);
+  return t;
 }
 
 Tensor WeightLoader::f32(const std::string& name, const Shape& shape) {
   const SafeTensorInfo& info = lookup(name, shape);
   Tensor stored = adopt(info);
-  return info.dtype == DType::F32 ? stored : backend_.to_f32(stored);
+  if (info.dtype == DType::F32) return stored;
+  Tensor converted = backend_.to_f32(stored);
+  file_.mapping()->release(info.data, info.nbytes);
+  return converted;
 }
 
 void WeightLoader::finish() {

@@ -48,6 +48,8 @@ class WeightLoader {
  private:
   const SafeTensorInfo& lookup(const std::string& name, const Shape& shape);
   Tensor adopt(const SafeTensorInfo& info);
+  // Drops the file's resident pages of a tensor the backend holds a copy of (MappedFile::release).
+  void release(const std::string& name);
   SafeTensorsFile file_;
   DType expected_;
   Backend& backend_;
