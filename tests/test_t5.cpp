@@ -17,6 +17,7 @@
 #include "models/prompt_text.h"
 #include "models/t5_encoder.h"
 #include "models/t5_relative_position.h"
+#include "tessera/image_io.h"
 #include "tessera/text_encoder.h"
 
 using namespace tessera;
@@ -484,4 +485,23 @@ TEST_F(T5Bench, TorchTimesTransformersOnTheSameWeights) {
   EXPECT_GT(j["speedup_vs_torch"].get<double>(), 0.0);
   EXPECT_EQ(j["torch"]["impl"], "transformers");
   EXPECT_EQ(j["torch"]["tokens"], 12);
+}
+
+// --from-png replays a typed prompt: the prompt and a non-default preprocessing are among the
+// settings the PNG stores, so the replay writes the same image.
+TEST_F(T5Errors, FromPngReplaysATypedPrompt) {
+  CliResult r = run({"generate", "-m", kT2i, "--text-encoder", kT5 + "f32", "Two (Dogs)", "-o",
+                     tmp("a.png"), "--seed", "3", "--text-preprocessing", "none"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("text_preprocessing=none"), std::string::npos) << r.err;
+  r = run({"generate", "-m", kT2i, "--text-encoder", kT5 + "f32", "--from-png", tmp("a.png"), "-o",
+           tmp("b.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  int w = 0, h = 0, w2 = 0, h2 = 0;
+  EXPECT_EQ(read_png(tmp("a.png"), w, h), read_png(tmp("b.png"), w2, h2));
+  r = run({"generate", "-m", kT2i, "--text-encoder", kT5 + "f32", "Two (Dogs)", "-o", tmp("c.png"),
+           "--seed", "3"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(read_png(tmp("a.png"), w, h), read_png(tmp("c.png"), w2, h2))
+      << "clean_caption drops the parentheses, which changes the tokens";
 }
