@@ -285,6 +285,12 @@ TEST_F(T5Errors, AnEmptyPromptIsRefused) {
   EXPECT_THROW(encoder().encode("   ", 120, TextPreprocessing::Lower), ParameterError);
   EXPECT_THROW(encoder().encode("*** ... ***", 120, TextPreprocessing::Clean), ParameterError);
   EXPECT_THROW(encoder().encode("", 120, TextPreprocessing::None), ParameterError);
+  // Over the length limit (clean_caption's regexes are quadratic on some long inputs): refused
+  // at once; at the limit it is encoded (and cut to 120 tokens).
+  std::string dots;
+  while (dots.size() < kMaxPromptBytes) dots += "a.";
+  EXPECT_EQ(encoder().encode(dots, 120, TextPreprocessing::Clean).ids.size(), 120u);
+  EXPECT_THROW(encoder().encode(dots + "a", 120, TextPreprocessing::Clean), ParameterError);
 }
 
 // A text encoder whose width is not the t2i model's caption_dim: a T5 of width 16 (random

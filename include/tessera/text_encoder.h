@@ -24,6 +24,9 @@ struct TextEncoding {
   int valid() const;       // real tokens: the number of 1s in mask
 };
 
+// The longest prompt encode() takes, in bytes (longer: ParameterError "prompt").
+inline constexpr size_t kMaxPromptBytes = 4096;
+
 class TextEncoder {
  public:
   // Loads a T5 encoder directory (config.json "architecture": "t5_encoder") onto opts.device.

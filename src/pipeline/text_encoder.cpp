@@ -105,6 +105,13 @@ TextEncoding TextEncoder::encode(const std::string& prompt, int max_length, Text
                                  int pad_to) const {
   check_param(max_length >= 0, "max_length", "must be >= 0 (0: no limit)");
   check_param(pad_to >= 0, "pad_to", "must be >= 0 (0: no padding)");
+  // clean_caption's regular expressions take time quadratic in the text on some inputs (20,000
+  // characters of "a.a.": 17 s); T5 reads at most max_length tokens, a few hundred characters,
+  // so a prompt far longer is refused rather than left to stall the engine.
+  check_param(prompt.size() <= kMaxPromptBytes, "prompt",
+              "has " + std::to_string(prompt.size()) + " bytes; the limit is " +
+                  std::to_string(kMaxPromptBytes) + " (T5 reads at most " +
+                  std::to_string(max_length) + " tokens of it)");
   const std::string text = preprocess_prompt(prompt, how);
   check_param(!text.empty(), "prompt", "is empty");
   TextEncoding out;
