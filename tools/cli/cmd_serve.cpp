@@ -34,46 +34,6 @@ struct ServeArgs {
   std::string text_encoder;  // a t2i model's T5 encoder (LoadOptions::text_encoder)
 };
 
-// The methods requests may name, each with its drafter on this model: the listed ones (each must
-// run here), or with "all" every LlamaGen method the model's companions can draft (the others are
-// left out, named with -v). The server's own method keeps --draft.
-std::map<std::string, std::string> served_methods(const ServeArgs& a, const std::string& draft_flag,
-                                                  Pipeline& pipe) {
-  const bool all = a.methods == "all";
-  std::vector<std::string> names;
-  if (all) {
-    for (const MethodInfo& m : registered_methods())
-      if (m.tokens != TokenKind::Continuous) names.push_back(m.name);
-  } else {
-    names = split_list(a.methods);
-    for (const std::string& m : names) {
-      const MethodInfo* info = find_method(m);
-      if (!info || info->tokens == TokenKind::Continuous)
-        throw Error("--methods: " + m +
-                    " is not a LlamaGen method (tessera generate --help lists them)");
-    }
-  }
-  const std::string own = a.gen.spec.method;
-  if (std::find(names.begin(), names.end(), own) == names.end()) names.push_back(own);
-  std::map<std::string, std::string> out;
-  for (const std::string& m : names) {
-    try {
-      const std::string flag = m == own ? draft_flag : "";
-      GenerateOptions g = a.gen;
-      g.spec = m == own ? a.gen.spec : SpeculativeOptions{};
-      g.spec.method = m;
-      g.spec.draft_model =
-          method_draft_dir(a.common.model, m, flag, choose_drafter(a.common.model, {m}, flag));
-      pipe.validate(g);
-      out[m] = g.spec.draft_model;
-    } catch (const Error& e) {
-      if (!all || m == own) throw;
-      if (verbose()) log_info("serve: method " + m + " is not served: " + e.what());
-    }
-  }
-  return out;
-}
-
 int run_serve(ServeArgs& a, const CLI::App& cmd) {
   if (a.common.model.empty()) a.common.model = default_model_dir();
   apply_common(a.common);
@@ -98,7 +58,7 @@ int run_serve(ServeArgs& a, const CLI::App& cmd) {
     throw Error("--text-encoder is for text-conditional (t2i) models; " + a.common.model +
                 " is class-conditional");
   // Bad settings fail here, in one line, not at the first request.
-  a.serve.methods = served_methods(a, draft_flag, *pipe);
+  a.serve.methods = serving_methods(a.common.model, a.methods, a.gen, draft_flag, *pipe);
   a.serve.model_dir = a.common.model;
   a.serve.gen = a.gen;
   serve::Server server(*pipe, a.serve);

@@ -193,4 +193,44 @@ std::string prompt_file_name(const std::string& label) {
   return (out.empty() ? "image" : out) + ".png";
 }
 
+std::map<std::string, std::string> serving_methods(const std::string& model_dir,
+                                                   const std::string& methods,
+                                                   const GenerateOptions& gen,
+                                                   const std::string& draft_flag, Pipeline& pipe,
+                                                   const std::string& flag) {
+  const bool all = methods == "all";
+  std::vector<std::string> names;
+  if (all) {
+    for (const MethodInfo& m : registered_methods())
+      if (m.tokens != TokenKind::Continuous) names.push_back(m.name);
+  } else {
+    names = split_list(methods);
+    for (const std::string& m : names) {
+      const MethodInfo* info = find_method(m);
+      if (!info || info->tokens == TokenKind::Continuous)
+        throw Error(flag + ": " + m +
+                    " is not a LlamaGen method (tessera generate --help lists them)");
+    }
+  }
+  const std::string own = gen.spec.method;
+  if (std::find(names.begin(), names.end(), own) == names.end()) names.push_back(own);
+  std::map<std::string, std::string> out;
+  for (const std::string& m : names) {
+    try {
+      const std::string draft = m == own ? draft_flag : "";
+      GenerateOptions g = gen;
+      g.spec = m == own ? gen.spec : SpeculativeOptions{};
+      g.spec.method = m;
+      g.spec.draft_model =
+          method_draft_dir(model_dir, m, draft, choose_drafter(model_dir, {m}, draft));
+      pipe.validate(g);
+      out[m] = g.spec.draft_model;
+    } catch (const Error& e) {
+      if (!all || m == own) throw;
+      if (verbose()) log_info("serve: method " + m + " is not served: " + e.what());
+    }
+  }
+  return out;
+}
+
 }  // namespace tessera::cli

@@ -1,8 +1,11 @@
 // The embedded default model (models/emoji, issue 4) used when generate/classes get no -m.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
+
+#include "tessera/tessera.h"
 
 namespace tessera::cli {
 
@@ -45,5 +48,16 @@ std::string model_hash(const std::string& dir);
 
 // A file name for a prompt's image: "red apple (twitter)" -> "red_apple_twitter.png".
 std::string prompt_file_name(const std::string& label);
+
+// The methods tessera serve answers (and the Python package's ServeEngine), each with its drafter's
+// directory on this model: the listed ones (comma-separated; each must run here), or with "all"
+// every LlamaGen method the model's companions can draft (the others are left out, named with -v).
+// gen's own method is always served and keeps draft_flag (its --draft). flag: how the user gave
+// the list, for errors.
+std::map<std::string, std::string> serving_methods(const std::string& model_dir,
+                                                   const std::string& methods,
+                                                   const GenerateOptions& gen,
+                                                   const std::string& draft_flag, Pipeline& pipe,
+                                                   const std::string& flag = "--methods");
 
 }  // namespace tessera::cli

@@ -37,6 +37,7 @@ nlohmann::json vertical_shares(const std::vector<const ImageStats*>& images) {
           {"share", drafts ? static_cast<double>(vertical) / drafts : 0.0},
           {"share_by_column", by_col}};
 }
+}  // namespace
 
 nlohmann::json image_stats_json(const ImageStats& s) {
   nlohmann::json j = {{"tokens", s.tokens},
@@ -52,7 +53,6 @@ nlohmann::json image_stats_json(const ImageStats& s) {
   if (!s.accepted_vertical.empty()) j["vertical_proposals_accepted"] = vertical_shares({&s});
   return j;
 }
-}  // namespace
 
 nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
   nlohmann::json per = nlohmann::json::array();

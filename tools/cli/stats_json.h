@@ -9,6 +9,9 @@
 namespace tessera::cli {
 
 // Aggregates, the time split and one "per_image" entry per image.
+// One image's: tokens, rounds, forwards, acceptance per draft depth.
+nlohmann::json image_stats_json(const ImageStats& s);
+
 nlohmann::json stats_json(const GenerateStats& st, const std::string& method);
 
 }  // namespace tessera::cli

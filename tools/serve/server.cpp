@@ -1,526 +1,62 @@
 #include "server.h"
 
 #include <httplib.h>
-#include <openssl/evp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <ctime>
-#include <deque>
-#include <filesystem>
-#include <map>
-#include <mutex>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <thread>
+#include <memory>
+#include <string>
 
 #include "client_gone.h"
-#include "metrics.h"
-#include "request.h"
-#include "tessera/class_names.h"
+#include "engine.h"
 #include "tessera/error.h"
-#include "tessera/generation.h"
-#include "tessera/image_io.h"
-#include "tessera/log.h"
 #include "web_page.h"
 
 namespace tessera::serve {
 
 namespace {
 
-using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-// A streamed image's previews are made at most this often (each is a VQ decode on the engine).
-constexpr auto kPreviewEvery = std::chrono::milliseconds(200);
-// How often a waiting request checks that its client is still there, and a stream with nothing
-// to send writes a comment (which fails once the client has gone).
-constexpr auto kClientCheckEvery = std::chrono::milliseconds(250);
-
-std::string base64(const std::string& bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(bytes.data()),
-                                static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
+void send(httplib::Response& res, const Reply& r) {
+  res.status = r.status;
+  for (const auto& [k, v] : r.headers) res.set_header(k, v);
+  if (r.status != 499) res.set_content(r.body, r.content_type);
 }
-
-json error_body(const std::string& message, const std::string& type, const std::string& param) {
-  return {{"error",
-           {{"message", message},
-            {"type", type},
-            {"param", param.empty() ? json() : json(param)},
-            {"code", json()}}}};
-}
-
-std::string sse(const std::string& event, const json& data) {
-  return "event: " + event + "\ndata: " + data.dump() + "\n\n";
-}
-
-double mean_accepted(const ImageStats& s) {
-  return s.rounds > 0 ? static_cast<double>(s.tokens - 1) / s.rounds : 1.0;
-}
-
-// One setting's Generation, and the images of it in flight: generation id -> (job, image).
-struct Lane {
-  std::unique_ptr<Generation> gen;
-  std::map<int, std::pair<std::shared_ptr<Job>, size_t>> live;
-};
 
 }  // namespace
 
 struct Server::Impl {
-  Pipeline& pipe;
   ServeOptions o;
-  std::optional<ClassNames> names;
-  std::string model_id;
-  int image_size = 0, grid = 0;
+  Engine engine;
   httplib::Server http;
-
-  std::mutex mu;
-  std::condition_variable engine_cv, done_cv;
-  std::deque<std::shared_ptr<Job>> queue;  // jobs with images not yet added
-  size_t waiting = 0;                      // images queued, not added
-  bool stopping = false;
-  Metrics metrics;
-  std::atomic<int> in_flight{0}, settings{0};
   int listen_fd = -1;
-  // The engine's alone (no lock): a Generation per distinct setting.
-  std::map<std::string, Lane> lanes;
 
-  Impl(Pipeline& p, ServeOptions opts) : pipe(p), o(std::move(opts)) {
-    const ModelConfig& mc = pipe.config();
-    if (ClassNames::present(o.model_dir)) names = ClassNames::load(o.model_dir, mc.gpt.num_classes);
-    std::filesystem::path dir = std::filesystem::path(mc.dir).lexically_normal();
-    if (dir.filename().empty()) dir = dir.parent_path();  // "models/emoji/target/"
-    model_id = dir.filename().string();
-    image_size = pipe.image_size();
-    grid = mc.gpt.grid;
-  }
-
-  RequestContext context() const {
-    return {o, pipe.config(), names ? &*names : nullptr, image_size};
-  }
-
-  // ---- the engine thread -----------------------------------------------------------------------
-  void engine() {
-    for (;;) {
-      std::vector<std::shared_ptr<Job>> to_open;
-      {
-        std::unique_lock lock(mu);
-        drop_cancelled();
-        admit(to_open);
-        int busy = 0;
-        for (auto& [key, lane] : lanes) busy += lane.gen->in_flight();
-        in_flight = busy;
-        settings = static_cast<int>(lanes.size());
-        if (busy == 0 && to_open.empty()) {
-          if (stopping && queue.empty()) return;
-          engine_cv.wait(lock);
-          continue;
-        }
-      }
-      for (const auto& job : to_open) open_lane(*job);
-      if (!to_open.empty()) continue;  // admit into the new lanes first
-      for (auto it = lanes.begin(); it != lanes.end();) {
-        Lane& lane = it->second;
-        try {
-          if (lane.gen->in_flight() > 0) {
-            lane.gen->step();
-            finish(lane);
-            stream_progress(lane);
-          }
-          ++it;
-        } catch (const std::exception& e) {
-          // A fault fails that setting's requests in flight (500) and drops its Generation; the
-          // other settings and later requests go on.
-          std::lock_guard lock(mu);
-          for (auto& [id, entry] : lane.live)
-            entry.first->fail(500, std::string("generation failed: ") + e.what());
-          metrics.engine_faults++;
-          it = lanes.erase(it);
-          done_cv.notify_all();
-        }
-      }
-    }
-  }
-
-  // Cancelled jobs (timed out, or their client gone) give their slots back now.
-  void drop_cancelled() {
-    for (auto& [key, lane] : lanes)
-      for (auto it = lane.live.begin(); it != lane.live.end();) {
-        if (it->second.first->cancelled) {
-          lane.gen->cancel(it->first);
-          it = lane.live.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    for (auto it = queue.begin(); it != queue.end();)
-      if ((*it)->cancelled || (*it)->failed) {
-        waiting -= (*it)->images.size() - (*it)->added;
-        it = queue.erase(it);
-      } else {
-        ++it;
-      }
-  }
-
-  // Adds queued images to their setting's batch while it has room, first come first served. A job
-  // whose setting has no lane yet is returned in `to_open`; when max_settings lanes are busy, no
-  // later job is admitted, so the lanes drain and the waiting setting gets one.
-  void admit(std::vector<std::shared_ptr<Job>>& to_open) {
-    for (auto it = queue.begin(); it != queue.end();) {
-      Job& job = **it;
-      auto lane = lanes.find(job.settings);
-      if (lane == lanes.end()) {
-        if (std::none_of(to_open.begin(), to_open.end(),
-                         [&](const auto& j) { return j->settings == job.settings; })) {
-          if (static_cast<int>(lanes.size() + to_open.size()) >= std::max(o.max_settings, 1) &&
-              !evict_idle_lane())
-            return;
-          to_open.push_back(*it);
-        }
-        ++it;
-        continue;
-      }
-      while (job.added < job.images.size() && lane->second.gen->capacity() > 0) {
-        const size_t i = job.added;
-        int id;
-        try {
-          id = lane->second.gen->add(job.images[i]);
-        } catch (const ParameterError& e) {  // a sampling setting the engine refuses
-          job.fail(400, e.what(), e.param());
-          done_cv.notify_all();
-          break;
-        }
-        job.added++;
-        lane->second.live[id] = {*it, i};
-        waiting--;
-      }
-      if (job.failed) {  // its images added so far are cancelled with it
-        job.cancelled = true;
-        waiting -= job.images.size() - job.added;
-        it = queue.erase(it);
-        continue;
-      }
-      it = job.added == job.images.size() ? queue.erase(it) : std::next(it);
-    }
-  }
-
-  bool evict_idle_lane() {
-    for (auto it = lanes.begin(); it != lanes.end(); ++it)
-      if (it->second.gen->in_flight() == 0) {
-        lanes.erase(it);
-        return true;
-      }
-    return false;
-  }
-
-  // The default setting's Generation, started before the first request. Its key is the one a
-  // request with no method or sampling fields gets.
-  void warm_up() {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::shared_ptr<Job> job;
-    try {
-      job = parse_request(pipe.config().gpt.is_c2i() ? R"({"class": 0})" : R"({"prompt": "a"})",
-                          context());
-    } catch (const HttpError& e) {
-      throw Error("serve: the default setting cannot run: " + e.message);
-    }
-    pipe.validate(job->opts);
-    auto gen = pipe.start_generation(job->opts);
-    std::lock_guard lock(mu);
-    lanes[job->settings].gen = std::move(gen);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char took[32];
-    std::snprintf(took, sizeof took, "%.2f s", s);
-    log_info(std::string("serve: the default setting's batch started in ") + took);
-  }
-
-  // Starts the Generation of a job's setting (outside the lock: it may load a draft model). A
-  // setting the engine refuses fails every queued job that asked for it, 400 with the message.
-  void open_lane(const Job& job) {
-    int status = 400;
-    std::string why, param;
-    try {
-      pipe.validate(job.opts);
-      auto gen = pipe.start_generation(job.opts);
-      std::lock_guard lock(mu);
-      lanes[job.settings].gen = std::move(gen);
-      return;
-    } catch (const ParameterError& e) {
-      why = e.what();
-      param = e.param();
-    } catch (const Error& e) {
-      why = e.what();
-    } catch (const std::exception& e) {
-      status = 500;
-      why = std::string("the engine could not start: ") + e.what();
-    }
-    std::lock_guard lock(mu);
-    for (auto& j : queue)
-      if (j->settings == job.settings) j->fail(status, why, param);
-    drop_cancelled();
-    done_cv.notify_all();
-  }
-
-  // Finished images go to their requests' HTTP threads, which decode them (threads may share
-  // the Pipeline), so the engine goes on stepping meanwhile.
-  void finish(Lane& lane) {
-    for (FinishedImage& f : lane.gen->poll()) {
-      auto it = lane.live.find(f.id);
-      if (it == lane.live.end()) continue;
-      auto [job_ptr, i] = it->second;
-      lane.live.erase(it);
-      Job& job = *job_ptr;
-      std::lock_guard lock(mu);
-      job.tokens[i] = std::move(f.tokens);
-      job.stats[i] = f.stats;
-      job.done++;
-      if (job.stream) job.events.push_back({"", static_cast<int>(i)});
-      metrics.images++;
-      metrics.tokens += f.stats.tokens;
-      Metrics::Acceptance& a = metrics.by_method[job.opts.spec.method];
-      a.rounds += f.stats.rounds;
-      a.accepted += f.stats.tokens - 1;
-      done_cv.notify_all();
-    }
-  }
-
-  // A streamed image's event: its pixels so far, tokens and acceptance map.
-  json image_event(const Job& job, size_t i, const std::vector<uint8_t>& px,
-                   const ImageStats& s) const {
-    const int64_t total = static_cast<int64_t>(grid) * grid;
-    std::vector<int> depth(s.accepted_depth.begin(), s.accepted_depth.end());
-    const bool done = s.tokens >= total;
-    return {{"type", done ? "image_generation.completed" : "image_generation.partial_image"},
-            {"b64_json", base64(png_bytes(px.data(), image_size, image_size))},
-            {"created_at", static_cast<int64_t>(std::time(nullptr))},
-            {"size", std::to_string(image_size) + "x" + std::to_string(image_size)},
-            {"output_format", "png"},
-            {"revised_prompt", job.labels[i]},
-            {"tessera",
-             {{"image", i},
-              {"seed", job.images[i].seed},
-              {"method", job.opts.spec.method},
-              {"tokens", s.tokens},
-              {"total", total},
-              {"accepted_depth", depth},
-              {"target_forwards", s.target_forwards},
-              {"mean_accepted_length", mean_accepted(s)},
-              {"seconds", std::chrono::duration<double>(Clock::now() - job.start).count()}}}};
-  }
-
-  // Previews of the streamed images in flight, each at most every kPreviewEvery.
-  void stream_progress(Lane& lane) {
-    const auto now = Clock::now();
-    for (auto& [id, entry] : lane.live) {
-      Job& job = *entry.first;
-      const size_t i = entry.second;
-      if (!job.stream || now - job.previewed[i] < kPreviewEvery) continue;
-      const ImageStats s = lane.gen->image_stats(id);
-      if (s.tokens == 0) continue;  // not prefilled yet
-      job.previewed[i] = now;
-      const std::string event =
-          sse("image_generation.partial_image", image_event(job, i, lane.gen->preview(id), s));
-      std::lock_guard lock(mu);
-      job.events.push_back({event});
-      done_cv.notify_all();
-    }
-  }
-
-  // ---- HTTP ------------------------------------------------------------------------------------
-  void count(int status) {
-    std::lock_guard lock(mu);
-    metrics.requests[status]++;
-  }
-  void reply(httplib::Response& res, int status, const json& body) {
-    res.status = status;
-    res.set_content(body.dump(), "application/json");
-    count(status);
-  }
-  void reply_error(httplib::Response& res, const HttpError& e) {
-    const std::string type = e.status >= 500 ? "server_error" : "invalid_request_error";
-    reply(res, e.status, error_body(e.message, type, e.param));
-  }
-
-  // Queues a job, or says why not (shutting down, the queue full).
-  std::optional<HttpError> enqueue(const std::shared_ptr<Job>& job, httplib::Response& res) {
-    std::lock_guard lock(mu);
-    if (stopping) return HttpError{503, "the server is shutting down", ""};
-    if (waiting + job->images.size() > static_cast<size_t>(o.queue)) {
-      res.set_header("Retry-After", "1");
-      return HttpError{
-          429, "the queue is full (" + std::to_string(o.queue) + " images waiting); retry later",
-          ""};
-    }
-    queue.push_back(job);
-    waiting += job->images.size();
-    engine_cv.notify_one();
-    return std::nullopt;
-  }
-
-  Clock::time_point deadline(const Job& job) const {
-    return job.start +
-           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
-  }
-
-  void cancel(Job& job) {  // with mu held
-    job.cancelled = true;  // the engine frees its slots at the next step
-    engine_cv.notify_one();
-  }
+  Impl(Pipeline& p, ServeOptions opts) : o(opts), engine(p, std::move(opts)) {}
 
   void generations(const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<Job> job;
-    try {
-      job = parse_request(req.body, context());
-    } catch (const HttpError& e) {
-      reply_error(res, e);
+    const Reply r = engine.generations(
+        req.body, [&req] { return client_gone(req.remote_addr, req.remote_port, req.local_port); },
+        &job);
+    if (!job) {
+      send(res, r);
       return;
     }
-    job->start = Clock::now();
-    if (auto e = enqueue(job, res)) {
-      reply_error(res, *e);
-      return;
-    }
-    if (job->stream) {
-      stream(job, res);
-      return;
-    }
-    std::unique_lock lock(mu);
-    while (!job->complete()) {
-      const auto until = std::min(deadline(*job), Clock::now() + kClientCheckEvery);
-      if (done_cv.wait_until(lock, until, [&] { return job->complete(); })) break;
-      if (Clock::now() >= deadline(*job)) {
-        cancel(*job);
-        lock.unlock();
-        reply_error(res, {503, "timed out after " + std::to_string(o.timeout_s) + " s", ""});
-        return;
-      }
-      lock.unlock();
-      const bool gone = client_gone(req.remote_addr, req.remote_port, req.local_port);
-      lock.lock();
-      if (gone && !job->complete()) {
-        cancel(*job);
-        metrics.disconnects++;
-        metrics.requests[499]++;
-        res.status = 499;  // nobody reads it
-        return;
-      }
-    }
-    if (job->failed) {
-      const HttpError e{job->error_status, job->error, job->error_param};
-      lock.unlock();
-      reply_error(res, e);
-      return;
-    }
-    lock.unlock();
-    json data = json::array(), per = json::array();
-    for (size_t i = 0; i < job->images.size(); ++i) {
-      const std::vector<uint8_t> px = pipe.decode(job->tokens[i], 1);
-      const std::string png = png_bytes(px.data(), image_size, image_size);
-      data.push_back({{"b64_json", base64(png)}, {"revised_prompt", job->labels[i]}});
-      const ImageStats& s = job->stats[i];
-      per.push_back({{"seed", job->images[i].seed},
-                     {"image_index", job->images[i].image_index},
-                     {"target_forwards", s.target_forwards},
-                     {"mean_accepted_length", mean_accepted(s)}});
-    }
-    const double seconds = std::chrono::duration<double>(Clock::now() - job->start).count();
-    reply(
-        res, 200,
-        {{"created", static_cast<int64_t>(std::time(nullptr))},
-         {"data", data},
-         {"tessera", {{"method", job->opts.spec.method}, {"seconds", seconds}, {"images", per}}}});
-    std::lock_guard g(mu);
-    metrics.observe(seconds);
-  }
-
-  // "stream": true: Server-Sent Events in the shape of OpenAI's streamed image generation
-  // (image_generation.partial_image while it is generated, image_generation.completed per image;
-  // "error" if it fails). A write that fails means the client has gone: its images are cancelled.
-  void stream(const std::shared_ptr<Job>& job, httplib::Response& res) {
-    res.status = 200;
-    res.set_header("Cache-Control", "no-cache");
-    count(200);
+    res.status = r.status;
+    for (const auto& [k, v] : r.headers) res.set_header(k, v);
+    // A streamed answer: its events as the engine makes them.
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, job](size_t, httplib::DataSink& sink) {
-          std::unique_lock lock(mu);
-          done_cv.wait_for(lock, kClientCheckEvery,
-                           [&] { return !job->events.empty() || job->complete(); });
-          std::deque<Job::Event> queued = std::move(job->events);
-          job->events.clear();
-          bool end = job->complete() && queued.empty();
-          std::vector<std::string> events;
-          std::vector<std::pair<size_t, ImageStats>> finished;  // decoded below, unlocked
-          for (Job::Event& e : queued)
-            if (e.finished >= 0) {
-              finished.push_back({static_cast<size_t>(e.finished), job->stats[e.finished]});
-              events.emplace_back();  // its place in the order
-            } else {
-              events.push_back(std::move(e.text));
-            }
-          if (!job->complete() && Clock::now() >= deadline(*job)) {
-            cancel(*job);
-            job->fail(503, "timed out after " + std::to_string(o.timeout_s) + " s");
-          }
-          if (job->failed) {
-            events.push_back(
-                sse("error",
-                    error_body(job->error,
-                               job->error_status >= 500 ? "server_error" : "invalid_request_error",
-                               job->error_param)));
-            end = true;
-          }
-          lock.unlock();
-          size_t next = 0;
-          for (std::string& e : events)
-            if (e.empty() && next < finished.size()) {
-              const auto& [i, stats] = finished[next++];
-              e = sse("image_generation.completed",
-                      image_event(*job, i, pipe.decode(job->tokens[i], 1), stats));
-            }
-          if (events.empty() && !end) events.push_back(": waiting\n\n");
-          for (const std::string& e : events)
-            if (!sink.write(e.data(), e.size())) {
-              lock.lock();
-              cancel(*job);
-              metrics.disconnects++;
-              return false;
-            }
-          if (end) {
-            sink.done();
-            lock.lock();
-            metrics.observe(std::chrono::duration<double>(Clock::now() - job->start).count());
-          }
+          bool gone = false;
+          const bool more = engine.stream_events(job, [&](const std::string& e) {
+            gone = !sink.write(e.data(), e.size());
+            return !gone;
+          });
+          if (gone) return false;
+          if (!more) sink.done();
           return true;
         },
-        [this, job](bool) {  // the stream ended, written in full or not
-          std::lock_guard lock(mu);
-          if (!job->complete()) cancel(*job);
-        });
-  }
-
-  json models() const {
-    json classes = json::array();
-    if (names)
-      for (int c = 0; c < pipe.config().gpt.num_classes; ++c) classes.push_back(names->label(c));
-    return {{"object", "list"},
-            {"data", json::array({{{"id", model_id},
-                                   {"object", "model"},
-                                   {"owned_by", "tessera"},
-                                   {"tessera",
-                                    {{"method", o.gen.spec.method},
-                                     {"methods", served_methods(o)},
-                                     {"size", image_size},
-                                     {"grid", grid},
-                                     {"classes", classes}}}}})}};
+        [this, job](bool) { engine.stream_closed(job); });
   }
 
   void routes() {
@@ -540,30 +76,21 @@ struct Server::Impl {
     });
     http.Get("/", [this](const httplib::Request&, httplib::Response& r) {
       r.set_content(web_page(), "text/html; charset=utf-8");
-      count(200);
+      engine.count(200);
     });
     http.Post("/v1/images/generations",
               [this](const httplib::Request& q, httplib::Response& r) { generations(q, r); });
     http.Get("/v1/models",
-             [this](const httplib::Request&, httplib::Response& r) { reply(r, 200, models()); });
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& r) {
-      bool down;
-      {
-        std::lock_guard lock(mu);
-        down = stopping;
-      }
-      reply(r, down ? 503 : 200, {{"status", down ? "stopping" : "ok"}});
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& r) {
-      std::lock_guard lock(mu);
-      r.set_content(metrics.text(static_cast<int64_t>(waiting), in_flight.load(), settings.load()),
-                    "text/plain; version=0.0.4");
-    });
+             [this](const httplib::Request&, httplib::Response& r) { send(r, engine.models()); });
+    http.Get("/health",
+             [this](const httplib::Request&, httplib::Response& r) { send(r, engine.health()); });
+    http.Get("/metrics",
+             [this](const httplib::Request&, httplib::Response& r) { send(r, engine.metrics()); });
     http.set_error_handler([this](const httplib::Request& q, httplib::Response& r) {
       if (r.status == 413)
-        reply_error(r, {413, "the body is over " + std::to_string(o.max_body) + " bytes", ""});
+        send(r, engine.error(413, "the body is over " + std::to_string(o.max_body) + " bytes"));
       else if (r.status == 404)
-        reply_error(r, {404, "no route " + q.method + " " + q.path, ""});
+        send(r, engine.error(404, "no route " + q.method + " " + q.path));
     });
     http.set_exception_handler(
         [this](const httplib::Request&, httplib::Response& r, std::exception_ptr ep) {
@@ -574,7 +101,7 @@ struct Server::Impl {
             what = e.what();
           } catch (...) {
           }
-          reply_error(r, {500, what, ""});
+          send(r, engine.error(500, what));
         });
   }
 };
@@ -596,33 +123,21 @@ int Server::bind() {
     throw Error("cannot listen on " + s.o.host + ":" + std::to_string(s.o.port) +
                 " (in use, or not an address of this machine)");
   if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);  // Linux: a second listen() resizes it
-  if (s.o.warm_up) s.warm_up();
+  if (s.o.warm_up) s.engine.warm_up();
   return port;
 }
 
 void Server::run() {
   Impl& s = *impl_;
-  std::thread engine([&s] { s.engine(); });
+  s.engine.start();
   s.http.listen_after_bind();
-  {
-    std::lock_guard lock(s.mu);
-    s.stopping = true;
-    for (auto& job : s.queue) job->fail(503, "the server is shutting down");
-    s.waiting = 0;
-    s.queue.clear();
-    s.done_cv.notify_all();
-    s.engine_cv.notify_all();
-  }
-  engine.join();
+  s.engine.stop();
+  s.engine.join();
 }
 
 void Server::stop() {
   Impl& s = *impl_;
-  {
-    std::lock_guard lock(s.mu);
-    s.stopping = true;
-    s.engine_cv.notify_all();
-  }
+  s.engine.stop();
   s.http.stop();
 }
 
