@@ -16,3 +16,7 @@ ninja -C build
 # The JUnit report (build/ctest-junit.xml) lets CI list the tests that were skipped
 # (tests/check_skips.py).
 ctest --test-dir build --output-on-failure -j2 --output-junit ctest-junit.xml
+# The Python package, installed with pip and tested with pytest (TESSERA_PYTHON=0 skips it).
+if [[ "${TESSERA_PYTHON:-1}" != 0 ]]; then
+  bash scripts/test-python.sh
+fi
