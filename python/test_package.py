@@ -45,6 +45,21 @@ def cli_images(tmp_path, *args, n):
     return [np.asarray(Image.open(p).convert("RGB")) for p in names]
 
 
+def test_the_readme_example(tmp_path):
+    """The README's Python example, as written, from a directory with the repository's models."""
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    code = readme.split("## Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "pipe.generate(" in code
+    os.symlink(os.path.join(ROOT, "models"), tmp_path / "models")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        exec(compile(code, "README.md (Python)", "exec"), {})
+    finally:
+        os.chdir(cwd)
+    assert Image.open(tmp_path / "apple.png").size == (64, 64)
+
+
 @pytest.mark.parametrize("method,extra", [("vanilla", []), ("sd", ["--draft-len", "4"]),
                                           ("lantern", [])])
 def test_same_images_as_the_cli(pipe, tmp_path, method, extra):
@@ -84,6 +99,14 @@ def test_typed_prompt_on_a_t2i_model(tmp_path):
     grids, stats = p.generate("a photo of a corgi", seed=3, output="tokens")
     np.testing.assert_array_equal(grids[0], np.load(out)[0])
     assert stats["labels"] == ["a photo of a corgi"]
+    # Caption features (T5's output for a prompt) as an array, as --caption FILE.npy takes them.
+    feats = tmp_path / "caption.npy"
+    cli("encode", "-m", t5, "--prompt", "a red apple", "--out", str(feats))
+    cli("generate", "-m", model, "--caption", str(feats), "--seed", "4", "--tokens-out", str(out))
+    grids, stats = p.generate(np.load(feats), seed=4, output="tokens")
+    np.testing.assert_array_equal(grids[0], np.load(out)[0])
+    with pytest.raises(tessera.Error, match="are for text-conditional"):
+        tessera.Pipeline(EMOJI).generate(np.load(feats))
 
 
 def test_mar_latents_match_the_cli(tmp_path):

@@ -29,6 +29,8 @@ SKIP = [
     (r"\.\.\.|\|(?!\|)\S*\s*$|\w\|\w+(\|\w+)*\s", "a pattern, not a command (\"...\" or a|b)"),
     (r"^bash scripts/(quickstart|test)\.sh", "the README's setup and test commands (CI runs them)"),
     (r"^(cmake|ninja|ctest|clang-format) ", "a build or development command"),
+    (r"pip install \.", "builds the Python package (scripts/test-python.sh runs it, and "
+     "python/test_package.py the README's Python example)"),
     (r"/usr/bin/python3 tools/convert_", "needs the official checkpoints (downloaded by the user)"),
     (r"tessera_eval", "needs reference images and the evaluation venv"),
     (r"models/mar_", "needs the converted MAR checkpoints"),
