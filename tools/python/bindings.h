@@ -27,8 +27,9 @@ struct PyPipeline {
 
 // A uint8 array [n, H, W, 3] (or [H, W, 3] for n = 0) that owns its pixels.
 nb::object pixels_array(std::vector<uint8_t> px, int n, int size);
-// An int32 array of the given shape that owns its values.
-nb::object int_array(std::vector<int32_t> v, std::vector<size_t> shape);
+// A numpy array of the given shape that owns its values (int32 and float).
+template <class T>
+nb::object owned_array(std::vector<T> v, std::vector<size_t> shape);
 // A JSON text as Python objects (json.loads).
 nb::object json_object(const std::string& text);
 

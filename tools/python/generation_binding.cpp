@@ -66,7 +66,7 @@ void register_generation(nb::module_& m) {
              const size_t grid = static_cast<size_t>(g.owner->pipe->config().gpt.grid);
              nb::list out;
              for (FinishedImage& f : done)
-               out.append(nb::make_tuple(f.id, int_array(std::move(f.tokens), {grid, grid}),
+               out.append(nb::make_tuple(f.id, owned_array(std::move(f.tokens), {grid, grid}),
                                          image_stats(f.stats)));
              return out;
            })
@@ -83,7 +83,7 @@ void register_generation(nb::module_& m) {
             std::lock_guard lock(g.mu);
             std::vector<int32_t> t = g.gen->tokens(id);
             const size_t n = t.size();
-            return int_array(std::move(t), {n});
+            return owned_array(std::move(t), {n});
           },
           nb::arg("id"))
       .def(

@@ -6,8 +6,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <cstring>
-
 #include "../cli/stats_json.h"
 #include "arguments.h"
 #include "bindings.h"
@@ -58,6 +56,14 @@ std::string mar_stats_text(const MarStats& st, const std::string& method) {
   return j.dump();
 }
 
+// The rows one after another.
+template <class T>
+std::vector<T> concat(const std::vector<std::vector<T>>& rows) {
+  std::vector<T> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  return flat;
+}
+
 // generate(prompts, n, seed, method, style, progress, decode, **kwargs) -> (grids, pixels or None,
 // stats JSON, labels). Image i of prompt p is image p * n + i of the call (its random stream).
 nb::tuple generate(PyPipeline& self, const std::vector<nb::object>& prompts, int n, uint64_t seed,
@@ -96,18 +102,11 @@ nb::tuple generate(PyPipeline& self, const std::vector<nb::object>& prompts, int
     {
       nb::gil_scoped_release release;
       latents = self.pipe->generate_latents(label_ids, a.mar, &st);
-      if (decode) {
-        std::vector<float> flat;
-        for (const auto& l : latents) flat.insert(flat.end(), l.begin(), l.end());
-        px = self.pipe->decode_latents(flat, count);
-      }
+      if (decode) px = self.pipe->decode_latents(concat(latents), count);
     }
     for (auto& l : latents) {
       const size_t len = l.size();
-      float* data = new float[len];
-      std::memcpy(data, l.data(), len * sizeof(float));
-      nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-      grids.append(nb::ndarray<nb::numpy, float>(data, {len}, owner));
+      grids.append(owned_array(std::move(l), {len}));
     }
     if (decode) pixels = pixels_array(std::move(px), count, size);
     stats = mar_stats_text(st, method);
@@ -120,14 +119,10 @@ nb::tuple generate(PyPipeline& self, const std::vector<nb::object>& prompts, int
     {
       nb::gil_scoped_release release;
       out = self.pipe->generate(conditions, a.gen, &st);
-      if (decode && self.pipe->has_decoder()) {
-        std::vector<int32_t> flat;
-        for (const auto& g : out) flat.insert(flat.end(), g.begin(), g.end());
-        px = self.pipe->decode(flat, count);
-      }
+      if (decode && self.pipe->has_decoder()) px = self.pipe->decode(concat(out), count);
     }
     const size_t grid = static_cast<size_t>(mc.gpt.grid);
-    for (auto& g : out) grids.append(int_array(std::move(g), {grid, grid}));
+    for (auto& g : out) grids.append(owned_array(std::move(g), {grid, grid}));
     if (decode && self.pipe->has_decoder()) pixels = pixels_array(std::move(px), count, size);
     stats = cli::stats_json(st, a.gen.spec.method).dump();
   }
@@ -156,19 +151,19 @@ nb::object decode(PyPipeline& self, nb::ndarray<const int32_t, nb::c_contig, nb:
 
 }  // namespace
 
-nb::object pixels_array(std::vector<uint8_t> px, int n, int size) {
-  auto* data = new std::vector<uint8_t>(std::move(px));
-  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
-  const size_t s = static_cast<size_t>(size);
-  if (n == 0) return nb::cast(nb::ndarray<nb::numpy, uint8_t>(data->data(), {s, s, 3}, owner));
-  return nb::cast(
-      nb::ndarray<nb::numpy, uint8_t>(data->data(), {static_cast<size_t>(n), s, s, 3}, owner));
+template <class T>
+nb::object owned_array(std::vector<T> v, std::vector<size_t> shape) {
+  auto* data = new std::vector<T>(std::move(v));
+  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(data->data(), shape.size(), shape.data(), owner));
 }
+template nb::object owned_array(std::vector<int32_t>, std::vector<size_t>);
+template nb::object owned_array(std::vector<float>, std::vector<size_t>);
 
-nb::object int_array(std::vector<int32_t> v, std::vector<size_t> shape) {
-  auto* data = new std::vector<int32_t>(std::move(v));
-  nb::capsule owner(data, [](void* p) noexcept { delete static_cast<std::vector<int32_t>*>(p); });
-  return nb::cast(nb::ndarray<nb::numpy, int32_t>(data->data(), shape.size(), shape.data(), owner));
+nb::object pixels_array(std::vector<uint8_t> px, int n, int size) {
+  const size_t s = static_cast<size_t>(size);
+  if (n == 0) return owned_array(std::move(px), {s, s, 3});
+  return owned_array(std::move(px), {static_cast<size_t>(n), s, s, 3});
 }
 
 nb::object json_object(const std::string& text) {

@@ -30,6 +30,20 @@ nb::tuple reply(const serve::Reply& r) {
   return nb::make_tuple(r.status, nb::str(r.body.c_str()), r.headers);
 }
 
+// POST /v1/images/generations, waited for with the GIL released.
+nb::tuple generations(PyServeEngine& s, const std::string& body) {
+  serve::Reply r;
+  {
+    nb::gil_scoped_release release;
+    r = s.engine->generations(body);
+  }
+  return reply(r);
+}
+
+nb::tuple status_and_body(const serve::Reply& r) {
+  return nb::make_tuple(r.status, nb::str(r.body.c_str()));
+}
+
 }  // namespace
 
 void register_serve(nb::module_& m) {
@@ -87,41 +101,20 @@ void register_serve(nb::module_& m) {
       .def(
           "generations",
           [](PyServeEngine& s, nb::bytes body) {
-            const std::string b(body.c_str(), body.size());
-            serve::Reply r;
-            {
-              nb::gil_scoped_release release;
-              r = s.engine->generations(b);
-            }
-            return reply(r);
+            return generations(s, std::string(body.c_str(), body.size()));
           },
           nb::arg("body"),
           "POST /v1/images/generations: (status, JSON body, headers), when the images are done. "
           "Blocks with the GIL released; call it from several threads to batch their requests.")
       .def(
           "generations",
-          [](PyServeEngine& s, const std::string& body) {
-            serve::Reply r;
-            {
-              nb::gil_scoped_release release;
-              r = s.engine->generations(body);
-            }
-            return reply(r);
-          },
+          [](PyServeEngine& s, const std::string& body) { return generations(s, body); },
           nb::arg("body"))
       .def(
-          "models",
-          [](PyServeEngine& s) {
-            const serve::Reply r = s.engine->models();
-            return nb::make_tuple(r.status, nb::str(r.body.c_str()));
-          },
+          "models", [](PyServeEngine& s) { return status_and_body(s.engine->models()); },
           "GET /v1/models: (status, JSON body).")
       .def(
-          "health",
-          [](PyServeEngine& s) {
-            const serve::Reply r = s.engine->health();
-            return nb::make_tuple(r.status, nb::str(r.body.c_str()));
-          },
+          "health", [](PyServeEngine& s) { return status_and_body(s.engine->health()); },
           "GET /health: (200, ...) or (503, ...) once stopping.")
       .def(
           "metrics", [](PyServeEngine& s) { return s.engine->metrics().body; },
