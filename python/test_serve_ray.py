@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -24,11 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import requests
+import yaml
 from PIL import Image
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
-from tessera.serve_ray import REPLICA_HEADER, build_app  # noqa: E402
+from tessera.serve_ray import REPLICA_HEADER, app_builder, build_app  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMOJI = os.path.join(ROOT, "models", "emoji", "target")
@@ -103,6 +105,45 @@ def cli_images(tmp_path, name, prompt, n, seed, *args):
     assert r.returncode == 0, r.stderr
     files = [out] if n == 1 else [tmp_path / f"{name}_{i:04d}.png" for i in range(n)]
     return [np.asarray(Image.open(f).convert("RGB")) for f in files]
+
+
+def test_kuberay_manifest_builds_the_app():
+    # deploy/kuberay/rayservice.yaml's Serve config is one Ray Serve accepts, and its args build
+    # the application (no cluster needed: nothing is deployed).
+    from ray.serve.schema import ServeDeploySchema
+    with open(os.path.join(ROOT, "deploy", "kuberay", "rayservice.yaml")) as f:
+        service = yaml.safe_load(f)
+    assert service["apiVersion"] == "ray.io/v1" and service["kind"] == "RayService"
+    config = ServeDeploySchema.model_validate(yaml.safe_load(service["spec"]["serveConfigV2"]))
+    app = config.applications[0]
+    assert app.import_path == "tessera.serve_ray:app_builder" and app.route_prefix == "/"
+    deployment = app_builder(app.args)._bound_deployment
+    model_dir, engine, max_ongoing = deployment.init_args
+    assert model_dir == "/models/emoji/target" and engine["device"] == "cpu"
+    assert engine["threads"] == 2 and max_ongoing == engine["batch"] + engine["queue"]
+    assert deployment.ray_actor_options == {"num_cpus": 2}
+    scaling = deployment._deployment_config.autoscaling_config
+    assert (scaling.min_replicas, scaling.max_replicas) == (1, 4)
+    assert scaling.target_ongoing_requests == engine["batch"]
+    gpu = build_app(EMOJI, replicas=3, device="cuda")._bound_deployment
+    assert gpu.ray_actor_options["num_gpus"] == 1 and gpu.num_replicas == 3
+    with pytest.raises(TypeError, match="bacth"):
+        build_app(EMOJI, bacth=4)
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "required: -m/--model"),
+    (["-m", "/nowhere"], "/nowhere: not a model directory"),
+    (["-m", EMOJI, "--autoscale", "3"], "MIN:MAX"),
+    (["-m", EMOJI, "--replicas", "0"], "--replicas must be >= 1"),
+    (["-m", EMOJI, "--port", "70000"], "not a port"),
+])
+def test_cli_bad_arguments(args, message):
+    # One line and exit status 2, before any Ray cluster starts.
+    r = subprocess.run([sys.executable, "-m", "tessera.serve_ray", *args], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
 
 
 def test_health_and_models(two):
