@@ -194,6 +194,10 @@ def _deploy_error(e: Exception) -> str:
                 return d.message.strip().splitlines()[-1]
     except Exception:
         pass
+    return _last_line(e)
+
+
+def _last_line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[-1]
 
 
@@ -275,7 +279,11 @@ def main(argv: Optional[list] = None) -> int:
         p.error(f"{a.model}: not a model directory (no config.json)")
 
     started = a.address == "local"
-    ray.init(address=a.address)
+    try:
+        ray.init(address=a.address)
+    except Exception as e:  # no cluster at that address, most often
+        sys.stderr.write(f"serve_ray: Ray at {a.address}: {_last_line(e)}\n")
+        return 1
     try:
         # Ray's proxy listens where the cluster's Serve was first started; joining a cluster
         # that already runs Serve keeps its address (Ray then warns that http_options changed).
