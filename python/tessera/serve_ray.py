@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -48,7 +49,6 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(method="vanilla", draft=None, methods="al
 
 def _error_body(message: str) -> str:
     # The engine's error shape, for the answers made here (unknown route, body too large).
-    import json
     return json.dumps({"error": {"message": message, "type": "invalid_request_error",
                                  "param": None, "code": None}})
 
