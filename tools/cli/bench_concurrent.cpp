@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "tessera/error.h"
 #include "tessera/log.h"
 #include "text_format.h"
@@ -22,16 +23,6 @@ namespace tessera::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The `tessera generate` command line of copy `copy` of a method's run.
 std::vector<std::string> generate_args(const ConcurrentBenchOptions& o, const std::string& method,

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "bench_common.h"
 #include "common.h"
 #include "tessera/cpu_threads.h"
 #include "tessera/error.h"
@@ -26,16 +27,6 @@ namespace {
 constexpr const char* kSentence =
     "A watercolor painting of a small red fox sitting under a tall pine tree in the snow, "
     "with soft morning light and mountains far away in the background. ";
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The multiply-adds of one encode of n tokens, a multiply-add counted as 2 FLOPs:
 //   matrix multiplies  2 * params_per_token * n, params_per_token = L * (4 * d_model * inner +
@@ -73,16 +64,7 @@ nlohmann::json run_torch(const T5BenchOptions& o, const std::string& python,
   log_info("running: " + python + " " + script + " --model '" + o.model + "' --ids (" +
            std::to_string(ids.size()) + " ids) --threads " + std::to_string(threads) +
            " --repeat " + std::to_string(o.repeat));
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw Error("cannot run " + script);
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = pclose(p);
-  const auto pos = out.rfind("{\"impl\"");
-  if (rc != 0 || pos == std::string::npos)
-    throw Error("the transformers benchmark failed (" + script + " on " + o.model + ")");
-  return nlohmann::json::parse(out.substr(pos, out.find('\n', pos) - pos));
+  return run_reference_bench(cmd, "transformers benchmark", script + " on " + o.model);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "bench_vanilla.h"
+#include "bench_common.h"
 #include "common.h"
 
 #include <algorithm>
@@ -31,12 +32,6 @@ struct Timed {
   std::vector<Condition> conds;  // the images of one generate call (validated at load)
   std::vector<Round> rounds;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The round whose tokens/s is the median (the lower middle one for an even count), so that its
 // figures are reported together.
@@ -110,17 +105,7 @@ double run_torch(const VanillaBenchOptions& o, const GptConfig& cfg, int K, int 
                           " --cfg " + fmt(o.sampling.cfg_scale, 3) + " --dtype " +
                           (cfg.dtype == "bf16" ? "bf16" : "f32");
   log_info("running: " + cmd);
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw Error("cannot run " + cmd);
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = pclose(p);
-  const auto pos = out.rfind("{\"impl\"");
-  if (rc != 0 || pos == std::string::npos)
-    throw Error("the PyTorch reference benchmark failed (" + cmd + ")");
-  const auto tj = nlohmann::json::parse(out.substr(pos, out.find('\n', pos) - pos));
-  return tj["tokens_per_s"].get<double>();
+  return run_reference_bench(cmd, "PyTorch reference benchmark", cmd)["tokens_per_s"].get<double>();
 }
 
 }  // namespace
