@@ -5,8 +5,10 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libopenblas-dev libomp-dev nlohmann-json3-dev
       libcli11-dev libpng-dev libjpeg62-turbo-dev libwebp-dev zlib1g-dev libgtest-dev libgmock-dev
       libeigen3-dev libfreetype-dev libcpp-httplib-dev libsentencepiece-dev libicu-dev chromium chromium-driver fonts-dejavu-core python3-torch python3-numpy python3-pil python3-scipy python3-venv
+      python3-dev
       clang libclang-rt-dev)  # clang and its libFuzzer runtime: tests/fuzz; chromium: the
-                              # browser test of tessera serve's page (python/test_serve_browser.py)
+                              # browser test of tessera serve's page (python/test_serve_browser.py);
+                              # python3-dev: the Python package's module (pip install .)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -10,6 +10,8 @@ if [[ ! -x $venv/bin/pytest ]]; then
   echo "test-python.sh: $venv has no pytest: run bash scripts/setup-deps.sh first" >&2
   exit 1
 fi
-"$venv/bin/pip" install -q --disable-pip-version-check .
+SUDO=""
+[[ $(id -u) -ne 0 && ! -w $venv ]] && SUDO="sudo"  # setup-deps.sh made it with sudo
+$SUDO "$venv/bin/pip" install -q --disable-pip-version-check .
 # Not from the source tree: the installed package, with its compiled module.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/test_package.py python/test_serve_ray.py
