@@ -272,6 +272,15 @@ def test_serve_engine_answers_as_tessera_serve(tmp_path):
         tessera.ServeEngine(EMOJI, methods="nope")
 
 
+def test_the_streaming_example(tmp_path):
+    out = tmp_path / "f.gif"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "streaming.py"), str(out),
+                        "--prompts", "red apple", "banana"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    gif = Image.open(out)
+    assert gif.n_frames > 10 and gif.size == (2 * 64 * 2, 64 * 2)
+
+
 def test_python_m_tessera_is_the_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tessera", "--version"], capture_output=True,
                        text=True)
