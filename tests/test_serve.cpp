@@ -342,6 +342,8 @@ TEST(Serve, EachRequestRunsItsOwnSettings) {
   serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "vanilla", 4);
   o.methods = {
       {"vanilla", ""}, {"sd", kFix + "spec/tiny_draft"}, {"lantern", kFix + "spec/tiny_draft"}};
+  // The batches counted below are the requests' own: none started at bind().
+  o.warm_up = false;
   Running srv(*pipe, o);
   struct Ask {
     json body;
@@ -421,6 +423,29 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 1"));  // the request joined that batch
+  }
+}
+
+// Every served method starts at bind() too (drafter loaded, costs calibrated), kept as a batch
+// while max_settings allows; requests naming one join its batch.
+TEST(Serve, EveryServedMethodStartsBeforeTheFirstRequest) {
+  auto pipe = load(kFix + "llamagen/c2i_f32");
+  for (const int max_settings : {4, 2}) {
+    SCOPED_TRACE("max_settings " + std::to_string(max_settings));
+    serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
+    o.methods = {
+        {"sd", kFix + "spec/tiny_draft"}, {"lantern", kFix + "spec/tiny_draft"}, {"sjd", ""}};
+    o.max_settings = max_settings;
+    Running srv(*pipe, o);
+    EXPECT_TRUE(
+        wait_for_metric(srv, "tessera_settings " + std::to_string(std::min(3, max_settings))));
+    const httplib::Result r =
+        srv.client().Post("/v1/images/generations",
+                          json{{"class", 1}, {"method", "lantern"}}.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_TRUE(
+        wait_for_metric(srv, "tessera_settings " + std::to_string(std::min(3, max_settings))));
   }
 }
 

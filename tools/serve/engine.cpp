@@ -216,25 +216,37 @@ struct Engine::Impl {
     return false;
   }
 
-  // The default setting's Generation, started before the first request. Its key is the one a
-  // request with no method or sampling fields gets.
+  // The default setting's Generation, started before the first request, and the other served
+  // methods' after it (their drafters loaded and tables built; a --draft-len auto calibration
+  // measured and cached), each kept as a batch while there is room (ServeOptions::max_settings).
+  // Their keys are the ones a request naming only the method gets.
   void warm_up() {
     const auto t0 = std::chrono::steady_clock::now();
-    std::shared_ptr<Job> job;
-    try {
-      job = parse_request(pipe.config().gpt.is_c2i() ? R"({"class": 0})" : R"({"prompt": "a"})",
-                          context());
-    } catch (const HttpError& e) {
-      throw Error("serve: the default setting cannot run: " + e.message);
+    const std::string own = o.gen.spec.method;
+    std::vector<std::string> methods = {own};
+    for (const std::string& m : served_methods(o))
+      if (m != own) methods.push_back(m);
+    for (const std::string& m : methods) {
+      json body = pipe.config().gpt.is_c2i() ? json{{"class", 0}} : json{{"prompt", "a"}};
+      if (m != own) body["method"] = m;
+      std::shared_ptr<Job> job;
+      try {
+        job = parse_request(body.dump(), context());
+      } catch (const HttpError& e) {
+        throw Error("serve: the " + (m == own ? std::string("default setting") : "method " + m) +
+                    " cannot run: " + e.message);
+      }
+      pipe.validate(job->opts);
+      auto gen = pipe.start_generation(job->opts);
+      std::lock_guard lock(mu);
+      if (m == own || static_cast<int>(lanes.size()) < std::max(o.max_settings, 1))
+        lanes[job->settings].gen = std::move(gen);
     }
-    pipe.validate(job->opts);
-    auto gen = pipe.start_generation(job->opts);
-    std::lock_guard lock(mu);
-    lanes[job->settings].gen = std::move(gen);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char took[32];
-    std::snprintf(took, sizeof took, "%.2f s", s);
-    log_info(std::string("serve: the default setting's batch started in ") + took);
+    char took[96];
+    std::snprintf(took, sizeof took, "%.2f s (%zu method%s, %zu batches kept)", s, methods.size(),
+                  methods.size() == 1 ? "" : "s", lanes.size());
+    log_info(std::string("serve: the served methods started in ") + took);
   }
 
   // Starts the Generation of a job's setting (outside the lock: it may load a draft model). A

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "server.h"
 
@@ -20,6 +21,14 @@ struct Reply {
   std::string body;
   std::string content_type = "application/json";
   std::map<std::string, std::string> headers;  // e.g. Retry-After on 429
+
+  Reply() = default;
+  Reply(int status_, std::string body_, std::string content_type_ = "application/json",
+        std::map<std::string, std::string> headers_ = {})
+      : status(status_),
+        body(std::move(body_)),
+        content_type(std::move(content_type_)),
+        headers(std::move(headers_)) {}
 };
 
 struct Job;
@@ -29,7 +38,9 @@ class Engine {
   // The pipeline must outlive the engine; the engine thread is its only generating user.
   Engine(Pipeline& pipe, ServeOptions options);
   ~Engine();  // stop(), then waits for the engine thread
-  // ServeOptions::warm_up's part: starts the default setting's batch. Throws Error when it cannot.
+  // ServeOptions::warm_up's part: starts the default setting's batch, then every other served
+  // method's (drafters loaded, tables built), keeping up to max_settings
+  // batches. Throws Error when one cannot start.
   void warm_up();
   // Starts the engine thread (once).
   void start();

@@ -43,7 +43,8 @@ struct ServeOptions {
   int max_n = 16;             // images per request
   int http_threads = 0;       // 0: queue + batch * max_settings + 8 (at most 256)
   // bind() starts the default setting's batch (its draft loaded, a --draft-len auto calibration
-  // measured or read from the cache), so the first request waits for none of it.
+  // measured or read from the cache), then every other served method's (its drafter loaded, its
+  // tables built; up to max_settings batches kept), so a first request waits for none of it.
   bool warm_up = true;
 };
 
