@@ -13,5 +13,7 @@ fi
 SUDO=""
 [[ $(id -u) -ne 0 && ! -w $venv ]] && SUDO="sudo"  # setup-deps.sh made it with sudo
 $SUDO "$venv/bin/pip" install -q --disable-pip-version-check .
+# --draft-len auto's cost calibrations in the build tree, not the user's cache (as ctest's).
+export XDG_CACHE_HOME="${TESSERA_TEST_CACHE:-$PWD/build-wheel/test-cache}"
 # Not from the source tree: the installed package, with its compiled module.
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/test_package.py python/test_serve_ray.py
