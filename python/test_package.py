@@ -111,14 +111,21 @@ def test_typed_prompt_on_a_t2i_model(tmp_path):
 
 def test_mar_latents_match_the_cli(tmp_path):
     model = os.path.join(FIX, "mar", "target_f32")
-    out = tmp_path / "latents.npy"
-    cli("generate", "-m", model, "--class", "2", "--seed", "5", "--steps", "4",
-        "--latents-out", str(out))
+    draft = os.path.join(FIX, "mar", "draft_f32")
     p = tessera.Pipeline(model)
     assert p.architecture == "mar"
-    latents, stats = p.generate(2, seed=5, steps=4, output="tokens")
-    np.testing.assert_array_equal(latents[0], np.load(out).reshape(-1))
-    assert stats["steps"] == 4
+    out = tmp_path / "latents.npy"
+    for flags, kw in [([], {}), (["--steps", "4"], {"steps": 4}),
+                      (["--method", "cspd", "--draft", draft, "--steps", "8", "--draft-len", "2"],
+                       {"method": "cspd", "draft": draft, "steps": 8, "draft_len": 2})]:
+        cli("generate", "-m", model, "--class", "2", "--seed", "5", *flags,
+            "--latents-out", str(out))
+        latents, stats = p.generate(2, seed=5, output="tokens", **kw)
+        np.testing.assert_array_equal(latents[0], np.load(out).reshape(-1))
+        assert stats["steps"] == kw.get("steps", 16)  # the default: 64, capped at the tokens
+    assert stats["method"] == "cspd" and stats["drafted"] > 0
+    with pytest.raises(tessera.Error, match="cspd needs a draft model: give draft DIR"):
+        p.generate(2, method="cspd")
 
 
 def test_errors_name_the_keyword(pipe):

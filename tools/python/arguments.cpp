@@ -139,6 +139,7 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
   g.seed = a.mar.seed = seed;
   g.spec.method = a.mar.spec.method = method;
   g.spec.draft_len = kDraftLenAuto;  // the CLI's default: cost-aware lengths
+  a.mar.sampling.num_iter = 0;  // the CLI's default: MAR's 64 steps, capped at the model's tokens
   std::string draft;
   bool draft_given = false;
   for (auto [k, v] : kwargs) {
@@ -185,17 +186,18 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
       unexpected(function, key);
     }
   }
-  if (mar) {
-    if (g.spec.draft_len == kDraftLenAuto) a.mar.spec.draft_len = ContinuousSpecOptions{}.draft_len;
-    a.mar.spec.draft_model = draft;
-    return a;
-  }
-  // The drafter as the CLI picks it: draft=DIR, "none" (Jacobi), else the model's companion.
   if (!find_method(method)) throw ParameterError("method", "unknown method '" + method + "'");
+  // The drafter as the CLI picks it: draft=DIR, "none" (Jacobi), else the model's companion.
   const std::string flag = draft_given ? draft : "";
   try {
-    g.spec.draft_model = cli::method_draft_dir(model_dir, method, flag,
-                                               cli::choose_drafter(model_dir, {method}, flag));
+    const cli::DrafterChoice choice = cli::choose_drafter(model_dir, {method}, flag);
+    if (mar) {
+      if (g.spec.draft_len == kDraftLenAuto)
+        a.mar.spec.draft_len = ContinuousSpecOptions{}.draft_len;
+      a.mar.spec.draft_model = choice.dir;
+      return a;
+    }
+    g.spec.draft_model = cli::method_draft_dir(model_dir, method, flag, choice);
   } catch (const ParameterError&) {
     throw;
   } catch (const Error& e) {  // the CLI's words name --draft: here it is the keyword draft
