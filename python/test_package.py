@@ -9,6 +9,7 @@ with -DTESSERA_PYTHON=ON): python -m pytest python/test_package.py
 import _thread
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -196,11 +197,17 @@ def test_progress_and_its_exceptions(pipe):
 
 
 def test_ctrl_c_stops_a_call_cleanly(pipe):
-    threading.Timer(0.3, _thread.interrupt_main).start()
-    t0 = time.time()
-    with pytest.raises(KeyboardInterrupt):
-        pipe.generate("red apple", n=256, batch=1)
-    assert time.time() - t0 < 5
+    # Python's own SIGINT handler for the test, also where it runs in the background of a shell
+    # without job control: there SIGINT is ignored, and interrupt_main would do nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        t0 = time.time()
+        with pytest.raises(KeyboardInterrupt):
+            pipe.generate("red apple", n=256, batch=1)
+        assert time.time() - t0 < 5
+    finally:
+        signal.signal(signal.SIGINT, previous)
     images, _ = pipe.generate("red apple")  # still usable
     assert len(images) == 1
 
