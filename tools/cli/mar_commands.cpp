@@ -11,6 +11,7 @@
 #include "interrupt.h"
 #include "method_flags.h"
 #include "progress.h"
+#include "stats_json.h"
 #include "tessera/file_io.h"
 #include "tessera/image_io.h"
 #include "tessera/log.h"
@@ -48,31 +49,6 @@ std::unique_ptr<Pipeline> load(const MarRunOptions& o, bool decoder) {
 int label_of(const MarRunOptions& o) {
   if ((o.class_id >= 0) + o.uncond != 1) throw Error("give exactly one of --class N or --uncond");
   return o.uncond ? -1 : o.class_id;
-}
-
-nlohmann::json stats_json(const MarStats& st, const MarGenerateOptions& g) {
-  const double img = std::max<int64_t>(st.images, 1);
-  return {{"method", g.spec.method},
-          {"images", st.images},
-          {"tokens", st.tokens},
-          {"steps", st.steps},
-          {"seconds", st.seconds},
-          {"seconds_per_image", st.seconds / img},
-          {"tokens_per_s", st.tokens / std::max(st.seconds, 1e-9)},
-          {"target_forwards", st.target_forwards},
-          {"draft_forwards", st.draft_forwards},
-          {"drafted", st.drafted},
-          {"accepted", st.accepted},
-          {"acceptance_rate", st.acceptance_rate()},
-          {"resample_tries", st.resample_tries},
-          {"fallbacks", st.fallbacks},
-          {"head_rows_target", st.head_rows_target},
-          {"head_rows_draft", st.head_rows_draft},
-          {"time_split_s",
-           {{"target_transformer", st.target_transformer_seconds},
-            {"target_head", st.target_head_seconds},
-            {"draft", st.draft_seconds},
-            {"verify", st.verify_seconds}}}};
 }
 
 }  // namespace
@@ -113,7 +89,7 @@ int mar_generate(const MarRunOptions& o, const MarGenerateOutputs& out) {
                                        : ", acceptance " + fmt(st.acceptance_rate(), 3) + " of " +
                                              std::to_string(st.drafted) + " drafts)"));
   if (!out.stats.empty()) {
-    nlohmann::json j = stats_json(st, g);
+    nlohmann::json j = mar_stats_json(st, g.spec.method);
     j["settings"] = out.settings.json();
     write_file_atomic(out.stats, j.dump(2) + "\n");
     log_info("wrote " + out.stats);
@@ -223,7 +199,7 @@ void mar_bench(const MarRunOptions& run, const MarBenchOptions& b) {
                      method == "vanilla" ? "" : (" gamma " + std::to_string(gamma)).c_str());
       pipe->generate_latents(labels, g, &st);
       if (method == "vanilla") vanilla_s = st.seconds;
-      nlohmann::json r = stats_json(st, g);
+      nlohmann::json r = mar_stats_json(st, g.spec.method);
       r["batch"] = batch;
       r["draft_len"] = method == "vanilla" ? 0 : gamma;
       r["speedup_vs_vanilla"] = vanilla_s / std::max(st.seconds, 1e-12);

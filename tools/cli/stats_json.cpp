@@ -93,4 +93,29 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
   return j;
 }
 
+nlohmann::json mar_stats_json(const MarStats& st, const std::string& method) {
+  const double img = std::max<int64_t>(st.images, 1);
+  return {{"method", method},
+          {"images", st.images},
+          {"tokens", st.tokens},
+          {"steps", st.steps},
+          {"seconds", st.seconds},
+          {"seconds_per_image", st.seconds / img},
+          {"tokens_per_s", st.tokens / std::max(st.seconds, 1e-9)},
+          {"target_forwards", st.target_forwards},
+          {"draft_forwards", st.draft_forwards},
+          {"drafted", st.drafted},
+          {"accepted", st.accepted},
+          {"acceptance_rate", st.acceptance_rate()},
+          {"resample_tries", st.resample_tries},
+          {"fallbacks", st.fallbacks},
+          {"head_rows_target", st.head_rows_target},
+          {"head_rows_draft", st.head_rows_draft},
+          {"time_split_s",
+           {{"target_transformer", st.target_transformer_seconds},
+            {"target_head", st.target_head_seconds},
+            {"draft", st.draft_seconds},
+            {"verify", st.verify_seconds}}}};
+}
+
 }  // namespace tessera::cli

@@ -1,9 +1,10 @@
-// JSON of a LlamaGen generation's statistics (generate --stats-out, bench --methods).
+// JSON of a generation's statistics (generate --stats-out, bench; the Python package's stats).
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tessera/mar.h"
 #include "tessera/tessera.h"
 
 namespace tessera::cli {
@@ -13,5 +14,8 @@ namespace tessera::cli {
 nlohmann::json image_stats_json(const ImageStats& s);
 
 nlohmann::json stats_json(const GenerateStats& st, const std::string& method);
+
+// A MAR generation's (generate --stats-out, bench): counts, acceptance and the time split.
+nlohmann::json mar_stats_json(const MarStats& st, const std::string& method);
 
 }  // namespace tessera::cli

@@ -35,27 +35,6 @@ TextPreprocessing preprocessing(const std::string& s) {
   throw ParameterError("text_preprocessing", "must be clean, lower or none, not '" + s + "'");
 }
 
-// The MAR statistics as a dict-shaped JSON (the LlamaGen ones come from stats_json).
-std::string mar_stats_text(const MarStats& st, const std::string& method) {
-  nlohmann::json j = {{"method", method},
-                      {"images", st.images},
-                      {"tokens", st.tokens},
-                      {"steps", st.steps},
-                      {"seconds", st.seconds},
-                      {"seconds_per_image", st.seconds / std::max<int64_t>(st.images, 1)},
-                      {"batched_target_forwards", st.target_forwards},
-                      {"batched_draft_forwards", st.draft_forwards},
-                      {"drafted", st.drafted},
-                      {"accepted", st.accepted},
-                      {"acceptance_rate", st.acceptance_rate()},
-                      {"time_split_s",
-                       {{"target_transformer", st.target_transformer_seconds},
-                        {"target_head", st.target_head_seconds},
-                        {"draft", st.draft_seconds},
-                        {"verify", st.verify_seconds}}}};
-  return j.dump();
-}
-
 // The rows one after another.
 template <class T>
 std::vector<T> concat(const std::vector<std::vector<T>>& rows) {
@@ -109,7 +88,7 @@ nb::tuple generate(PyPipeline& self, const std::vector<nb::object>& prompts, int
       grids.append(owned_array(std::move(l), {len}));
     }
     if (decode) pixels = pixels_array(std::move(px), count, size);
-    stats = mar_stats_text(st, method);
+    stats = cli::mar_stats_json(st, method).dump();
   } else {
     a.gen.batch = batch;
     a.gen.progress = ticker;
