@@ -248,6 +248,26 @@ def test_generation_streams_requests(pipe):
         gen2.cancel(x)
 
 
+def test_generation_mixes_methods_that_draft_alike(pipe):
+    """Requests of sd, lantern and cool-sd on one draft model share a generation's forwards,
+    each image its method's alone; a method that drafts otherwise is refused naming method."""
+    asks = [("sd", {}), ("lantern", {"lantern_k": 5}), ("cool-sd", {"cool_delta": 1.5})]
+    gen = pipe.start_generation(method="sd", batch=3, draft_len=4)
+    ids = {gen.add("banana", seed=8, method=m, draft_len=4, **kw): (m, kw) for m, kw in asks}
+    finished = list(gen.run())
+    got = {ids[f.id][0]: f.tokens for f in finished}
+    rounds = max(f.stats["rounds"] for f in finished)
+    assert gen.stats["batched_target_forwards"] == 1 + rounds  # one prefill, shared rounds
+    for m, kw in asks:
+        want, _ = pipe.generate("banana", seed=8, method=m, draft_len=4, output="tokens", **kw)
+        np.testing.assert_array_equal(got[m], want[0], err_msg=m)
+    with pytest.raises(tessera.ParameterError, match="own") as e:
+        gen.add("banana", method="lantern", draft_len=2)
+    assert e.value.param == "method"
+    with pytest.raises(TypeError, match="batch"):
+        gen.add("banana", method="lantern", batch=2)
+
+
 def test_serve_engine_answers_as_tessera_serve(tmp_path):
     engine = tessera.ServeEngine(EMOJI, methods="vanilla,sd", batch=2)
     status, body = engine.health()

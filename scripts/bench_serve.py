@@ -12,6 +12,11 @@ read). Prints a markdown table and, per method, images/s(batched, 8 clients) / i
 time, 1 client) against the 3x target. Any non-200 answer or a server exit fails the run (one
 line, exit status 1); servers are always stopped (SIGTERM, then waited for), also on Ctrl-C.
 
+--mix A,B,C instead measures methods that draft alike (docs/serving.md) in one server: requests
+rotate over the methods, and a "shared" server (their requests in one batch, each image verified
+by its own method) is compared with a "separate" one (--separate-methods: a batch per method,
+stepped in turn), both -b 16; it prints images/s(shared) / images/s(separate) per client count.
+
 Python 3 standard library only. Usually run through scripts/bench-serve.sh.
 """
 
@@ -138,9 +143,12 @@ class ServerProcess:
 # ---- requests ----------------------------------------------------------------------------------
 
 
-def generate(host, port, prompt, seed, timeout):
+def generate(host, port, prompt, seed, timeout, method=None):
     """One POST /v1/images/generations (n=1) on its own connection: its latency in seconds."""
-    body = json.dumps({"prompt": prompt, "n": 1, "seed": seed}).encode()
+    ask = {"prompt": prompt, "n": 1, "seed": seed}
+    if method:
+        ask["method"] = method
+    body = json.dumps(ask).encode()
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
@@ -177,8 +185,9 @@ def percentile(xs, p):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def run_level(server, clients, requests, timeout):
-    """`requests` requests from `clients` threads; returns (wall seconds, latencies)."""
+def run_level(server, clients, requests, timeout, mix=None):
+    """`requests` requests from `clients` threads (request i names method mix[i % len(mix)] when
+    given); returns (wall seconds, latencies)."""
     lock = threading.Lock()
     nxt = [0]
     latencies = [None] * requests
@@ -194,7 +203,8 @@ def run_level(server, clients, requests, timeout):
                 return
             prompt, seed = PROMPTS[i % len(PROMPTS)], 1000 + i
             try:
-                latencies[i] = generate(server.host, server.port, prompt, seed, timeout)
+                method = mix[i % len(mix)] if mix else None
+                latencies[i] = generate(server.host, server.port, prompt, seed, timeout, method)
             except Exception as e:  # noqa: BLE001 -- any failure ends the level
                 with lock:
                     errors.append(e)
@@ -231,12 +241,57 @@ def parse_list(text, conv=str):
     return items
 
 
+def with_server(a, args, name, servers, body):
+    """Starts `tessera serve ARGS`, runs body(server), and stops it; a server that exits, or exits
+    non-zero when stopped, raises BenchError with the tail of its log."""
+    server = ServerProcess(a.binary, args, name)
+    servers.append(server)
+    try:
+        server.wait_listening(a.start_timeout)
+        body(server)
+    except Exception as e:
+        if not server.alive():
+            raise BenchError(f"{server.name}: the server {exit_text(server.proc.returncode)}: "
+                             f"{server.log_tail()}") from e
+        raise
+    finally:
+        status = server.stop()
+        servers.remove(server)
+        log(f"{server.name}: stopped (exit status {status})")
+    if status != 0:
+        raise BenchError(f"{server.name}: the server {exit_text(status)} "
+                         f"when stopped (log {server.log.name}): {server.log_tail()}")
+
+
+def guarded(measure):
+    """measure(servers) with every failure as one line and an exit status (0 when it ran); the
+    servers it left running are stopped."""
+    servers = []
+    try:
+        measure(servers)
+        return 0
+    except BenchError as e:
+        print(f"bench-serve: error: {e}", file=sys.stderr)
+        return 1
+    except (ConnectionError, OSError, http.client.HTTPException) as e:
+        print(f"bench-serve: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench-serve: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        for s in servers:  # only if stopping it in with_server was itself interrupted
+            s.stop(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", "-m", default=os.path.join(REPO, "models/emoji/target"))
     ap.add_argument("--methods", type=parse_list, default=["vanilla", "sd"],
                     help="comma-separated methods (default vanilla,sd)")
+    ap.add_argument("--mix", type=parse_list,
+                    help="comma-separated methods that draft alike, measured shared vs separate")
     ap.add_argument("--clients", type=lambda s: parse_list(s, int), default=[1, 4, 8, 16],
                     help="comma-separated client counts (default 1,4,8,16)")
     ap.add_argument("--requests", type=int, default=32, help="requests per level (default 32)")
@@ -255,18 +310,18 @@ def main():
     if not os.access(a.binary, os.X_OK):
         ap.error(f"no executable tessera at {a.binary} (build it, or pass --binary)")
 
+    if a.mix:
+        return run_mix(a)
     levels = []
-    servers = []
-    try:
+
+    def measure(servers):
         for method in a.methods:
             for mode, batch in MODES:
                 args = ["-m", a.model, "--method", method, "-b", str(batch)]
                 if a.threads:
                     args += ["-t", str(a.threads)]
-                server = ServerProcess(a.binary, args, f"{method} {mode}")
-                servers.append(server)
-                try:
-                    server.wait_listening(a.start_timeout)
+
+                def levels_of(server):
                     for w in range(2):  # warm-up: seeds 0 and 1, outside the measured ones
                         generate(server.host, server.port, PROMPTS[w], w, a.request_timeout)
                     log(f"{server.name}: warmed up")
@@ -281,31 +336,12 @@ def main():
                         log(f"{method} {mode} (-b {batch}), {clients:2d} clients: {a.requests} "
                             f"requests in {wall:.2f} s = {lv['images_per_s']:.3f} images/s, "
                             f"p50 {lv['p50_s']:.3f} s, p99 {lv['p99_s']:.3f} s")
-                except Exception as e:
-                    if not server.alive():
-                        raise BenchError(f"{server.name}: the server "
-                                         f"{exit_text(server.proc.returncode)}: "
-                                         f"{server.log_tail()}") from e
-                    raise
-                finally:
-                    status = server.stop()
-                    servers.remove(server)
-                    log(f"{server.name}: stopped (exit status {status})")
-                if status != 0:
-                    raise BenchError(f"{server.name}: the server {exit_text(status)} "
-                                     f"when stopped (log {server.log.name}): {server.log_tail()}")
-    except BenchError as e:
-        print(f"bench-serve: error: {e}", file=sys.stderr)
-        return 1
-    except (ConnectionError, OSError, http.client.HTTPException) as e:
-        print(f"bench-serve: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("bench-serve: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        for s in servers:  # only if stopping it above was itself interrupted
-            s.stop(timeout=30)
+
+                with_server(a, args, f"{method} {mode}", servers, levels_of)
+
+    status = guarded(measure)
+    if status != 0:
+        return status
 
     # ---- the report ----
     base = {}
@@ -352,6 +388,60 @@ def main():
                "levels": levels, "targets": targets}
         with open(a.json_out, "w") as f:
             json.dump(out, f, indent=1)
+        log(f"wrote {a.json_out}")
+    return 0
+
+
+def run_mix(a):
+    """--mix: one server with the methods sharing batches, one with a batch per method."""
+    levels = []
+    mix = a.mix
+
+    def measure(servers):
+        for mode, extra in (("separate", ["--separate-methods"]), ("shared", [])):
+            args = ["-m", a.model, "--method", mix[0], "--methods", ",".join(mix), "-b", "16"]
+            args += extra + (["-t", str(a.threads)] if a.threads else [])
+
+            def levels_of(server):
+                for w, m in enumerate(mix):  # warm-up: every method once, seeds below the measured
+                    generate(server.host, server.port, PROMPTS[w % len(PROMPTS)], w,
+                             a.request_timeout, m)
+                log(f"{server.name}: warmed up")
+                for clients in a.clients:
+                    wall, lat = run_level(server, clients, a.requests, a.request_timeout, mix)
+                    lv = {"mode": mode, "clients": clients, "requests": a.requests,
+                          "wall_s": wall, "images_per_s": a.requests / wall,
+                          "p50_s": percentile(lat, 50), "p99_s": percentile(lat, 99),
+                          "latencies_s": lat}
+                    levels.append(lv)
+                    log(f"mix {mode}, {clients:2d} clients: {a.requests} requests in {wall:.2f} s "
+                        f"= {lv['images_per_s']:.3f} images/s, p99 {lv['p99_s']:.3f} s")
+
+            with_server(a, args, f"mix {mode}", servers, levels_of)
+
+    status = guarded(measure)
+    if status != 0:
+        return status
+    model = os.path.relpath(a.model, REPO) if a.model.startswith(REPO + os.sep) else a.model
+    print(f"tessera serve --mix {','.join(mix)}, {model}, {a.requests} requests (n=1) per level "
+          f"rotating over the methods, -b 16, loopback, {os.cpu_count()} CPUs"
+          + (f", -t {a.threads}" if a.threads else ""))
+    print()
+    print("| clients | separate images/s | shared images/s | shared / separate | "
+          "separate p99 s | shared p99 s |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for clients in a.clients:
+        sep = next(lv for lv in levels if lv["mode"] == "separate" and lv["clients"] == clients)
+        sh = next(lv for lv in levels if lv["mode"] == "shared" and lv["clients"] == clients)
+        print(f"| {clients} | {sep['images_per_s']:.3f} | {sh['images_per_s']:.3f} | "
+              f"{sh['images_per_s'] / sep['images_per_s']:.2f}x | {sep['p99_s']:.3f} | "
+              f"{sh['p99_s']:.3f} |")
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"model": a.model, "mix": mix, "clients": a.clients,
+                       "requests_per_level": a.requests, "threads": a.threads,
+                       "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+                       "levels": levels}, f, indent=1)
         log(f"wrote {a.json_out}")
     return 0
 

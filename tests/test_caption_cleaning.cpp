@@ -46,11 +46,13 @@ TEST(CaptionCleaning, EqualsLlamaGenOnEveryGolden) {
 
 // The public entry point: Clean is the two passes, Lower and None are not cleaning.
 TEST(CaptionCleaning, PreprocessPromptCleansTwice) {
-  for (const auto& row : goldens())
-    if (!kKnownDifferences.count(row.at("text")))
+  for (const auto& row : goldens()) {
+    if (!kKnownDifferences.count(row.at("text"))) {
       ASSERT_EQ(preprocess_prompt(row.at("text"), TextPreprocessing::Clean),
                 row.at("twice").get<std::string>())
           << row.at("text");
+    }
+  }
   EXPECT_EQ(preprocess_prompt("&lt;b&gt;Bold&lt;/b&gt;", TextPreprocessing::Clean), "bold< b>");
   EXPECT_EQ(preprocess_prompt(" Visit www.x.com NOW ", TextPreprocessing::Lower),
             "visit www.x.com now");

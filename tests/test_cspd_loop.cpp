@@ -63,7 +63,11 @@ struct Loaded {
 const Loaded& model(const std::string& name) {
   static std::map<std::string, Loaded> cache;
   static const bool threads_set = [] {
-    Pipeline::load(kDir + "target_f32", {false, 1, true});
+    LoadOptions o;
+    o.load_decoder = false;
+    o.threads = 1;
+    o.check_weights = true;
+    Pipeline::load(kDir + "target_f32", o);
     return true;
   }();
   (void)threads_set;

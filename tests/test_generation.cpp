@@ -373,3 +373,171 @@ TEST(GenerationApiLifecycle, GuidanceAndGreedinessAreTheGenerations) {
   EXPECT_EQ(gen->in_flight(), 0);
   EXPECT_EQ(gen->capacity(), 2);
 }
+
+namespace {
+
+// A request's method: the generation's draft options (`base`), another rule and its parameters.
+SpeculativeOptions method_like(const GenerateOptions& base, const std::string& method,
+                               MethodParams params = {}) {
+  SpeculativeOptions s = base.spec;
+  s.method = method;
+  s.params = std::move(params);
+  return s;
+}
+
+// The methods the drafter of `name` (drafting()) runs: its own and others that draft alike.
+std::vector<SpeculativeOptions> methods_drafting_as(const std::string& name,
+                                                    const GenerateOptions& o) {
+  if (name == "sjd")  // Jacobi windows
+    return {o.spec,
+            method_like(o, "gsd", {{"gsd.g", int64_t{20}}, {"gsd.d", 100.0}, {"gsd.delta", 1.0}}),
+            method_like(o, "lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}),
+            method_like(o, "uniform-rsd", {{"rsd.delta", 20.0}})};
+  if (name == "medusa")  // Medusa's heads: typical acceptance, and LANTERN on their tree
+    return {o.spec, method_like(o, "medusa-typical"),
+            method_like(o, "lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}),
+            method_like(o, "cool-sd", {{"cool.delta", 2.0}})};
+  if (name == "sd-greedy")  // the rules' own greedy acceptance and filtering (LANTERN's code)
+    return {
+        o.spec, method_like(o, "lantern", {{"lantern.k", int64_t{200}}, {"lantern.delta", 1.0}}),
+        method_like(
+            o, "lantern",
+            {{"lantern.k", int64_t{200}}, {"lantern.delta", 1.0}, {"lantern.reference", true}})};
+  return {o.spec,
+          method_like(o, "lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}),
+          method_like(o, "lantern", {{"lantern.k", int64_t{3}}, {"lantern.delta", 0.2}}),
+          method_like(o, "cool-sd", {{"cool.delta", 2.0}}),
+          method_like(o, "uniform-rsd", {{"rsd.delta", 1.5}}),
+          method_like(o, "amplify", {{"amplify.k", 2.0}})};
+}
+
+class GenerationMethods : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+// Requests with other methods and parameters that draft as the generation's method does (a draft
+// model's chains or trees, Medusa's heads, Jacobi windows) share its forwards, each image verified
+// by its own rule: each is the image its method makes alone, the rules make different images,
+// and the batch took one target forward per round of its longest image.
+TEST_P(GenerationMethods, EachRequestVerifiesWithItsOwnMethod) {
+  auto pipe = c2i();
+  GenerateOptions o = drafting(GetParam() == "sd-greedy" ? "sd" : GetParam());
+  if (GetParam() == "sd-greedy") {  // filters that matter: LANTERN's code verifies unfiltered
+    o.sampling.temperature = 0.0f;
+    o.sampling.top_k = 2;
+  }
+  const std::vector<SpeculativeOptions> methods = methods_drafting_as(GetParam(), o);
+  constexpr int kSeeds = 3;  // requests per method: (class, seed) 4+s, 31+s
+  o.batch = static_cast<int>(methods.size()) * kSeeds;
+  auto gen = pipe->start_generation(o);
+  std::map<int, std::pair<size_t, int>> by_id;  // -> (method, seed)
+  for (int seed = 0; seed < kSeeds; ++seed)
+    for (size_t k = 0; k < methods.size(); ++k) {
+      GenerationRequest r{Condition::label(4 + seed), 31 + static_cast<uint64_t>(seed), 0};
+      if (k > 0) r.method = methods[k];
+      ASSERT_TRUE(gen->joins(r)) << methods[k].method;
+      by_id[gen->add(r)] = {k, seed};
+    }
+  std::map<std::pair<size_t, int>, std::vector<int32_t>> got;
+  int64_t rounds = 0;
+  while (gen->step())
+    for (FinishedImage& f : gen->poll()) {
+      rounds = std::max(rounds, f.stats.rounds);
+      got[by_id.at(f.id)] = std::move(f.tokens);
+    }
+  EXPECT_EQ(gen->stats().forward_passes, 1 + rounds) << "one prefill, then shared rounds";
+  for (size_t k = 0; k < methods.size(); ++k) {
+    SCOPED_TRACE(methods[k].method + " " + std::to_string(k));
+    GenerateOptions own = o;
+    own.spec = methods[k];
+    int differs = 0;  // from the generation's own method's image of that request
+    for (int seed = 0; seed < kSeeds; ++seed) {
+      const std::vector<int32_t>& image = got[{k, seed}];
+      EXPECT_EQ(image, alone(*pipe, own, Condition::label(4 + seed), 31 + seed, 0));
+      differs += image != got[{0, seed}];
+    }
+    if (k > 0) {
+      EXPECT_GT(differs, 0) << "its rule changes its images";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Drafters, GenerationMethods,
+                         ::testing::Values("sd", "sd-greedy", "sd-tree", "medusa", "sjd"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+// A method that drafts otherwise (another draft length, drafter or tree; vanilla beside a
+// speculative method and the reverse) does not join: joins() says so and add() refuses it naming
+// "method"; a method the model refuses is refused as Pipeline::generate refuses it; a lossy
+// method that joins brings its note.
+TEST(GenerationApiLifecycle, MethodsThatDraftOtherwiseDoNotJoin) {
+  auto pipe = c2i();
+  const GenerateOptions o = options("sd", 2);
+  auto gen = pipe->start_generation(o);
+  std::vector<std::pair<std::string, SpeculativeOptions>> others;
+  SpeculativeOptions s = o.spec;
+  s.draft_len = 2;
+  others.push_back({"a shorter draft", s});
+  s = o.spec;
+  s.tree = "kary:2,2";
+  others.push_back({"a tree", s});
+  s = o.spec;
+  s.draft_len = kDraftLenAuto;
+  others.push_back({"auto", s});
+  s = {};
+  s.method = "sjd";
+  others.push_back({"Jacobi", s});
+  s = {};
+  others.push_back({"vanilla", s});
+  s = o.spec;
+  s.method = "medusa";
+  s.draft_model = kFix + "spec/tiny_medusa";
+  others.push_back({"heads", s});
+  s = o.spec;
+  s.max_rounds = 2;
+  others.push_back({"max_rounds", s});
+  for (const auto& [what, spec] : others) {
+    SCOPED_TRACE(what);
+    const GenerationRequest r{Condition::label(1), 1, 0, std::nullopt, spec};
+    EXPECT_FALSE(gen->joins(r));
+    try {
+      gen->add(r);
+      ADD_FAILURE() << "no error";
+    } catch (const ParameterError& e) {
+      EXPECT_EQ(e.param(), "method");
+      EXPECT_NE(std::string(e.what()).find("a generation of its own"), std::string::npos)
+          << e.what();
+    }
+  }
+  s = o.spec;
+  s.method = "lantern";
+  s.params["lantern.k"] = int64_t{0};
+  GenerationRequest bad{Condition::label(1), 1, 0, std::nullopt, s};
+  try {
+    gen->joins(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const ParameterError& e) {
+    EXPECT_EQ(e.param(), "lantern.k");
+  }
+  bad.method->method = "no-such-method";
+  EXPECT_THROW(gen->add(bad), ParameterError);
+  EXPECT_EQ(gen->in_flight(), 0);
+  EXPECT_EQ(gen->capacity(), 2);
+  // A lossy method joins with its note; the sampling shape still has to match.
+  EXPECT_TRUE(gen->stats().notes.empty());
+  GenerationRequest lantern{Condition::label(1), 1, 0, std::nullopt, method_like(o, "lantern")};
+  EXPECT_TRUE(gen->joins(lantern));
+  ASSERT_EQ(gen->stats().notes.size(), 1u);
+  EXPECT_NE(gen->stats().notes[0].find("lantern is lossy"), std::string::npos);
+  lantern.sampling = o.sampling;
+  lantern.sampling->cfg_scale = 1.0f;
+  EXPECT_FALSE(gen->joins(lantern));
+  // A vanilla generation takes vanilla requests only.
+  auto plain = pipe->start_generation(options("vanilla", 2));
+  EXPECT_TRUE(plain->joins({Condition::label(1), 1, 0, std::nullopt, SpeculativeOptions{}}));
+  EXPECT_FALSE(plain->joins({Condition::label(1), 1, 0, std::nullopt, o.spec}));
+}

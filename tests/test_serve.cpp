@@ -426,27 +426,102 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
   }
 }
 
-// Every served method starts at bind() too (drafter loaded, costs calibrated), kept as a batch
-// while max_settings allows; requests naming one join its batch.
+// Every served method starts at bind() too (drafter loaded, costs calibrated): lantern, drafting
+// with the server's draft model and length, joins sd's batch; sjd (Jacobi) gets a batch of its own
+// while max_settings allows. Requests naming one go to its batch. --separate-methods gives
+// lantern one too.
 TEST(Serve, EveryServedMethodStartsBeforeTheFirstRequest) {
   auto pipe = load(kFix + "llamagen/c2i_f32");
-  for (const int max_settings : {4, 2}) {
-    SCOPED_TRACE("max_settings " + std::to_string(max_settings));
-    serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
-    o.methods = {
-        {"sd", kFix + "spec/tiny_draft"}, {"lantern", kFix + "spec/tiny_draft"}, {"sjd", ""}};
-    o.max_settings = max_settings;
-    Running srv(*pipe, o);
-    EXPECT_TRUE(
-        wait_for_metric(srv, "tessera_settings " + std::to_string(std::min(3, max_settings))));
-    const httplib::Result r =
-        srv.client().Post("/v1/images/generations",
-                          json{{"class", 1}, {"method", "lantern"}}.dump(), "application/json");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200) << r->body;
-    EXPECT_TRUE(
-        wait_for_metric(srv, "tessera_settings " + std::to_string(std::min(3, max_settings))));
+  for (const int max_settings : {4, 1}) {
+    for (const bool separate : {false, true}) {
+      SCOPED_TRACE("max_settings " + std::to_string(max_settings) + (separate ? ", separate" : ""));
+      serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
+      o.methods = {
+          {"sd", kFix + "spec/tiny_draft"}, {"lantern", kFix + "spec/tiny_draft"}, {"sjd", ""}};
+      o.max_settings = max_settings;
+      o.separate_methods = separate;
+      Running srv(*pipe, o);
+      const std::string batches =
+          "tessera_settings " + std::to_string(std::min(separate ? 3 : 2, max_settings));
+      const std::string joined = std::string("tessera_joined_settings ") + (separate ? "0" : "1");
+      EXPECT_TRUE(wait_for_metric(srv, batches));
+      EXPECT_TRUE(wait_for_metric(srv, joined));
+      const httplib::Result r =
+          srv.client().Post("/v1/images/generations",
+                            json{{"class", 1}, {"method", "lantern"}}.dump(), "application/json");
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 200) << r->body;
+      EXPECT_TRUE(wait_for_metric(srv, batches));
+      EXPECT_TRUE(wait_for_metric(srv, joined));
+    }
   }
+}
+
+// Methods that draft alike (here sd, lantern and cool-sd with one draft model and draft length)
+// share one batch: they start as one at bind(), their requests in flight at once are stepped in
+// the same forwards, and each image is the one its method makes alone. A request with another
+// draft length gets a batch of its own.
+TEST(Serve, MethodsThatDraftAlikeShareABatch) {
+  auto pipe = load(kFix + "llamagen/c2i_f32");
+  serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 8);
+  o.gen.spec.draft_len = 0;  // every method's default
+  const std::string draft = kFix + "spec/tiny_draft";
+  o.methods = {{"sd", draft}, {"lantern", draft}, {"cool-sd", draft}};
+  Running srv(*pipe, o);
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 1"));
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_joined_settings 2"));
+  struct Ask {
+    json body;
+    SpeculativeOptions spec;
+  };
+  auto spec = [&](const std::string& method, MethodParams params = {}, int draft_len = 0) {
+    SpeculativeOptions s;
+    s.method = method;
+    s.draft_model = draft;
+    s.params = std::move(params);
+    s.draft_len = draft_len;
+    return s;
+  };
+  const std::vector<Ask> asks = {
+      {{{"class", 1}, {"n", 2}, {"seed", 5}}, spec("sd")},
+      {{{"class", 1}, {"n", 2}, {"seed", 5}, {"method", "lantern"}}, spec("lantern")},
+      {{{"class", 2}, {"seed", 6}, {"method", "lantern"}, {"params", {{"lantern.k", 3}}}},
+       spec("lantern", {{"lantern.k", int64_t{3}}})},
+      {{{"class", 1}, {"n", 2}, {"seed", 5}, {"method", "cool-sd"}}, spec("cool-sd")},
+      {{{"class", 3}, {"seed", 7}, {"method", "lantern"}, {"draft_len", 2}},
+       spec("lantern", {}, 2)}};
+  std::vector<std::future<httplib::Result>> replies;
+  for (const Ask& a : asks)
+    replies.push_back(std::async(std::launch::async, [&srv, &a] {
+      return srv.client().Post("/v1/images/generations", a.body.dump(), "application/json");
+    }));
+  const std::string tmp = testing::TempDir() + "serve_joined.png";
+  for (size_t k = 0; k < asks.size(); ++k) {
+    SCOPED_TRACE(asks[k].body.dump());
+    const httplib::Result r = replies[k].get();
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json body = json::parse(r->body);
+    EXPECT_EQ(body["tessera"]["method"], asks[k].spec.method);
+    GenerateOptions g = o.gen;
+    g.spec = asks[k].spec;
+    g.seed = body["tessera"]["images"][0]["seed"];
+    g.batch = 1;
+    const size_t n = body["data"].size();
+    const auto grids = pipe->generate(
+        std::vector<Condition>(n, Condition::label(asks[k].body["class"].get<int>())), g);
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(image_of(body, i, tmp), pipe->decode(grids[i], 1)) << "image " << i;
+  }
+  // lantern with lantern.k 3 joined too; the shorter draft got a batch of its own.
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 2"));
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_joined_settings 3"));
+  const httplib::Result m = srv.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const std::string want : {"tessera_mean_accepted_length{method=\"sd\"}",
+                                 "tessera_mean_accepted_length{method=\"lantern\"}",
+                                 "tessera_mean_accepted_length{method=\"cool-sd\"}"})
+    EXPECT_NE(m->body.find(want), std::string::npos) << want;
 }
 
 // "stream": true: previews while the image is generated (the image so far, its tokens and

@@ -10,17 +10,21 @@
 //   while (gen->step())
 //     for (FinishedImage& f : gen->poll()) ...;   // f.id, f.tokens, f.stats
 //
-// Every request of one Generation shares its method and the method's parameters; each may bring
-// its own sampling settings (guidance scale, temperature, top-k, top-p) and is batched with the
-// others all the same, as long as it guides or not (cfg > 1) and samples greedily or not
-// (temperature 0) as the generation's options do. Requests with another method need another
-// Generation. A Generation is used from one thread at a
-// time and must not outlive its Pipeline; LlamaGen models only.
+// Each request may bring its own sampling settings (guidance scale, temperature, top-k, top-p) and
+// its own method and parameters, and is batched with the others all the same, as long as it
+// guides or not (cfg > 1) and samples greedily or not (temperature 0) as the generation's options
+// do, and its method drafts as the generation's does: the same drafter (draft model, heads or
+// Jacobi window), draft length, tree and rounds. So sd, lantern, cool-sd, uniform-rsd, ... with
+// one draft model share every forward, each image verified by its own acceptance rule; vanilla
+// shares only with vanilla. Requests that draft otherwise need another Generation (joins() tells).
+// A Generation is used from one thread at a time and must not outlive its Pipeline; LlamaGen
+// models only.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "tessera/tessera.h"
@@ -28,6 +32,16 @@
 namespace tessera {
 
 struct GenerationRequest {
+  GenerationRequest() = default;
+  GenerationRequest(Condition condition_, uint64_t seed_ = 0, uint64_t image_index_ = 0,
+                    std::optional<SamplingOptions> sampling_ = std::nullopt,
+                    std::optional<SpeculativeOptions> method_ = std::nullopt)
+      : condition(std::move(condition_)),
+        seed(seed_),
+        image_index(image_index_),
+        sampling(std::move(sampling_)),
+        method(std::move(method_)) {}
+
   Condition condition;
   uint64_t seed = 0;
   // The image's random stream within the seed: with seed s and index i it is the image
@@ -37,6 +51,10 @@ struct GenerationRequest {
   // the generation's. Guidance on or off and greedy or not must be the generation's
   // (ParameterError "sampling" from add otherwise).
   std::optional<SamplingOptions> sampling;
+  // This request's method and its parameters (its draft options as the generation's options
+  // spell them, the model's validated settings applied); unset: the generation's. It must draft
+  // as the generation's method does (ParameterError "method" from add otherwise, see joins()).
+  std::optional<SpeculativeOptions> method;
 };
 
 struct FinishedImage {
@@ -53,8 +71,15 @@ class Generation {
 
   // Requests that can be added now (the options' batch, less the ones in flight).
   int capacity() const;
+  // Whether add() puts `request` in this generation's batch: its sampling guides and is greedy as
+  // the generation's is, and its method drafts as the generation's does. The method is checked
+  // and its rule prepared (LANTERN's neighbour table, ...) once and kept, so later adds of it are
+  // cheap. Throws what add() would for a method the model refuses on its own (an unknown method, a
+  // parameter out of range: ParameterError naming it).
+  bool joins(const GenerationRequest& request);
   // Queues a request (prefilled by a coming step) and returns its id: the lowest free one, so a
-  // finished or cancelled request's id is reused. ParameterError("capacity") when full.
+  // finished or cancelled request's id is reused. ParameterError("capacity") when full,
+  // ParameterError("sampling") or ("method") for a request that cannot join (see joins()).
   int add(const GenerationRequest& request);
   // Drops a request in flight or finished and not yet polled, and frees its slots now; it is never
   // reported by poll. ParameterError("id") for an id that is neither.

@@ -70,6 +70,7 @@ SamplingOptions resolve_sampling(const SamplingOptions& s, const SamplingDefault
 struct DraftCosts {
   std::vector<double> verify;
   double draft_step = 0.0;
+  bool operator==(const DraftCosts&) const = default;
 };
 
 // draft_len value: choose each round's draft length from measured costs and past acceptance.
@@ -103,6 +104,7 @@ struct SpeculativeOptions {
   // Analysis: after this many rounds an image is finished by the target alone (0: never). The
   // bound of COOL-SD Eq. 4 is about one round followed by target sampling.
   int max_rounds = 0;
+  bool operator==(const SpeculativeOptions&) const = default;
 };
 
 // The draft lengths `tessera tune` sweeps by default: tokens drafted after the root with a draft

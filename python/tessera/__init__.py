@@ -130,8 +130,9 @@ class Pipeline:
     def start_generation(self, *, method: str = "vanilla", batch: int = 4,
                          **kwargs: Any) -> "Generation":
         """A generation stepped by its caller (LlamaGen): requests added and cancelled between
-        steps, up to `batch` at once, all with this method, its parameters (keywords as in
-        generate) and drafter; each request may bring its own sampling values."""
+        steps, up to `batch` at once, with this method, its parameters (keywords as in
+        generate) and drafter; each request may bring its own sampling values, and its own
+        method where that drafts alike (sd, lantern, cool-sd, ... on one draft model)."""
         return Generation(self, _tessera._start_generation(self._p, method, batch, **kwargs))
 
     def __repr__(self) -> str:
@@ -154,8 +155,8 @@ class FinishedImage:
 class Generation:
     """Requests stepped together (include/tessera/generation.h): each step is one batched target
     forward over every request in flight (a prefill, a token, or a speculative round). A
-    request's image depends only on its prompt, seed and image_index, never on what it was
-    batched with.
+    request's image depends only on its prompt, seed and image_index (and its method, which
+    may be its own where it drafts as the generation's does), never on what it was batched with.
 
         gen = pipe.start_generation(method="sd", batch=4)
         a = gen.add("red apple", seed=1)
@@ -168,10 +169,13 @@ class Generation:
         self._pipe, self._g = pipe, gen
 
     def add(self, prompt: Prompt = None, *, seed: int = 0, image_index: int = 0,
-            style: Optional[str] = None, **sampling: Any) -> int:
+            style: Optional[str] = None, method: Optional[str] = None, **kwargs: Any) -> int:
         """Queues a request and returns its id (a finished or cancelled request's id is reused).
-        sampling: its own cfg, cfg_interval, temperature, top_k, top_p."""
-        return self._g.add(prompt, seed, image_index, style or "", **sampling)
+        kwargs: its own cfg, cfg_interval, temperature, top_k, top_p. method: its own method,
+        with its parameters and drafting keywords as in generate (lantern_k=5, draft_len=4); it
+        shares the generation's forwards, so it must draft as the generation's method does (the
+        same drafter, draft_len, tree): ParameterError("method") otherwise."""
+        return self._g.add(prompt, seed, image_index, style or "", method, **kwargs)
 
     def step(self) -> bool:
         """One batched forward; False when no request is in flight."""

@@ -22,6 +22,12 @@ int Decoder::capacity_images() const {
   return session_.free_slots() / (cfg() ? 2 : 1);
 }
 
+bool Decoder::batches_with(const SamplingParams& sampling) const {
+  const SamplingParams& own = settings_.sampling;
+  return sampling.uses_cfg() == own.uses_cfg() &&
+         (sampling.temperature <= 0.0f) == (own.temperature <= 0.0f);
+}
+
 int Decoder::add(const Condition& condition, uint64_t image_index, std::optional<uint64_t> seed,
                  const std::optional<SamplingParams>& sampling) {
   check(capacity_images() > 0, "internal: no free KV slot for another image");

@@ -46,6 +46,9 @@ class Decoder {
   int add(const Condition& condition, uint64_t image_index,
           std::optional<uint64_t> seed = std::nullopt,
           const std::optional<SamplingParams>& sampling = std::nullopt);
+  // Whether an image with these sampling settings can join: it guides and is greedy as the
+  // settings' are (they shape the batch: the unconditional slots, the drafters' trees).
+  bool batches_with(const SamplingParams& sampling) const;
   // Retires an image, finished or not, and frees its slots.
   virtual void remove(int id);
   // One batched forward: the prefill of the images added since the last prefill, or a decoding

@@ -23,13 +23,24 @@ struct Generation::Impl {
   std::map<int, int> live;          // request id -> decoder image id, in flight
   std::vector<FinishedImage> done;  // finished, not polled, in the order they finished
 
+  std::string method;  // the generation's
+
   Impl(LlamaGenFamily& f, const GenerateOptions& opts, int n_tokens)
       : family(f),
         capacity(std::max(opts.batch, 1)),
-        grid(static_cast<int>(std::lround(std::sqrt(static_cast<double>(n_tokens))))) {
+        grid(static_cast<int>(std::lround(std::sqrt(static_cast<double>(n_tokens))))),
+        method(opts.spec.method) {
     run = family.start(opts, capacity, stats);
     stats.notes = run->notes;
   }
+  // The notes of methods joined since (the run's, appended once each).
+  void sync_notes() {
+    for (const std::string& n : run->notes)
+      if (std::find(stats.notes.begin(), stats.notes.end(), n) == stats.notes.end())
+        stats.notes.push_back(n);
+  }
+  // Adds a request whose sampling and method were checked; returns its id.
+  int add(const GenerationRequest& request, const std::optional<SamplingParams>& sampling);
   Decoder& decoder() { return run->decoder(); }
   const FinishedImage* finished(int id) const {
     for (const FinishedImage& f : done)
@@ -56,29 +67,57 @@ int Generation::capacity() const {
   return impl_->capacity - static_cast<int>(impl_->live.size() + impl_->done.size());
 }
 
+bool Generation::joins(const GenerationRequest& request) {
+  Impl& g = *impl_;
+  if (request.sampling &&  // checks its ranges (ParameterError naming the setting)
+      !g.decoder().batches_with(
+          to_sampling_params(resolve_sampling(*request.sampling, g.defaults))))
+    return false;
+  if (!request.method) return true;
+  const bool joins = g.run->joins(*request.method);
+  g.sync_notes();
+  return joins;
+}
+
 int Generation::add(const GenerationRequest& request) {
   Impl& g = *impl_;
   check_param(capacity() > 0, "capacity",
               "the generation holds " + std::to_string(g.capacity) +
                   " requests at once (its batch); poll finished ones or cancel one first");
-  const int id = g.free_id();
   std::optional<SamplingParams> sampling;
   if (request.sampling)  // checks its ranges (ParameterError naming the setting)
     sampling = to_sampling_params(resolve_sampling(*request.sampling, g.defaults));
+  if (request.method) {
+    check_param(g.run->joins(*request.method), "method",
+                "{method} " + request.method->method +
+                    " with these draft options drafts otherwise than this generation's " +
+                    g.method +
+                    " (another drafter, draft length, tree or rounds): it needs a generation of "
+                    "its own");
+    g.sync_notes();
+  }
+  const int id = g.add(request, sampling);
+  if (request.method) g.run->set_method(g.live.at(id), *request.method);
+  return id;
+}
+
+int Generation::Impl::add(const GenerationRequest& request,
+                          const std::optional<SamplingParams>& sampling) {
+  const int id = free_id();
   if (request.condition.kind == Condition::Kind::Prompt) {
-    check_param(g.encode_prompt != nullptr, "condition", "a typed prompt needs a text encoder");
+    check_param(encode_prompt != nullptr, "condition", "a typed prompt needs a text encoder");
     Condition caption;
     try {
-      caption = g.encode_prompt(request.condition.prompt);
+      caption = encode_prompt(request.condition.prompt);
     } catch (const ParameterError&) {
       throw;
     } catch (const Error& e) {  // no text encoder, a prompt that is not UTF-8, ...
       throw ParameterError("prompt", std::string(": ") + e.what());
     }
-    g.live[id] = g.decoder().add(caption, request.image_index, request.seed, sampling);
+    live[id] = decoder().add(caption, request.image_index, request.seed, sampling);
     return id;
   }
-  g.live[id] = g.decoder().add(request.condition, request.image_index, request.seed, sampling);
+  live[id] = decoder().add(request.condition, request.image_index, request.seed, sampling);
   return id;
 }
 

@@ -287,17 +287,66 @@ void LlamaGenFamily::validate(const GenerateOptions& opts) {
 // What one generation runs, owned together: the checked options and method, the drafter, the
 // draft-length policy and the decoder (which holds pointers to the others).
 struct LlamaGenFamily::Run final : GenerationRun {
+  LlamaGenFamily* family = nullptr;
+  GenerateOptions opts;
   Prepared prep;
   std::unique_ptr<speculative::Drafter> drafter;
   std::optional<speculative::DraftLengthPolicy> policy;
   std::unique_ptr<Decoder> decoder_;
+  speculative::SpeculativeDecoder* speculative = nullptr;  // decoder_, when the method drafts
+  // Other methods asked for, prepared once: prep is null for one that drafts otherwise.
+  struct Joined {
+    SpeculativeOptions spec;
+    std::unique_ptr<Prepared> prep;
+  };
+  std::vector<Joined> joined;
+
   Decoder& decoder() override { return *decoder_; }
+  bool joins(const SpeculativeOptions& spec) override {
+    return spec == opts.spec || joined_method(spec).prep != nullptr;
+  }
+  void set_method(int id, const SpeculativeOptions& spec) override {
+    const Prepared* p = spec == opts.spec ? nullptr : joined_method(spec).prep.get();
+    check(spec == opts.spec || p, "internal: an image's method must draft as its generation's");
+    if (speculative) speculative->set_rule(id, p ? p->method.rule.get() : nullptr);
+  }
+
+  const Joined& joined_method(const SpeculativeOptions& spec) {
+    for (const Joined& j : joined)
+      if (j.spec == spec) return j;
+    GenerateOptions o = opts;
+    o.spec = spec;
+    auto p = std::make_unique<Prepared>(family->prepare(o));  // ParameterErrors: the method's own
+    if (!drafts_like_this(*p, spec)) p.reset();
+    if (p && !p->note.empty() && std::find(notes.begin(), notes.end(), p->note) == notes.end())
+      notes.push_back(p->note);
+    joined.push_back({spec, std::move(p)});
+    return joined.back();
+  }
+
+  // Whether `other` (prepared from `spec`) drafts as this run's method does, so that only their
+  // acceptance rules differ: vanilla with vanilla; a speculative method with the same draft model
+  // or heads (the same loaded object) or Jacobi window, draft length (auto or fixed), tree, Hawk
+  // pools, drafting rounds and measured costs.
+  bool drafts_like_this(const Prepared& other, const SpeculativeOptions& spec) const {
+    const speculative::Method &a = prep.method, &b = other.method;
+    if (!a.rule || !b.rule) return !a.rule && !b.rule;
+    return other.draft == prep.draft && other.medusa == prep.medusa &&
+           other.tree_spec == prep.tree_spec && b.draft_len == a.draft_len &&
+           b.auto_len == a.auto_len && b.hawk == a.hawk &&
+           spec.max_rounds == opts.spec.max_rounds && spec.auto_costs == opts.spec.auto_costs;
+  }
 };
 
 std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts, int max_images,
                                                      GenerateStats& st,
                                                      std::function<void(int64_t)> on_tokens) {
   auto run = std::make_unique<Run>();
+  run->family = this;
+  run->opts = opts;
+  run->opts.progress = nullptr;  // the run's options prepare other methods; they run nothing
+  run->opts.on_image = nullptr;
+  run->opts.cancel = nullptr;
   run->prep = prepare(opts);
   Prepared& prep = run->prep;
   const SamplingParams& p = prep.p;
@@ -382,8 +431,10 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
     ls.policy = &*run->policy;
   }
   st.tree = prep.tree_spec;
-  run->decoder_ =
+  auto decoder =
       std::make_unique<speculative::SpeculativeDecoder>(*d_->gpt, max_images, ds, ls, st);
+  run->speculative = decoder.get();
+  run->decoder_ = std::move(decoder);
   return run;
 }
 

@@ -21,6 +21,13 @@ class Decoder;
 struct GenerationRun {
   virtual ~GenerationRun() = default;
   virtual Decoder& decoder() = 0;
+  // Whether images of method `spec` can share this run's batch: it drafts as the run's method
+  // does (the same drafter, draft length, tree, rounds), only its acceptance rule differs. The
+  // method is checked (ParameterError for one the model refuses) and prepared once, and its note
+  // (a lossy method outside the model's validated settings) added to `notes`.
+  virtual bool joins(const SpeculativeOptions& spec) = 0;
+  // Image `id` (added, not yet prefilled) generates with `spec`, a method joins() accepted.
+  virtual void set_method(int id, const SpeculativeOptions& spec) = 0;
   std::vector<std::string> notes;  // for the user (GenerateStats::notes)
 };
 

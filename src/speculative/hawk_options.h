@@ -13,6 +13,7 @@ struct HawkOptions {
   // true: each member's most likely tokens, distinct within a pool, with one-hot q (Medusa's
   // deterministic candidates, which Hawk builds on); both lossless.
   bool top = false;
+  bool operator==(const HawkOptions&) const = default;
 };
 
 }  // namespace tessera::speculative

@@ -50,11 +50,12 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
         "internal: speculative decoding generates whole images");
 }
 
-SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image) const {
+SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image,
+                                                 const AcceptanceRule& rule) const {
   SamplingParams p = image;
   if (p.temperature <= 0.0f) {
     p.temperature = 1.0f;
-    if (!loop_.rule->greedy_filtered()) {
+    if (!rule.greedy_filtered()) {
       p.top_k = 0;
       p.top_p = 1.0f;
     }
@@ -66,8 +67,20 @@ SpeculativeDecoder::~SpeculativeDecoder() {
   if (loop_.policy) loop_.drafter->set_node_budget({});
 }
 
+void SpeculativeDecoder::set_rule(int id, const AcceptanceRule* rule) {
+  check(!image(id).prefilled, "internal: an image's rule is set before its prefill");
+  if (static_cast<int>(rules_.size()) <= id) rules_.resize(id + 1, nullptr);
+  rules_[id] = rule;
+}
+
+const AcceptanceRule& SpeculativeDecoder::rule_of(const ImageState& im) const {
+  const AcceptanceRule* r = im.id < static_cast<int>(rules_.size()) ? rules_[im.id] : nullptr;
+  return r ? *r : *loop_.rule;
+}
+
 void SpeculativeDecoder::remove(int id) {
   loop_.drafter->release(image(id));
+  if (id < static_cast<int>(rules_.size())) rules_[id] = nullptr;  // the id is reused
   Decoder::remove(id);
 }
 
@@ -182,7 +195,8 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     const int used = static_cast<int>(tree.size()) + 1;
     computed_.assign(used, 0);
     double dist_s = 0.0;
-    const SamplingParams verifying = verify_params(im.sampling);
+    const AcceptanceRule& rule = rule_of(im);
+    const SamplingParams verifying = verify_params(im.sampling, rule);
     TargetRound target;
     target.dist = [&](int r) {
       std::span<float> out(dists_.data() + static_cast<size_t>(r) * V, V);
@@ -203,7 +217,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
         target.hidden_uncond = outputs.hidden.rows(static_cast<int64_t>(m + j) * rows, rows);
     }
     VerifySettings vs;
-    vs.rule = loop_.rule;
+    vs.rule = &rule;
     vs.draft_len = std::max(1, round_len_[j]);
     vs.greedy = greedy;
     const double tr = now_s();

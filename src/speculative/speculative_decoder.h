@@ -19,7 +19,7 @@
 namespace tessera::speculative {
 
 struct LoopSettings {
-  const AcceptanceRule* rule = nullptr;
+  const AcceptanceRule* rule = nullptr;  // every image's unless set_rule gives it its own
   Drafter* drafter = nullptr;
   int draft_len = 5;  // --draft-len (the drafter turns it into a depth); auto: the maximum
   // --draft-len auto: chooses each round's depth from the image's past acceptance (null: every
@@ -35,6 +35,10 @@ class SpeculativeDecoder final : public Decoder {
                      GenerateStats& stats);
   ~SpeculativeDecoder() override;
   void remove(int id) override;
+  // Image `id` (added, not yet removed) verifies with `rule` (null: the loop's) and draws its
+  // resampled tokens from the rule's distribution: methods that share a drafter differ only in
+  // their rule, so their images share every forward. The rule must outlive the image.
+  void set_rule(int id, const AcceptanceRule* rule);
 
  protected:
   void prefill(std::vector<ImageState*>& fresh) override;
@@ -46,7 +50,9 @@ class SpeculativeDecoder final : public Decoder {
   int node_cap_ = 0;  // most draft nodes per image and round (the session's width - 1)
   // The settings an image's target distributions are verified with: its own, but greedy
   // verification sees the untempered distribution (unfiltered unless the rule keeps the filters).
-  SamplingParams verify_params(const SamplingParams& image) const;
+  SamplingParams verify_params(const SamplingParams& image, const AcceptanceRule& rule) const;
+  const AcceptanceRule& rule_of(const ImageState& im) const;
+  std::vector<const AcceptanceRule*> rules_;  // by image id; null: the loop's
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
   std::vector<ImageAcceptance> acceptance_;  // by image id (--draft-len auto)

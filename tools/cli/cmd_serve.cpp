@@ -122,10 +122,13 @@ Command add_serve(CLI::App& app, const ModelDefaults& md) {
                 "T5 encoder directory of a t2i model's prompts (tools/convert_t5.py); default: "
                 "the one its config.json names");
   s->add_option("--max-settings", a->serve.max_settings,
-                "Distinct settings (method, parameters, sampling) generated at once, each a batch "
-                "of its own")
+                "Batches generated at once: settings (method, parameters, sampling) whose methods "
+                "draft otherwise; methods that draft alike share one")
       ->check(int_at_least(1))
       ->capture_default_str();
+  s->add_flag("--separate-methods", a->serve.separate_methods,
+              "Give every method setting a batch of its own, even where methods draft alike (an "
+              "ablation: scripts/bench-serve.sh --mix)");
   s->add_option("--queue", a->serve.queue,
                 "Images waiting beyond the batch before requests are answered 429")
       ->check(int_at_least(0))

@@ -220,6 +220,26 @@ std::optional<SamplingOptions> sampling_args(const nb::kwargs& kwargs, const cha
   return any ? std::optional(s) : std::nullopt;
 }
 
+RequestArgs request_args(const std::string& model_dir, const ModelConfig& config,
+                         const std::optional<std::string>& method, const nb::kwargs& kwargs,
+                         const char* function) {
+  if (!method) return {std::nullopt, sampling_args(kwargs, function)};
+  bool sampling = false;
+  for (auto [k, v] : kwargs) {
+    const std::string key = nb::cast<std::string>(k);
+    if (key == "batch" || key == "image_index" || key == "max_tokens" || key == "device_loop" ||
+        key == "steps" || key == "cfg_schedule")
+      unexpected(function, key);
+    SamplingOptions scratch;
+    sampling = sampling || (!v.is_none() && sampling_arg(key, v, scratch));
+  }
+  const RunArgs a = run_args(model_dir, config, *method, 0, kwargs, function);
+  RequestArgs r;
+  r.method = a.gen.spec;
+  if (sampling) r.sampling = a.gen.sampling;
+  return r;
+}
+
 Prompt prompt_condition(nb::handle prompt, const ModelConfig& config, const ClassNames* names,
                         const std::string& style) {
   const bool c2i = config.is_mar() || config.gpt.is_c2i();

@@ -41,6 +41,18 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
 // top_p; none given: nullopt (the generation's).
 std::optional<SamplingOptions> sampling_args(const nb::kwargs& kwargs, const char* function);
 
+// A request's own settings (Generation.add): with `method`, that method with its parameters and
+// drafting keywords as generate takes them (the drafter chosen as the CLI chooses it); the
+// sampling keywords given, if any. A keyword of the whole generation (batch, image_index,
+// max_tokens, device_loop) raises TypeError.
+struct RequestArgs {
+  std::optional<SpeculativeOptions> method;
+  std::optional<SamplingOptions> sampling;
+};
+RequestArgs request_args(const std::string& model_dir, const ModelConfig& config,
+                         const std::optional<std::string>& method, const nb::kwargs& kwargs,
+                         const char* function);
+
 // What a prompt conditions an image on: None (unconditional), an int (a class id), a str (a class
 // name of a model with classes.json, or a typed prompt for a text-conditional model), or a float
 // array [rows, caption_dim] (T5 caption features). label: what the image shows, in words.

@@ -1,6 +1,7 @@
 // tessera.Generation's engine side (include/tessera/generation.h): requests added and cancelled
 // between steps, each step one batched forward with the GIL released, finished images polled, and
 // previews of the ones in flight, so a notebook can show an image filling in.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -35,20 +36,24 @@ void register_generation(nb::module_& m) {
       .def(
           "add",
           [](PyGeneration& g, nb::object prompt, uint64_t seed, uint64_t image_index,
-             const std::string& style, const nb::kwargs& kwargs) {
+             const std::string& style, std::optional<std::string> method,
+             const nb::kwargs& kwargs) {
             GenerationRequest r;
             r.condition =
                 prompt_condition(prompt, g.owner->pipe->config(), g.owner->class_names(), style)
                     .condition;
             r.seed = seed;
             r.image_index = image_index;
-            r.sampling = sampling_args(kwargs, "add");
+            RequestArgs a =
+                request_args(g.owner->model_dir, g.owner->pipe->config(), method, kwargs, "add");
+            r.sampling = a.sampling;
+            r.method = std::move(a.method);
             std::lock_guard lock(g.mu);
-            nb::gil_scoped_release release;  // a typed prompt is encoded here
+            nb::gil_scoped_release release;  // a typed prompt is encoded, a rule prepared here
             return g.gen->add(r);
           },
           nb::arg("prompt").none(), nb::arg("seed") = 0, nb::arg("image_index") = 0,
-          nb::arg("style") = "", nb::arg("kwargs"))
+          nb::arg("style") = "", nb::arg("method").none() = nb::none(), nb::arg("kwargs"))
       .def("step",
            [](PyGeneration& g) {
              nb::gil_scoped_release release;

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "metrics.h"
@@ -83,9 +84,14 @@ struct Engine::Impl {
   size_t waiting = 0;                      // images queued, not added
   bool stopping = false;
   Metrics metrics;
-  std::atomic<int> in_flight{0}, settings{0};
-  // The engine's alone (no lock): a Generation per distinct setting.
+  std::atomic<int> in_flight{0}, settings{0}, joined_settings{0};
+  // The engine's alone (no lock): a Generation per setting that opened one, ...
   std::map<std::string, Lane> lanes;
+  // ... and the settings whose requests join another's batch (Generation::joins: a method that
+  // drafts as the lane's does, its own rule per image) -> that lane's key.
+  std::map<std::string, std::string> joined;
+  // Settings that joined none of the lanes open when last tried (cleared when a lane opens).
+  std::set<std::string> unjoinable;
   std::thread thread;
 
   Impl(Pipeline& p, ServeOptions opts) : pipe(p), o(std::move(opts)) {
@@ -114,6 +120,7 @@ struct Engine::Impl {
         for (auto& [key, lane] : lanes) busy += lane.gen->in_flight();
         in_flight = busy;
         settings = static_cast<int>(lanes.size());
+        joined_settings = static_cast<int>(joined.size());
         if (busy == 0 && to_open.empty()) {
           if (stopping && queue.empty()) return;
           engine_cv.wait(lock);
@@ -138,7 +145,7 @@ struct Engine::Impl {
           for (auto& [id, entry] : lane.live)
             entry.first->fail(500, std::string("generation failed: ") + e.what());
           metrics.engine_faults++;
-          it = lanes.erase(it);
+          it = erase_lane(it);
           done_cv.notify_all();
         }
       }
@@ -165,17 +172,35 @@ struct Engine::Impl {
       }
   }
 
+  // The lane a setting's requests go to: its own or the one it joined; lanes.end() if none.
+  std::map<std::string, Lane>::iterator lane_of(const std::string& settings) {
+    const auto j = joined.find(settings);
+    return lanes.find(j == joined.end() ? settings : j->second);
+  }
+
+  std::map<std::string, Lane>::iterator erase_lane(std::map<std::string, Lane>::iterator it) {
+    std::erase_if(joined, [&](const auto& j) { return j.second == it->first; });
+    return lanes.erase(it);
+  }
+
+  bool room_for_a_lane() {
+    return static_cast<int>(lanes.size()) < std::max(o.max_settings, 1) || evict_idle_lane();
+  }
+
   // Adds queued images to their setting's batch while it has room, first come first served. A job
-  // whose setting has no lane yet is returned in `to_open`; when max_settings lanes are busy, no
-  // later job is admitted, so the lanes drain and the waiting setting gets one.
+  // whose setting has no lane yet is returned in `to_open` (to join a lane, or open one); when
+  // max_settings lanes are busy and it joins none of them, no later job is admitted, so the lanes
+  // drain and the waiting setting gets one.
   void admit(std::vector<std::shared_ptr<Job>>& to_open) {
     for (auto it = queue.begin(); it != queue.end();) {
       Job& job = **it;
-      auto lane = lanes.find(job.settings);
+      auto lane = lane_of(job.settings);
       if (lane == lanes.end()) {
         if (std::none_of(to_open.begin(), to_open.end(),
                          [&](const auto& j) { return j->settings == job.settings; })) {
-          if (static_cast<int>(lanes.size() + to_open.size()) >= std::max(o.max_settings, 1) &&
+          const bool may_join = !lanes.empty() && !unjoinable.count(job.settings);
+          if (!may_join &&
+              static_cast<int>(lanes.size() + to_open.size()) >= std::max(o.max_settings, 1) &&
               !evict_idle_lane())
             return;
           to_open.push_back(*it);
@@ -210,10 +235,19 @@ struct Engine::Impl {
   bool evict_idle_lane() {
     for (auto it = lanes.begin(); it != lanes.end(); ++it)
       if (it->second.gen->in_flight() == 0) {
-        lanes.erase(it);
+        erase_lane(it);
         return true;
       }
     return false;
+  }
+
+  // The lane a job's images can join (its method drafting as the lane's does, its sampling shaped
+  // alike), or "". Throws the ParameterError of a method the model refuses.
+  std::string joinable_lane(const Job& job) {
+    if (o.separate_methods) return "";
+    for (auto& [key, lane] : lanes)
+      if (lane.gen->joins(job.images.front())) return key;
+    return "";
   }
 
   // The default setting's Generation, started before the first request, and the other served
@@ -237,28 +271,51 @@ struct Engine::Impl {
                     " cannot run: " + e.message);
       }
       pipe.validate(job->opts);
+      if (m != own) {  // a method drafting as a started one's joins its batch
+        const std::string key = joinable_lane(*job);
+        if (!key.empty()) {
+          std::lock_guard lock(mu);
+          joined[job->settings] = key;
+          continue;
+        }
+      }
       auto gen = pipe.start_generation(job->opts);
       std::lock_guard lock(mu);
       if (m == own || static_cast<int>(lanes.size()) < std::max(o.max_settings, 1))
         lanes[job->settings].gen = std::move(gen);
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char took[96];
-    std::snprintf(took, sizeof took, "%.2f s (%zu method%s, %zu batches kept)", s, methods.size(),
-                  methods.size() == 1 ? "" : "s", lanes.size());
+    char took[128];
+    std::snprintf(took, sizeof took, "%.2f s (%zu method%s, %zu batches kept, %zu joining them)", s,
+                  methods.size(), methods.size() == 1 ? "" : "s", lanes.size(), joined.size());
     log_info(std::string("serve: the served methods started in ") + took);
   }
 
-  // Starts the Generation of a job's setting (outside the lock: it may load a draft model). A
-  // setting the engine refuses fails every queued job that asked for it, 400 with the message.
+  // Joins a job's setting to a lane's batch, or starts a Generation of its own when there is room
+  // (outside the lock: it may load a draft model, build a rule's tables). A setting the engine
+  // refuses fails every queued job that asked for it, 400 with the message.
   void open_lane(const Job& job) {
     int status = 400;
     std::string why, param;
     try {
       pipe.validate(job.opts);
+      if (!unjoinable.count(job.settings)) {
+        const std::string key = joinable_lane(job);
+        std::lock_guard lock(mu);
+        if (!key.empty()) {
+          joined[job.settings] = key;
+          return;
+        }
+        unjoinable.insert(job.settings);
+      }
+      {
+        std::lock_guard lock(mu);
+        if (!room_for_a_lane()) return;  // it waits in the queue for a lane to drain
+      }
       auto gen = pipe.start_generation(job.opts);
       std::lock_guard lock(mu);
       lanes[job.settings].gen = std::move(gen);
+      unjoinable.clear();  // they may join this one
       return;
     } catch (const ParameterError& e) {
       why = e.what();
@@ -589,7 +646,8 @@ Reply Engine::metrics() {
   Impl& s = *impl_;
   std::lock_guard lock(s.mu);
   return {200,
-          s.metrics.text(static_cast<int64_t>(s.waiting), s.in_flight.load(), s.settings.load()),
+          s.metrics.text(static_cast<int64_t>(s.waiting), s.in_flight.load(), s.settings.load(),
+                         s.joined_settings.load()),
           "text/plain; version=0.0.4"};
 }
 

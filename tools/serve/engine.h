@@ -1,8 +1,8 @@
 // tessera serve's engine without its HTTP layer (issues 44, 46): requests are parsed
-// (request.h), queued, batched by setting into Generations that one engine thread steps
-// (continuous batching across requests), and answered as JSON. tools/serve/server.h puts it behind
-// cpp-httplib; the Python package's ServeEngine (tools/python) behind Ray Serve's HTTP proxy, so
-// both answer with the same parser, batching and bodies.
+// (request.h), queued, batched into Generations that one engine thread steps (continuous
+// batching across requests, and across methods that draft alike), and answered as JSON.
+// tools/serve/server.h puts it behind cpp-httplib; the Python package's ServeEngine (tools/python)
+// behind Ray Serve's HTTP proxy, so both answer with the same parser, batching and bodies.
 #pragma once
 
 #include <functional>
@@ -39,8 +39,8 @@ class Engine {
   Engine(Pipeline& pipe, ServeOptions options);
   ~Engine();  // stop(), then waits for the engine thread
   // ServeOptions::warm_up's part: starts the default setting's batch, then every other served
-  // method's (drafters loaded, tables built), keeping up to max_settings
-  // batches. Throws Error when one cannot start.
+  // method's (drafters loaded, tables built): joining a started batch where it drafts alike, else
+  // a batch of its own while max_settings allows. Throws Error when one cannot start.
   void warm_up();
   // Starts the engine thread (once).
   void start();

@@ -12,7 +12,8 @@ void Metrics::observe(double s) {
   latency_count++;
 }
 
-std::string Metrics::text(int64_t queued, int64_t in_flight, int64_t settings) const {
+std::string Metrics::text(int64_t queued, int64_t in_flight, int64_t settings,
+                          int64_t joined) const {
   std::string t;
   char buf[64];
   auto num = [&buf](double v) {
@@ -41,6 +42,10 @@ std::string Metrics::text(int64_t queued, int64_t in_flight, int64_t settings) c
   metric("tessera_settings", "gauge",
          "Distinct settings (method, parameters, sampling) with a batch of their own.");
   line("tessera_settings " + std::to_string(settings));
+  metric("tessera_joined_settings", "gauge",
+         "Settings whose requests share another's batch: their method drafts as its method does "
+         "(only the acceptance rule differs).");
+  line("tessera_joined_settings " + std::to_string(joined));
   metric("tessera_images_total", "counter", "Images generated.");
   line("tessera_images_total " + std::to_string(images));
   metric("tessera_tokens_total", "counter", "Image tokens generated (rate(): tokens/s).");

@@ -23,7 +23,9 @@ struct Metrics {
 
   void observe(double seconds);
   // The exposition, with the gauges given by the caller.
-  std::string text(int64_t queued_images, int64_t in_flight_images, int64_t settings) const;
+  // settings: batches (Generations); joined: settings whose requests share another's batch.
+  std::string text(int64_t queued_images, int64_t in_flight_images, int64_t settings,
+                   int64_t joined) const;
 };
 
 }  // namespace tessera::serve

@@ -83,8 +83,9 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
   }
 
   // The settings: the server's, with what the request changes. Another method than the server's
-  // starts from that method's defaults (the server's draft length, tree and resampling are for
-  // its own method).
+  // starts from that method's defaults (the server's parameters and resampling are for its own
+  // method); one that drafts with the server's drafter drafts as the server's method does (its
+  // draft length and tree), so that their requests share a batch (Generation::joins).
   GenerateOptions& g = job->opts;
   g = o.gen;
   g.progress = nullptr;
@@ -97,9 +98,17 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       throw HttpError{400, "method: this server runs " + joined(methods), "method"};
     const std::string m = v->get<std::string>();
     if (m != o.gen.spec.method) {
+      const SpeculativeOptions& own = o.gen.spec;
       g.spec = SpeculativeOptions{};
       g.spec.method = m;
       g.spec.draft_model = o.methods.at(m);
+      if (own.method != "vanilla" && g.spec.draft_model == own.draft_model && m != "vanilla") {
+        g.spec.draft_len = own.draft_len;
+        g.spec.max_auto_len = own.max_auto_len;
+        g.spec.auto_costs = own.auto_costs;
+        g.spec.tree = own.tree;
+        g.spec.max_rounds = own.max_rounds;
+      }
     }
   }
   if (const json* v = field("params")) {
@@ -195,7 +204,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       throw HttpError{400, "style picks a class's drawing; this is a t2i model", "style"};
     const std::string text = prompt->get<std::string>();
     for (int i = 0; i < n; ++i) {
-      job->images.push_back({Condition::text(text), seed, static_cast<uint64_t>(i), s});
+      job->images.push_back({Condition::text(text), seed, static_cast<uint64_t>(i), s, g.spec});
       job->labels.push_back(text);
     }
   } else if (prompt) {
@@ -219,7 +228,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
   }
   const bool by_class = job->images.empty();  // a typed prompt's images are in already
   for (int i = 0; by_class && i < n; ++i) {
-    job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i), s});
+    job->images.push_back({Condition::label(class_id), seed, static_cast<uint64_t>(i), s, g.spec});
     job->labels.push_back(label);
   }
   job->tokens.resize(n);

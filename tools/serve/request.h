@@ -1,6 +1,7 @@
 // One POST /v1/images/generations: its body parsed and checked into the images it asks for and the
 // settings they are generated with (tools/serve/server.h). Requests with equal settings share a
-// batch; each distinct setting is a Generation of its own.
+// batch, and so do settings whose methods draft alike (Generation::joins); the others each have a
+// Generation of their own.
 #pragma once
 
 #include <chrono>

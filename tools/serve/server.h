@@ -36,7 +36,8 @@ struct ServeOptions {
   // Methods a request may name, each with the draft model directory it drafts with ("": none, or
   // Jacobi drafts); empty: gen's alone. A method other than gen's runs with its defaults.
   std::map<std::string, std::string> methods;
-  int max_settings = 4;       // distinct settings generated at once, each in a batch of its own
+  int max_settings = 4;           // batches at once; settings whose methods draft alike share one
+  bool separate_methods = false;  // true: every setting a batch of its own (an ablation)
   int queue = 64;             // images waiting beyond the batch; a request that would pass it: 429
   double timeout_s = 600.0;   // a request not done by then: 503, and its images cancelled
   size_t max_body = 1 << 16;  // bytes of a request body; more: 413
