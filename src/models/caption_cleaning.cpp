@@ -501,20 +501,31 @@ class HtmlText {
 
 // ---- html.unescape -------------------------------------------------------------------------
 
-// Python's html.unescape: numeric references (with html5's replacements for invalid ones) and
-// named ones, the longest known prefix of an unknown name decoded.
-UnicodeString html_unescape(const UnicodeString& s) {
-  if (s.indexOf(u'&') < 0) return s;
-  static const auto ref = compile(R"(&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?))");
+// s with each match of `pattern` replaced: replace(a, b, out) appends what stands for s[a, b).
+template <class Replace>
+UnicodeString replace_matches(const UnicodeString& s, const RegexPattern& pattern,
+                              Replace&& replace) {
   UErrorCode status = U_ZERO_ERROR;
-  std::unique_ptr<RegexMatcher> m(ref->matcher(s, status));
+  std::unique_ptr<RegexMatcher> m(pattern.matcher(s, status));
   UnicodeString out;
   int32_t last = 0;
   while (m->find(status)) {
     const int32_t a = m->start(status), b = m->end(status);
     out.append(s, last, a - last);
     last = b;
-    UnicodeString body(s, a + 1, b - a - 1);
+    replace(a, b, out);
+  }
+  out.append(s, last, s.length() - last);
+  return out;
+}
+
+// Python's html.unescape: numeric references (with html5's replacements for invalid ones) and
+// named ones, the longest known prefix of an unknown name decoded.
+UnicodeString html_unescape(const UnicodeString& s) {
+  if (s.indexOf(u'&') < 0) return s;
+  static const auto ref = compile(R"(&(#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[^\t\n\f <&#;]{1,32};?))");
+  return replace_matches(s, *ref, [&s](int32_t a, int32_t b, UnicodeString& out) {
+    const UnicodeString body(s, a + 1, b - a - 1);
     if (body[0] == u'#') {
       const bool hex = body.length() > 1 && (body[1] == u'x' || body[1] == u'X');
       uint64_t v = 0;
@@ -534,25 +545,21 @@ UnicodeString html_unescape(const UnicodeString& s) {
       } else {
         out.append(static_cast<UChar32>(v));
       }
-      continue;
+      return;
     }
     const std::string name = to_utf8(body);
     if (const char* text = html5_entity(name)) {
       out.append(UnicodeString::fromUTF8(text));
-      continue;
+      return;
     }
-    bool found = false;
-    for (size_t x = name.size() - 1; x > 1 && !found; --x) {
+    for (size_t x = name.size() - 1; x > 1; --x)
       if (const char* text = html5_entity(name.substr(0, x))) {
         out.append(UnicodeString::fromUTF8(text));
         out.append(UnicodeString::fromUTF8(name.substr(x)));
-        found = true;
+        return;
       }
-    }
-    if (!found) out.append(u'&').append(body);
-  }
-  out.append(s, last, s.length() - last);
-  return out;
+    out.append(u'&').append(body);
+  });
 }
 
 // ---- ftfy.fix_text -------------------------------------------------------------------------
@@ -561,14 +568,7 @@ UnicodeString html_unescape(const UnicodeString& s) {
 UnicodeString ftfy_unescape(const UnicodeString& s) {
   if (s.indexOf(u'&') < 0) return s;
   static const auto ref = compile(R"(&#?[0-9A-Za-z]{1,24};)");
-  UErrorCode status = U_ZERO_ERROR;
-  std::unique_ptr<RegexMatcher> m(ref->matcher(s, status));
-  UnicodeString out;
-  int32_t last = 0;
-  while (m->find(status)) {
-    const int32_t a = m->start(status), b = m->end(status);
-    out.append(s, last, a - last);
-    last = b;
+  return replace_matches(s, *ref, [&s](int32_t a, int32_t b, UnicodeString& out) {
     const UnicodeString whole(s, a, b - a);
     if (const char* text = html5_entity(to_utf8(UnicodeString(s, a + 1, b - a - 1)))) {
       out.append(UnicodeString::fromUTF8(text));
@@ -578,9 +578,7 @@ UnicodeString ftfy_unescape(const UnicodeString& s) {
     } else {
       out.append(whole);
     }
-  }
-  out.append(s, last, s.length() - last);
-  return out;
+  });
 }
 
 UnicodeString map_chars(const UnicodeString& s) {

@@ -88,13 +88,13 @@ int Generation::add(const GenerationRequest& request) {
   if (request.sampling)  // checks its ranges (ParameterError naming the setting)
     sampling = to_sampling_params(resolve_sampling(*request.sampling, g.defaults));
   if (request.method) {
-    check_param(g.run->joins(*request.method), "method",
-                "{method} " + request.method->method +
-                    " with these draft options drafts otherwise than this generation's " +
-                    g.method +
-                    " (another drafter, draft length, tree or rounds): it needs a generation of "
-                    "its own");
+    const std::string why = g.run->drafts_otherwise(*request.method);
     g.sync_notes();
+    check_param(why.empty(), "method",
+                "{method} " + request.method->method + " drafts otherwise than this generation's " +
+                    g.method + " (" + why +
+                    "): it needs a generation of its own (requests share one when only their "
+                    "acceptance rules differ)");
   }
   const int id = g.add(request, sampling);
   if (request.method) g.run->set_method(g.live.at(id), *request.method);

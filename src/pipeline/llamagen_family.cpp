@@ -190,12 +190,14 @@ struct LlamaGenFamily::Prepared {
   speculative::Method method;
   std::string note;
   std::optional<speculative::TreeSpec> tree;  // --tree: the draft model's static or dynamic tree
-  std::string tree_spec;  // the tree drafted: --tree or the heads' default ("": chains)
+  std::string tree_spec;   // the tree drafted: --tree or the heads' default ("": chains)
+  std::string spec_draft;  // the draft directory given (opts.spec.draft_model)
 };
 
 LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   check_param(opts.batch >= 1, "batch", "must be at least 1");
   Prepared r;
+  r.spec_draft = opts.spec.draft_model;
   // Settings left to the model take its config.json "sampling" (then LlamaGen's defaults).
   r.p = to_sampling_params(resolve_sampling(opts.sampling, d_->config.sampling));  // validates
   const int N = d_->config.gpt.n_image_tokens();
@@ -294,16 +296,17 @@ struct LlamaGenFamily::Run final : GenerationRun {
   std::optional<speculative::DraftLengthPolicy> policy;
   std::unique_ptr<Decoder> decoder_;
   speculative::SpeculativeDecoder* speculative = nullptr;  // decoder_, when the method drafts
-  // Other methods asked for, prepared once: prep is null for one that drafts otherwise.
+  // Other methods asked for, prepared once: prep is null for one that drafts otherwise (why).
   struct Joined {
     SpeculativeOptions spec;
     std::unique_ptr<Prepared> prep;
+    std::string why_not;
   };
   std::vector<Joined> joined;
 
   Decoder& decoder() override { return *decoder_; }
-  bool joins(const SpeculativeOptions& spec) override {
-    return spec == opts.spec || joined_method(spec).prep != nullptr;
+  std::string drafts_otherwise(const SpeculativeOptions& spec) override {
+    return spec == opts.spec ? "" : joined_method(spec).why_not;
   }
   void set_method(int id, const SpeculativeOptions& spec) override {
     const Prepared* p = spec == opts.spec ? nullptr : joined_method(spec).prep.get();
@@ -317,24 +320,44 @@ struct LlamaGenFamily::Run final : GenerationRun {
     GenerateOptions o = opts;
     o.spec = spec;
     auto p = std::make_unique<Prepared>(family->prepare(o));  // ParameterErrors: the method's own
-    if (!drafts_like_this(*p, spec)) p.reset();
+    std::string why = difference(*p, spec);
+    if (!why.empty()) p.reset();
     if (p && !p->note.empty() && std::find(notes.begin(), notes.end(), p->note) == notes.end())
       notes.push_back(p->note);
-    joined.push_back({spec, std::move(p)});
+    joined.push_back({spec, std::move(p), std::move(why)});
     return joined.back();
   }
 
-  // Whether `other` (prepared from `spec`) drafts as this run's method does, so that only their
+  // "" when `other` (prepared from `spec`) drafts as this run's method does, so that only their
   // acceptance rules differ: vanilla with vanilla; a speculative method with the same draft model
   // or heads (the same loaded object) or Jacobi window, draft length (auto or fixed), tree, Hawk
-  // pools, drafting rounds and measured costs.
-  bool drafts_like_this(const Prepared& other, const SpeculativeOptions& spec) const {
+  // pools, drafting rounds and measured costs. Else what differs.
+  std::string difference(const Prepared& other, const SpeculativeOptions& spec) const {
     const speculative::Method &a = prep.method, &b = other.method;
-    if (!a.rule || !b.rule) return !a.rule && !b.rule;
-    return other.draft == prep.draft && other.medusa == prep.medusa &&
-           other.tree_spec == prep.tree_spec && b.draft_len == a.draft_len &&
-           b.auto_len == a.auto_len && b.hawk == a.hawk &&
-           spec.max_rounds == opts.spec.max_rounds && spec.auto_costs == opts.spec.auto_costs;
+    auto drafter = [](const Prepared& p) -> std::string {
+      if (!p.method.rule) return "no drafts";
+      if (p.medusa) return (p.method.hawk ? "Hawk's heads " : "Medusa heads ") + p.spec_draft;
+      if (p.draft) return "the draft model " + p.spec_draft;
+      return "Jacobi windows";
+    };
+    auto length = [](const speculative::Method& m) {
+      return m.auto_len ? "auto (up to " + std::to_string(m.draft_len) + ")"
+                        : std::to_string(m.draft_len);
+    };
+    if (!a.rule || !b.rule || other.draft != prep.draft || other.medusa != prep.medusa)
+      return !a.rule && !b.rule ? "" : drafter(other) + ", not " + drafter(prep);  // the drafter
+    if (b.draft_len != a.draft_len || b.auto_len != a.auto_len)
+      return "a draft length of " + length(b) + ", not " + length(a);
+    if (other.tree_spec != prep.tree_spec) {
+      auto tree = [](const std::string& t) { return t.empty() ? "chains" : "the tree " + t; };
+      return tree(other.tree_spec) + ", not " + tree(prep.tree_spec);
+    }
+    if (b.hawk != a.hawk) return "other Hawk head counts or samples";
+    if (spec.max_rounds != opts.spec.max_rounds)
+      return "max_rounds " + std::to_string(spec.max_rounds) + ", not " +
+             std::to_string(opts.spec.max_rounds);
+    if (spec.auto_costs != opts.spec.auto_costs) return "other auto_costs";
+    return "";
   }
 };
 

@@ -25,7 +25,10 @@ struct GenerationRun {
   // does (the same drafter, draft length, tree, rounds), only its acceptance rule differs. The
   // method is checked (ParameterError for one the model refuses) and prepared once, and its note
   // (a lossy method outside the model's validated settings) added to `notes`.
-  virtual bool joins(const SpeculativeOptions& spec) = 0;
+  bool joins(const SpeculativeOptions& spec) { return drafts_otherwise(spec).empty(); }
+  // "" when joins(spec), else how it drafts otherwise, for the user ("a draft length of 2, not
+  // 4").
+  virtual std::string drafts_otherwise(const SpeculativeOptions& spec) = 0;
   // Image `id` (added, not yet prefilled) generates with `spec`, a method joins() accepted.
   virtual void set_method(int id, const SpeculativeOptions& spec) = 0;
   std::vector<std::string> notes;  // for the user (GenerateStats::notes)
