@@ -306,6 +306,18 @@ def test_serve_engine_answers_as_tessera_serve(tmp_path):
         tessera.ServeEngine(EMOJI, methods="nope")
 
 
+def test_serve_engine_methods_share_batches_unless_separate():
+    """lantern drafts as sd does on one draft: it joins sd's batch, unless separate_methods."""
+    for separate, joined in ((False, 1), (True, 0)):
+        engine = tessera.ServeEngine(EMOJI, method="sd", methods="sd,lantern", batch=2,
+                                     separate_methods=separate)
+        status, body, _ = engine.generations(json.dumps({"prompt": "banana", "method": "lantern"}))
+        assert status == 200, body
+        assert f"tessera_joined_settings {joined}\n" in engine.metrics()
+        assert f"tessera_settings {2 - joined}\n" in engine.metrics()
+        engine.stop()
+
+
 def test_the_streaming_example(tmp_path):
     out = tmp_path / "f.gif"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "streaming.py"), str(out),

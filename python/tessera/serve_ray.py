@@ -44,7 +44,7 @@ REPLICA_HEADER = "X-Tessera-Replica"
 # ServeEngine's keywords, with its defaults (build_app passes only these to it).
 ENGINE_DEFAULTS: dict[str, Any] = dict(method="vanilla", draft=None, methods="all", batch=4,
                                        queue=64, timeout_s=600.0, max_n=16, max_body=65536,
-                                       max_settings=4, warm_up=True)
+                                       max_settings=4, separate_methods=False, warm_up=True)
 
 
 def _error_body(message: str) -> str:
@@ -134,7 +134,7 @@ def build_app(model_dir: str, *, replicas: int = 1, autoscale: Optional[tuple] =
     max_ongoing: requests Ray sends to one replica at once (default: batch + queue, what the
       engine holds before answering 429 to one-image requests); more wait in Ray's router.
     engine: ServeEngine's keywords (method, draft, methods, batch, queue, timeout_s, max_n,
-      max_body, max_settings, warm_up).
+      max_body, max_settings, separate_methods, warm_up).
     """
     unknown = set(engine) - set(ENGINE_DEFAULTS)
     if unknown:
@@ -247,12 +247,15 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--method", help="default method (vanilla)")
     p.add_argument("--draft", help="the default method's draft model directory, or none")
     p.add_argument("--methods", help="methods a request may name, comma-separated (all)")
-    p.add_argument("-b", "--batch", type=int, help="images at once per setting, per replica (4)")
+    p.add_argument("-b", "--batch", type=int, help="images at once per batch, per replica (4)")
     p.add_argument("--queue", type=int, help="images waiting beyond the batch, per replica (64)")
     p.add_argument("--timeout", type=float, dest="timeout_s", help="seconds per request (600)")
     p.add_argument("--max-n", type=int, help="images per request (16)")
     p.add_argument("--max-body", type=int, help="bytes of a request body (65536)")
-    p.add_argument("--max-settings", type=int, help="settings generated at once (4)")
+    p.add_argument("--max-settings", type=int,
+                   help="batches at once (4; methods that draft alike share one)")
+    p.add_argument("--separate-methods", action="store_true", default=None,
+                   help="a batch per method setting, even where methods draft alike")
     p.add_argument("--max-ongoing", type=int, help="requests at once per replica "
                                                    "(default: batch + queue)")
     a = p.parse_args(argv)

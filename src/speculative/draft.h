@@ -1,6 +1,6 @@
-// What the speculative loop and the drafters share: the draft tree and the random streams. A
-// draft is a tree of candidate tokens hanging off the root (the last committed token, not yet in
-// the target's KV cache); a chain is a tree with one child per node.
+// What the speculative loop and the drafters share: the draft tree and the random streams
+// (speculative/streams.h). A draft is a tree of candidate tokens hanging off the root (the last
+// committed token, not yet in the target's KV cache); a chain is a tree with one child per node.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "decode/image_state.h"
 #include "sampling/rng.h"
+#include "speculative/streams.h"
 #include "tessera/error.h"
 #include "tessera/tessera.h"
 
@@ -41,27 +42,11 @@ int tree_depth(const DraftTree& tree);
 // The per-image state a drafter and the verification walk see (decode/image_state.h).
 using tessera::ImageState;
 
-// Random streams of CounterRng::uniform(token index, stream): vanilla sampling uses stream 0, so
-// the first token (drawn after the prefill) is the same for every method. Speculative draws are
-// keyed by the token index they concern, the round and the sibling rank, so no uniform is ever
-// reused for a second decision.
-enum class Stream : uint32_t {
-  Accept = 1,
-  Resample = 2,
-  Draft = 3,
-  JacobiInit = 4,
-  JacobiCarry = 5
-};
 // A drafter's images sample with their own settings (ImageState::sampling), shaped as its own.
 inline void check_images_sampling(std::span<ImageState* const> images, const SamplingParams& p) {
   for (const ImageState* im : images)
     check(im->sampling.same_shape(p),
           "internal: an image's guidance or greediness differs from its drafter's");
-}
-
-inline uint32_t stream_id(Stream s, int64_t round, int sibling = 0) {
-  return static_cast<uint32_t>(s) | (static_cast<uint32_t>(sibling & 0xff) << 4) |
-         (static_cast<uint32_t>(round + 1) << 12);
 }
 
 }  // namespace tessera::speculative

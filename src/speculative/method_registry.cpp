@@ -7,8 +7,8 @@ namespace tessera::speculative {
 const std::vector<MethodEntry>& method_registry() {
   static const std::vector<MethodEntry> all = [] {
     std::vector<MethodEntry> v;
-    for (auto family : {vanilla_methods, exact_methods, medusa_methods, hawk_methods, lantern_methods,
-                        gsd_methods, relaxed_ratio_methods, cspd_methods})
+    for (auto family : {vanilla_methods, exact_methods, medusa_methods, hawk_methods,
+                        lantern_methods, gsd_methods, relaxed_ratio_methods, cspd_methods})
       for (MethodEntry& e : family()) {
         e.info.lossless = e.exact || e.info.drafts == DraftSource::None;
         v.push_back(std::move(e));

@@ -53,7 +53,7 @@ void register_serve(nb::module_& m) {
           [](PyServeEngine* self, const std::string& model_dir, const std::string& device,
              int threads, const std::string& method, const std::optional<std::string>& draft,
              const std::string& methods, int batch, int queue, double timeout_s, int max_n,
-             size_t max_body, int max_settings, bool warm_up) {
+             size_t max_body, int max_settings, bool separate_methods, bool warm_up) {
             if (batch < 1) throw ParameterError("batch", "must be >= 1");
             if (queue < 0) throw ParameterError("queue", "must be >= 0");
             if (!(timeout_s > 0)) throw ParameterError("timeout_s", "must be > 0");
@@ -84,6 +84,7 @@ void register_serve(nb::module_& m) {
             o.max_n = max_n;
             o.max_body = max_body;
             o.max_settings = max_settings;
+            o.separate_methods = separate_methods;
             o.warm_up = warm_up;
             self->engine = std::make_unique<serve::Engine>(pipe, o);
             if (warm_up) self->engine->warm_up();
@@ -93,11 +94,13 @@ void register_serve(nb::module_& m) {
           nb::arg("method") = "vanilla", nb::arg("draft").none() = nb::none(),
           nb::arg("methods") = "all", nb::arg("batch") = 4, nb::arg("queue") = 64,
           nb::arg("timeout_s") = 600.0, nb::arg("max_n") = 16, nb::arg("max_body") = 65536,
-          nb::arg("max_settings") = 4, nb::arg("warm_up") = true,
+          nb::arg("max_settings") = 4, nb::arg("separate_methods") = false,
+          nb::arg("warm_up") = true,
           "Loads the model and starts tessera serve's engine: the methods a request may name "
           "(methods: 'all' the model can draft, or a comma-separated list), its default method "
-          "and draft, images batched per setting (batch), the queue beyond the batch (queue; "
-          "more: 429), the request timeout (503) and body limits.")
+          "and draft, images per batch (batch; methods that draft alike share one unless "
+          "separate_methods), the queue beyond the batch (queue; more: 429), the request timeout "
+          "(503) and body limits.")
       .def(
           "generations",
           [](PyServeEngine& s, nb::bytes body) {

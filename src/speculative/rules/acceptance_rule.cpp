@@ -14,22 +14,19 @@ bool AcceptanceRule::greedy_accept(const NodeView& n) const {
   return n.token == tessera::argmax(n.p);
 }
 
-double ratio_accept(double numerator, double q) {
-  if (q <= 0.0) return numerator > 0.0 ? 1.0 : 0.0;
-  return std::min(1.0, numerator / q);
+void ratio_residual(const RatioRule& r, const NodeView& n, std::span<float> out) {
+  const double omega = ratio_omega(r, n.position, n.draft_len);
+  const size_t V = n.p.size();
+  if (n.q.empty()) {  // a one-hot q only changes the entry at x~
+    std::copy(n.p.begin(), n.p.end(), out.begin());
+    out[n.token] = ratio_residual(r, omega, n.p[n.token], 1.0f);
+    return;
+  }
+  for (size_t y = 0; y < V; ++y) out[y] = ratio_residual(r, omega, n.p[y], n.q[y]);
 }
 
 void exact_residual(const NodeView& n, std::span<float> out) {
-  // [p - q]+ (COOL-SD Eq. 2); a one-hot q only removes mass at x~.
-  const size_t V = n.p.size();
-  if (n.q.empty()) {
-    std::copy(n.p.begin(), n.p.end(), out.begin());
-    out[n.token] = static_cast<float>(std::max(0.0, static_cast<double>(n.p[n.token]) - 1.0));
-    return;
-  }
-  for (size_t y = 0; y < V; ++y)
-    out[y] = static_cast<float>(
-        std::max(0.0, static_cast<double>(n.p[y]) - static_cast<double>(n.q[y])));
+  ratio_residual(RatioRule{}, n, out);  // [p - q]+ (COOL-SD Eq. 2)
 }
 
 void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out) {

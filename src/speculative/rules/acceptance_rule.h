@@ -7,9 +7,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "speculative/rules/ratio_rule.h"
 
 namespace tessera::speculative {
 
@@ -53,17 +56,22 @@ class AcceptanceRule {
   // default, the distribution vanilla greedy decoding takes its argmax of) or is the unfiltered
   // CFG softmax (LANTERN's published code, `--lantern-reference`).
   virtual bool greedy_filtered() const { return true; }
+
+  // The rule as a ratio rule's descriptor (ratio_rule.h) when it is one (exact, uniform-rsd,
+  // cool-sd, amplify, addition, with either resampling): what a device kernel verifies with.
+  // nullopt for the rules that read tables or whole distributions (LANTERN, GSD, typical).
+  virtual std::optional<RatioRule> ratio() const { return std::nullopt; }
 };
 
 // G* = Norm([p - q * f(., p, q, i)]+) (COOL-SD (Li et al., 2026) §3.2, Eq. 5), unnormalised, for
 // any rule. f is evaluated only where q(y) > 0 (elsewhere the term is p(y)).
 void optimal_residual(const AcceptanceRule& rule, const NodeView& n, std::span<float> out);
 
-// min(1, numerator / q): the ratio test every rule shares. q = 0 (a token a correct drafter never
-// proposes) is treated as accept iff the numerator is positive.
-double ratio_accept(double numerator, double q);
-
 // Norm([p - q]+) unnormalised: the residual of exact speculative sampling (COOL-SD Eq. 2).
 void exact_residual(const NodeView& n, std::span<float> out);
+
+// A ratio rule's resampling distribution at a node, unnormalised: ratio_residual (ratio_rule.h)
+// of every token.
+void ratio_residual(const RatioRule& r, const NodeView& n, std::span<float> out);
 
 }  // namespace tessera::speculative

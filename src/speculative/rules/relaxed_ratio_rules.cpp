@@ -3,7 +3,7 @@
 // decorator (COOL-SD Eq. 5).
 #include <algorithm>
 #include <cmath>
-#include <functional>
+#include <optional>
 
 #include "speculative/rules/rules.h"
 #include "tessera/error.h"
@@ -11,37 +11,28 @@
 namespace tessera::speculative {
 namespace {
 
-// f = min(1, ω_i p / q) (COOL-SD Eq. 7) with a per-position ω_i.
-class OmegaRule final : public AcceptanceRule {
+// A ratio rule (ratio_rule.h): f = min(1, ω_i p / q) or min(1, (p + ε)/q), resampled from [p - q]+
+// or G*; its descriptor is what it computes with.
+class RatioRuleImpl final : public AcceptanceRule {
  public:
-  OmegaRule(std::string name, std::function<double(const NodeView&)> omega)
-      : name_(std::move(name)), omega_(std::move(omega)) {}
+  RatioRuleImpl(std::string name, const RatioRule& rule) : name_(std::move(name)), rule_(rule) {}
   std::string name() const override { return name_; }
   double accept_probability(const NodeView& n) const override {
-    return ratio_accept(omega_(n) * static_cast<double>(n.p[n.token]), n.q_of(n.token));
+    return ratio_accept_probability(rule_, ratio_omega(rule_, n.position, n.draft_len),
+                                    n.p[n.token], static_cast<float>(n.q_of(n.token)));
   }
-  void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
+  void residual(const NodeView& n, std::span<float> out) const override {
+    ratio_residual(rule_, n, out);
+  }
+  std::optional<RatioRule> ratio() const override { return rule_; }
 
  private:
   std::string name_;
-  std::function<double(const NodeView&)> omega_;
+  RatioRule rule_;
 };
 
-// f = min(1, (p + ε)/q) (GSD §5 "Addition").
-class AdditionRule final : public AcceptanceRule {
- public:
-  explicit AdditionRule(float eps) : eps_(eps) {}
-  std::string name() const override { return "addition"; }
-  double accept_probability(const NodeView& n) const override {
-    return ratio_accept(static_cast<double>(n.p[n.token]) + eps_, n.q_of(n.token));
-  }
-  void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
-
- private:
-  double eps_;
-};
-
-// Same acceptance, G* = Norm([p - q f]+) as the resampling distribution (COOL-SD Eq. 5).
+// Same acceptance, G* = Norm([p - q f]+) as the resampling distribution (COOL-SD Eq. 5), for a rule
+// that is not a ratio rule (a ratio rule carries G* in its descriptor).
 class OptimalResampling final : public AcceptanceRule {
  public:
   explicit OptimalResampling(std::unique_ptr<AcceptanceRule> inner) : inner_(std::move(inner)) {
@@ -63,46 +54,32 @@ class OptimalResampling final : public AcceptanceRule {
 
 }  // namespace
 
-double cool_sd_default_nu(int L) {
-  // COOL-SD §5 uses ν = 0.7 with EAGLE drafts of depth L = 5, where ω_1/ω_L = exp(0.7 x 4) ≈ 16.4.
-  // Keeping that first-to-last ratio for any L gives ν = 2.8 / (L - 1); a Jacobi window of 16 would
-  // otherwise take ω_1/ω_L = exp(0.7 x 15) ≈ 36000, nearly all relaxation on the first draft.
-  return L > 1 ? 2.8 / (L - 1) : 0.7;
-}
-
-double cool_sd_omega(float delta, float nu, int i, int L) {
-  // ω_i = δ exp(-ν i - μ) with exp(μ) = (1/L) Σ_{j=1..L} exp(-ν j), so that Σ_i exp(-ν i - μ) = L
-  // (COOL-SD Eq. 10): the ω_i average to δ and decay with depth (annealing, Prop. 2).
-  L = std::max(1, L);
-  i = std::clamp(i, 1, L);
-  const double v = nu < 0.0f ? cool_sd_default_nu(L) : static_cast<double>(nu);
-  double mean = 0.0;
-  for (int j = 1; j <= L; ++j) mean += std::exp(-v * j);
-  mean /= L;
-  return static_cast<double>(delta) * std::exp(-v * i) / mean;
+std::unique_ptr<AcceptanceRule> make_ratio_rule(std::string name, const RatioRule& rule) {
+  return std::make_unique<RatioRuleImpl>(std::move(name), rule);
 }
 
 std::unique_ptr<AcceptanceRule> make_uniform_rsd_rule(float delta) {
-  const double w = delta;
-  return std::make_unique<OmegaRule>("uniform-rsd", [w](const NodeView&) { return w; });
+  return make_ratio_rule("uniform-rsd", {.scale = delta});
 }
 
 std::unique_ptr<AcceptanceRule> make_cool_sd_rule(float delta, float nu) {
-  return std::make_unique<OmegaRule>("cool-sd", [delta, nu](const NodeView& n) {
-    return cool_sd_omega(delta, nu, n.position, n.draft_len);
-  });
+  return make_ratio_rule("cool-sd", {.scale = delta, .annealed = true, .nu = nu});
 }
 
 std::unique_ptr<AcceptanceRule> make_amplify_rule(float k) {
-  const double w = k;
-  return std::make_unique<OmegaRule>("amplify", [w](const NodeView&) { return w; });
+  return make_ratio_rule("amplify", {.scale = k});
 }
 
 std::unique_ptr<AcceptanceRule> make_addition_rule(float eps) {
-  return std::make_unique<AdditionRule>(eps);
+  return make_ratio_rule("addition", {.kind = RatioRule::Kind::Add, .eps = eps});
 }
 
 std::unique_ptr<AcceptanceRule> with_optimal_resampling(std::unique_ptr<AcceptanceRule> rule) {
+  check(rule != nullptr, "with_optimal_resampling: no rule");
+  if (std::optional<RatioRule> r = rule->ratio()) {
+    r->optimal = true;
+    return make_ratio_rule(rule->name() + "+G*", *r);
+  }
   return std::make_unique<OptimalResampling>(std::move(rule));
 }
 

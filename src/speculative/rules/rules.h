@@ -81,12 +81,9 @@ std::unique_ptr<AcceptanceRule> make_typical_rule(float eps, float alpha);
 // min(ε, α exp(-H(p))), the threshold above (tests, docs).
 double typical_threshold(std::span<const float> p, float eps, float alpha);
 
-// ω_i of COOL-SD for i in [1, L] (Eq. 10), exposed for tests and docs. ν < 0: the default
-// ν = cool_sd_default_nu(L).
-double cool_sd_omega(float delta, float nu, int i, int L);
-// tessera's default ν for drafts of depth L: 2.8 / (L - 1), so that ω_1/ω_L = e^2.8 as with the
-// paper's ν = 0.7 at L = 5 (docs/methods.md, "Defaults per model and drafter").
-double cool_sd_default_nu(int L);
+// A ratio rule (ratio_rule.h: cool_sd_omega, cool_sd_default_nu, ...) by its descriptor; the
+// makers above are these.
+std::unique_ptr<AcceptanceRule> make_ratio_rule(std::string name, const RatioRule& rule);
 
 // Wraps a rule so that its resampling distribution is G* (COOL-SD Eq. 5) ("--resample optimal").
 std::unique_ptr<AcceptanceRule> with_optimal_resampling(std::unique_ptr<AcceptanceRule> rule);

@@ -1,0 +1,33 @@
+// A round's chains verified where the target's distributions are (issue 42, item 2): every image's
+// chain walked with a ratio rule's descriptor by verify_ratio_chain (verify_chain.h), on the CPU
+// backend in a loop, on a CUDA backend by speculative/cuda/verify_kernels.cu (one thread per
+// image, the same function), so that a round's acceptance needs no host copy of the distributions.
+#pragma once
+
+#include <cstdint>
+
+#include "speculative/rules/ratio_rule.h"
+#include "speculative/verify_chain.h"
+#include "tensor/backend.h"
+
+namespace tessera::speculative {
+
+// One image of the round (plain data: the bytes of a U8 backend tensor).
+struct ChainRoundImage {
+  uint64_t seed = 0, image_index = 0;  // its random stream (CounterRng(seed, image_index))
+  uint32_t base_token = 0;             // index in the image of the root's next token
+  int32_t drafts = 0;                  // chain length n (<= the round's width)
+  int32_t draft_len = 1;               // L, the round's maximum depth (COOL-SD's schedule)
+  int32_t padding = 0;
+};
+
+// p: F32 [images * (width + 1), V], image i's rows from i * (width + 1) (row d: the target
+// distribution after d drafts); q: F32 [images * width, V] (row i * width + d - 1: draft d's
+// distribution), or null for one-hot drafts; tokens: I32 [images * width]; images: U8 of n_images
+// ChainRoundImage; scratch: F32 [images, V]; verdicts: U8 of n_images ChainVerdict, written.
+// Asynchronous on a device backend.
+void verify_ratio_chains(Backend& be, const RatioRule& rule, const Tensor& p, const Tensor* q,
+                         const Tensor& tokens, const Tensor& images, int n_images, int width,
+                         bool greedy, int64_t round, Tensor& scratch, Tensor& verdicts);
+
+}  // namespace tessera::speculative

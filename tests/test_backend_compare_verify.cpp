@@ -1,0 +1,119 @@
+// A round's chains verified on a backend under test (speculative/verify_chains.h, issue 42): a
+// batch of images with chains of every length, one-hot and sampled drafts, every ratio rule with
+// either resampling, sampled and greedy: each image's verdict (drafts accepted, the token that ends
+// the round, rejected or not) must equal the CPU backend's, which tests/test_verify_chain.cpp
+// checks against the engine's verify_draft. The device walks with the same function, so the
+// verdicts are equal, not close (COOL-SD's ω uses exp, within 1 ulp on the device: a verdict could
+// differ only where a uniform falls within that of a threshold).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "backends_under_test.h"
+#include "speculative/verify_chains.h"
+
+using namespace tessera;
+using namespace tessera::speculative;
+using namespace tessera::testing_backends;
+
+namespace {
+
+class Verify : public BackendTest {};
+
+struct Batch {
+  int n = 0, width = 0, V = 0;
+  std::vector<float> p, q;
+  std::vector<int32_t> tokens;
+  std::vector<ChainRoundImage> images;
+};
+
+Batch random_batch(std::mt19937& g, int n, int width, int V) {
+  Batch b{n, width, V, {}, {}, {}, {}};
+  std::gamma_distribution<float> gamma(0.3f);
+  auto row = [&](std::vector<float>& out) {
+    std::vector<float> r(V);
+    float total = 0.0f;
+    for (float& x : r) total += x = g() % 4 == 0 ? 0.0f : gamma(g);
+    if (total <= 0.0f) r[0] = total = 1.0f;
+    for (float& x : r) out.push_back(x / total);
+  };
+  for (int i = 0; i < n; ++i) {
+    for (int d = 0; d <= width; ++d) row(b.p);
+    for (int d = 0; d < width; ++d) {
+      row(b.q);
+      const float* qd = b.q.data() + b.q.size() - V;
+      const float* pd = b.p.data() + (static_cast<size_t>(i) * (width + 1) + d) * V;
+      // Half the drafts are the target's likeliest (often accepted), half random ones.
+      int32_t x = static_cast<int32_t>(g() % V);
+      if (g() % 2) x = static_cast<int32_t>(std::max_element(pd, pd + V) - pd);
+      b.q[b.q.size() - V + x] = std::max(qd[x], 0.01f);
+      b.tokens.push_back(x);
+    }
+    ChainRoundImage im;
+    im.seed = g();
+    im.image_index = i;
+    im.base_token = 1 + g() % 100;
+    im.drafts = static_cast<int32_t>(g() % (width + 1));
+    im.draft_len = std::max(1, im.drafts + static_cast<int32_t>(g() % 2));
+    b.images.push_back(im);
+  }
+  return b;
+}
+
+std::vector<ChainVerdict> verify_on(Backend& be, const Batch& b, const RatioRule& rule,
+                                    bool one_hot, bool greedy, int64_t round) {
+  Tensor p = be.upload(b.p.data(), DType::F32, {b.n * (b.width + 1), b.V});
+  Tensor q = be.upload(b.q.data(), DType::F32, {b.n * b.width, b.V});
+  Tensor tokens = be.upload(b.tokens.data(), DType::I32, {b.n * b.width});
+  Tensor images =
+      be.upload(b.images.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(ChainRoundImage))});
+  std::vector<float> zeros(static_cast<size_t>(b.n) * b.V, 0.0f);
+  Tensor scratch = be.upload(zeros.data(), DType::F32, {b.n, b.V});
+  std::vector<ChainVerdict> out(b.n);
+  Tensor verdicts =
+      be.upload(out.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(ChainVerdict))});
+  verify_ratio_chains(be, rule, p, one_hot ? nullptr : &q, tokens, images, b.n, b.width, greedy,
+                      round, scratch, verdicts);
+  be.download(verdicts, out.data());
+  return out;
+}
+
+}  // namespace
+
+TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
+  std::mt19937 g(42);
+  const std::vector<RatioRule> rules = {
+      {},
+      {.scale = 1.5f},
+      {.scale = 2.0f, .annealed = true},
+      {.scale = 1.3f, .annealed = true, .nu = 0.7f},
+      {.kind = RatioRule::Kind::Add, .eps = 0.05f},
+      {.scale = 1.5f, .optimal = true},
+      {.scale = 2.0f, .annealed = true, .optimal = true},
+      {.kind = RatioRule::Kind::Add, .eps = 0.05f, .optimal = true}};
+  int rejected = 0, bonus = 0;
+  for (const int V : {16, 1000, 16384}) {
+    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
+    for (size_t r = 0; r < rules.size(); ++r)
+      for (const bool one_hot : {false, true})
+        for (const bool greedy : {false, true}) {
+          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
+                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
+          const int64_t round = static_cast<int64_t>(r) * 3;
+          const auto want = verify_on(ref(), b, rules[r], one_hot, greedy, round);
+          const auto got = verify_on(backend(), b, rules[r], one_hot, greedy, round);
+          for (int i = 0; i < b.n; ++i) {
+            ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
+            ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;
+            ASSERT_EQ(got[i].rejected, want[i].rejected) << "image " << i;
+            rejected += want[i].rejected;
+            bonus += !want[i].rejected;
+          }
+        }
+  }
+  EXPECT_GT(rejected, 200);
+  EXPECT_GT(bonus, 200);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);
