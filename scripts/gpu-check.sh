@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One unattended check of the CUDA backend on a fresh GPU machine (issue 40): unpack the carried
 # -dev packages, build -DTESSERA_CUDA=ON, run the `cuda` tests, then time tessera on the GPU
-# against the PyTorch reference (eager and torch.compile) and print one markdown table.
+# against the PyTorch reference (eager and torch.compile) and print one markdown table; then every
+# speculative method against vanilla on the GPU in one `tessera bench --methods` run, with quality
+# and each round's cost by phase (issue 42), as a second table.
 #
 # The device call (a session holding a GPU; first, here: scripts/gpu-deps.sh, then
 # scripts/gpu-trip.sh pack to fit the 64 MiB that travels, and scripts/gpu-trip.sh unpack after):
@@ -13,7 +15,8 @@
 # a rerun after the reference was measured on the same card), --budget SECONDS (default 450:
 # rows that would start past it are skipped and named), --dry-run (print the commands only),
 # --build-dir DIR (default build-cuda), --all-targets (build every test, not only the CLI and the
-# backend tests). CUDA_ARCH (default 90) overrides the architectures.
+# backend tests). CUDA_ARCH (default 90) overrides the architectures; GPU_CHECK_METHODS (default
+# sd,sjd,lantern,cool-sd,eagle,medusa,hawk) the methods of the second table.
 # Exit status: non-zero when the build, a test or any timed run failed; each failure is named in
 # the table in place of its number.
 set -uo pipefail
@@ -194,13 +197,49 @@ verify_cost() {
   elif [[ $HAS_DEVICE == 1 ]]; then row "GPT-XL verify cost | skipped: time budget | | | | |"; fi
 }
 
-# Batch 1 of every model first, then the verification cost, then the larger batches: a spent
-# budget cuts the latter.
+# 6. Speculative methods on the GPU (issue 42): each against vanilla in one run on the emoji model
+# and its companion drafters, with top-1 quality and the mean round's milliseconds by phase (the
+# draft, the target forward, verification: target distributions and rules).
+METHODS=${GPU_CHECK_METHODS:-sd,sjd,lantern,cool-sd,eagle,medusa,hawk}
+MROWS=()
+methods_table() {
+  [[ $HAS_DEVICE == 1 ]] || return
+  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS=("| $METHODS | skipped: time budget | | | | |"); return; fi
+  if run "$TESSERA" bench -m models/emoji/target --methods "$METHODS" -n 4 --json --device cuda; then
+    [[ $DRY == 1 ]] && return
+    mapfile -t MROWS < <($PY - "$LOG.cur" <<'PYEOF'
+import json, re, sys
+text = open(sys.argv[1]).read()
+for m in reversed(list(re.finditer(r"^\{", text, re.M))):
+    try:
+        d, _ = json.JSONDecoder().raw_decode(text[m.start():])
+    except ValueError:
+        continue
+    if "methods" in d:
+        break
+else:
+    sys.exit(0)
+for r in d["methods"]:
+    rounds = max(1, r["batched_target_forwards"])
+    ms = {k: 1e3 * v / rounds for k, v in r["time_split_s"].items()}
+    top1 = r["quality"]["top1"]
+    print(f"| {r['method']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
+          f"{r['mean_accepted_length']:.2f} | {ms['draft']:.3f} / {ms['target']:.3f} / "
+          f"{ms['verify'] + ms['rules']:.3f} | {top1['value']:.2f} [{top1['lo']:.2f}, {top1['hi']:.2f}] |")
+PYEOF
+)
+    [[ ${#MROWS[@]} -gt 0 ]] || { fail "methods: no JSON"; MROWS=("| $METHODS | **FAILED: no JSON** | | | | |"); }
+  else fail "methods"; MROWS=("| $METHODS | **FAILED** (rc $?) | | | | |"); fi
+}
+
+# Batch 1 of every model first, then the verification cost and the methods, then the larger
+# batches: a spent budget cuts the latter.
 for item in $PLAN; do [[ $item == *:1 ]] && timed_row "$item"; done
 verify_cost
+methods_table
 for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
 
-# 6. The table.
+# 7. The tables.
 {
   echo "## gpu-check $(date -u +%FT%TZ): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
   echo "tokens/s (bf16 torch, 256-token images; tessera as stored); GB/s = weight bytes per step / step time, % of $READ_GBS"
@@ -209,6 +248,14 @@ for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
   echo "|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
   echo
+  if [[ ${#MROWS[@]} -gt 0 ]]; then
+    echo "speculative methods on the emoji model (bench --methods, 4 images, batch 1; quality: top-1 with its 95% interval)"
+    echo
+    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | top-1 |"
+    echo "|---|---|---|---|---|---|"
+    printf '%s\n' "${MROWS[@]}"
+    echo
+  fi
   echo "total $((SECONDS - START)) s; $([[ $FAILED == 0 ]] && echo 'all passed' || echo 'FAILURES: see rows and log')"
 } | tee "$WORK/table.md"
 if [[ -n $REPORT && $DRY == 0 ]]; then
