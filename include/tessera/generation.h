@@ -7,6 +7,9 @@
 //
 //   auto gen = pipe->start_generation(opts);      // method, sampling, batch: opts
 //   int id = gen->add({Condition::label(3), 42});  // seed 42
+//   SpeculativeOptions lantern = opts.spec;        // opts' drafter, another rule
+//   lantern.method = "lantern";
+//   gen->add({Condition::label(5), 7, 0, std::nullopt, lantern});
 //   while (gen->step())
 //     for (FinishedImage& f : gen->poll()) ...;   // f.id, f.tokens, f.stats
 //
