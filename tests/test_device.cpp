@@ -109,7 +109,12 @@ TEST(DevicePipeline, KnowsItsDevice) {
   lo.load_decoder = false;
   const auto pipe = tessera::Pipeline::load(fixture("c2i_f32"), lo);
   EXPECT_EQ(pipe->device(), "cpu");
-  EXPECT_EQ(pipe->available_memory(), tessera::cpu_backend().available_memory());
+  // The backend's figure is the machine's free memory read now, which other processes (the tests
+  // running beside this one) change between two reads: the same source, not the same bytes.
+  const double got = static_cast<double>(pipe->available_memory());
+  const double want = static_cast<double>(tessera::cpu_backend().available_memory());
+  EXPECT_GT(want, 0.0);
+  EXPECT_NEAR(got, want, 0.1 * want);
 }
 
 // What a device must hold before the upload: the weights files the pipeline loads, plus a guided
