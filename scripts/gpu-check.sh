@@ -198,13 +198,15 @@ verify_cost() {
 }
 
 # 6. Speculative methods on the GPU (issue 42): each against vanilla in one run on the emoji model
-# and its companion drafters, with top-1 quality and the mean round's milliseconds by phase (the
-# draft, the target forward, verification: target distributions and rules).
+# and its companion drafters, with top-1 quality, the mean round's milliseconds by phase (the
+# draft, the target forward, verification: target distributions and rules; with the device loop
+# the target forward's launch only, verification waits for it) and the rounds the device loop
+# verified (chains under ratio rules).
 METHODS=${GPU_CHECK_METHODS:-sd,sjd,lantern,cool-sd,eagle,medusa,hawk}
 MROWS=()
 methods_table() {
   [[ $HAS_DEVICE == 1 ]] || return
-  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS=("| $METHODS | skipped: time budget | | | | |"); return; fi
+  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS=("| $METHODS | skipped: time budget | | | | | |"); return; fi
   if run "$TESSERA" bench -m models/emoji/target --methods "$METHODS" -n 4 --json --device cuda; then
     [[ $DRY == 1 ]] && return
     mapfile -t MROWS < <($PY - "$LOG.cur" <<'PYEOF'
@@ -223,13 +225,17 @@ for r in d["methods"]:
     rounds = max(1, r["batched_target_forwards"])
     ms = {k: 1e3 * v / rounds for k, v in r["time_split_s"].items()}
     top1 = r["quality"]["top1"]
+    # Rounds after the prefills (batch 1: one per image), and those the device loop verified.
+    spec_rounds = max(0, r["batched_target_forwards"] - r["images"])
+    device = f"{r.get('device_rounds', 0)}/{spec_rounds}" if r["method"] != "vanilla" else "-"
     print(f"| {r['method']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
           f"{r['mean_accepted_length']:.2f} | {ms['draft']:.3f} / {ms['target']:.3f} / "
-          f"{ms['verify'] + ms['rules']:.3f} | {top1['value']:.2f} [{top1['lo']:.2f}, {top1['hi']:.2f}] |")
+          f"{ms['verify'] + ms['rules']:.3f} | {device} | "
+          f"{top1['value']:.2f} [{top1['lo']:.2f}, {top1['hi']:.2f}] |")
 PYEOF
 )
-    [[ ${#MROWS[@]} -gt 0 ]] || { fail "methods: no JSON"; MROWS=("| $METHODS | **FAILED: no JSON** | | | | |"); }
-  else fail "methods"; MROWS=("| $METHODS | **FAILED** (rc $?) | | | | |"); fi
+    [[ ${#MROWS[@]} -gt 0 ]] || { fail "methods: no JSON"; MROWS=("| $METHODS | **FAILED: no JSON** | | | | | |"); }
+  else fail "methods"; MROWS=("| $METHODS | **FAILED** (rc $?) | | | | | |"); fi
 }
 
 # Batch 1 of every model first, then the verification cost and the methods, then the larger
@@ -251,8 +257,8 @@ for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
   if [[ ${#MROWS[@]} -gt 0 ]]; then
     echo "speculative methods on the emoji model (bench --methods, 4 images, batch 1; quality: top-1 with its 95% interval)"
     echo
-    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | top-1 |"
-    echo "|---|---|---|---|---|---|"
+    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | rounds on the device | top-1 |"
+    echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${MROWS[@]}"
     echo
   fi

@@ -27,6 +27,8 @@ class DelegatingDrafter : public speculative::Drafter {
   void set_node_budget(speculative::NodeBudget budget) override {
     inner_.set_node_budget(std::move(budget));
   }
+  void set_device_drafts(bool on) override { inner_.set_device_drafts(on); }
+  const Tensor* device_q() const override { return inner_.device_q(); }
   void finish_round(ImageState& im, const speculative::DraftTree& tree,
                     const speculative::VerifyOutcome& out,
                     const speculative::TargetRound& target) override {

@@ -22,6 +22,9 @@
 #include "sampling/rng.h"
 #include "sampling/sample_rows.h"
 #include "spec_analysis.h"
+#include "speculative/drafters/model_drafter.h"
+#include "speculative/rules/rules.h"
+#include "speculative/speculative_decoder.h"
 
 using namespace tessera;
 using namespace tessera::spec_test;
@@ -135,6 +138,37 @@ TEST_P(Statistical, DeviceLoopSamplesTheTargetJointDistribution) {
   }
 }
 
+// Speculative decoding's proof with the rounds verified where the logits are (issue 42): sd with
+// the micro draft model (chains of 2), both models on the backend under test, every round's target
+// distributions and chain walks run by the backend (speculative/backend_verifier.h; on a GPU the
+// distribution and verification kernels) and only the verdicts read back.
+TEST_P(Statistical, SdDeviceRoundsSampleTheTargetJointDistribution) {
+  LlamaGen target(load_model_config(kSpec + "micro_target"), backend());
+  LlamaGen draft(load_model_config(kSpec + "micro_draft"), backend());
+  const SamplingParams p = to_sampling_params(options.sampling);
+  speculative::ModelDrafter drafter(draft, p, 2, kBatch);
+  const std::unique_ptr<speculative::AcceptanceRule> rule = speculative::make_exact_rule();
+  speculative::LoopSettings loop;
+  loop.rule = rule.get();
+  loop.drafter = &drafter;
+  loop.draft_len = 2;
+  DecoderSettings d;
+  d.sampling = p;
+  d.seed = options.seed + 2;  // other draws than the proofs above
+  d.device_loop = DeviceLoop::On;
+  GenerateStats stats;
+  speculative::SpeculativeDecoder dec(target, kBatch, d, loop, stats);
+  const Condition c = Condition::label(kClass);
+  std::vector<const Condition*> conds(static_cast<size_t>(n), &c);
+  std::vector<uint64_t> index(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) index[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+  const std::vector<Seq> samples = generate_all(dec, conds, index, stats);
+  EXPECT_EQ(stats.device_rounds, stats.forward_passes - (n + kBatch - 1) / kBatch)
+      << "every round after a prefill verified on the backend";
+  EXPECT_GT(stats.mean_accepted_length(), 1.2) << "drafts accepted";
+  expect_exact(samples, "sd, device rounds (" + std::to_string(stats.device_rounds) + ")");
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Statistical, ::testing::ValuesIn(kBackendNames),
                          backend_param_name);
 
@@ -232,6 +266,70 @@ TEST_P(Sampling, SampleRowsDrawTheCpusTokens) {
   }
 }
 
+// distribution_rows on the backend under test gives the CPU's target distributions (speculative
+// verification reads them on the device, issue 42): the same rules as SampleRowsDrawTheCpusTokens,
+// every row summing to 1, the same tokens filtered out (zero), each probability within 2e-6 of
+// the CPU's plus 1e-4 relative (expf and a block-wide double sum instead of libmvec's exp and a
+// float sum in order); bit-equal on the second CPU backend.
+TEST_P(Sampling, DistributionRowsAreTheCpus) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const int V : {256, 1000, kMaxDeviceSampleVocab}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(V));
+    std::vector<DeviceSampleParams> ps;
+    auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
+                   uint32_t token) {
+      SamplingParams p;
+      p.cfg_scale = cfg;
+      p.cfg_interval = interval;
+      p.temperature = temperature;
+      p.top_k = top_k;
+      p.top_p = top_p;
+      ps.push_back(device_sample_params(p, 7, ps.size(), token));
+    };
+    row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy: one-hot
+    row(3.0f, -1.0f, 1.0f, 0, 1.0f, 1);   // guided
+    row(1.0f, -1.0f, 0.8f, 10, 1.0f, 2);  // top-k
+    row(1.0f, -1.0f, 1.0f, 0, 0.7f, 3);   // top-p
+    row(4.0f, 2.0f, 1.0f, 0, 1.0f, 5);    // guidance stopped
+    row(2.0f, -1.0f, 1.3f, 50, 0.9f, 0);  // all at once
+    const int n = static_cast<int>(ps.size());
+    std::vector<float> cond(static_cast<size_t>(n) * V), uncond(cond.size());
+    for (float& x : cond) x = normal(g);
+    for (float& x : uncond) x = normal(g);
+    auto run = [&](Backend& b) {
+      Tensor c = b.upload(cond.data(), DType::F32, {n, V});
+      Tensor u = b.upload(uncond.data(), DType::F32, {n, V});
+      Tensor params = b.upload(ps.data(), DType::U8, {static_cast<int64_t>(n * sizeof(ps[0]))});
+      std::vector<float> out(cond.size(), -1.0f);
+      Tensor probs = b.upload(out.data(), DType::F32, {n, V});
+      const int32_t zero = 0;
+      Tensor flag = b.upload(&zero, DType::I32, {1});
+      distribution_rows(b, c, &u, n, params, probs, flag);
+      b.download(probs, out.data());
+      int32_t failed = 1;
+      b.download(flag, &failed);
+      EXPECT_EQ(failed, 0);
+      return out;
+    };
+    const std::vector<float> want = run(ref()), got = run(backend());
+    if (exact_backend(GetParam())) {
+      EXPECT_EQ(got, want);
+      continue;
+    }
+    for (int r = 0; r < n; ++r) {
+      double total = 0.0;
+      for (int i = 0; i < V; ++i) {
+        const size_t k = static_cast<size_t>(r) * V + i;
+        total += got[k];
+        ASSERT_EQ(got[k] == 0.0f, want[k] == 0.0f) << "row " << r << " token " << i;
+        ASSERT_NEAR(got[k], want[k], 2e-6 + 1e-4 * want[k]) << "row " << r << " token " << i;
+      }
+      EXPECT_NEAR(total, 1.0, 1e-5) << "row " << r;
+    }
+  }
+}
+
 TEST_P(Sampling, NonFiniteLogitsAreReported) {
   Backend& b = backend();
   const int V = 64;
@@ -255,6 +353,37 @@ TEST_P(Sampling, NonFiniteLogitsAreReported) {
   b.download(o.tokens, &token);
   EXPECT_EQ(failed, 1);
   EXPECT_EQ(token, 0);
+}
+
+TEST_P(Sampling, NonFiniteLogitsInDistributionsAreReported) {
+  Backend& b = backend();
+  const int V = 64;
+  std::vector<float> logits(V, 0.5f);
+  logits[9] = std::nanf("");
+  std::vector<DeviceSampleParams> ps = {device_sample_params(SamplingParams{}, 1, 0, 3)};
+  Tensor c = b.upload(logits.data(), DType::F32, {1, V});
+  Tensor params = b.upload(ps.data(), DType::U8, {static_cast<int64_t>(sizeof(ps[0]))});
+  Tensor probs = b.upload(logits.data(), DType::F32, {1, V});
+  const int32_t zero = 0;
+  Tensor flag = b.upload(&zero, DType::I32, {1});
+  if (b.host_memory()) {
+    try {
+      distribution_rows(b, c, nullptr, 1, params, probs, flag);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("non-finite logits (NaN or Inf) at image token 3"),
+                std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+  distribution_rows(b, c, nullptr, 1, params, probs, flag);
+  int32_t failed = 0;
+  b.download(flag, &failed);
+  EXPECT_EQ(failed, 1);
+  std::vector<float> out(V, -1.0f);
+  b.download(probs, out.data());
+  EXPECT_EQ(out, std::vector<float>(V, 0.0f));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Sampling, ::testing::ValuesIn(kBackendNames),

@@ -61,8 +61,14 @@ Batch random_batch(std::mt19937& g, int n, int width, int V) {
   return b;
 }
 
-std::vector<ChainVerdict> verify_on(Backend& be, const Batch& b, const RatioRule& rule,
-                                    bool one_hot, bool greedy, int64_t round) {
+std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const RatioRule& rule, bool one_hot,
+                                    bool greedy, int64_t round) {
+  for (size_t i = 0; i < b.images.size(); ++i) {
+    b.images[i].rule = rule;
+    b.images[i].round = round + static_cast<int64_t>(i % 3);
+    // One-hot: every image's (q is not passed); otherwise a quarter of them.
+    b.images[i].one_hot = one_hot || i % 4 == 1;
+  }
   Tensor p = be.upload(b.p.data(), DType::F32, {b.n * (b.width + 1), b.V});
   Tensor q = be.upload(b.q.data(), DType::F32, {b.n * b.width, b.V});
   Tensor tokens = be.upload(b.tokens.data(), DType::I32, {b.n * b.width});
@@ -73,8 +79,8 @@ std::vector<ChainVerdict> verify_on(Backend& be, const Batch& b, const RatioRule
   std::vector<ChainVerdict> out(b.n);
   Tensor verdicts =
       be.upload(out.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(ChainVerdict))});
-  verify_ratio_chains(be, rule, p, one_hot ? nullptr : &q, tokens, images, b.n, b.width, greedy,
-                      round, scratch, verdicts);
+  verify_ratio_chains(be, p, one_hot ? nullptr : &q, tokens, images, b.n, b.width, greedy, scratch,
+                      verdicts);
   be.download(verdicts, out.data());
   return out;
 }

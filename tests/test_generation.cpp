@@ -43,8 +43,11 @@ GenerateOptions options(const std::string& method, int batch) {
 }
 
 // The image Pipeline::generate makes for `cond` with `seed` at image index `index`.
+// The image of one request generated alone, by the host loop (the reference for the device loop's
+// generations too).
 std::vector<int32_t> alone(Pipeline& pipe, GenerateOptions o, const Condition& cond, uint64_t seed,
                            uint64_t index) {
+  o.device_loop = DeviceLoop::Off;
   o.seed = seed;
   o.first_image_index = index;
   o.batch = 1;
@@ -286,7 +289,14 @@ namespace {
 
 // Each drafter's way of drafting: chains from a draft model, static and dynamic trees, EAGLE's
 // features, Medusa's and Hawk's heads, Jacobi windows.
-GenerateOptions drafting(const std::string& name) {
+// A drafter by name; "-device": its rounds verified by the device loop (on the CPU backend here).
+GenerateOptions drafting(std::string name) {
+  const size_t device = name.find("-device");
+  if (device != std::string::npos) {
+    GenerateOptions o = drafting(name.substr(0, device));
+    o.device_loop = DeviceLoop::On;
+    return o;
+  }
   GenerateOptions o = options(name == "sd-tree" || name == "sd-dynamic" ? "sd" : "vanilla", 4);
   if (name == "sd") o = options("sd", 4);
   if (name == "hawk") o = options("hawk", 4);
@@ -339,7 +349,7 @@ TEST_P(GenerationSampling, EachRequestSamplesWithItsOwnSettings) {
 
 INSTANTIATE_TEST_SUITE_P(Drafters, GenerationSampling,
                          ::testing::Values("vanilla", "sd", "sd-tree", "sd-dynamic", "eagle",
-                                           "medusa", "hawk", "sjd"),
+                                           "medusa", "hawk", "sjd", "sd-device", "sjd-device"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
@@ -386,6 +396,11 @@ SpeculativeOptions method_like(const GenerateOptions& base, const std::string& m
   return s;
 }
 
+SpeculativeOptions vanilla_resampling(SpeculativeOptions s) {
+  s.resample = "vanilla";  // [p - q]+ instead of the method's G*
+  return s;
+}
+
 // The methods the drafter of `name` (drafting()) runs: its own and others that draft alike.
 std::vector<SpeculativeOptions> methods_drafting_as(const std::string& name,
                                                     const GenerateOptions& o) {
@@ -398,6 +413,13 @@ std::vector<SpeculativeOptions> methods_drafting_as(const std::string& name,
     return {o.spec, method_like(o, "medusa-typical"),
             method_like(o, "lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}),
             method_like(o, "cool-sd", {{"cool.delta", 2.0}})};
+  if (name == "sd-device")  // the ratio rules: every round verified by the device loop
+    return {o.spec,
+            method_like(o, "cool-sd", {{"cool.delta", 2.0}}),
+            vanilla_resampling(method_like(o, "cool-sd", {{"cool.delta", 1.5}})),
+            method_like(o, "uniform-rsd", {{"rsd.delta", 1.5}}),
+            method_like(o, "amplify", {{"amplify.k", 2.0}}),
+            method_like(o, "addition", {{"addition.eps", 0.05}})};
   if (name == "sd-greedy")  // the rules' own greedy acceptance and filtering (LANTERN's code)
     return {
         o.spec, method_like(o, "lantern", {{"lantern.k", int64_t{200}}, {"lantern.delta", 1.0}}),
@@ -423,6 +445,7 @@ class GenerationMethods : public ::testing::TestWithParam<std::string> {};
 TEST_P(GenerationMethods, EachRequestVerifiesWithItsOwnMethod) {
   auto pipe = c2i();
   GenerateOptions o = drafting(GetParam() == "sd-greedy" ? "sd" : GetParam());
+  const bool device = o.device_loop == DeviceLoop::On;
   if (GetParam() == "sd-greedy") {  // filters that matter: LANTERN's code verifies unfiltered
     o.sampling.temperature = 0.0f;
     o.sampling.top_k = 2;
@@ -447,6 +470,7 @@ TEST_P(GenerationMethods, EachRequestVerifiesWithItsOwnMethod) {
       got[by_id.at(f.id)] = std::move(f.tokens);
     }
   EXPECT_EQ(gen->stats().forward_passes, 1 + rounds) << "one prefill, then shared rounds";
+  EXPECT_EQ(gen->stats().device_rounds, device ? rounds : 0);
   for (size_t k = 0; k < methods.size(); ++k) {
     SCOPED_TRACE(methods[k].method + " " + std::to_string(k));
     GenerateOptions own = o;
@@ -464,7 +488,8 @@ TEST_P(GenerationMethods, EachRequestVerifiesWithItsOwnMethod) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Drafters, GenerationMethods,
-                         ::testing::Values("sd", "sd-greedy", "sd-tree", "medusa", "sjd"),
+                         ::testing::Values("sd", "sd-greedy", "sd-tree", "medusa", "sjd",
+                                           "sd-device"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -146,11 +146,15 @@ TEST(VerifyChain, RatioDescriptors) {
 }
 
 // The batched form (verify_chains.h) on the CPU backend: each image of a round, with chains of
-// different lengths in one padded batch, gets verify_draft's verdict for its own chain.
+// different lengths in one padded batch, its own rule, its own round and one-hot or sampled
+// drafts, gets verify_draft's verdict for its own chain.
 TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
   constexpr int V = 12, W = 5, kImages = 30;
   std::mt19937 g(7);
-  const std::unique_ptr<AcceptanceRule> rule = make_cool_sd_rule(1.5f, -1.0f);
+  std::vector<std::unique_ptr<AcceptanceRule>> rules;
+  rules.push_back(make_cool_sd_rule(1.5f, -1.0f));
+  rules.push_back(make_exact_rule());
+  rules.push_back(with_optimal_resampling(make_uniform_rsd_rule(1.5f)));
   std::vector<float> p, q;
   std::vector<int32_t> tokens;
   std::vector<ChainRoundImage> images;
@@ -161,11 +165,14 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
       p.insert(p.end(), row.begin(), row.end());
     }
     ChainRoundImage im;
+    im.rule = *rules[i % rules.size()]->ratio();
     im.seed = 100 + i;
     im.image_index = i % 3;
+    im.round = 4 + i % 2;
     im.base_token = 10 + i;
     im.drafts = i % (W + 1);
     im.draft_len = W;
+    im.one_hot = i % 4 == 3;
     images.push_back(im);
     DraftTree tree;
     for (int d = 0; d < W; ++d) {
@@ -179,7 +186,7 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
         node.token = x;
         node.parent = d - 1;
         node.depth = d + 1;
-        node.q = qd;
+        if (!im.one_hot) node.q = qd;
         tree.push_back(node);
       }
     }
@@ -194,12 +201,12 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
   Tensor scratch = be.upload(zeros.data(), DType::F32, {kImages, V});
   std::vector<ChainVerdict> verdicts(kImages);
   Tensor tv = be.upload(verdicts.data(), DType::U8, {kImages * int64_t{sizeof(ChainVerdict)}});
-  verify_ratio_chains(be, *rule->ratio(), tp, &tq, tt, ti, kImages, W, false, 4, scratch, tv);
+  verify_ratio_chains(be, tp, &tq, tt, ti, kImages, W, false, scratch, tv);
   be.download(tv, verdicts.data());
   int accepted = 0;
   for (int i = 0; i < kImages; ++i) {
     VerifySettings s;
-    s.rule = rule.get();
+    s.rule = rules[i % rules.size()].get();
     s.draft_len = W;
     ImageStats stats;
     const size_t first = static_cast<size_t>(i) * (W + 1) * V;
@@ -208,7 +215,7 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
         [&](int r) {
           return std::span<const float>(p.data() + first + static_cast<size_t>(r) * V, V);
         },
-        CounterRng(images[i].seed, images[i].image_index), 4,
+        CounterRng(images[i].seed, images[i].image_index), images[i].round,
         static_cast<int>(images[i].base_token), stats);
     EXPECT_EQ(verdicts[i].accepted, static_cast<int>(want.accepted.size())) << "image " << i;
     EXPECT_EQ(verdicts[i].next_token, want.next_token) << "image " << i;

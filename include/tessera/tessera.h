@@ -112,8 +112,11 @@ struct SpeculativeOptions {
 inline const std::vector<int> kDraftLenTuneGrid = {3, 5, 8};
 inline const std::vector<int> kJacobiWindowTuneGrid = {8, 16, 24};
 
-// Vanilla sampling's step loop. The device loop draws each token where the logits are, replays the
-// step (forward, draw, counters) as one graph and reads tokens back once a burst; the host loop
+// Where tokens are drawn. Vanilla sampling's device loop draws each token where the logits are,
+// replays the step (forward, draw, counters) as one graph and reads tokens back once a burst; a
+// speculative round's device loop makes the target distributions and walks the chains where the
+// logits are and reads back only each image's verdict (rounds of chains under the ratio rules:
+// exact, uniform-rsd, cool-sd, amplify, addition; other rounds verify on the host). The host loop
 // reads every step's logits back and draws on the host. Auto: the device loop on a GPU, the host
 // loop on the CPU (where both draw the same tokens).
 enum class DeviceLoop { Auto, On, Off };
@@ -125,7 +128,7 @@ struct GenerateOptions {
   int batch = 1;                   // images generated together (each with its own RNG stream)
   uint64_t first_image_index = 0;  // image i of the call uses RNG stream first_image_index + i
   int max_tokens = 0;              // > 0: stop after this many tokens per image (benchmarks)
-  DeviceLoop device_loop = DeviceLoop::Auto;  // vanilla sampling's step loop
+  DeviceLoop device_loop = DeviceLoop::Auto;  // where tokens are drawn (DeviceLoop)
   // Called after every generated token: (tokens done, tokens total) over the whole call.
   std::function<void(int64_t, int64_t)> progress;
   // Cancellation: when non-null and set (from any thread, or a signal handler: it is only
@@ -175,6 +178,7 @@ struct GenerateStats {
   double rule_seconds = 0.0;  // the part of verify_seconds spent in acceptance rules and resampling
   int64_t device_steps = 0;   // vanilla steps run by the device loop (DeviceLoop)
   int64_t replayed_steps = 0;         // ... of them replayed as a captured graph (a GPU)
+  int64_t device_rounds = 0;          // speculative rounds verified by the device loop (DeviceLoop)
   std::vector<ImageStats> per_image;  // in the order of the conditions
   // One-line notes for the user about the run (a lossy method outside the model's validated
   // settings, docs/quality.md); front-ends print them.

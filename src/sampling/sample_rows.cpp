@@ -41,15 +41,64 @@ const char* device_sample_failed() {
   return "the model produced non-finite logits (NaN or Inf) in a step sampled on the device";
 }
 
-void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows, Tensor& params,
-                 const SampleRowsOut& out, Tensor& error_flag) {
-  const int V = static_cast<int>(cond.dim(-1));
-  check(cond.dtype == DType::F32 && cond.numel() >= int64_t{n_rows} * V,
+namespace {
+
+// Row r's target distribution on the host (the CPU backend's rows), with the token index in the
+// error as the host loops report it.
+void host_distribution(const Tensor& cond, const Tensor* uncond, int r, int V,
+                       const DeviceSampleParams& d, std::span<float> probs) {
+  const SamplingParams p = sampling_params(d);
+  const std::span<const float> c(cond.ptr<float>() + static_cast<size_t>(r) * V, V);
+  std::span<const float> u;
+  if (uncond && guided_at(d.uses_cfg != 0, d.cfg_interval, d.token_index))
+    u = {uncond->ptr<float>() + static_cast<size_t>(r) * V, static_cast<size_t>(V)};
+  try {
+    target_distribution(c, u, p.cfg_scale, p, probs);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " at image token " + std::to_string(d.token_index));
+  }
+}
+
+void check_rows(const Tensor& cond, const Tensor* uncond, int n_rows, const Tensor& params) {
+  const int64_t V = cond.dim(-1);
+  check(cond.dtype == DType::F32 && cond.numel() >= n_rows * V,
         "internal: sample_rows logits shape");
-  check(!uncond || (uncond->dtype == DType::F32 && uncond->numel() >= int64_t{n_rows} * V),
+  check(!uncond || (uncond->dtype == DType::F32 && uncond->numel() >= n_rows * V),
         "internal: sample_rows unconditional logits shape");
   check(params.nbytes() >= static_cast<size_t>(n_rows) * sizeof(DeviceSampleParams),
         "internal: sample_rows params size");
+}
+
+}  // namespace
+
+void distribution_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows,
+                       const Tensor& params, Tensor& probs, Tensor& error_flag) {
+  const int V = static_cast<int>(cond.dim(-1));
+  check_rows(cond, uncond, n_rows, params);
+  check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V,
+        "internal: distribution_rows output shape");
+  if (n_rows == 0) return;
+  const auto* ps = static_cast<const DeviceSampleParams*>(params.data);
+  if (be.host_memory()) {
+    for (int r = 0; r < n_rows; ++r)
+      host_distribution(cond, uncond, r, V, ps[r],
+                        {probs.ptr<float>() + static_cast<size_t>(r) * V, static_cast<size_t>(V)});
+    return;
+  }
+#if defined(TESSERA_HAVE_CUDA)
+  launch_distribution_rows(cond.ptr<float>(), uncond ? uncond->ptr<float>() : nullptr, n_rows, V,
+                           ps, probs.ptr<float>(), error_flag.ptr<int32_t>(),
+                           static_cast<CUstream_st*>(be.native_stream()));
+#else
+  (void)error_flag;
+  throw Error("internal: distributions on " + be.name() + " in a build without CUDA");
+#endif
+}
+
+void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows, Tensor& params,
+                 const SampleRowsOut& out, Tensor& error_flag) {
+  const int V = static_cast<int>(cond.dim(-1));
+  check_rows(cond, uncond, n_rows, params);
   check(out.tokens.dtype == DType::I32 && out.tokens.numel() >= out.mirror + n_rows,
         "internal: sample_rows tokens size");
   check(!out.history.data || (out.history.dtype == DType::I32 &&
@@ -63,15 +112,7 @@ void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_ro
     for (int r = 0; r < n_rows; ++r) {
       DeviceSampleParams& d = ps[r];
       const SamplingParams p = sampling_params(d);
-      const std::span<const float> c(cond.ptr<float>() + static_cast<size_t>(r) * V, V);
-      std::span<const float> u;
-      if (uncond && guided_at(d.uses_cfg != 0, d.cfg_interval, d.token_index))
-        u = {uncond->ptr<float>() + static_cast<size_t>(r) * V, static_cast<size_t>(V)};
-      try {
-        target_distribution(c, u, p.cfg_scale, p, probs);
-      } catch (const Error& e) {
-        throw Error(std::string(e.what()) + " at image token " + std::to_string(d.token_index));
-      }
+      host_distribution(cond, uncond, r, V, d, probs);
       const int32_t t =
           p.greedy()
               ? argmax(probs)

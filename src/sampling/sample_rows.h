@@ -56,6 +56,14 @@ struct SampleRowsOut {
 void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows, Tensor& params,
                  const SampleRowsOut& out, Tensor& error_flag);
 
+// target_distribution (sampler.h) of n_rows rows where the logits are: row r guided (when its
+// params say so at its token_index), tempered and filtered with params[r] (greedy: one-hot at the
+// argmax), normalised, into probs [n_rows, vocab] (F32). cond, uncond and params as sample_rows'.
+// A row with a non-finite guided logit: the CPU throws Error with the token index; a device zeroes
+// the row and sets error_flag. Speculative verification reads these rows on the device (issue 42).
+void distribution_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows,
+                       const Tensor& params, Tensor& probs, Tensor& error_flag);
+
 // Error's text for a set error_flag.
 const char* device_sample_failed();
 

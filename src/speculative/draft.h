@@ -20,6 +20,8 @@ struct DraftNode {
   int parent = -1;       // index into the tree; -1 = the root
   int depth = 1;         // 1 = a child of the root
   std::vector<float> q;  // distribution the token was drawn from; empty = one-hot at token
+  // The device loop: q's row in the drafter's Drafter::device_q() instead (q is then empty).
+  int q_row = -1;
   // Siblings drawn i.i.d. from q (with replacement): the walk tests this node against its own q
   // (SpecInfer's multi-step speculative sampling). false: drawn without replacement after its
   // earlier siblings, and the walk removes their tokens from q (recursive rejection sampling).

@@ -48,6 +48,15 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
     });
   check(settings.max_tokens == 0 || settings.max_tokens == target.info().n_tokens,
         "internal: speculative decoding generates whole images");
+  Backend& be = target.backend();
+  const int V = target.info().vocab_size;
+  check_param(can_sample_rows(be, V) || settings.device_loop != DeviceLoop::On, "device-loop",
+              "on: this model's rounds cannot be verified on " + be.name() + " (vocabulary " +
+                  std::to_string(V) + ", at most " + std::to_string(kMaxDeviceSampleVocab) +
+                  " on a GPU)");
+  if (can_sample_rows(be, V) && (settings.device_loop == DeviceLoop::On ||
+                                 (settings.device_loop == DeviceLoop::Auto && !be.host_memory())))
+    verifier_ = std::make_unique<BackendVerifier>(be, V);
 }
 
 SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image,
@@ -76,6 +85,31 @@ void SpeculativeDecoder::set_rule(int id, const AcceptanceRule* rule) {
 const AcceptanceRule& SpeculativeDecoder::rule_of(const ImageState& im) const {
   const AcceptanceRule* r = im.id < static_cast<int>(rules_.size()) ? rules_[im.id] : nullptr;
   return r ? *r : *loop_.rule;
+}
+
+bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active, bool chains,
+                                          int rows) {
+  if (!verifier_ || !chains) return false;
+  chains_.clear();
+  for (size_t j = 0; j < active.size(); ++j) {
+    const ImageState& im = *active[j];
+    const AcceptanceRule& rule = rule_of(im);
+    const std::optional<RatioRule> ratio = rule.ratio();
+    if (!ratio) return false;
+    ChainToVerify c;
+    c.chain = &trees_[j];
+    c.rule = *ratio;
+    c.verifying = verify_params(im.sampling, rule);
+    c.seed = im.rng.seed();
+    c.image_index = im.rng.image_index();
+    c.round = im.round;
+    c.base_token = static_cast<int>(im.tokens.size());
+    c.draft_len = std::max(1, round_len_[j]);
+    chains_.push_back(c);
+  }
+  verifier_->stage(rows, chains_, settings_.sampling.temperature <= 0.0f,
+                   loop_.drafter->device_q());
+  return true;
 }
 
 void SpeculativeDecoder::remove(int id) {
@@ -121,9 +155,13 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     carried_.push_back(std::min(loop_.drafter->carried_drafts(*im), depth));
   }
 
-  // Draft.
+  // Draft: on the device loop, a round whose images all verify with ratio rules may leave the
+  // drafts' distributions where the draft model's logits are (Drafter::set_device_drafts).
   double ts = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
+  bool device_drafts = verifier_ != nullptr;
+  for (const ImageState* im : active) device_drafts = device_drafts && rule_of(*im).ratio();
+  loop_.drafter->set_device_drafts(device_drafts);
   loop_.drafter->propose(active, max_depth_, trees_);
   stats_.draft_forward_passes += loop_.drafter->batched_forwards() - f0;
   double te = now_s();
@@ -177,11 +215,19 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   b.output_at.resize(rows);
   for (int r = 0; r < rows; ++r) b.output_at[r] = r;
   b.output_hidden = loop_.drafter->hidden_state() != HiddenState::None;
+  const bool on_backend = stage_on_backend(active, chains, rows);
   const ForwardOutputs outputs = session_.forward(b);
-  session_.read(outputs.logits, logits_);
+  if (!on_backend) session_.read(outputs.logits, logits_);
   stats_.forward_passes++;
   ts = now_s();
   stats_.target_seconds += ts - te;
+  // The device loop: every chain's verdict from the backend (the target distributions and walks
+  // there), read back in one copy.
+  const std::vector<ChainVerdict>* verdicts = nullptr;
+  if (on_backend) {
+    verdicts = &verifier_->verify(outputs.logits, cfg());
+    stats_.device_rounds++;
+  }
 
   // Verify every image.
   dists_.resize(static_cast<size_t>(rows) * V);
@@ -198,19 +244,23 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     const AcceptanceRule& rule = rule_of(im);
     const SamplingParams verifying = verify_params(im.sampling, rule);
     TargetRound target;
-    target.dist = [&](int r) {
-      std::span<float> out(dists_.data() + static_cast<size_t>(r) * V, V);
-      if (!computed_[r]) {
-        const double td = now_s();
-        guided_distribution(
-            logits_.data() + (static_cast<size_t>(j) * rows + r) * V,
-            cfg() ? logits_.data() + (static_cast<size_t>(m + j) * rows + r) * V : nullptr, V,
-            verifying, base + (r == 0 ? 0 : tree[r - 1].depth), out);
-        computed_[r] = 1;
-        dist_s += now_s() - td;
-      }
-      return std::span<const float>(out);
-    };
+    target.dist = verdicts
+                      ? std::function<std::span<const float>(int)>(
+                            [&](int r) { return verifier_->row(j, r); })
+                      : [&](int r) {
+                          std::span<float> out(dists_.data() + static_cast<size_t>(r) * V, V);
+                          if (!computed_[r]) {
+                            const double td = now_s();
+                            guided_distribution(
+                                logits_.data() + (static_cast<size_t>(j) * rows + r) * V,
+                                cfg() ? logits_.data() + (static_cast<size_t>(m + j) * rows + r) * V
+                                      : nullptr,
+                                V, verifying, base + (r == 0 ? 0 : tree[r - 1].depth), out);
+                            computed_[r] = 1;
+                            dist_s += now_s() - td;
+                          }
+                          return std::span<const float>(out);
+                        };
     if (b.output_hidden) {
       target.hidden = outputs.hidden.rows(static_cast<int64_t>(j) * rows, rows);
       if (cfg())
@@ -221,7 +271,9 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     vs.draft_len = std::max(1, round_len_[j]);
     vs.greedy = greedy;
     const double tr = now_s();
-    const VerifyOutcome out = verify_draft(vs, tree, target.dist, im.rng, im.round, base, im.stats);
+    const VerifyOutcome out =
+        verdicts ? BackendVerifier::outcome((*verdicts)[j], im.stats)
+                 : verify_draft(vs, tree, target.dist, im.rng, im.round, base, im.stats);
     stats_.rule_seconds += now_s() - tr - dist_s;
     for (size_t a = 0; a < out.accepted.size(); ++a) {
       im.stats.accepted_depth[base + a] = static_cast<uint8_t>(std::min<size_t>(a + 1, 255));

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "decode/decoder.h"
+#include "speculative/backend_verifier.h"
 #include "speculative/draft_length.h"
 #include "speculative/drafters/drafter.h"
 #include "speculative/rules/acceptance_rule.h"
@@ -52,6 +54,12 @@ class SpeculativeDecoder final : public Decoder {
   // verification sees the untempered distribution (unfiltered unless the rule keeps the filters).
   SamplingParams verify_params(const SamplingParams& image, const AcceptanceRule& rule) const;
   const AcceptanceRule& rule_of(const ImageState& im) const;
+  // Whether this round verifies on the backend (verifier_): chains, every image's rule a ratio
+  // rule; then its chains are staged.
+  bool stage_on_backend(const std::vector<ImageState*>& active, bool chains, int rows);
+  // The device loop's verifier (DecoderSettings::device_loop); null: the host walk.
+  std::unique_ptr<BackendVerifier> verifier_;
+  std::vector<ChainToVerify> chains_;
   std::vector<const AcceptanceRule*> rules_;  // by image id; null: the loop's
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap

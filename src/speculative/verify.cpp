@@ -54,6 +54,7 @@ VerifyOutcome verify_draft(const VerifySettings& s, const DraftTree& tree,
     for (size_t c = 0; c < tree.size(); ++c) {
       if (tree[c].parent != node) continue;
       const DraftNode& d = tree[c];
+      check(d.q_row < 0, "internal: a draft distribution left on the device verified on the host");
       NodeView v;
       v.token = d.token;
       v.position = depth;

@@ -8,9 +8,9 @@
 
 namespace tessera::speculative {
 
-void verify_ratio_chains(Backend& be, const RatioRule& rule, const Tensor& p, const Tensor* q,
-                         const Tensor& tokens, const Tensor& images, int n_images, int width,
-                         bool greedy, int64_t round, Tensor& scratch, Tensor& verdicts) {
+void verify_ratio_chains(Backend& be, const Tensor& p, const Tensor* q, const Tensor& tokens,
+                         const Tensor& images, int n_images, int width, bool greedy,
+                         Tensor& scratch, Tensor& verdicts) {
   const int V = static_cast<int>(p.dim(-1));
   const int64_t n = n_images;
   check(p.dtype == DType::F32 && p.numel() >= n * (width + 1) * V,
@@ -30,25 +30,24 @@ void verify_ratio_chains(Backend& be, const RatioRule& rule, const Tensor& p, co
     auto* out = static_cast<ChainVerdict*>(verdicts.data);
     for (int i = 0; i < n_images; ++i) {
       check(im[i].drafts >= 0 && im[i].drafts <= width, "internal: a chain longer than the round");
+      check(q || im[i].one_hot, "internal: verify_ratio_chains without the drafts' distributions");
       out[i] = verify_ratio_chain(
-          rule, p.ptr<float>() + i * (width + 1) * static_cast<int64_t>(V),
-          q ? q->ptr<float>() + i * width * static_cast<int64_t>(V) : nullptr,
+          im[i].rule, p.ptr<float>() + i * (width + 1) * static_cast<int64_t>(V),
+          im[i].one_hot ? nullptr : q->ptr<float>() + i * width * static_cast<int64_t>(V),
           tokens.ptr<int32_t>() + i * static_cast<int64_t>(width), im[i].drafts, im[i].draft_len, V,
-          greedy, im[i].seed, im[i].image_index, im[i].base_token, round,
+          greedy, im[i].seed, im[i].image_index, im[i].base_token, im[i].round,
           scratch.ptr<float>() + i * static_cast<int64_t>(V));
     }
     return;
   }
 #if defined(TESSERA_HAVE_CUDA)
-  launch_verify_ratio_chains(
-      rule, p.ptr<float>(), q ? q->ptr<float>() : nullptr, tokens.ptr<int32_t>(),
-      static_cast<const ChainRoundImage*>(images.data), n_images, width, V, greedy, round,
-      scratch.ptr<float>(), static_cast<ChainVerdict*>(verdicts.data),
-      static_cast<CUstream_st*>(be.native_stream()));
+  launch_verify_ratio_chains(p.ptr<float>(), q ? q->ptr<float>() : nullptr, tokens.ptr<int32_t>(),
+                             static_cast<const ChainRoundImage*>(images.data), n_images, width, V,
+                             greedy, scratch.ptr<float>(),
+                             static_cast<ChainVerdict*>(verdicts.data),
+                             static_cast<CUstream_st*>(be.native_stream()));
 #else
-  (void)rule;
   (void)greedy;
-  (void)round;
   throw Error("internal: verifying on " + be.name() + " in a build without CUDA");
 #endif
 }

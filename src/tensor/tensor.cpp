@@ -34,6 +34,19 @@ Tensor Tensor::view(Shape new_shape) const {
   return t;
 }
 
+Tensor Tensor::bytes_as(size_t offset, DType dtype_, Shape shape_) const {
+  check(layout == Layout::RowMajor, "internal: a packed weight has no views");
+  Tensor t = *this;
+  t.dtype = dtype_;
+  t.shape = std::move(shape_);
+  check(offset + t.nbytes() <= nbytes(), [&] {
+    return "internal: " + std::to_string(t.nbytes()) + " bytes at " + std::to_string(offset) +
+           " outside a tensor of " + std::to_string(nbytes());
+  });
+  t.data = static_cast<char*>(data) + offset;
+  return t;
+}
+
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
   check(layout == Layout::RowMajor, "internal: a packed weight has no row views");
   check(!shape.empty() && begin >= 0 && count >= 0 && begin + count <= shape[0],

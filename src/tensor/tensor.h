@@ -41,6 +41,9 @@ struct Tensor {
   Tensor view(Shape new_shape) const;
   // Rows [begin, begin+count) of the first dimension (contiguous sub-tensor).
   Tensor rows(int64_t begin, int64_t count) const;
+  // A tensor of another dtype and shape inside this one's bytes, from byte `offset` (one buffer
+  // holding several small arrays, e.g. a round's host traffic moved in one copy).
+  Tensor bytes_as(size_t offset, DType dtype, Shape shape) const;
 
   // Typed pointer for backend kernels that run on the host (CPU backend, tests).
   template <typename T>

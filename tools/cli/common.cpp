@@ -43,9 +43,11 @@ void add_device_loop(CLI::App* cmd, DeviceLoop& loop) {
          [&loop](const std::string& v) {
            loop = v == "on" ? DeviceLoop::On : v == "off" ? DeviceLoop::Off : DeviceLoop::Auto;
          },
-         "Vanilla sampling's step loop: on draws tokens where the logits are and replays each "
-         "step as a CUDA graph, off reads every step's logits back to the host; auto: on for a "
-         "GPU, off on the CPU")
+         "Where tokens are drawn: on draws vanilla's tokens where the logits are (each step a "
+         "replayed CUDA graph) and verifies speculative rounds of chains under the ratio rules "
+         "(sd, sjd, cool-sd, uniform-rsd, amplify, addition) there, reading back one verdict per "
+         "image; off reads every step's logits back to the host; auto: on for a GPU, off on the "
+         "CPU")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_str("auto");
 }

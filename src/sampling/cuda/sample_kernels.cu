@@ -150,46 +150,39 @@ __device__ void write_token(const RowOut& o, DeviceSampleParams* params, int row
   if (o.advance) params[row].token_index = t + 1;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    sample_rows_kernel(const float* __restrict__ cond, const float* __restrict__ uncond, int V,
-                       DeviceSampleParams* __restrict__ params, RowOut o) {
-  extern __shared__ float l[];  // the row's logits, later its unnormalised probabilities
-  __shared__ BlockScratch s;
-  const int row = blockIdx.x, tid = threadIdx.x;
-  const DeviceSampleParams p = params[row];
-  __syncthreads();  // every thread has its copy before thread 0 advances the params
+// Row `row`'s logits, guided where its params say, into l (shared memory); false when one is not
+// finite (target_distribution's check).
+__device__ bool load_guided_row(const float* __restrict__ cond, const float* __restrict__ uncond,
+                                const DeviceSampleParams& p, int row, int V, float* l,
+                                BlockScratch& s) {
   const float* c = cond + static_cast<size_t>(row) * V;
   const bool guided = uncond && guided_at(p.uses_cfg != 0, p.cfg_interval, p.token_index);
   const float* u = guided ? uncond + static_cast<size_t>(row) * V : nullptr;
-
-  // Guidance, coalesced; the finiteness check of target_distribution.
-  int bad = 0;
-  for (int i = tid; i < V; i += kThreads) {
+  int bad = 0;  // guidance, coalesced
+  for (int i = threadIdx.x; i < V; i += kThreads) {
     const float x = u ? guided_logit(c[i], u[i], p.cfg_scale) : c[i];
     bad |= !finite_logit(x);
     l[i] = x;
   }
-  if (block_extreme(bad, false, s.i)) {
-    if (tid == 0) {
-      write_token(o, params, row, 0);
-      atomicExch(o.error_flag, 1);
-    }
-    return;
-  }
-  // Each thread owns a contiguous chunk, so thread order is vocabulary order for scans.
-  const int per = (V + kThreads - 1) / kThreads;
-  const int begin = min(V, tid * per), end = min(V, begin + per);
+  return block_extreme(bad, false, s.i) == 0;
+}
 
-  if (p.temperature <= 0.0f) {  // greedy: argmax, the first maximal index
-    float best = -INFINITY;
-    int best_i = INT_MAX;
-    for (int i = begin; i < end; ++i)
-      if (argmax_prefers(l[i], i, best, best_i)) best = l[i], best_i = i;
-    const float mx = block_max(best, s.f);
-    const int first = block_extreme(best == mx ? best_i : INT_MAX, true, s.i);
-    if (tid == 0) write_token(o, params, row, first);
-    return;
-  }
+// The first index of the row's largest logit (greedy), from this thread's chunk [begin, end).
+__device__ int row_argmax(const float* l, int begin, int end, BlockScratch& s) {
+  float best = -INFINITY;
+  int best_i = INT_MAX;
+  for (int i = begin; i < end; ++i)
+    if (argmax_prefers(l[i], i, best, best_i)) best = l[i], best_i = i;
+  const float mx = block_max(best, s.f);
+  return block_extreme(best == mx ? best_i : INT_MAX, true, s.i);
+}
+
+// Temperature (> 0), top-k and top-p on the row in l, then l[i] = exp(l[i] - max), 0 where
+// filtered: the softmax's numerators. Each thread owns the contiguous chunk [begin, end), so
+// thread order is vocabulary order for scans. Returns this thread's sum of its chunk.
+__device__ double softmax_numerators(float* l, const DeviceSampleParams& p, int V, int begin,
+                                     int end, BlockScratch& s) {
+  const int tid = threadIdx.x;
   const float t = temperature_divisor(p.temperature);
   for (int i = begin; i < end; ++i) l[i] = __fdiv_rn(l[i], t);
   __syncthreads();
@@ -256,12 +249,38 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  // Softmax numerators and the inverse-CDF draw in vocabulary order.
   double part = 0.0;
   for (int i = begin; i < end; ++i) {
     l[i] = dropped(l[i]) ? 0.0f : expf(l[i] - mx);
     part += l[i];
   }
+  return part;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(const float* __restrict__ cond, const float* __restrict__ uncond, int V,
+                       DeviceSampleParams* __restrict__ params, RowOut o) {
+  extern __shared__ float l[];  // the row's logits, later its unnormalised probabilities
+  __shared__ BlockScratch s;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const DeviceSampleParams p = params[row];
+  __syncthreads();  // every thread has its copy before thread 0 advances the params
+  if (!load_guided_row(cond, uncond, p, row, V, l, s)) {
+    if (tid == 0) {
+      write_token(o, params, row, 0);
+      atomicExch(o.error_flag, 1);
+    }
+    return;
+  }
+  const int per = (V + kThreads - 1) / kThreads;
+  const int begin = min(V, tid * per), end = min(V, begin + per);
+  if (p.temperature <= 0.0f) {  // greedy: argmax, the first maximal index
+    const int first = row_argmax(l, begin, end, s);
+    if (tid == 0) write_token(o, params, row, first);
+    return;
+  }
+  // The inverse-CDF draw in vocabulary order over the softmax's numerators.
+  const double part = softmax_numerators(l, p, V, begin, end, s);
   double total;
   const double before = block_exclusive_scan(part, s.d, &total);
   const double target = counter_uniform(p.seed, p.image_index, p.token_index, p.stream) * total;
@@ -270,6 +289,35 @@ __global__ void __launch_bounds__(kThreads)
   const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
   const int last_positive = block_extreme(last, false, s.i);
   if (tid == 0) write_token(o, params, row, first_hit != INT_MAX ? first_hit : last_positive);
+}
+
+// target_distribution for one row a block: probabilities normalised by their block-wide (double)
+// sum, one-hot at the argmax when greedy; a non-finite logit sets the flag and zeroes the row.
+__global__ void __launch_bounds__(kThreads)
+    distribution_rows_kernel(const float* __restrict__ cond, const float* __restrict__ uncond,
+                             int V, const DeviceSampleParams* __restrict__ params,
+                             float* __restrict__ probs, int* error_flag) {
+  extern __shared__ float l[];
+  __shared__ BlockScratch s;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const DeviceSampleParams p = params[row];
+  float* out = probs + static_cast<size_t>(row) * V;
+  if (!load_guided_row(cond, uncond, p, row, V, l, s)) {
+    for (int i = tid; i < V; i += kThreads) out[i] = 0.0f;
+    if (tid == 0) atomicExch(error_flag, 1);
+    return;
+  }
+  const int per = (V + kThreads - 1) / kThreads;
+  const int begin = min(V, tid * per), end = min(V, begin + per);
+  if (p.temperature <= 0.0f) {
+    const int first = row_argmax(l, begin, end, s);
+    for (int i = tid; i < V; i += kThreads) out[i] = i == first ? 1.0f : 0.0f;
+    return;
+  }
+  const double total = block_sum(softmax_numerators(l, p, V, begin, end, s), s.d);
+  const float total_f = static_cast<float>(total);
+  __syncthreads();
+  for (int i = tid; i < V; i += kThreads) out[i] = __fdiv_rn(l[i], total_f);
 }
 
 }  // namespace
@@ -290,6 +338,23 @@ void launch_sample_rows(const float* cond, const float* uncond, int n_rows, int 
   const RowOut o{tokens, mirror, history, history_stride, advance, error_flag};
   sample_rows_kernel<<<n_rows, kThreads, shared, stream>>>(cond, uncond, vocab, params, o);
   TESSERA_CUDA_LAUNCHED("sample_rows_kernel");
+}
+
+void launch_distribution_rows(const float* cond, const float* uncond, int n_rows, int vocab,
+                              const DeviceSampleParams* params, float* probs, int* error_flag,
+                              CUstream_st* stream) {
+  if (vocab < 1 || vocab > kMaxDeviceSampleVocab || n_rows < 0)
+    throw Error("device distributions: vocabulary " + std::to_string(vocab) + " (1.." +
+                std::to_string(kMaxDeviceSampleVocab) + " supported), " + std::to_string(n_rows) +
+                " rows");
+  if (n_rows == 0) return;
+  const size_t shared = static_cast<size_t>(vocab) * sizeof(float);
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(distribution_rows_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(shared)));
+  distribution_rows_kernel<<<n_rows, kThreads, shared, stream>>>(cond, uncond, vocab, params, probs,
+                                                                 error_flag);
+  TESSERA_CUDA_LAUNCHED("distribution_rows_kernel");
 }
 
 }  // namespace tessera

@@ -1,7 +1,9 @@
 // Vanilla sampling on the device (issue 40, item 4): guidance, temperature, top-k, top-p,
 // softmax and the Philox draw for n rows of logits, one block per row, writing each row's token
 // on the device so a decode step needs no host round trip (and can be captured in a CUDA graph).
-// The rules are sampling/sampling_rules.h and sampling/philox.h, shared with the CPU sampler.
+// The same blocks also write whole target distributions for speculative verification on the
+// device (issue 42). The rules are sampling/sampling_rules.h and sampling/philox.h, shared with the
+// CPU sampler.
 // Compiles without CUDA headers: the stream is the runtime's opaque CUstream_st.
 #pragma once
 
@@ -23,5 +25,12 @@ namespace tessera {
 void launch_sample_rows(const float* cond, const float* uncond, int n_rows, int vocab,
                         DeviceSampleParams* params, int32_t* tokens, int mirror, int32_t* history,
                         int history_stride, bool advance, int* error_flag, CUstream_st* stream);
+
+// target_distribution (sampler.h) for n_rows rows of logits: row r's settings params[r] (greedy:
+// one-hot at the argmax), its probabilities to probs[r * vocab ...]. A row with a non-finite
+// guided logit sets error_flag and is zeros. Asynchronous on `stream`.
+void launch_distribution_rows(const float* cond, const float* uncond, int n_rows, int vocab,
+                              const DeviceSampleParams* params, float* probs, int* error_flag,
+                              CUstream_st* stream);
 
 }  // namespace tessera

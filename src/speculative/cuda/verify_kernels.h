@@ -13,9 +13,9 @@ namespace tessera::speculative {
 
 // The arguments of verify_ratio_chains, as device pointers. Throws tessera::Error on a failed
 // launch. Asynchronous on `stream`.
-void launch_verify_ratio_chains(const RatioRule& rule, const float* p, const float* q,
-                                const int32_t* tokens, const ChainRoundImage* images, int n_images,
-                                int width, int vocab, bool greedy, int64_t round, float* scratch,
-                                ChainVerdict* verdicts, CUstream_st* stream);
+void launch_verify_ratio_chains(const float* p, const float* q, const int32_t* tokens,
+                                const ChainRoundImage* images, int n_images, int width, int vocab,
+                                bool greedy, float* scratch, ChainVerdict* verdicts,
+                                CUstream_st* stream);
 
 }  // namespace tessera::speculative

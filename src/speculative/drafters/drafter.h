@@ -60,6 +60,13 @@ class Drafter {
   // active[j] (max_depth 0: empty tree).
   virtual void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees) = 0;
+  // The speculative device loop (issue 42): for the next propose(), a drafter that can draws its
+  // chains where its logits are and leaves their distributions there, each node naming its row
+  // of device_q() (DraftNode::q_row) instead of holding q; only its tokens come back. Set only
+  // for rounds the backend verifies; other drafters ignore it and fill q on the host.
+  virtual void set_device_drafts(bool on) { (void)on; }
+  // [rows, V] on the model's backend: the last propose()'s device distributions (null: none).
+  virtual const Tensor* device_q() const { return nullptr; }
   // Drafters of dynamic trees keep, of each round's candidates, as many as `budget` says (within
   // their own cap); others ignore it (a static tree is cut by depth).
   virtual void set_node_budget(NodeBudget budget) { (void)budget; }

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "decode/guidance.h"
+#include "sampling/sample_rows.h"
 #include "tessera/error.h"
 
 namespace tessera::speculative {
@@ -190,10 +191,58 @@ void ModelDrafter::release(const ImageState& image) {
   slots_.erase(it);
 }
 
-void ModelDrafter::run(const StepBatch& b) {
-  const ForwardOutputs out = session_.forward(b);
-  session_.read(out.logits, logits_);
-  if (b.output_hidden) session_.read(out.hidden, hidden_);
+void ModelDrafter::run(const StepBatch& b, bool read) {
+  last_ = session_.forward(b);
+  if (!read) return;
+  session_.read(last_.logits, logits_);
+  if (b.output_hidden) session_.read(last_.hidden, hidden_);
+}
+
+void ModelDrafter::stage_device_steps(std::span<ImageState* const> active,
+                                      const std::vector<int>& who, int depth) {
+  const int m = static_cast<int>(who.size()), V = model_.info().vocab_size;
+  const size_t back = (static_cast<size_t>(m) + 1) * sizeof(int32_t);
+  io_params_at_ = (back + 255) / 256 * 256;
+  io_host_.assign(io_params_at_ + static_cast<size_t>(depth) * m * sizeof(DeviceSampleParams), 0);
+  auto* ps = reinterpret_cast<DeviceSampleParams*>(io_host_.data() + io_params_at_);
+  for (int step = 0; step < depth; ++step)
+    for (int i = 0; i < m; ++i) {
+      const ImageState& im = *active[who[i]];
+      // The host chain's draw: token index of the node, stream (Draft, round).
+      const int t = static_cast<int>(im.tokens.size()) + step;
+      DeviceSampleParams& p = ps[static_cast<size_t>(step) * m + i];
+      p = device_sample_params(im.sampling, im.rng.seed(), im.rng.image_index(),
+                               static_cast<uint32_t>(t));
+      p.stream = stream_id(Stream::Draft, im.round);
+    }
+  Backend& be = model_.backend();
+  if (!device_io_.data || device_io_.nbytes() < io_host_.size())
+    device_io_ = be.empty(DType::U8, {static_cast<int64_t>(io_host_.size())});
+  Tensor used = device_io_.bytes_as(0, DType::U8, {static_cast<int64_t>(io_host_.size())});
+  be.upload_into(io_host_.data(), used);
+  const int64_t rows = static_cast<int64_t>(depth) * m;
+  if (!device_q_.data || device_q_.dim(0) < rows) device_q_ = be.empty(DType::F32, {rows, V});
+}
+
+void ModelDrafter::draw_on_device(int step, int m, std::vector<int32_t>& tokens) {
+  Backend& be = model_.backend();
+  const bool cfg = params_.uses_cfg();
+  const Tensor cond = last_.logits.rows(0, m);
+  const Tensor uncond = cfg ? last_.logits.rows(m, m) : Tensor{};
+  const size_t bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
+  Tensor params = device_io_.bytes_as(io_params_at_ + static_cast<size_t>(step) * bytes, DType::U8,
+                                      {static_cast<int64_t>(bytes)});
+  Tensor flag = device_io_.bytes_as(static_cast<size_t>(m) * sizeof(int32_t), DType::I32, {1});
+  Tensor q = device_q_.rows(static_cast<int64_t>(step) * m, m);
+  distribution_rows(be, cond, cfg ? &uncond : nullptr, m, params, q, flag);
+  // The token from the same settings and uniform as the host chain's (sample_rows recomputes the
+  // row's distribution in its own block rather than reading q).
+  SampleRowsOut out;
+  out.tokens = device_io_.bytes_as(0, DType::I32, {m});
+  sample_rows(be, cond, cfg ? &uncond : nullptr, m, params, out, flag);
+  tokens.resize(static_cast<size_t>(m) + 1);
+  be.download(device_io_.bytes_as(0, DType::I32, {m + 1}), tokens.data());  // the step's copy back
+  if (tokens[static_cast<size_t>(m)] != 0) throw Error(device_sample_failed());
 }
 
 // Catch-up: the cache holds at least the committed tokens but the last two (see docs); cut it
@@ -204,7 +253,7 @@ void ModelDrafter::run(const StepBatch& b) {
 // row after the real one (after it, so that no real row sees it; removed after the forward). So
 // what an image feeds never depends on the images beside it.
 int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vector<int>& who,
-                           StepBatch& b, std::vector<int>& out_row) {
+                           StepBatch& b, std::vector<int>& out_row, bool keep_on_device) {
   if (reads_features()) return catch_up_features(active, who, b, out_row);
   const int T = model_.info().prefix_len;
   const bool cfg = params_.uses_cfg();
@@ -250,7 +299,7 @@ int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vecto
   const bool uniform = std::all_of(feed.begin(), feed.end(), [n](int f) { return f == n; });
   b.output_at.clear();
   for (int r = uniform ? n - 1 : 0; r < n; ++r) b.output_at.push_back(r);
-  run(b);
+  run(b, !(keep_on_device && uniform));
   out_row.resize(m);
   for (int i = 0; i < m; ++i) {
     out_row[i] = uniform ? 0 : feed[i] - 1;
@@ -363,16 +412,21 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
   StepBatch b;
   std::vector<int> out_row;
-  int n_out = catch_up(active, who, b, out_row);
+  const bool try_device = device_drafts_ && !reads_features();
+  int n_out = catch_up(active, who, b, out_row, try_device);
+  // The device loop: the distributions stay on the backend, only the tokens come back.
+  const bool device = try_device && n_out == 1;
+  if (device) stage_device_steps(active, who, depth);
   const size_t fd = static_cast<size_t>(model_.info().feature_dim);
-  std::vector<int32_t> next(R);
+  std::vector<int32_t> next(R), drawn;
   for (int step = 0; step < depth; ++step) {
     if (step > 0) {
       b.output_at = {0};
-      run(b);
+      run(b, !device);
       n_out = 1;
       out_row.assign(m, 0);
     }
+    if (device) draw_on_device(step, m, drawn);
     for (int i = 0; i < m; ++i) {
       ImageState& im = *active[who[i]];
       const int d = step + 1;  // depth of the node drawn now
@@ -385,6 +439,13 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
       DraftNode node;
       node.parent = d - 2;
       node.depth = d;
+      if (device) {
+        node.token = drawn[i];
+        node.q_row = step * m + i;
+        next[i] = node.token;
+        trees[who[i]].push_back(std::move(node));
+        continue;
+      }
       node.q.resize(V);
       const size_t row = static_cast<size_t>(i) * n_out + out_row[i];
       const size_t urow = static_cast<size_t>(m + i) * n_out + out_row[i];

@@ -59,6 +59,10 @@ class ModelDrafter : public Drafter {
   void release(const ImageState& image) override;
   int64_t batched_forwards() const override { return session_.forwards(); }
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
+  // Chains of a model that reads no features, when the round's catch-up is uniform (every image
+  // feeds as many tokens: one output row per slot); otherwise the host draws.
+  void set_device_drafts(bool on) override { device_drafts_ = on; }
+  const Tensor* device_q() const override { return device_q_.data ? &device_q_ : nullptr; }
 
  private:
   NodeBudget budget_;  // dynamic trees under --draft-len auto (unset: the tree's total)
@@ -87,12 +91,21 @@ class ModelDrafter : public Drafter {
   // Brings the cache of the images `who` up to their committed tokens and runs the forward whose
   // outputs give every image's root distribution: logits_ (and hidden_) of n_out rows per slot,
   // image i's at row out_row[i]. Leaves b's slots set (cond, then uncond). Returns n_out.
+  // keep_on_device: leave a uniform catch-up's logits on the backend (the device loop).
   int catch_up(std::span<ImageState* const> active, const std::vector<int>& who, StepBatch& b,
-               std::vector<int>& out_row);
+               std::vector<int>& out_row, bool keep_on_device = false);
   int catch_up_features(std::span<ImageState* const> active, const std::vector<int>& who,
                         StepBatch& b, std::vector<int>& out_row);
-  // Runs b; reads the logits (and in feature mode the hidden outputs) to the host.
-  void run(const StepBatch& b);
+  // Runs b; reads the logits (and in feature mode the hidden outputs) to the host unless not
+  // `read` (the outputs stay in last_).
+  void run(const StepBatch& b, bool read = true);
+  // The device loop's chain: before the first draw, every step's row settings (the m images of
+  // `who`, depth steps) go to the backend in one copy.
+  void stage_device_steps(std::span<ImageState* const> active, const std::vector<int>& who,
+                          int depth);
+  // Step `step`'s draws from last_'s logits (one row per slot): distributions into device_q_'s
+  // rows step * m.., tokens into `tokens` (one copy back).
+  void draw_on_device(int step, int m, std::vector<int32_t>& tokens);
   // Feature mode: appends the pairs (tokens[k], features of row rows[k] of the host arrays cond /
   // uncond, [*, feature_dim]) to image `s`'s pending ones.
   void queue_pairs(Slots& s, std::span<const int32_t> tokens, std::span<const int> rows,
@@ -107,6 +120,13 @@ class ModelDrafter : public Drafter {
   std::vector<std::vector<int>> children_;  // shape node -> its children (index nodes: the root)
   FeatureInputs features_;
   int max_new_ = 2;  // most rows per slot of one forward
+  bool device_drafts_ = false;
+  ForwardOutputs last_;  // the last forward's outputs
+  // The device loop: the round's draft distributions [depth * m, V], and one byte buffer holding
+  // the tokens drawn (m, then the non-finite flag) and every step's row settings.
+  Tensor device_q_, device_io_;
+  std::vector<uint8_t> io_host_;
+  size_t io_params_at_ = 0;
 };
 
 }  // namespace tessera::speculative

@@ -1,0 +1,186 @@
+#include "speculative/backend_verifier.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tessera/error.h"
+
+namespace tessera::speculative {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t aligned(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+
+// Grows `t` (F32 [rows, V]) to hold `rows` and returns a view of them.
+Tensor rows_of(Backend& be, Tensor& t, int64_t rows, int64_t V) {
+  if (!t.data || t.dim(0) < rows) t = be.empty(DType::F32, {rows, V});
+  return t.rows(0, rows);
+}
+
+}  // namespace
+
+BackendVerifier::BackendVerifier(Backend& backend, int vocab) : be_(backend), V_(vocab) {
+  check(vocab >= 1, "internal: BackendVerifier without a vocabulary");
+}
+
+void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, bool greedy,
+                            const Tensor* device_q) {
+  const int m = static_cast<int>(chains.size()), width = rows - 1;
+  check(rows >= 1, "internal: BackendVerifier::stage without a root row");
+  m_ = m;
+  rows_ = rows;
+  greedy_ = greedy;
+  any_q_ = false;
+  bool on_device = false;
+  for (const ChainToVerify& c : chains) {
+    check(c.chain && is_chain(*c.chain) && static_cast<int>(c.chain->size()) <= width,
+          "internal: BackendVerifier verifies chains of at most the round's width");
+    for (const DraftNode& node : *c.chain) {
+      any_q_ = any_q_ || !node.q.empty() || node.q_row >= 0;
+      on_device = on_device || node.q_row >= 0;
+    }
+  }
+  check(!on_device || device_q, "internal: draft rows on a device without the drafter's tensor");
+  const size_t V = static_cast<size_t>(V_), n_rows = static_cast<size_t>(m) * rows,
+               n_drafts = static_cast<size_t>(m) * width;
+  Layout& a = at_;
+  a.verdicts = 0;
+  a.flag = aligned(m * sizeof(ChainVerdict));
+  a.back = a.flag + sizeof(int32_t);
+  a.params = aligned(a.back);
+  a.images = aligned(a.params + n_rows * sizeof(DeviceSampleParams));
+  a.tokens = aligned(a.images + m * sizeof(ChainRoundImage));
+  a.q_rows = aligned(a.tokens + n_drafts * sizeof(int32_t));
+  a.q = aligned(a.q_rows + (on_device ? n_drafts * sizeof(int32_t) : 0));
+  a.total = a.q + (any_q_ && !on_device ? n_drafts * V * sizeof(float) : 0);
+  host_.assign(a.total, 0);  // zero verdicts and flag, zero padding drafts
+
+  auto* params = reinterpret_cast<DeviceSampleParams*>(host_.data() + a.params);
+  auto* images = reinterpret_cast<ChainRoundImage*>(host_.data() + a.images);
+  auto* tokens = reinterpret_cast<int32_t*>(host_.data() + a.tokens);
+  auto* q_rows = reinterpret_cast<int32_t*>(host_.data() + a.q_rows);
+  auto* q = reinterpret_cast<float*>(host_.data() + a.q);
+  for (int j = 0; j < m; ++j) {
+    const ChainToVerify& c = chains[j];
+    const DraftTree& chain = *c.chain;
+    // Row r predicts the token r below the root.
+    for (int r = 0; r < rows; ++r)
+      params[static_cast<size_t>(j) * rows + r] = device_sample_params(
+          c.verifying, c.seed, c.image_index, static_cast<uint32_t>(c.base_token + r));
+    ChainRoundImage im;
+    im.rule = c.rule;
+    im.seed = c.seed;
+    im.image_index = c.image_index;
+    im.round = c.round;
+    im.base_token = static_cast<uint32_t>(c.base_token);
+    im.drafts = static_cast<int32_t>(chain.size());
+    im.draft_len = std::max(1, c.draft_len);
+    // A chain drafted on the device has its rows there (q empty on the host).
+    im.one_hot = on_device ? chain.empty()
+                           : std::all_of(chain.begin(), chain.end(),
+                                         [](const DraftNode& node) { return node.q.empty(); });
+    images[j] = im;
+    for (size_t d = 0; d < chain.size(); ++d) {
+      const size_t slot = static_cast<size_t>(j) * width + d;
+      tokens[slot] = chain[d].token;
+      if (on_device) {  // padding slots gather row 0, never read
+        check(chain[d].q_row >= 0 && chain[d].q_row < device_q->dim(0),
+              "internal: a round drafts on the device and the host at once");
+        q_rows[slot] = chain[d].q_row;
+        continue;
+      }
+      if (im.one_hot) continue;
+      float* row = q + slot * V;
+      // A node without its own distribution was drawn one-hot: q is 1 at its token.
+      if (chain[d].q.empty()) {
+        row[chain[d].token] = 1.0f;
+      } else {
+        check(chain[d].q.size() == V, "internal: a draft distribution of another vocabulary");
+        std::memcpy(row, chain[d].q.data(), V * sizeof(float));
+      }
+    }
+  }
+  if (!buffer_.data || buffer_.nbytes() < a.total)
+    buffer_ = be_.empty(DType::U8, {static_cast<int64_t>(a.total)});
+  Tensor used = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.total)});
+  be_.upload_into(host_.data(), used);
+  const int64_t drafts = static_cast<int64_t>(n_drafts);
+  if (on_device) {  // the drafter's rows in this round's order, on the backend's stream
+    q_ = rows_of(be_, gathered_q_, drafts, V_);
+    if (drafts > 0) be_.get_rows(*device_q, buffer_.bytes_as(a.q_rows, DType::I32, {drafts}), q_);
+  } else {
+    q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? drafts : 0, V_});
+  }
+  staged_ = true;
+  downloaded_ = false;
+}
+
+const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
+  check(staged_, "internal: BackendVerifier::verify before stage");
+  staged_ = false;
+  const int m = m_, rows = rows_, width = rows - 1;
+  const int64_t n_rows = static_cast<int64_t>(m) * rows;
+  check(logits.dtype == DType::F32 && logits.dim(-1) == V_ &&
+            logits.numel() >= (guided ? 2 : 1) * n_rows * V_,
+        "internal: BackendVerifier logits shape");
+  verdicts_.resize(m);
+  if (m == 0) return verdicts_;
+  const Layout& a = at_;
+  Tensor probs = rows_of(be_, probs_, n_rows, V_);
+  Tensor scratch = rows_of(be_, scratch_, m, V_);
+  Tensor flag = buffer_.bytes_as(a.flag, DType::I32, {1});
+  const Tensor cond = logits.rows(0, n_rows);
+  const Tensor uncond = guided ? logits.rows(n_rows, n_rows) : Tensor{};
+  const Tensor params = buffer_.bytes_as(
+      a.params, DType::U8, {n_rows * static_cast<int64_t>(sizeof(DeviceSampleParams))});
+  distribution_rows(be_, cond, guided ? &uncond : nullptr, static_cast<int>(n_rows), params, probs,
+                    flag);
+  const Tensor tokens = buffer_.bytes_as(a.tokens, DType::I32, {static_cast<int64_t>(m) * width});
+  const Tensor images =
+      buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(ChainRoundImage))});
+  Tensor verdicts =
+      buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(ChainVerdict))});
+  verify_ratio_chains(be_, probs, any_q_ ? &q_ : nullptr, tokens, images, m, width, greedy_,
+                      scratch, verdicts);
+  const Tensor back = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.back)});
+  be_.download(back, host_.data());  // the round's one copy back
+  int32_t failed = 0;
+  std::memcpy(&failed, host_.data() + a.flag, sizeof failed);
+  if (failed) throw Error(device_sample_failed());
+  std::memcpy(verdicts_.data(), host_.data() + a.verdicts, m * sizeof(ChainVerdict));
+  return verdicts_;
+}
+
+std::span<const float> BackendVerifier::row(int j, int r) {
+  check(j >= 0 && j < m_ && r >= 0 && r < rows_, "internal: BackendVerifier::row out of range");
+  const size_t V = static_cast<size_t>(V_);
+  if (!downloaded_) {
+    const Tensor probs = probs_.rows(0, static_cast<int64_t>(m_) * rows_);
+    probs_host_.resize(static_cast<size_t>(probs.numel()));
+    be_.download(probs, probs_host_.data());
+    downloaded_ = true;
+  }
+  return {probs_host_.data() + (static_cast<size_t>(j) * rows_ + r) * V, V};
+}
+
+VerifyOutcome BackendVerifier::outcome(const ChainVerdict& v, ImageStats& stats) {
+  VerifyOutcome out;
+  out.next_token = v.next_token;
+  out.rejected = v.rejected;
+  // As verify_draft counts: every tested depth is proposed, the accepted ones accepted.
+  const int tested = v.accepted + (v.rejected ? 1 : 0);
+  if (static_cast<int>(stats.proposed.size()) < tested) stats.proposed.resize(tested, 0);
+  if (static_cast<int>(stats.accepted.size()) < v.accepted) stats.accepted.resize(v.accepted, 0);
+  for (int d = 0; d < tested; ++d) stats.proposed[d]++;
+  for (int d = 0; d < v.accepted; ++d) {
+    stats.accepted[d]++;
+    out.accepted.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace tessera::speculative

@@ -1,0 +1,213 @@
+// The speculative device loop (speculative/backend_verifier.h, issue 42) on the CPU backend, where
+// it must give the host loop's images and statistics bit for bit: the same target distributions
+// (distribution_rows) and the same walk (verify_ratio_chain), run where the logits are. So the
+// CPU tests check the wiring a GPU runs. Rounds it does not cover (LANTERN's neighbour table,
+// trees) stay on the host. Per-request methods and settings in one batch: test_generation.cpp's
+// "-device" cases.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "decode/guidance.h"
+#include "delegating_drafter.h"
+#include "models/llamagen.h"
+#include "speculative/drafters/model_drafter.h"
+#include "speculative/rules/rules.h"
+#include "speculative/speculative_decoder.h"
+#include "tensor/cpu/cpu_backend.h"
+#include "tessera/tessera.h"
+
+using namespace tessera;
+
+namespace {
+
+const std::string kFix = TESSERA_FIXTURES;
+
+struct Generated {
+  std::vector<std::vector<int32_t>> images;
+  GenerateStats stats;
+};
+
+Generated run(const SpeculativeOptions& spec, DeviceLoop loop, float temperature) {
+  LoadOptions lo;
+  lo.load_decoder = false;
+  static std::unique_ptr<Pipeline> pipe = Pipeline::load(kFix + "/llamagen/c2i_f32", lo);
+  GenerateOptions o;
+  o.sampling.cfg_scale = 3.0f;
+  o.sampling.temperature = temperature;
+  o.sampling.top_k = 50;
+  o.seed = 5;
+  o.batch = 3;
+  o.spec = spec;
+  o.device_loop = loop;
+  std::vector<Condition> conds;
+  for (int i = 0; i < 6; ++i) conds.push_back(Condition::label(i));
+  Generated r;
+  r.images = pipe->generate(conds, o, &r.stats);
+  return r;
+}
+
+SpeculativeOptions method(const std::string& name, MethodParams params = {}) {
+  SpeculativeOptions s;
+  s.method = name;
+  if (name != "sjd") s.draft_model = kFix + "/spec/tiny_draft";
+  s.draft_len = name == "sjd" ? 4 : 3;
+  s.params = std::move(params);
+  return s;
+}
+
+void expect_same(const Generated& device, const Generated& host) {
+  EXPECT_EQ(device.images, host.images);
+  ASSERT_EQ(device.stats.per_image.size(), host.stats.per_image.size());
+  for (size_t i = 0; i < host.stats.per_image.size(); ++i) {
+    EXPECT_EQ(device.stats.per_image[i].proposed, host.stats.per_image[i].proposed) << i;
+    EXPECT_EQ(device.stats.per_image[i].accepted, host.stats.per_image[i].accepted) << i;
+    EXPECT_EQ(device.stats.per_image[i].accepted_depth, host.stats.per_image[i].accepted_depth)
+        << i;
+  }
+  EXPECT_EQ(host.stats.device_rounds, 0);
+}
+
+}  // namespace
+
+// Every ratio rule (each method's default resampling and the other), sampled and greedy, a draft
+// model's chains and Jacobi windows: the device loop verifies every round and makes the host
+// loop's images; the rules reject drafts, so the residual draws are covered.
+TEST(DeviceRounds, MakeTheHostLoopsImages) {
+  struct Case {
+    SpeculativeOptions spec;
+    float temperature;
+  };
+  std::vector<Case> cases = {
+      {method("sd"), 1.0f},
+      {method("sd"), 0.0f},
+      {method("cool-sd", {{"cool.delta", 1.5}}), 1.0f},
+      {method("uniform-rsd", {{"rsd.delta", 1.5}}), 1.0f},
+      {method("amplify", {{"amplify.k", 2.0}}), 1.0f},
+      {method("addition", {{"addition.eps", 0.05}}), 1.0f},
+      {method("cool-sd", {{"cool.delta", 1.5}}), 0.0f},
+      {method("sjd"), 1.0f},
+  };
+  cases.push_back(cases[3]);
+  cases.back().spec.resample = "vanilla";
+  int rejected_rounds = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec.method + " resample '" + c.spec.resample + "' temperature " +
+                 std::to_string(c.temperature));
+    const Generated host = run(c.spec, DeviceLoop::Off, c.temperature);
+    const Generated device = run(c.spec, DeviceLoop::On, c.temperature);
+    expect_same(device, host);
+    const int64_t prefills = 2;  // 6 images, 3 at a time
+    EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - prefills)
+        << "every round on the device";
+    EXPECT_GT(device.stats.device_rounds, 0);
+    for (const ImageStats& im : host.stats.per_image)
+      for (size_t d = 0; d < im.proposed.size(); ++d)
+        rejected_rounds +=
+            static_cast<int>(im.proposed[d] - (d < im.accepted.size() ? im.accepted[d] : 0));
+  }
+  EXPECT_GT(rejected_rounds, 100) << "rejections (residual draws) were verified";
+}
+
+// LANTERN's rule reads its neighbour table and trees branch: those rounds verify on the host
+// under --device-loop on, with the host loop's images (a tree cut to a chain by the image's end
+// verifies on the device).
+TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
+  SpeculativeOptions tree = method("sd");
+  tree.tree = "kary:2,2";
+  for (const SpeculativeOptions& spec :
+       {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}), tree}) {
+    SCOPED_TRACE(spec.method + " " + spec.tree);
+    const Generated host = run(spec, DeviceLoop::Off, 1.0f);
+    const Generated device = run(spec, DeviceLoop::On, 1.0f);
+    expect_same(device, host);
+    if (spec.tree.empty()) {
+      EXPECT_EQ(device.stats.device_rounds, 0);
+    } else {  // where the image's end cuts the tree to one node, the round is a chain
+      EXPECT_LT(device.stats.device_rounds * 4, device.stats.forward_passes);
+    }
+  }
+}
+
+namespace {
+
+// Counts the draft nodes whose distribution stayed with the drafter (DraftNode::q_row) and those
+// drawn on the host.
+class DeviceDraftCounter : public test::DelegatingDrafter {
+ public:
+  using DelegatingDrafter::DelegatingDrafter;
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<speculative::DraftTree>& trees) override {
+    inner_.propose(active, max_depth, trees);
+    for (const speculative::DraftTree& tree : trees)
+      for (const speculative::DraftNode& node : tree) {
+        if (node.q_row >= 0) {
+          ++on_device;
+          EXPECT_TRUE(node.q.empty());
+        } else {
+          ++on_host;
+        }
+      }
+  }
+  int on_device = 0, on_host = 0;
+};
+
+struct Drafted {
+  std::vector<std::vector<int32_t>> images;
+  GenerateStats stats;
+  int on_device = 0, on_host = 0;  // draft nodes
+};
+
+// Four images of the tiny fixture, sd with its draft model (chains of 3), through the loop.
+Drafted draft_and_verify(DeviceLoop where) {
+  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+  const ModelConfig dc = load_model_config(kFix + "/spec/tiny_draft");
+  LlamaGen target(tc, cpu_backend()), draft(dc, cpu_backend());
+  SamplingOptions so;
+  so.cfg_scale = 3.0f;
+  so.top_k = 50;
+  so.temperature = 1.0f;
+  const SamplingParams p = to_sampling_params(so);
+  constexpr int kImages = 4;
+  speculative::ModelDrafter drafter(draft, p, 3, kImages);
+  DeviceDraftCounter counting(drafter);
+  const auto rule = speculative::make_exact_rule();
+  speculative::LoopSettings loop;
+  loop.rule = rule.get();
+  loop.drafter = &counting;
+  loop.draft_len = 3;
+  DecoderSettings d;
+  d.sampling = p;
+  d.seed = 9;
+  d.device_loop = where;
+  Drafted out;
+  speculative::SpeculativeDecoder dec(target, kImages, d, loop, out.stats);
+  std::vector<Condition> conds;
+  for (int i = 0; i < kImages; ++i) conds.push_back(Condition::label(i));
+  std::vector<const Condition*> ptrs;
+  std::vector<uint64_t> index;
+  for (int i = 0; i < kImages; ++i) {
+    ptrs.push_back(&conds[i]);
+    index.push_back(static_cast<uint64_t>(i));
+  }
+  out.images = generate_all(dec, ptrs, index, out.stats);
+  out.on_device = counting.on_device;
+  out.on_host = counting.on_host;
+  return out;
+}
+
+}  // namespace
+
+// In a round the device loop verifies, the draft model drafts on the device too: every node names
+// its row of the drafter's device_q() instead of carrying q to the host, and the images are the
+// host loop's.
+TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
+  const Drafted host = draft_and_verify(DeviceLoop::Off);
+  const Drafted device = draft_and_verify(DeviceLoop::On);
+  EXPECT_EQ(device.images, host.images);
+  EXPECT_EQ(host.on_device, 0);
+  EXPECT_GT(device.on_device, 50);
+  EXPECT_EQ(device.on_host, 0);
+  EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - 1);
+}
