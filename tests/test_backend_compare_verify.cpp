@@ -61,10 +61,18 @@ Batch random_batch(std::mt19937& g, int n, int width, int V) {
   return b;
 }
 
-std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const RatioRule& rule, bool one_hot,
-                                    bool greedy, int64_t round) {
+std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const ChainRule& rule, bool one_hot,
+                                    bool greedy, int64_t round,
+                                    const LatentNeighbours* table = nullptr) {
+  Tensor table_rows;  // LANTERN's table on `be`
+  ChainRule on_be = rule;
+  if (table) {
+    table_rows = be.upload(table->table().data(), DType::I32, {table->vocab(), table->k_max()});
+    on_be.lantern.table = table_rows.ptr<int32_t>();
+    on_be.lantern.table_k = table->k_max();
+  }
   for (size_t i = 0; i < b.images.size(); ++i) {
-    b.images[i].rule = rule;
+    b.images[i].rule = on_be;
     b.images[i].round = round + static_cast<int64_t>(i % 3);
     // One-hot: every image's (q is not passed); otherwise a quarter of them.
     b.images[i].one_hot = one_hot || i % 4 == 1;
@@ -79,8 +87,8 @@ std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const RatioRule& rule,
   std::vector<ChainVerdict> out(b.n);
   Tensor verdicts =
       be.upload(out.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(ChainVerdict))});
-  verify_ratio_chains(be, p, one_hot ? nullptr : &q, tokens, images, b.n, b.width, greedy, scratch,
-                      verdicts);
+  verify_chains(be, p, one_hot ? nullptr : &q, tokens, images, b.n, b.width, greedy, scratch,
+                verdicts);
   be.download(verdicts, out.data());
   return out;
 }
@@ -107,8 +115,63 @@ TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
           SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
                        (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
           const int64_t round = static_cast<int64_t>(r) * 3;
-          const auto want = verify_on(ref(), b, rules[r], one_hot, greedy, round);
-          const auto got = verify_on(backend(), b, rules[r], one_hot, greedy, round);
+          ChainRule rule;
+          rule.ratio = rules[r];
+          const auto want = verify_on(ref(), b, rule, one_hot, greedy, round);
+          const auto got = verify_on(backend(), b, rule, one_hot, greedy, round);
+          for (int i = 0; i < b.n; ++i) {
+            ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
+            ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;
+            ASSERT_EQ(got[i].rejected, want[i].rejected) << "image " << i;
+            rejected += want[i].rejected;
+            bonus += !want[i].rejected;
+          }
+        }
+  }
+  EXPECT_GT(rejected, 200);
+  EXPECT_GT(bonus, 200);
+}
+
+// LANTERN's chains (its neighbour table uploaded to the backend): the paper's δ rule, LANTERN++'s
+// λ rule in both conventions and the published code's form, as for the ratio rules above.
+TEST_P(Verify, LanternChainsVerifyAsTheCpu) {
+  std::mt19937 g(43);
+  std::vector<LanternRuleData> rules;
+  auto add = [&](int others, float delta, float lambda, bool code, bool reference) {
+    LanternRuleData r;
+    r.others = others;
+    r.zeroed = others + 1;
+    r.delta = delta;
+    r.lambda = lambda;
+    r.lambda_code = code;
+    r.reference = reference;
+    rules.push_back(r);
+  };
+  add(4, 0.3f, 0.0f, false, false);
+  add(30, 0.6f, 0.0f, false, false);
+  add(7, 0.0f, 2.0f, false, false);
+  add(8, 0.0f, 3.0f, true, false);
+  add(5, 0.3f, 0.0f, false, true);
+  add(6, 0.0f, 2.5f, true, true);
+  int rejected = 0, bonus = 0;
+  for (const int V : {16, 1000, 16384}) {
+    std::normal_distribution<float> normal;
+    std::vector<float> codebook(static_cast<size_t>(V) * 4);
+    for (float& x : codebook) x = normal(g);
+    const LatentNeighbours table =
+        LatentNeighbours::build(codebook, V, 4, std::min(V - 1, 32), LatentMetric::L2);
+    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
+    for (size_t r = 0; r < rules.size(); ++r)
+      for (const bool one_hot : {false, true})
+        for (const bool greedy : {false, true}) {
+          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
+                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
+          ChainRule rule;
+          rule.kind = ChainRule::Kind::Lantern;
+          rule.lantern = rules[r];
+          const int64_t round = static_cast<int64_t>(r) * 5;
+          const auto want = verify_on(ref(), b, rule, one_hot, greedy, round, &table);
+          const auto got = verify_on(backend(), b, rule, one_hot, greedy, round, &table);
           for (int i = 0; i < b.n; ++i) {
             ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
             ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;

@@ -1,8 +1,8 @@
 // The speculative device loop (speculative/backend_verifier.h, issue 42) on the CPU backend, where
 // it must give the host loop's images and statistics bit for bit: the same target distributions
-// (distribution_rows) and the same walk (verify_ratio_chain), run where the logits are. So the
-// CPU tests check the wiring a GPU runs. Rounds it does not cover (LANTERN's neighbour table,
-// trees) stay on the host. Per-request methods and settings in one batch: test_generation.cpp's
+// (distribution_rows) and the same walk (verify_chain), run where the logits are. So the
+// CPU tests check the wiring a GPU runs. Rounds it does not cover (GSD, LANTERN under G*, trees)
+// stay on the host. Per-request methods and settings in one batch: test_generation.cpp's
 // "-device" cases.
 #include <gtest/gtest.h>
 
@@ -71,9 +71,10 @@ void expect_same(const Generated& device, const Generated& host) {
 
 }  // namespace
 
-// Every ratio rule (each method's default resampling and the other), sampled and greedy, a draft
-// model's chains and Jacobi windows: the device loop verifies every round and makes the host
-// loop's images; the rules reject drafts, so the residual draws are covered.
+// Every ratio rule (each method's default resampling and the other) and LANTERN in its forms
+// (paper, reference code, LANTERN++ in both λ conventions), sampled and greedy, a draft model's
+// chains and Jacobi windows: the device loop verifies every round and makes the host loop's
+// images; the rules reject drafts, so the residual draws are covered.
 TEST(DeviceRounds, MakeTheHostLoopsImages) {
   struct Case {
     SpeculativeOptions spec;
@@ -88,6 +89,15 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
       {method("addition", {{"addition.eps", 0.05}}), 1.0f},
       {method("cool-sd", {{"cool.delta", 1.5}}), 0.0f},
       {method("sjd"), 1.0f},
+      {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}), 1.0f},
+      {method("lantern", {{"lantern.k", int64_t{8}}, {"lantern.delta", 0.4}}), 0.0f},
+      {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.reference", true}}), 1.0f},
+      {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.reference", true}}), 0.0f},
+      {method("lantern++", {{"lantern.k", int64_t{6}}, {"lantern.lambda", 2.0}}), 1.0f},
+      {method(
+           "lantern++",
+           {{"lantern.k", int64_t{6}}, {"lantern.lambda", 3.0}, {"lantern.lambda_rule", "code"}}),
+       1.0f},
   };
   cases.push_back(cases[3]);
   cases.back().spec.resample = "vanilla";
@@ -110,14 +120,18 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   EXPECT_GT(rejected_rounds, 100) << "rejections (residual draws) were verified";
 }
 
-// LANTERN's rule reads its neighbour table and trees branch: those rounds verify on the host
-// under --device-loop on, with the host loop's images (a tree cut to a chain by the image's end
-// verifies on the device).
+// Rules without a chain descriptor (GSD's grouping; LANTERN under G*, whose residual would
+// evaluate LANTERN's acceptance at every token) and trees: those rounds verify on the host under
+// --device-loop on, with the host loop's images (a tree cut to a chain by the image's end verifies
+// on the device).
 TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
   SpeculativeOptions tree = method("sd");
   tree.tree = "kary:2,2";
-  for (const SpeculativeOptions& spec :
-       {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}), tree}) {
+  SpeculativeOptions lantern_g = method("lantern", {{"lantern.k", int64_t{5}}});
+  lantern_g.resample = "optimal";
+  SpeculativeOptions gsd = method("sjd", {{"gsd.g", int64_t{10}}});
+  gsd.method = "gsd";
+  for (const SpeculativeOptions& spec : {lantern_g, gsd, tree}) {
     SCOPED_TRACE(spec.method + " " + spec.tree);
     const Generated host = run(spec, DeviceLoop::Off, 1.0f);
     const Generated device = run(spec, DeviceLoop::On, 1.0f);

@@ -1,6 +1,7 @@
-// The device-ready chain walk (verify_ratio_chain, src/speculative/verify_chain.h) against the
+// The device-ready chain walk (verify_chain, src/speculative/verify_chain.h) against the
 // engine's verification walk (verify_draft) on random chains: for every ratio rule, with either
-// resampling, one-hot and sampled drafts, sampled and greedy, the two accept the same drafts and
+// resampling, and LANTERN in every form (over a random codebook's neighbour table), one-hot and
+// sampled drafts, sampled and greedy, the two accept the same drafts and
 // end the round with the same token (the same Philox uniforms, the same formulas). And the
 // descriptors: which rules have one, and what it holds.
 #include <gtest/gtest.h>
@@ -38,6 +39,32 @@ struct Case {
   std::unique_ptr<AcceptanceRule> rule;
 };
 
+// LANTERN over a random codebook's neighbour table, in every form: the paper's δ rule, LANTERN++'s
+// λ rule in both conventions, and the published code's (reference) form; budgets large enough
+// that A is often non-empty.
+std::shared_ptr<const LatentNeighbours> random_table(int V) {
+  std::mt19937 g(99);
+  std::normal_distribution<float> normal;
+  std::vector<float> codebook(static_cast<size_t>(V) * 4);
+  for (float& x : codebook) x = normal(g);
+  return std::make_shared<const LatentNeighbours>(
+      LatentNeighbours::build(codebook, V, 4, V - 1, LatentMetric::L2));
+}
+
+std::vector<Case> lantern_rules(const std::shared_ptr<const LatentNeighbours>& nb) {
+  std::vector<Case> c;
+  auto add = [&](const std::string& name, LanternParams p) {
+    c.push_back({name, make_lantern_rule(p, nb)});
+  };
+  add("lantern", {.k = 5, .delta = 0.3f});
+  add("lantern k 20", {.k = 20, .delta = 0.6f});
+  add("lantern++", {.k = 8, .lambda = 2.0f});
+  add("lantern++ code", {.k = 8, .lambda = 3.0f, .lambda_rule = LambdaRule::Code});
+  add("lantern reference", {.k = 5, .delta = 0.3f, .reference = true});
+  add("lantern++ reference", {.k = 6, .lambda = 2.5f, .reference = true});
+  return c;
+}
+
 std::vector<Case> ratio_rules() {
   std::vector<Case> c;
   c.push_back({"exact", make_exact_rule()});
@@ -62,13 +89,16 @@ std::vector<Case> ratio_rules() {
 
 }  // namespace
 
-TEST(VerifyChain, RatioChainWalkIsVerifyDraft) {
+TEST(VerifyChain, ChainWalkIsVerifyDraft) {
   constexpr int V = 24;
   std::mt19937 g(2026);
   int rejections = 0, bonus = 0;
-  for (const Case& c : ratio_rules()) {
-    const std::optional<RatioRule> descriptor = c.rule->ratio();
-    ASSERT_TRUE(descriptor) << c.name;
+  std::vector<Case> rules = ratio_rules();
+  for (Case& c : lantern_rules(random_table(V))) rules.push_back(std::move(c));
+  for (const Case& c : rules) {
+    const std::optional<ChainRuleSource> source = c.rule->chain_rule();
+    ASSERT_TRUE(source) << c.name;
+    const ChainRule descriptor = source->rule;
     for (const bool one_hot : {false, true})
       for (const bool greedy : {false, true})
         for (int trial = 0; trial < 150; ++trial) {
@@ -114,9 +144,9 @@ TEST(VerifyChain, RatioChainWalkIsVerifyDraft) {
               },
               CounterRng(seed, image), round, static_cast<int>(base), stats);
           std::vector<float> scratch(V);
-          const ChainVerdict got = verify_ratio_chain(
-              *descriptor, p.data(), one_hot ? nullptr : q.data(), tokens.data(), n, std::max(1, L),
-              V, greedy, seed, image, base, round, scratch.data());
+          const ChainVerdict got =
+              verify_chain(descriptor, p.data(), one_hot ? nullptr : q.data(), tokens.data(), n,
+                           std::max(1, L), V, greedy, seed, image, base, round, scratch.data());
           ASSERT_EQ(got.accepted, static_cast<int>(want.accepted.size()));
           ASSERT_EQ(got.next_token, want.next_token);
           ASSERT_EQ(got.rejected, want.rejected);
@@ -143,6 +173,20 @@ TEST(VerifyChain, RatioDescriptors) {
   EXPECT_EQ(with_optimal_resampling(make_exact_rule())->name(), "exact+G*");
   EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->ratio());
   EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->ratio());
+  // The chain walk's descriptors: ratio rules, LANTERN with its table; neither typical
+  // acceptance nor LANTERN under G* (an O(V k) residual a rejection would cost).
+  EXPECT_EQ(make_exact_rule()->chain_rule()->rule.kind, ChainRule::Kind::Ratio);
+  const auto table = random_table(24);
+  const auto lantern =
+      make_lantern_rule({.k = 5, .delta = 0.3f, .reference = true}, table)->chain_rule();
+  ASSERT_TRUE(lantern);
+  EXPECT_EQ(lantern->rule.kind, ChainRule::Kind::Lantern);
+  EXPECT_EQ(lantern->table, table);
+  EXPECT_EQ(lantern->rule.lantern.others, 5);
+  EXPECT_EQ(lantern->rule.lantern.zeroed, 6);
+  EXPECT_EQ(lantern->rule.lantern.table, table->table().data());
+  EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->chain_rule());
+  EXPECT_FALSE(with_optimal_resampling(make_lantern_rule({.k = 5}, table))->chain_rule());
 }
 
 // The batched form (verify_chains.h) on the CPU backend: each image of a round, with chains of
@@ -155,6 +199,8 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
   rules.push_back(make_cool_sd_rule(1.5f, -1.0f));
   rules.push_back(make_exact_rule());
   rules.push_back(with_optimal_resampling(make_uniform_rsd_rule(1.5f)));
+  const auto table = random_table(V);
+  rules.push_back(make_lantern_rule({.k = 4, .delta = 0.3f}, table));
   std::vector<float> p, q;
   std::vector<int32_t> tokens;
   std::vector<ChainRoundImage> images;
@@ -165,7 +211,7 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
       p.insert(p.end(), row.begin(), row.end());
     }
     ChainRoundImage im;
-    im.rule = *rules[i % rules.size()]->ratio();
+    im.rule = rules[i % rules.size()]->chain_rule()->rule;
     im.seed = 100 + i;
     im.image_index = i % 3;
     im.round = 4 + i % 2;
@@ -201,7 +247,7 @@ TEST(VerifyChain, BatchedChainsAreEachImagesWalk) {
   Tensor scratch = be.upload(zeros.data(), DType::F32, {kImages, V});
   std::vector<ChainVerdict> verdicts(kImages);
   Tensor tv = be.upload(verdicts.data(), DType::U8, {kImages * int64_t{sizeof(ChainVerdict)}});
-  verify_ratio_chains(be, tp, &tq, tt, ti, kImages, W, false, scratch, tv);
+  verify_chains(be, tp, &tq, tt, ti, kImages, W, false, scratch, tv);
   be.download(tv, verdicts.data());
   int accepted = 0;
   for (int i = 0; i < kImages; ++i) {

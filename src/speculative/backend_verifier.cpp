@@ -72,7 +72,12 @@ void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, boo
       params[static_cast<size_t>(j) * rows + r] = device_sample_params(
           c.verifying, c.seed, c.image_index, static_cast<uint32_t>(c.base_token + r));
     ChainRoundImage im;
-    im.rule = c.rule;
+    im.rule = c.rule.rule;
+    if (im.rule.kind == ChainRule::Kind::Lantern) {
+      check(c.rule.table && c.rule.table->vocab() == V_,
+            "internal: LANTERN's table does not match the vocabulary");
+      im.rule.lantern.table = table_on_backend(c.rule.table);
+    }
     im.seed = c.seed;
     im.image_index = c.image_index;
     im.round = c.round;
@@ -119,6 +124,17 @@ void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, boo
   downloaded_ = false;
 }
 
+const int32_t* BackendVerifier::table_on_backend(
+    const std::shared_ptr<const LatentNeighbours>& table) {
+  if (be_.host_memory()) return table->table().data();
+  for (const auto& [t, on_backend] : tables_)
+    if (t == table) return on_backend.ptr<int32_t>();
+  const std::span<const int32_t> rows = table->table();
+  tables_.emplace_back(table, be_.upload(rows.data(), DType::I32,
+                                         {static_cast<int64_t>(table->vocab()), table->k_max()}));
+  return tables_.back().second.ptr<int32_t>();
+}
+
 const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
   check(staged_, "internal: BackendVerifier::verify before stage");
   staged_ = false;
@@ -144,8 +160,8 @@ const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, b
       buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(ChainRoundImage))});
   Tensor verdicts =
       buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(ChainVerdict))});
-  verify_ratio_chains(be_, probs, any_q_ ? &q_ : nullptr, tokens, images, m, width, greedy_,
-                      scratch, verdicts);
+  verify_chains(be_, probs, any_q_ ? &q_ : nullptr, tokens, images, m, width, greedy_, scratch,
+                verdicts);
   const Tensor back = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.back)});
   be_.download(back, host_.data());  // the round's one copy back
   int32_t failed = 0;

@@ -1,11 +1,12 @@
 // A round's chains verified where the target's logits are (issue 42, items 1 and 2): every row of
 // the target pass becomes its target distribution on the backend (distribution_rows), and each
-// image's chain is walked there with its rule's descriptor (verify_ratio_chains); only the verdicts
+// image's chain is walked there with its rule's descriptor (verify_chains); only the verdicts
 // come back, one copy a round, instead of the [halves x images x rows, V] logits and a host softmax
 // per row. It covers rounds of chains whose images all verify with a ratio rule (exact,
-// uniform-rsd, cool-sd, amplify, addition, either resampling); SpeculativeDecoder verifies the
-// other rounds on the host. On the CPU backend it gives the host walk's tokens bit for bit
-// (tests/test_backend_verifier.cpp), so the CPU tests check the wiring the GPU runs.
+// uniform-rsd, cool-sd, amplify, addition, either resampling) or LANTERN (its neighbour table
+// uploaded once); SpeculativeDecoder verifies the other rounds on the host. On the CPU backend it
+// gives the host walk's tokens bit for bit (tests/test_backend_verifier.cpp), so the CPU tests
+// check the wiring the GPU runs.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@ namespace tessera::speculative {
 // One image's chain of the round.
 struct ChainToVerify {
   const DraftTree* chain = nullptr;
-  RatioRule rule;
+  ChainRuleSource rule;
   SamplingParams verifying;  // the settings its target distributions are made with
   uint64_t seed = 0, image_index = 0;
   int64_t round = 0;
@@ -76,6 +77,9 @@ class BackendVerifier {
   std::vector<uint8_t> host_;  // the buffer's bytes on the host
   std::vector<float> probs_host_;
   std::vector<ChainVerdict> verdicts_;
+  // LANTERN's tables on the backend, each uploaded once (the pointer keeps its rows alive).
+  std::vector<std::pair<std::shared_ptr<const LatentNeighbours>, Tensor>> tables_;
+  const int32_t* table_on_backend(const std::shared_ptr<const LatentNeighbours>& table);
 };
 
 }  // namespace tessera::speculative

@@ -30,6 +30,8 @@ class LatentNeighbours {
   int k_max() const { return k_; }
   // The nearest min(k, k_max) codes of `token`, nearest first.
   std::span<const int32_t> nearest(int token, int k) const;
+  // The whole table, [V, k_max] row-major (a device copy for the device loop).
+  std::span<const int32_t> table() const { return table_; }
 
  private:
   int V_ = 0, k_ = 0;

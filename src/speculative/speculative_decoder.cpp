@@ -94,11 +94,11 @@ bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active
   for (size_t j = 0; j < active.size(); ++j) {
     const ImageState& im = *active[j];
     const AcceptanceRule& rule = rule_of(im);
-    const std::optional<RatioRule> ratio = rule.ratio();
-    if (!ratio) return false;
+    std::optional<ChainRuleSource> described = rule.chain_rule();
+    if (!described) return false;
     ChainToVerify c;
     c.chain = &trees_[j];
-    c.rule = *ratio;
+    c.rule = std::move(*described);
     c.verifying = verify_params(im.sampling, rule);
     c.seed = im.rng.seed();
     c.image_index = im.rng.image_index();
@@ -160,7 +160,8 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   double ts = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
   bool device_drafts = verifier_ != nullptr;
-  for (const ImageState* im : active) device_drafts = device_drafts && rule_of(*im).ratio();
+  for (const ImageState* im : active)
+    device_drafts = device_drafts && rule_of(*im).chain_rule().has_value();
   loop_.drafter->set_device_drafts(device_drafts);
   loop_.drafter->propose(active, max_depth_, trees_);
   stats_.draft_forward_passes += loop_.drafter->batched_forwards() - f0;

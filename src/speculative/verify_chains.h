@@ -1,12 +1,12 @@
 // A round's chains verified where the target's distributions are (issue 42, item 2): every image's
-// chain walked with a ratio rule's descriptor by verify_ratio_chain (verify_chain.h), on the CPU
-// backend in a loop, on a CUDA backend by speculative/cuda/verify_kernels.cu (one thread per
-// image, the same function), so that a round's acceptance needs no host copy of the distributions.
+// chain walked with its rule's descriptor (a ratio rule or LANTERN) by verify_chain
+// (verify_chain.h), on the CPU backend in a loop, on a CUDA backend by
+// speculative/cuda/verify_kernels.cu (one thread per image, the same function), so that a round's
+// acceptance needs no host copy of the distributions.
 #pragma once
 
 #include <cstdint>
 
-#include "speculative/rules/ratio_rule.h"
 #include "speculative/verify_chain.h"
 #include "tensor/backend.h"
 
@@ -16,7 +16,7 @@ namespace tessera::speculative {
 // rule (methods that draft alike share a round, SpeculativeDecoder::set_rule) and its own round
 // count (images join between rounds).
 struct ChainRoundImage {
-  RatioRule rule;
+  ChainRule rule;                      // a LANTERN table pointer is the backend's
   uint64_t seed = 0, image_index = 0;  // its random stream (CounterRng(seed, image_index))
   int64_t round = 0;                   // the image's round (its stream ids, streams.h)
   uint32_t base_token = 0;             // index in the image of the root's next token
@@ -30,8 +30,8 @@ struct ChainRoundImage {
 // distribution), or null when every image's drafts are one-hot; tokens: I32 [images * width];
 // images: U8 of n_images ChainRoundImage; scratch: F32 [images, V]; verdicts: U8 of n_images
 // ChainVerdict, written. Asynchronous on a device backend.
-void verify_ratio_chains(Backend& be, const Tensor& p, const Tensor* q, const Tensor& tokens,
-                         const Tensor& images, int n_images, int width, bool greedy,
-                         Tensor& scratch, Tensor& verdicts);
+void verify_chains(Backend& be, const Tensor& p, const Tensor* q, const Tensor& tokens,
+                   const Tensor& images, int n_images, int width, bool greedy, Tensor& scratch,
+                   Tensor& verdicts);
 
 }  // namespace tessera::speculative

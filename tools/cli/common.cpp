@@ -45,7 +45,8 @@ void add_device_loop(CLI::App* cmd, DeviceLoop& loop) {
          },
          "Where tokens are drawn: on draws vanilla's tokens where the logits are (each step a "
          "replayed CUDA graph) and verifies speculative rounds of chains under the ratio rules "
-         "(sd, sjd, cool-sd, uniform-rsd, amplify, addition) there, reading back one verdict per "
+         "and LANTERN (sd, sjd, lantern, cool-sd, uniform-rsd, amplify, addition) there, reading "
+         "back one verdict per "
          "image; off reads every step's logits back to the host; auto: on for a GPU, off on the "
          "CPU")
       ->check(CLI::IsMember({"auto", "on", "off"}))

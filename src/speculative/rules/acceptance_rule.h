@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "speculative/rules/ratio_rule.h"
+#include "speculative/rules/chain_rule.h"
 
 namespace tessera::speculative {
 
@@ -61,6 +61,17 @@ class AcceptanceRule {
   // cool-sd, amplify, addition, with either resampling): what a device kernel verifies with.
   // nullopt for the rules that read tables or whole distributions (LANTERN, GSD, typical).
   virtual std::optional<RatioRule> ratio() const { return std::nullopt; }
+
+  // The rule as the device loop's chain walk applies it (chain_rule.h): a ratio rule's descriptor,
+  // or LANTERN's with its neighbour table; nullopt for rules that verify on the host only (GSD,
+  // typical acceptance, LANTERN under G*).
+  virtual std::optional<ChainRuleSource> chain_rule() const {
+    const std::optional<RatioRule> r = ratio();
+    if (!r) return std::nullopt;
+    ChainRuleSource s;
+    s.rule.ratio = *r;
+    return s;
+  }
 };
 
 // G* = Norm([p - q * f(., p, q, i)]+) (COOL-SD (Li et al., 2026) §3.2, Eq. 5), unnormalised, for

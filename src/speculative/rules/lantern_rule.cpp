@@ -17,36 +17,33 @@ struct NeighbourSet {
   double mass = 0.0;                 // S = p(A) = TV(p_{k,δ}, p)
 };
 
+// The rule's descriptor over `nb`'s table (host rows): what lantern_set walks, here and on the
+// device.
+LanternRuleData lantern_data(const LanternParams& params, const LatentNeighbours& nb) {
+  LanternRuleData r;
+  // Paper: B_k holds x~ itself, so k-1 others (LANTERN Alg. 2 line 4). Code: k others
+  // (nearest_latents[x~, :k]); its residual zeroes the k + 1 nearest.
+  r.others = params.reference ? params.k : params.k - 1;
+  r.zeroed = params.k + 1;
+  r.delta = params.delta;
+  r.lambda = params.lambda;
+  r.lambda_code = params.lambda_rule == LambdaRule::Code;
+  r.reference = params.reference;
+  r.table = nb.table().data();
+  r.table_k = nb.k_max();
+  return r;
+}
+
 NeighbourSet accepted_set(const LanternParams& params, const LatentNeighbours& nb,
                           std::span<const float> p, int token) {
   if (static_cast<size_t>(nb.vocab()) != p.size())
     throw Error("LANTERN: the neighbour table has " + std::to_string(nb.vocab()) +
                 " codes but the target distribution has " + std::to_string(p.size()));
-  // Paper: B_k holds x~ itself, so k-1 others (LANTERN Alg. 2 line 4). Code: k others
-  // (nearest_latents[x~, :k]).
-  const int others = params.reference ? params.k : params.k - 1;
-  const std::span<const int32_t> walk = nb.nearest(token, std::max(0, others));
-  const double px = p[token];
-  // δ-rule: S < δ (LANTERN Alg. 2 line 8). λ-rule: S < λ p(x~) (COOL-SD §3.1), or the code's
-  // p(x~) + S <= λ p(x~), i.e. S <= (λ-1) p(x~).
-  const double lambda = params.lambda_rule == LambdaRule::Code
-                            ? static_cast<double>(params.lambda) - 1.0
-                            : static_cast<double>(params.lambda);
-  const double budget = params.lambda > 0.0f ? lambda * px : params.delta;
-  // jadohu/LANTERN compares with `<=` (both rules); the code's λ rule is that whole test.
-  const bool code_test =
-      params.reference || (params.lambda > 0.0f && params.lambda_rule == LambdaRule::Code);
+  nb.nearest(token, 0);  // the token is a code of the table
   NeighbourSet a;
-  size_t n = 0;
-  for (; n < walk.size(); ++n) {
-    // The TV increment of moving b's mass onto x~ is exactly p(b) (as jadohu/LANTERN's
-    // evaluate_posterior uses it); p(b) = 0 (outside top-k) costs nothing, so the walk continues.
-    const double s = a.mass + static_cast<double>(p[walk[n]]);
-    const bool admissible = code_test ? s <= budget : s < budget;  // code `<=`, paper `<`
-    if (!admissible) break;  // stop at the first violation (Alg. 2)
-    a.mass = s;
-  }
-  a.members = walk.first(n);
+  int members = 0;
+  a.mass = lantern_set(lantern_data(params, nb), p.data(), token, &members);
+  a.members = nb.nearest(token, members);
   return a;
 }
 
@@ -97,6 +94,14 @@ class LanternRule final : public AcceptanceRule {
 
   // jadohu/LANTERN's greedy branch: gtp = softmax(CFG logits) without the logits processor.
   bool greedy_filtered() const override { return !params_.reference; }
+
+  std::optional<ChainRuleSource> chain_rule() const override {
+    ChainRuleSource s;
+    s.rule.kind = ChainRule::Kind::Lantern;
+    s.rule.lantern = lantern_data(params_, *nb_);
+    s.table = nb_;
+    return s;
+  }
 
   bool greedy_accept(const NodeView& n) const override {
     // LANTERN §4.3: accept iff x~ = argmax p_{k,δ}(.|x~). The reference code (evaluate_posterior,
