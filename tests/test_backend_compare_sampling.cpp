@@ -221,6 +221,18 @@ SampledRows sample_twice(Backend& b, const std::vector<float>& cond,
   return r;
 }
 
+// One row's settings (image `image` of seed 7, its token `token`).
+DeviceSampleParams row_params(float cfg, float interval, float temperature, int top_k, float top_p,
+                              uint64_t image, uint32_t token) {
+  SamplingParams p;
+  p.cfg_scale = cfg;
+  p.cfg_interval = interval;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  return device_sample_params(p, 7, image, token);
+}
+
 TEST_P(Sampling, SampleRowsDrawTheCpusTokens) {
   std::mt19937 g(5);
   std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -229,13 +241,7 @@ TEST_P(Sampling, SampleRowsDrawTheCpusTokens) {
     std::vector<DeviceSampleParams> ps;
     auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
                    uint32_t token) {
-      SamplingParams p;
-      p.cfg_scale = cfg;
-      p.cfg_interval = interval;
-      p.temperature = temperature;
-      p.top_k = top_k;
-      p.top_p = top_p;
-      ps.push_back(device_sample_params(p, 7, ps.size() + 3, token));
+      ps.push_back(row_params(cfg, interval, temperature, top_k, top_p, ps.size() + 3, token));
     };
     row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy
     row(3.0f, -1.0f, 0.0f, 0, 1.0f, 4);   // greedy, guided
@@ -279,13 +285,7 @@ TEST_P(Sampling, DistributionRowsAreTheCpus) {
     std::vector<DeviceSampleParams> ps;
     auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
                    uint32_t token) {
-      SamplingParams p;
-      p.cfg_scale = cfg;
-      p.cfg_interval = interval;
-      p.temperature = temperature;
-      p.top_k = top_k;
-      p.top_p = top_p;
-      ps.push_back(device_sample_params(p, 7, ps.size(), token));
+      ps.push_back(row_params(cfg, interval, temperature, top_k, top_p, ps.size(), token));
     };
     row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy: one-hot
     row(3.0f, -1.0f, 1.0f, 0, 1.0f, 1);   // guided

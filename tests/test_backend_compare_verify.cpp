@@ -93,6 +93,19 @@ std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const ChainRule& rule,
   return out;
 }
 
+// Each image's verdict equal; counts the rounds that ended with a rejection and with a bonus token.
+void expect_same_verdicts(const std::vector<ChainVerdict>& got,
+                          const std::vector<ChainVerdict>& want, int& rejected, int& bonus) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
+    ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;
+    ASSERT_EQ(got[i].rejected, want[i].rejected) << "image " << i;
+    rejected += want[i].rejected;
+    bonus += !want[i].rejected;
+  }
+}
+
 }  // namespace
 
 TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
@@ -117,15 +130,8 @@ TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
           const int64_t round = static_cast<int64_t>(r) * 3;
           ChainRule rule;
           rule.ratio = rules[r];
-          const auto want = verify_on(ref(), b, rule, one_hot, greedy, round);
-          const auto got = verify_on(backend(), b, rule, one_hot, greedy, round);
-          for (int i = 0; i < b.n; ++i) {
-            ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
-            ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;
-            ASSERT_EQ(got[i].rejected, want[i].rejected) << "image " << i;
-            rejected += want[i].rejected;
-            bonus += !want[i].rejected;
-          }
+          expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round),
+                               verify_on(ref(), b, rule, one_hot, greedy, round), rejected, bonus);
         }
   }
   EXPECT_GT(rejected, 200);
@@ -170,15 +176,9 @@ TEST_P(Verify, LanternChainsVerifyAsTheCpu) {
           rule.kind = ChainRule::Kind::Lantern;
           rule.lantern = rules[r];
           const int64_t round = static_cast<int64_t>(r) * 5;
-          const auto want = verify_on(ref(), b, rule, one_hot, greedy, round, &table);
-          const auto got = verify_on(backend(), b, rule, one_hot, greedy, round, &table);
-          for (int i = 0; i < b.n; ++i) {
-            ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
-            ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;
-            ASSERT_EQ(got[i].rejected, want[i].rejected) << "image " << i;
-            rejected += want[i].rejected;
-            bonus += !want[i].rejected;
-          }
+          expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round, &table),
+                               verify_on(ref(), b, rule, one_hot, greedy, round, &table), rejected,
+                               bonus);
         }
   }
   EXPECT_GT(rejected, 200);
