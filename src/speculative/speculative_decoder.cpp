@@ -155,7 +155,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     carried_.push_back(std::min(loop_.drafter->carried_drafts(*im), depth));
   }
 
-  // Draft: on the device loop, a round whose images all verify with ratio rules may leave the
+  // Draft: on the device loop, a round whose images all have chain rules may leave the
   // drafts' distributions where the draft model's logits are (Drafter::set_device_drafts).
   double ts = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
