@@ -7,22 +7,6 @@
 
 namespace tessera::speculative {
 
-namespace {
-
-constexpr size_t kAlign = 256;
-
-size_t aligned(size_t n) {
-  return (n + kAlign - 1) / kAlign * kAlign;
-}
-
-// Grows `t` (F32 [rows, V]) to hold `rows` and returns a view of them.
-Tensor rows_of(Backend& be, Tensor& t, int64_t rows, int64_t V) {
-  if (!t.data || t.dim(0) < rows) t = be.empty(DType::F32, {rows, V});
-  return t.rows(0, rows);
-}
-
-}  // namespace
-
 BackendVerifier::BackendVerifier(Backend& backend, int vocab) : be_(backend), V_(vocab) {
   check(vocab >= 1, "internal: BackendVerifier without a vocabulary");
 }
@@ -49,13 +33,13 @@ void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, boo
                n_drafts = static_cast<size_t>(m) * width;
   Layout& a = at_;
   a.verdicts = 0;
-  a.flag = aligned(m * sizeof(ChainVerdict));
+  a.flag = aligned_offset(m * sizeof(ChainVerdict));
   a.back = a.flag + sizeof(int32_t);
-  a.params = aligned(a.back);
-  a.images = aligned(a.params + n_rows * sizeof(DeviceSampleParams));
-  a.tokens = aligned(a.images + m * sizeof(ChainRoundImage));
-  a.q_rows = aligned(a.tokens + n_drafts * sizeof(int32_t));
-  a.q = aligned(a.q_rows + (on_device ? n_drafts * sizeof(int32_t) : 0));
+  a.params = aligned_offset(a.back);
+  a.images = aligned_offset(a.params + n_rows * sizeof(DeviceSampleParams));
+  a.tokens = aligned_offset(a.images + m * sizeof(ChainRoundImage));
+  a.q_rows = aligned_offset(a.tokens + n_drafts * sizeof(int32_t));
+  a.q = aligned_offset(a.q_rows + (on_device ? n_drafts * sizeof(int32_t) : 0));
   a.total = a.q + (any_q_ && !on_device ? n_drafts * V * sizeof(float) : 0);
   host_.assign(a.total, 0);  // zero verdicts and flag, zero padding drafts
 
@@ -109,13 +93,11 @@ void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, boo
       }
     }
   }
-  if (!buffer_.data || buffer_.nbytes() < a.total)
-    buffer_ = be_.empty(DType::U8, {static_cast<int64_t>(a.total)});
-  Tensor used = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.total)});
+  Tensor used = grown_rows(be_, buffer_, DType::U8, static_cast<int64_t>(a.total), 1);
   be_.upload_into(host_.data(), used);
   const int64_t drafts = static_cast<int64_t>(n_drafts);
   if (on_device) {  // the drafter's rows in this round's order, on the backend's stream
-    q_ = rows_of(be_, gathered_q_, drafts, V_);
+    q_ = grown_rows(be_, gathered_q_, DType::F32, drafts, V_);
     if (drafts > 0) be_.get_rows(*device_q, buffer_.bytes_as(a.q_rows, DType::I32, {drafts}), q_);
   } else {
     q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? drafts : 0, V_});
@@ -146,8 +128,8 @@ const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, b
   verdicts_.resize(m);
   if (m == 0) return verdicts_;
   const Layout& a = at_;
-  Tensor probs = rows_of(be_, probs_, n_rows, V_);
-  Tensor scratch = rows_of(be_, scratch_, m, V_);
+  Tensor probs = grown_rows(be_, probs_, DType::F32, n_rows, V_);
+  Tensor scratch = grown_rows(be_, scratch_, DType::F32, m, V_);
   Tensor flag = buffer_.bytes_as(a.flag, DType::I32, {1});
   const Tensor cond = logits.rows(0, n_rows);
   const Tensor uncond = guided ? logits.rows(n_rows, n_rows) : Tensor{};

@@ -93,13 +93,11 @@ bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active
   chains_.clear();
   for (size_t j = 0; j < active.size(); ++j) {
     const ImageState& im = *active[j];
-    const AcceptanceRule& rule = rule_of(im);
-    std::optional<ChainRuleSource> described = rule.chain_rule();
-    if (!described) return false;
+    if (!chain_rules_[j]) return false;
     ChainToVerify c;
     c.chain = &trees_[j];
-    c.rule = std::move(*described);
-    c.verifying = verify_params(im.sampling, rule);
+    c.rule = *chain_rules_[j];
+    c.verifying = verify_params(im.sampling, rule_of(im));
     c.seed = im.rng.seed();
     c.image_index = im.rng.image_index();
     c.round = im.round;
@@ -159,9 +157,14 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   // drafts' distributions where the draft model's logits are (Drafter::set_device_drafts).
   double ts = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
+  // Each image's chain descriptor, once a round (stage_on_backend reads them after the draft).
   bool device_drafts = verifier_ != nullptr;
-  for (const ImageState* im : active)
-    device_drafts = device_drafts && rule_of(*im).chain_rule().has_value();
+  chain_rules_.clear();
+  if (verifier_)
+    for (const ImageState* im : active) {
+      chain_rules_.push_back(rule_of(*im).chain_rule());
+      device_drafts = device_drafts && chain_rules_.back().has_value();
+    }
   loop_.drafter->set_device_drafts(device_drafts);
   loop_.drafter->propose(active, max_depth_, trees_);
   stats_.draft_forward_passes += loop_.drafter->batched_forwards() - f0;

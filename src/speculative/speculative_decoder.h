@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "decode/decoder.h"
@@ -60,7 +61,8 @@ class SpeculativeDecoder final : public Decoder {
   // The device loop's verifier (DecoderSettings::device_loop); null: the host walk.
   std::unique_ptr<BackendVerifier> verifier_;
   std::vector<ChainToVerify> chains_;
-  std::vector<const AcceptanceRule*> rules_;  // by image id; null: the loop's
+  std::vector<std::optional<ChainRuleSource>> chain_rules_;  // per active image, this round
+  std::vector<const AcceptanceRule*> rules_;                 // by image id; null: the loop's
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
   std::vector<ImageAcceptance> acceptance_;  // by image id (--draft-len auto)

@@ -19,6 +19,12 @@ std::vector<float> download_f32(Backend& backend, const Tensor& t) {
   return out;
 }
 
+Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, int64_t width) {
+  if (!buffer.data || buffer.dtype != dtype || buffer.dim(-1) != width || buffer.dim(0) < rows)
+    buffer = backend.empty(dtype, {rows, width});
+  return buffer.rows(0, rows);
+}
+
 Tensor upload_ids(Backend& backend, std::span<const int32_t> ids) {
   return backend.upload(ids.data(), DType::I32, {static_cast<int64_t>(ids.size())});
 }

@@ -203,4 +203,14 @@ std::vector<float> download_f32(Backend& backend, const Tensor& t);
 // An I32 tensor holding `ids` (a host-side gather list for the ops that take index tensors).
 Tensor upload_ids(Backend& backend, std::span<const int32_t> ids);
 
+// The first `rows` rows of `buffer` ([rows, width] of `dtype`), reallocated larger when it holds
+// fewer: a scratch tensor reused across steps whose sizes vary.
+Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, int64_t width);
+
+// n rounded up to a multiple of 256 bytes: the offset of the next part of a byte buffer holding
+// several arrays (Tensor::bytes_as), aligned for any element type.
+constexpr size_t aligned_offset(size_t n) {
+  return (n + 255) / 256 * 256;
+}
+
 }  // namespace tessera

@@ -202,7 +202,7 @@ void ModelDrafter::stage_device_steps(std::span<ImageState* const> active,
                                       const std::vector<int>& who, int depth) {
   const int m = static_cast<int>(who.size()), V = model_.info().vocab_size;
   const size_t back = (static_cast<size_t>(m) + 1) * sizeof(int32_t);
-  io_params_at_ = (back + 255) / 256 * 256;
+  io_params_at_ = aligned_offset(back);
   io_host_.assign(io_params_at_ + static_cast<size_t>(depth) * m * sizeof(DeviceSampleParams), 0);
   auto* ps = reinterpret_cast<DeviceSampleParams*>(io_host_.data() + io_params_at_);
   for (int step = 0; step < depth; ++step)
@@ -216,12 +216,9 @@ void ModelDrafter::stage_device_steps(std::span<ImageState* const> active,
       p.stream = stream_id(Stream::Draft, im.round);
     }
   Backend& be = model_.backend();
-  if (!device_io_.data || device_io_.nbytes() < io_host_.size())
-    device_io_ = be.empty(DType::U8, {static_cast<int64_t>(io_host_.size())});
-  Tensor used = device_io_.bytes_as(0, DType::U8, {static_cast<int64_t>(io_host_.size())});
+  Tensor used = grown_rows(be, device_io_, DType::U8, static_cast<int64_t>(io_host_.size()), 1);
   be.upload_into(io_host_.data(), used);
-  const int64_t rows = static_cast<int64_t>(depth) * m;
-  if (!device_q_.data || device_q_.dim(0) < rows) device_q_ = be.empty(DType::F32, {rows, V});
+  grown_rows(be, device_q_, DType::F32, static_cast<int64_t>(depth) * m, V);
 }
 
 void ModelDrafter::draw_on_device(int step, int m, std::vector<int32_t>& tokens) {
