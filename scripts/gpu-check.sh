@@ -201,15 +201,34 @@ verify_cost() {
 # and its companion drafters, with top-1 quality, the mean round's milliseconds by phase (the
 # draft, the target forward, verification: target distributions and rules; with the device loop
 # the target forward's launch only, verification waits for it) and the rounds the device loop
-# verified (chains under ratio rules).
+# verified (chains and trees under ratio rules and LANTERN).
+# A trip packed by scripts/gpu-trip.sh leaves the emoji heads and the quality classifier here:
+# the methods whose heads did not travel are named in the table instead of failing the run, and
+# quality is off without the classifier.
 METHODS=${GPU_CHECK_METHODS:-sd,sjd,lantern,cool-sd,eagle,medusa,hawk}
-MROWS=()
+MROWS=() MNOTE=""
 methods_table() {
   [[ $HAS_DEVICE == 1 ]] || return
-  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS=("| $METHODS | skipped: time budget | | | | | |"); return; fi
-  if run "$TESSERA" bench -m models/emoji/target --methods "$METHODS" -n 4 --json --device cuda; then
+  local kept=() m quality=()
+  for m in ${METHODS//,/ }; do
+    case $m in
+      eagle|medusa|medusa-typical|hawk)
+        local heads=models/emoji/${m%-typical}
+        if [[ ! -e $heads/config.json ]]; then
+          MROWS+=("| $m | not run: $heads did not travel (scripts/gpu-trip.sh pack) | | | | | |")
+          continue
+        fi ;;
+    esac
+    kept+=("$m")
+  done
+  [[ -e models/emoji/classifier/classifier.safetensors ]] || { quality=(--quality off); MNOTE="; quality off: models/emoji/classifier did not travel"; }
+  [[ ${#kept[@]} -gt 0 ]] || return
+  local list; list=$(IFS=,; echo "${kept[*]}")
+  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS+=("| $list | skipped: time budget | | | | | |"); return; fi
+  if run "$TESSERA" bench -m models/emoji/target --methods "$list" -n 4 --json --device cuda "${quality[@]}"; then
     [[ $DRY == 1 ]] && return
-    mapfile -t MROWS < <($PY - "$LOG.cur" <<'PYEOF'
+    local got=()
+    mapfile -t got < <($PY - "$LOG.cur" <<'PYEOF'
 import json, re, sys
 text = open(sys.argv[1]).read()
 for m in reversed(list(re.finditer(r"^\{", text, re.M))):
@@ -224,18 +243,20 @@ else:
 for r in d["methods"]:
     rounds = max(1, r["batched_target_forwards"])
     ms = {k: 1e3 * v / rounds for k, v in r["time_split_s"].items()}
-    top1 = r["quality"]["top1"]
+    q = (r.get("quality") or {}).get("top1")
+    top1 = f"{q['value']:.2f} [{q['lo']:.2f}, {q['hi']:.2f}]" if q else "-"
     # Rounds after the prefills (batch 1: one per image), and those the device loop verified.
     spec_rounds = max(0, r["batched_target_forwards"] - r["images"])
     device = f"{r.get('device_rounds', 0)}/{spec_rounds}" if r["method"] != "vanilla" else "-"
     print(f"| {r['method']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
           f"{r['mean_accepted_length']:.2f} | {ms['draft']:.3f} / {ms['target']:.3f} / "
           f"{ms['verify'] + ms['rules']:.3f} | {device} | "
-          f"{top1['value']:.2f} [{top1['lo']:.2f}, {top1['hi']:.2f}] |")
+          f"{top1} |")
 PYEOF
 )
-    [[ ${#MROWS[@]} -gt 0 ]] || { fail "methods: no JSON"; MROWS=("| $METHODS | **FAILED: no JSON** | | | | | |"); }
-  else fail "methods"; MROWS=("| $METHODS | **FAILED** (rc $?) | | | | | |"); fi
+    MROWS+=("${got[@]}")
+    [[ ${#got[@]} -gt 0 ]] || { fail "methods: no JSON"; MROWS+=("| $list | **FAILED: no JSON** | | | | | |"); }
+  else fail "methods"; MROWS+=("| $list | **FAILED** (rc $?) | | | | | |"); fi
 }
 
 # Batch 1 of every model first, then the verification cost and the methods, then the larger
@@ -255,7 +276,7 @@ for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
   printf '%s\n' "${ROWS[@]}"
   echo
   if [[ ${#MROWS[@]} -gt 0 ]]; then
-    echo "speculative methods on the emoji model (bench --methods, 4 images, batch 1; quality: top-1 with its 95% interval)"
+    echo "speculative methods on the emoji model (bench --methods, 4 images, batch 1; quality: top-1 with its 95% interval$MNOTE)"
     echo
     echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | rounds on the device | top-1 |"
     echo "|---|---|---|---|---|---|---|"

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
+#include "speculative/tree_spec.h"
 
 using namespace tessera;
 using namespace tessera::spec_test;
@@ -103,6 +105,9 @@ class Statistical : public BackendTest {
     EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
   }
 
+  void expect_sd_device_rounds_exact(std::optional<speculative::TreeSpec> tree, uint64_t seed,
+                                     const std::string& what);
+
   static constexpr int kClass = 0;
   const GenerateOptions options = sampling_options("vanilla");
   Joint joint;
@@ -139,14 +144,15 @@ TEST_P(Statistical, DeviceLoopSamplesTheTargetJointDistribution) {
 }
 
 // Speculative decoding's proof with the rounds verified where the logits are (issue 42): sd with
-// the micro draft model (chains of 2), both models on the backend under test, every round's target
-// distributions and chain walks run by the backend (speculative/backend_verifier.h; on a GPU the
-// distribution and verification kernels) and only the verdicts read back.
-TEST_P(Statistical, SdDeviceRoundsSampleTheTargetJointDistribution) {
+// the micro draft model (depth 2: chains, or a tree), both models on the backend under test, every
+// round's target distributions and walks run by the backend (speculative/backend_verifier.h; on a
+// GPU the distribution and verification kernels) and only the verdicts read back.
+void Statistical::expect_sd_device_rounds_exact(std::optional<speculative::TreeSpec> tree,
+                                                uint64_t seed, const std::string& what) {
   LlamaGen target(load_model_config(kSpec + "micro_target"), backend());
   LlamaGen draft(load_model_config(kSpec + "micro_draft"), backend());
   const SamplingParams p = to_sampling_params(options.sampling);
-  speculative::ModelDrafter drafter(draft, p, 2, kBatch);
+  speculative::ModelDrafter drafter(draft, p, 2, kBatch, std::move(tree));
   const std::unique_ptr<speculative::AcceptanceRule> rule = speculative::make_exact_rule();
   speculative::LoopSettings loop;
   loop.rule = rule.get();
@@ -154,7 +160,7 @@ TEST_P(Statistical, SdDeviceRoundsSampleTheTargetJointDistribution) {
   loop.draft_len = 2;
   DecoderSettings d;
   d.sampling = p;
-  d.seed = options.seed + 2;  // other draws than the proofs above
+  d.seed = seed;
   d.device_loop = DeviceLoop::On;
   GenerateStats stats;
   speculative::SpeculativeDecoder dec(target, kBatch, d, loop, stats);
@@ -166,7 +172,18 @@ TEST_P(Statistical, SdDeviceRoundsSampleTheTargetJointDistribution) {
   EXPECT_EQ(stats.device_rounds, stats.forward_passes - (n + kBatch - 1) / kBatch)
       << "every round after a prefill verified on the backend";
   EXPECT_GT(stats.mean_accepted_length(), 1.2) << "drafts accepted";
-  expect_exact(samples, "sd, device rounds (" + std::to_string(stats.device_rounds) + ")");
+  expect_exact(samples, what + ", device rounds (" + std::to_string(stats.device_rounds) + ")");
+}
+
+TEST_P(Statistical, SdDeviceRoundsSampleTheTargetJointDistribution) {
+  expect_sd_device_rounds_exact(std::nullopt, options.seed + 2, "sd");  // other draws than above
+}
+
+// A static tree (two children per node, drawn without replacement): the siblings tested after a
+// rejection, against the residual and q without the rejected token, on the backend.
+TEST_P(Statistical, SdTreeDeviceRoundsSampleTheTargetJointDistribution) {
+  expect_sd_device_rounds_exact(speculative::load_tree_spec("kary:2,2"), options.seed + 3,
+                                "sd tree kary:2,2");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Statistical, ::testing::ValuesIn(kBackendNames),

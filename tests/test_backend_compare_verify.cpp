@@ -1,7 +1,8 @@
-// A round's chains verified on a backend under test (speculative/verify_chains.h, issue 42): a
-// batch of images with chains of every length, one-hot and sampled drafts, every ratio rule with
-// either resampling, sampled and greedy: each image's verdict (drafts accepted, the token that ends
-// the round, rejected or not) must equal the CPU backend's, which tests/test_verify_chain.cpp
+// A round's drafts verified on a backend under test (speculative/verify_images.h, issue 42): a
+// batch of images with chains of every length and trees (siblings drawn with and without
+// replacement), one-hot, sampled and mixed drafts, every ratio rule with either resampling and
+// LANTERN's forms, sampled and greedy: each image's verdict (the path accepted, the token that
+// ends the round, rejected or not) must equal the CPU backend's, which tests/test_verify_rows.cpp
 // checks against the engine's verify_draft. The device walks with the same function, so the
 // verdicts are equal, not close (COOL-SD's ω uses exp, within 1 ulp on the device: a verdict could
 // differ only where a uniform falls within that of a threshold).
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "backends_under_test.h"
-#include "speculative/verify_chains.h"
+#include "speculative/verify_images.h"
 
 using namespace tessera;
 using namespace tessera::speculative;
@@ -24,8 +25,8 @@ class Verify : public BackendTest {};
 struct Batch {
   int n = 0, width = 0, V = 0;
   std::vector<float> p, q;
-  std::vector<int32_t> tokens;
-  std::vector<ChainRoundImage> images;
+  std::vector<WalkNode> nodes;
+  std::vector<RoundImage> images;
 };
 
 Batch random_batch(std::mt19937& g, int n, int width, int V) {
@@ -40,17 +41,25 @@ Batch random_batch(std::mt19937& g, int n, int width, int V) {
   };
   for (int i = 0; i < n; ++i) {
     for (int d = 0; d <= width; ++d) row(b.p);
+    // Odd images draft trees: each node's parent drawn among the earlier nodes.
+    const bool tree = i % 2 == 1;
     for (int d = 0; d < width; ++d) {
       row(b.q);
+      WalkNode w;
+      w.parent = tree ? static_cast<int32_t>(g() % (d + 1)) - 1 : d - 1;
+      w.depth = w.parent < 0 ? 1 : b.nodes[static_cast<size_t>(i) * width + w.parent].depth + 1;
       const float* qd = b.q.data() + b.q.size() - V;
-      const float* pd = b.p.data() + (static_cast<size_t>(i) * (width + 1) + d) * V;
+      const float* pd = b.p.data() + (static_cast<size_t>(i) * (width + 1) + w.parent + 1) * V;
       // Half the drafts are the target's likeliest (often accepted), half random ones.
       int32_t x = static_cast<int32_t>(g() % V);
       if (g() % 2) x = static_cast<int32_t>(std::max_element(pd, pd + V) - pd);
       b.q[b.q.size() - V + x] = std::max(qd[x], 0.01f);
-      b.tokens.push_back(x);
+      w.token = x;
+      w.flags = (tree && g() % 2 ? WalkNode::kWithReplacement : 0) |
+                (i % 8 == 5 && g() % 2 ? WalkNode::kOneHot : 0);
+      b.nodes.push_back(w);
     }
-    ChainRoundImage im;
+    RoundImage im;
     im.seed = g();
     im.image_index = i;
     im.base_token = 1 + g() % 100;
@@ -61,11 +70,11 @@ Batch random_batch(std::mt19937& g, int n, int width, int V) {
   return b;
 }
 
-std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const ChainRule& rule, bool one_hot,
+std::vector<DraftVerdict> verify_on(Backend& be, Batch b, const WalkRule& rule, bool one_hot,
                                     bool greedy, int64_t round,
                                     const LatentNeighbours* table = nullptr) {
   Tensor table_rows;  // LANTERN's table on `be`
-  ChainRule on_be = rule;
+  WalkRule on_be = rule;
   if (table) {
     table_rows = be.upload(table->table().data(), DType::I32, {table->vocab(), table->k_max()});
     on_be.lantern.table = table_rows.ptr<int32_t>();
@@ -79,26 +88,28 @@ std::vector<ChainVerdict> verify_on(Backend& be, Batch b, const ChainRule& rule,
   }
   Tensor p = be.upload(b.p.data(), DType::F32, {b.n * (b.width + 1), b.V});
   Tensor q = be.upload(b.q.data(), DType::F32, {b.n * b.width, b.V});
-  Tensor tokens = be.upload(b.tokens.data(), DType::I32, {b.n * b.width});
+  Tensor nodes = be.upload(b.nodes.data(), DType::U8,
+                           {static_cast<int64_t>(b.nodes.size() * sizeof(WalkNode))});
   Tensor images =
-      be.upload(b.images.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(ChainRoundImage))});
-  std::vector<float> zeros(static_cast<size_t>(b.n) * b.V, 0.0f);
-  Tensor scratch = be.upload(zeros.data(), DType::F32, {b.n, b.V});
-  std::vector<ChainVerdict> out(b.n);
+      be.upload(b.images.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(RoundImage))});
+  std::vector<float> zeros(static_cast<size_t>(b.n * verify_scratch(b.V)), 0.0f);
+  Tensor scratch = be.upload(zeros.data(), DType::F32, {b.n, verify_scratch(b.V)});
+  std::vector<DraftVerdict> out(b.n);
   Tensor verdicts =
-      be.upload(out.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(ChainVerdict))});
-  verify_chains(be, p, one_hot ? nullptr : &q, tokens, images, b.n, b.width, greedy, scratch,
+      be.upload(out.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(DraftVerdict))});
+  verify_images(be, p, one_hot ? nullptr : &q, nodes, images, b.n, b.width, greedy, scratch,
                 verdicts);
   be.download(verdicts, out.data());
   return out;
 }
 
 // Each image's verdict equal; counts the rounds that ended with a rejection and with a bonus token.
-void expect_same_verdicts(const std::vector<ChainVerdict>& got,
-                          const std::vector<ChainVerdict>& want, int& rejected, int& bonus) {
+void expect_same_verdicts(const std::vector<DraftVerdict>& got,
+                          const std::vector<DraftVerdict>& want, int& rejected, int& bonus) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_EQ(got[i].accepted, want[i].accepted) << "image " << i;
+    ASSERT_EQ(got[i].last, want[i].last) << "image " << i;
     ASSERT_EQ(got[i].next_token, want[i].next_token) << "image " << i;
     ASSERT_EQ(got[i].rejected, want[i].rejected) << "image " << i;
     rejected += want[i].rejected;
@@ -108,7 +119,7 @@ void expect_same_verdicts(const std::vector<ChainVerdict>& got,
 
 }  // namespace
 
-TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
+TEST_P(Verify, RatioDraftsVerifyAsTheCpu) {
   std::mt19937 g(42);
   const std::vector<RatioRule> rules = {
       {},
@@ -128,7 +139,7 @@ TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
           SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
                        (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
           const int64_t round = static_cast<int64_t>(r) * 3;
-          ChainRule rule;
+          WalkRule rule;
           rule.ratio = rules[r];
           expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round),
                                verify_on(ref(), b, rule, one_hot, greedy, round), rejected, bonus);
@@ -138,9 +149,9 @@ TEST_P(Verify, RatioChainsVerifyAsTheCpu) {
   EXPECT_GT(bonus, 200);
 }
 
-// LANTERN's chains (its neighbour table uploaded to the backend): the paper's δ rule, LANTERN++'s
+// LANTERN's drafts (its neighbour table uploaded to the backend): the paper's δ rule, LANTERN++'s
 // λ rule in both conventions and the published code's form, as for the ratio rules above.
-TEST_P(Verify, LanternChainsVerifyAsTheCpu) {
+TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
   std::mt19937 g(43);
   std::vector<LanternRuleData> rules;
   auto add = [&](int others, float delta, float lambda, bool code, bool reference) {
@@ -172,8 +183,8 @@ TEST_P(Verify, LanternChainsVerifyAsTheCpu) {
         for (const bool greedy : {false, true}) {
           SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
                        (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
-          ChainRule rule;
-          rule.kind = ChainRule::Kind::Lantern;
+          WalkRule rule;
+          rule.kind = WalkRule::Kind::Lantern;
           rule.lantern = rules[r];
           const int64_t round = static_cast<int64_t>(r) * 5;
           expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round, &table),

@@ -114,10 +114,10 @@ inline const std::vector<int> kJacobiWindowTuneGrid = {8, 16, 24};
 
 // Where tokens are drawn. Vanilla sampling's device loop draws each token where the logits are,
 // replays the step (forward, draw, counters) as one graph and reads tokens back once a burst; a
-// speculative round's device loop makes the target distributions and walks the chains where the
-// logits are and reads back only each image's verdict (rounds of chains under the ratio rules:
-// exact, uniform-rsd, cool-sd, amplify, addition; and LANTERN; other rounds verify on the host),
-// with the draft model's chains drawn there too. The host loop
+// speculative round's device loop makes the target distributions and walks the drafts (chains and
+// trees) where the logits are and reads back only each image's verdict (rounds under the ratio
+// rules: exact, uniform-rsd, cool-sd, amplify, addition; and LANTERN; other rounds verify on the
+// host), with the draft model's chains drawn there too. The host loop
 // reads every step's logits back and draws on the host. Auto: the device loop on a GPU, the host
 // loop on the CPU (where both draw the same tokens).
 enum class DeviceLoop { Auto, On, Off };

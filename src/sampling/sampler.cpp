@@ -92,12 +92,7 @@ int argmax(std::span<const float> values) {
 }
 
 bool normalise(std::span<float> weights) {
-  double total = 0.0;
-  for (float v : weights) total += v;
-  if (!(total > 0.0)) return false;
-  const double inv = 1.0 / total;
-  for (float& v : weights) v = static_cast<float>(v * inv);
-  return true;
+  return normalise_row(weights.data(), static_cast<int>(weights.size()));
 }
 
 }  // namespace tessera

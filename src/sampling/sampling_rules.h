@@ -45,6 +45,17 @@ TESSERA_HD inline bool argmax_prefers(float value, int index, float best, int be
   return value > best || (value == best && index < best_index);
 }
 
+// Weights divided by their double total (sampler.cpp's normalise, the walks' residuals); false,
+// v untouched, when the total is not positive.
+TESSERA_HD inline bool normalise_row(float* v, int n) {
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) total += v[i];
+  if (!(total > 0.0)) return false;
+  const double inv = 1.0 / total;
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(v[i] * inv);
+  return true;
+}
+
 TESSERA_HD inline int argmax_row(const float* v, int n) {
   int best = 0;
   for (int i = 1; i < n; ++i)

@@ -11,19 +11,20 @@ BackendVerifier::BackendVerifier(Backend& backend, int vocab) : be_(backend), V_
   check(vocab >= 1, "internal: BackendVerifier without a vocabulary");
 }
 
-void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, bool greedy,
+void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, bool greedy,
                             const Tensor* device_q) {
-  const int m = static_cast<int>(chains.size()), width = rows - 1;
+  const int m = static_cast<int>(drafts.size()), width = rows - 1;
   check(rows >= 1, "internal: BackendVerifier::stage without a root row");
   m_ = m;
   rows_ = rows;
   greedy_ = greedy;
   any_q_ = false;
   bool on_device = false;
-  for (const ChainToVerify& c : chains) {
-    check(c.chain && is_chain(*c.chain) && static_cast<int>(c.chain->size()) <= width,
-          "internal: BackendVerifier verifies chains of at most the round's width");
-    for (const DraftNode& node : *c.chain) {
+  for (const DraftToVerify& c : drafts) {
+    check(c.tree && static_cast<int>(c.tree->size()) <= width,
+          "internal: BackendVerifier verifies drafts of at most the round's width");
+    tree_depth(*c.tree);  // parents first, depths consistent
+    for (const DraftNode& node : *c.tree) {
       any_q_ = any_q_ || !node.q.empty() || node.q_row >= 0;
       on_device = on_device || node.q_row >= 0;
     }
@@ -33,31 +34,34 @@ void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, boo
                n_drafts = static_cast<size_t>(m) * width;
   Layout& a = at_;
   a.verdicts = 0;
-  a.flag = aligned_offset(m * sizeof(ChainVerdict));
+  a.flag = aligned_offset(m * sizeof(DraftVerdict));
   a.back = a.flag + sizeof(int32_t);
   a.params = aligned_offset(a.back);
   a.images = aligned_offset(a.params + n_rows * sizeof(DeviceSampleParams));
-  a.tokens = aligned_offset(a.images + m * sizeof(ChainRoundImage));
-  a.q_rows = aligned_offset(a.tokens + n_drafts * sizeof(int32_t));
+  a.nodes = aligned_offset(a.images + m * sizeof(RoundImage));
+  a.q_rows = aligned_offset(a.nodes + n_drafts * sizeof(WalkNode));
   a.q = aligned_offset(a.q_rows + (on_device ? n_drafts * sizeof(int32_t) : 0));
   a.total = a.q + (any_q_ && !on_device ? n_drafts * V * sizeof(float) : 0);
   host_.assign(a.total, 0);  // zero verdicts and flag, zero padding drafts
 
   auto* params = reinterpret_cast<DeviceSampleParams*>(host_.data() + a.params);
-  auto* images = reinterpret_cast<ChainRoundImage*>(host_.data() + a.images);
-  auto* tokens = reinterpret_cast<int32_t*>(host_.data() + a.tokens);
+  auto* images = reinterpret_cast<RoundImage*>(host_.data() + a.images);
+  auto* nodes = reinterpret_cast<WalkNode*>(host_.data() + a.nodes);
   auto* q_rows = reinterpret_cast<int32_t*>(host_.data() + a.q_rows);
   auto* q = reinterpret_cast<float*>(host_.data() + a.q);
   for (int j = 0; j < m; ++j) {
-    const ChainToVerify& c = chains[j];
-    const DraftTree& chain = *c.chain;
-    // Row r predicts the token r below the root.
-    for (int r = 0; r < rows; ++r)
+    const DraftToVerify& c = drafts[j];
+    const DraftTree& tree = *c.tree;
+    // Row r predicts the token at its node's depth below the root (r on a chain); padding rows
+    // are the root's.
+    for (int r = 0; r < rows; ++r) {
+      const int depth = r == 0 || r > static_cast<int>(tree.size()) ? 0 : tree[r - 1].depth;
       params[static_cast<size_t>(j) * rows + r] = device_sample_params(
-          c.verifying, c.seed, c.image_index, static_cast<uint32_t>(c.base_token + r));
-    ChainRoundImage im;
+          c.verifying, c.seed, c.image_index, static_cast<uint32_t>(c.base_token + depth));
+    }
+    RoundImage im;
     im.rule = c.rule.rule;
-    if (im.rule.kind == ChainRule::Kind::Lantern) {
+    if (im.rule.kind == WalkRule::Kind::Lantern) {
       check(c.rule.table && c.rule.table->vocab() == V_,
             "internal: LANTERN's table does not match the vocabulary");
       im.rule.lantern.table = table_on_backend(c.rule.table);
@@ -66,41 +70,42 @@ void BackendVerifier::stage(int rows, std::span<const ChainToVerify> chains, boo
     im.image_index = c.image_index;
     im.round = c.round;
     im.base_token = static_cast<uint32_t>(c.base_token);
-    im.drafts = static_cast<int32_t>(chain.size());
+    im.drafts = static_cast<int32_t>(tree.size());
     im.draft_len = std::max(1, c.draft_len);
-    // A chain drafted on the device has its rows there (q empty on the host).
-    im.one_hot = on_device ? chain.empty()
-                           : std::all_of(chain.begin(), chain.end(),
+    // A draft made on the device has its rows there (q empty on the host).
+    im.one_hot = on_device ? tree.empty()
+                           : std::all_of(tree.begin(), tree.end(),
                                          [](const DraftNode& node) { return node.q.empty(); });
     images[j] = im;
-    for (size_t d = 0; d < chain.size(); ++d) {
+    for (size_t d = 0; d < tree.size(); ++d) {
       const size_t slot = static_cast<size_t>(j) * width + d;
-      tokens[slot] = chain[d].token;
+      const DraftNode& node = tree[d];
+      WalkNode& w = nodes[slot];
+      w.token = node.token;
+      w.parent = node.parent;
+      w.depth = node.depth;
+      w.flags = (node.with_replacement ? WalkNode::kWithReplacement : 0) |
+                (node.q.empty() && node.q_row < 0 ? WalkNode::kOneHot : 0);
       if (on_device) {  // padding slots gather row 0, never read
-        check(chain[d].q_row >= 0 && chain[d].q_row < device_q->dim(0),
+        check(node.q_row >= 0 && node.q_row < device_q->dim(0),
               "internal: a round drafts on the device and the host at once");
-        q_rows[slot] = chain[d].q_row;
+        q_rows[slot] = node.q_row;
         continue;
       }
-      if (im.one_hot) continue;
-      float* row = q + slot * V;
-      // A node without its own distribution was drawn one-hot: q is 1 at its token.
-      if (chain[d].q.empty()) {
-        row[chain[d].token] = 1.0f;
-      } else {
-        check(chain[d].q.size() == V, "internal: a draft distribution of another vocabulary");
-        std::memcpy(row, chain[d].q.data(), V * sizeof(float));
-      }
+      if (im.one_hot || node.q.empty()) continue;
+      check(node.q.size() == V, "internal: a draft distribution of another vocabulary");
+      std::memcpy(q + slot * V, node.q.data(), V * sizeof(float));
     }
   }
   Tensor used = grown_rows(be_, buffer_, DType::U8, static_cast<int64_t>(a.total), 1);
   be_.upload_into(host_.data(), used);
-  const int64_t drafts = static_cast<int64_t>(n_drafts);
+  const int64_t n_draft_rows = static_cast<int64_t>(n_drafts);
   if (on_device) {  // the drafter's rows in this round's order, on the backend's stream
-    q_ = grown_rows(be_, gathered_q_, DType::F32, drafts, V_);
-    if (drafts > 0) be_.get_rows(*device_q, buffer_.bytes_as(a.q_rows, DType::I32, {drafts}), q_);
+    q_ = grown_rows(be_, gathered_q_, DType::F32, n_draft_rows, V_);
+    if (n_draft_rows > 0)
+      be_.get_rows(*device_q, buffer_.bytes_as(a.q_rows, DType::I32, {n_draft_rows}), q_);
   } else {
-    q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? drafts : 0, V_});
+    q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? n_draft_rows : 0, V_});
   }
   staged_ = true;
   downloaded_ = false;
@@ -117,7 +122,7 @@ const int32_t* BackendVerifier::table_on_backend(
   return tables_.back().second.ptr<int32_t>();
 }
 
-const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
+const std::vector<DraftVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
   check(staged_, "internal: BackendVerifier::verify before stage");
   staged_ = false;
   const int m = m_, rows = rows_, width = rows - 1;
@@ -129,7 +134,7 @@ const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, b
   if (m == 0) return verdicts_;
   const Layout& a = at_;
   Tensor probs = grown_rows(be_, probs_, DType::F32, n_rows, V_);
-  Tensor scratch = grown_rows(be_, scratch_, DType::F32, m, V_);
+  Tensor scratch = grown_rows(be_, scratch_, DType::F32, m, verify_scratch(V_));
   Tensor flag = buffer_.bytes_as(a.flag, DType::I32, {1});
   const Tensor cond = logits.rows(0, n_rows);
   const Tensor uncond = guided ? logits.rows(n_rows, n_rows) : Tensor{};
@@ -137,19 +142,21 @@ const std::vector<ChainVerdict>& BackendVerifier::verify(const Tensor& logits, b
       a.params, DType::U8, {n_rows * static_cast<int64_t>(sizeof(DeviceSampleParams))});
   distribution_rows(be_, cond, guided ? &uncond : nullptr, static_cast<int>(n_rows), params, probs,
                     flag);
-  const Tensor tokens = buffer_.bytes_as(a.tokens, DType::I32, {static_cast<int64_t>(m) * width});
+  const Tensor nodes =
+      buffer_.bytes_as(a.nodes, DType::U8,
+                       {static_cast<int64_t>(m) * width * static_cast<int64_t>(sizeof(WalkNode))});
   const Tensor images =
-      buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(ChainRoundImage))});
+      buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(RoundImage))});
   Tensor verdicts =
-      buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(ChainVerdict))});
-  verify_chains(be_, probs, any_q_ ? &q_ : nullptr, tokens, images, m, width, greedy_, scratch,
+      buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(DraftVerdict))});
+  verify_images(be_, probs, any_q_ ? &q_ : nullptr, nodes, images, m, width, greedy_, scratch,
                 verdicts);
   const Tensor back = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.back)});
   be_.download(back, host_.data());  // the round's one copy back
   int32_t failed = 0;
   std::memcpy(&failed, host_.data() + a.flag, sizeof failed);
   if (failed) throw Error(device_sample_failed());
-  std::memcpy(verdicts_.data(), host_.data() + a.verdicts, m * sizeof(ChainVerdict));
+  std::memcpy(verdicts_.data(), host_.data() + a.verdicts, m * sizeof(DraftVerdict));
   return verdicts_;
 }
 
@@ -165,18 +172,37 @@ std::span<const float> BackendVerifier::row(int j, int r) {
   return {probs_host_.data() + (static_cast<size_t>(j) * rows_ + r) * V, V};
 }
 
-VerifyOutcome BackendVerifier::outcome(const ChainVerdict& v, ImageStats& stats) {
+VerifyOutcome BackendVerifier::outcome(const DraftVerdict& v, const DraftTree& tree,
+                                       ImageStats& stats) {
   VerifyOutcome out;
   out.next_token = v.next_token;
-  out.rejected = v.rejected;
-  // As verify_draft counts: every tested depth is proposed, the accepted ones accepted.
-  const int tested = v.accepted + (v.rejected ? 1 : 0);
-  if (static_cast<int>(stats.proposed.size()) < tested) stats.proposed.resize(tested, 0);
-  if (static_cast<int>(stats.accepted.size()) < v.accepted) stats.accepted.resize(v.accepted, 0);
-  for (int d = 0; d < tested; ++d) stats.proposed[d]++;
-  for (int d = 0; d < v.accepted; ++d) {
-    stats.accepted[d]++;
-    out.accepted.push_back(d);
+  out.rejected = v.rejected != 0;
+  check(v.accepted >= 0 && v.last >= -1 && v.last < static_cast<int>(tree.size()) &&
+            (v.last < 0 ? v.accepted == 0 : tree[v.last].depth == v.accepted),
+        "internal: a device verdict outside its draft");
+  for (int c = v.last; c >= 0; c = tree[c].parent) out.accepted.push_back(c);
+  std::reverse(out.accepted.begin(), out.accepted.end());
+  // As verify_draft counts: at each depth the children of the path's node are tested in order up
+  // to the accepted one; at the depth that ended the round, all of them (each was rejected).
+  auto count = [&](int depth, int64_t n, std::vector<int64_t>& v) {
+    if (n == 0) return;
+    if (static_cast<int>(v.size()) < depth) v.resize(depth, 0);
+    v[depth - 1] += n;
+  };
+  int parent = -1;
+  for (int d = 0; d <= static_cast<int>(out.accepted.size()); ++d) {
+    const int until = d < static_cast<int>(out.accepted.size()) ? out.accepted[d] : -1;
+    int64_t tested = 0;
+    for (int c = 0; c < static_cast<int>(tree.size()); ++c) {
+      if (tree[c].parent != parent) continue;
+      ++tested;
+      if (c == until) break;
+    }
+    count(d + 1, tested, stats.proposed);
+    if (until >= 0) {
+      count(d + 1, 1, stats.accepted);
+      parent = until;
+    }
   }
   return out;
 }

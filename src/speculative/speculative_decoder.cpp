@@ -87,25 +87,24 @@ const AcceptanceRule& SpeculativeDecoder::rule_of(const ImageState& im) const {
   return r ? *r : *loop_.rule;
 }
 
-bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active, bool chains,
-                                          int rows) {
-  if (!verifier_ || !chains) return false;
-  chains_.clear();
+bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active, int rows) {
+  if (!verifier_) return false;
+  to_verify_.clear();
   for (size_t j = 0; j < active.size(); ++j) {
     const ImageState& im = *active[j];
-    if (!chain_rules_[j]) return false;
-    ChainToVerify c;
-    c.chain = &trees_[j];
-    c.rule = *chain_rules_[j];
+    if (!walk_rules_[j]) return false;
+    DraftToVerify c;
+    c.tree = &trees_[j];
+    c.rule = *walk_rules_[j];
     c.verifying = verify_params(im.sampling, rule_of(im));
     c.seed = im.rng.seed();
     c.image_index = im.rng.image_index();
     c.round = im.round;
     c.base_token = static_cast<int>(im.tokens.size());
     c.draft_len = std::max(1, round_len_[j]);
-    chains_.push_back(c);
+    to_verify_.push_back(c);
   }
-  verifier_->stage(rows, chains_, settings_.sampling.temperature <= 0.0f,
+  verifier_->stage(rows, to_verify_, settings_.sampling.temperature <= 0.0f,
                    loop_.drafter->device_q());
   return true;
 }
@@ -153,17 +152,17 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     carried_.push_back(std::min(loop_.drafter->carried_drafts(*im), depth));
   }
 
-  // Draft: on the device loop, a round whose images all have chain rules may leave the
+  // Draft: on the device loop, a round whose images all have walk rules may leave the
   // drafts' distributions where the draft model's logits are (Drafter::set_device_drafts).
   double ts = now_s();
   const int64_t f0 = loop_.drafter->batched_forwards();
-  // Each image's chain descriptor, once a round (stage_on_backend reads them after the draft).
+  // Each image's walk descriptor, once a round (stage_on_backend reads them after the draft).
   bool device_drafts = verifier_ != nullptr;
-  chain_rules_.clear();
+  walk_rules_.clear();
   if (verifier_)
     for (const ImageState* im : active) {
-      chain_rules_.push_back(rule_of(*im).chain_rule());
-      device_drafts = device_drafts && chain_rules_.back().has_value();
+      walk_rules_.push_back(rule_of(*im).walk_rule());
+      device_drafts = device_drafts && walk_rules_.back().has_value();
     }
   loop_.drafter->set_device_drafts(device_drafts);
   loop_.drafter->propose(active, max_depth_, trees_);
@@ -219,15 +218,15 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   b.output_at.resize(rows);
   for (int r = 0; r < rows; ++r) b.output_at[r] = r;
   b.output_hidden = loop_.drafter->hidden_state() != HiddenState::None;
-  const bool on_backend = stage_on_backend(active, chains, rows);
+  const bool on_backend = stage_on_backend(active, rows);
   const ForwardOutputs outputs = session_.forward(b);
   if (!on_backend) session_.read(outputs.logits, logits_);
   stats_.forward_passes++;
   ts = now_s();
   stats_.target_seconds += ts - te;
-  // The device loop: every chain's verdict from the backend (the target distributions and walks
+  // The device loop: every draft's verdict from the backend (the target distributions and walks
   // there), read back in one copy.
-  const std::vector<ChainVerdict>* verdicts = nullptr;
+  const std::vector<DraftVerdict>* verdicts = nullptr;
   if (on_backend) {
     verdicts = &verifier_->verify(outputs.logits, cfg());
     stats_.device_rounds++;
@@ -276,7 +275,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     vs.greedy = greedy;
     const double tr = now_s();
     const VerifyOutcome out =
-        verdicts ? BackendVerifier::outcome((*verdicts)[j], im.stats)
+        verdicts ? BackendVerifier::outcome((*verdicts)[j], tree, im.stats)
                  : verify_draft(vs, tree, target.dist, im.rng, im.round, base, im.stats);
     stats_.rule_seconds += now_s() - tr - dist_s;
     for (size_t a = 0; a < out.accepted.size(); ++a) {

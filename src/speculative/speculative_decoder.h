@@ -55,14 +55,14 @@ class SpeculativeDecoder final : public Decoder {
   // verification sees the untempered distribution (unfiltered unless the rule keeps the filters).
   SamplingParams verify_params(const SamplingParams& image, const AcceptanceRule& rule) const;
   const AcceptanceRule& rule_of(const ImageState& im) const;
-  // Whether this round verifies on the backend (verifier_): chains, every image's rule a ratio
-  // rule; then its chains are staged.
-  bool stage_on_backend(const std::vector<ImageState*>& active, bool chains, int rows);
+  // Whether this round verifies on the backend (verifier_): every image's rule has a walk
+  // descriptor (a ratio rule or LANTERN); then its drafts, chains or trees, are staged.
+  bool stage_on_backend(const std::vector<ImageState*>& active, int rows);
   // The device loop's verifier (DecoderSettings::device_loop); null: the host walk.
   std::unique_ptr<BackendVerifier> verifier_;
-  std::vector<ChainToVerify> chains_;
-  std::vector<std::optional<ChainRuleSource>> chain_rules_;  // per active image, this round
-  std::vector<const AcceptanceRule*> rules_;                 // by image id; null: the loop's
+  std::vector<DraftToVerify> to_verify_;
+  std::vector<std::optional<WalkRuleSource>> walk_rules_;  // per active image, this round
+  std::vector<const AcceptanceRule*> rules_;               // by image id; null: the loop's
   std::vector<int> max_depth_;
   std::vector<int> round_len_;  // the L of the acceptance rule (COOL-SD's schedule): the cap
   std::vector<ImageAcceptance> acceptance_;  // by image id (--draft-len auto)

@@ -44,11 +44,10 @@ void add_device_loop(CLI::App* cmd, DeviceLoop& loop) {
            loop = v == "on" ? DeviceLoop::On : v == "off" ? DeviceLoop::Off : DeviceLoop::Auto;
          },
          "Where tokens are drawn: on draws vanilla's tokens where the logits are (each step a "
-         "replayed CUDA graph) and verifies speculative rounds of chains under the ratio rules "
-         "and LANTERN (sd, sjd, lantern, cool-sd, uniform-rsd, amplify, addition) there, reading "
-         "back one verdict per "
-         "image; off reads every step's logits back to the host; auto: on for a GPU, off on the "
-         "CPU")
+         "replayed CUDA graph) and verifies speculative rounds, chains and trees, under the ratio "
+         "rules and LANTERN (sd, sjd, eagle, medusa, hawk, lantern, lantern++, cool-sd, "
+         "uniform-rsd, amplify, addition) there, reading back one verdict per image; off reads "
+         "every step's logits back to the host; auto: on for a GPU, off on the CPU")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_str("auto");
 }

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "speculative/rules/chain_rule.h"
+#include "speculative/rules/walk_rule.h"
 
 namespace tessera::speculative {
 
@@ -62,13 +62,13 @@ class AcceptanceRule {
   // nullopt for the rules that read tables or whole distributions (LANTERN, GSD, typical).
   virtual std::optional<RatioRule> ratio() const { return std::nullopt; }
 
-  // The rule as the device loop's chain walk applies it (chain_rule.h): a ratio rule's descriptor,
+  // The rule as the device loop's walk applies it (walk_rule.h): a ratio rule's descriptor,
   // or LANTERN's with its neighbour table; nullopt for rules that verify on the host only (GSD,
   // typical acceptance, LANTERN under G*).
-  virtual std::optional<ChainRuleSource> chain_rule() const {
+  virtual std::optional<WalkRuleSource> walk_rule() const {
     const std::optional<RatioRule> r = ratio();
     if (!r) return std::nullopt;
-    ChainRuleSource s;
+    WalkRuleSource s;
     s.rule.ratio = *r;
     return s;
   }

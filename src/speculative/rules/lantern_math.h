@@ -1,8 +1,8 @@
 // LANTERN's relaxation (Jang et al., 2025, §4.2-4.3, Alg. 1-2; LANTERN++'s λ-rule) as plain data
 // and TESSERA_HD functions on raw rows: the accepted neighbour set A(k,δ) walked over the latent
 // neighbour table, the relaxed acceptance, the residual and the greedy test. The CPU rule
-// (lantern_rule.cpp) walks A with lantern_set, and the device loop's chain walk
-// (speculative/verify_chain.h) uses all of them, so both apply one formula; the table is a
+// (lantern_rule.cpp) walks A with lantern_set, and the device loop's walk
+// (speculative/verify_rows.h) uses all of them, so both apply one formula; the table is a
 // [V, table_k] int32 array wherever the rows are (LatentNeighbours's, or its upload).
 #pragma once
 

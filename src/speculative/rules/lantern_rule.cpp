@@ -95,9 +95,9 @@ class LanternRule final : public AcceptanceRule {
   // jadohu/LANTERN's greedy branch: gtp = softmax(CFG logits) without the logits processor.
   bool greedy_filtered() const override { return !params_.reference; }
 
-  std::optional<ChainRuleSource> chain_rule() const override {
-    ChainRuleSource s;
-    s.rule.kind = ChainRule::Kind::Lantern;
+  std::optional<WalkRuleSource> walk_rule() const override {
+    WalkRuleSource s;
+    s.rule.kind = WalkRule::Kind::Lantern;
     s.rule.lantern = lantern_data(params_, *nb_);
     s.table = nb_;
     return s;

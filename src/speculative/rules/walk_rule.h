@@ -1,6 +1,6 @@
-// The acceptance rules the device loop's chain walk applies (speculative/verify_chain.h), as plain
+// The acceptance rules the device loop's walk applies (speculative/verify_rows.h), as plain
 // data: a ratio rule (ratio_rule.h) or LANTERN over its neighbour table (lantern_math.h). A rule
-// gives its descriptor through AcceptanceRule::chain_rule(); rules without one (GSD's grouping,
+// gives its descriptor through AcceptanceRule::walk_rule(); rules without one (GSD's grouping,
 // Medusa's typical acceptance, any rule under G* but the ratio rules) verify on the host.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace tessera::speculative {
 
-struct ChainRule {
+struct WalkRule {
   enum class Kind : int32_t { Ratio, Lantern };
   Kind kind = Kind::Ratio;
   RatioRule ratio;
@@ -22,8 +22,8 @@ struct ChainRule {
 
 // A rule's descriptor and the table its pointer refers to (kept alive, and uploaded once, by the
 // device loop).
-struct ChainRuleSource {
-  ChainRule rule;
+struct WalkRuleSource {
+  WalkRule rule;
   std::shared_ptr<const LatentNeighbours> table;
 };
 

@@ -1,0 +1,131 @@
+// verify_draft (verify.h) on raw rows, as one TESSERA_HD function: a chain or a tree under a ratio
+// rule or LANTERN (rules/walk_rule.h), the walk a device kernel runs for a round's drafts,
+// drawing the CPU loop's uniforms (streams.h, sampling/philox.h). Children of the current node
+// are tested in order; a rejected child turns p into the rule's residual and, when it was drawn
+// without replacement, leaves q without its token for the next sibling (SpecInfer's recursive
+// rejection sampling), exactly as verify_draft does. tests/test_verify_rows.cpp checks it against
+// verify_draft on random chains and trees.
+#pragma once
+
+#include <cstdint>
+
+#include "common/host_device.h"
+#include "sampling/philox.h"
+#include "sampling/sampling_rules.h"
+#include "speculative/rules/walk_rule.h"
+#include "speculative/streams.h"
+
+namespace tessera::speculative {
+
+// One draft node as plain data (DraftNode without its q): parents come before their children,
+// siblings in the order they are tested.
+struct WalkNode {
+  enum Flags : int32_t { kWithReplacement = 1, kOneHot = 2 };
+  int32_t token = 0;
+  int32_t parent = -1;  // index of the parent node; -1: the root
+  int32_t depth = 1;    // 1: a child of the root
+  int32_t flags = 0;    // kWithReplacement (DraftNode::with_replacement); kOneHot (no q: q = e_x)
+};
+
+struct DraftVerdict {
+  int32_t accepted = 0;    // drafts accepted (the depth reached)
+  int32_t last = -1;       // the last accepted node (-1: none); its parents are the path
+  int32_t next_token = 0;  // the resampled or bonus token that ends the round
+  int32_t rejected = 0;    // 1: the round ended with a rejection
+};
+
+// The scratch floats verify_rows needs: the current residual, the next one, q without the rejected
+// siblings.
+TESSERA_HD inline int64_t verify_scratch(int V) {
+  return 3 * static_cast<int64_t>(V);
+}
+
+// One image's round. p: n + 1 rows of V (row 0: the root's target distribution, row c + 1: node
+// c's, as verify_draft's dist); q: n rows of V (row c: the distribution node c was drawn from, read
+// unless the node is kOneHot), or null for an image whose drafts are all one-hot; nodes: the n
+// drafts. L: the round's maximum depth (COOL-SD's schedule); (seed, image): the image's stream;
+// base_token: the index in the image of the root's next token. scratch: verify_scratch(V) floats.
+// Greedy: a draft survives iff it is
+// the argmax of its row (of the relaxed row under LANTERN).
+TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p, const float* q,
+                                           const WalkNode* nodes, int n, int L, int V, bool greedy,
+                                           uint64_t seed, uint64_t image, uint32_t base_token,
+                                           int64_t round, float* scratch) {
+  DraftVerdict v;
+  const bool lantern = rule.kind == WalkRule::Kind::Lantern;
+  float* q_work = scratch + 2 * static_cast<int64_t>(V);
+  const float* dist = p;  // the current target (or residual) distribution
+  int node = -1, depth = 1;
+  for (;;) {
+    bool accepted = false;
+    int sibling = 0;
+    bool q_worked = false;  // q_work holds q without this depth's rejected siblings
+    for (int c = 0; c < n; ++c) {
+      if (nodes[c].parent != node) continue;
+      const WalkNode nc = nodes[c];
+      const int32_t x = nc.token;
+      const float* own_q =
+          q && !(nc.flags & WalkNode::kOneHot) ? q + static_cast<int64_t>(c) * V : nullptr;
+      const float* qc = (nc.flags & WalkNode::kWithReplacement) || !q_worked ? own_q : q_work;
+      bool ok;
+      if (greedy) {
+        // verify_draft's greedy walk never modifies p: dist is a row of p, scratch is free.
+        ok = lantern ? lantern_greedy_accept(rule.lantern, dist, x, V, scratch)
+                     : x == argmax_row(dist, V);
+      } else {
+        const double u = counter_uniform(seed, image, base_token + static_cast<uint32_t>(depth - 1),
+                                         stream_id(Stream::Accept, round, sibling));
+        const double omega = ratio_omega(rule.ratio, depth, L);
+        const float qx = qc ? qc[x] : 1.0f;
+        ok = u < (lantern ? lantern_accept_probability(rule.lantern, dist, x, qx)
+                          : ratio_accept_probability(rule.ratio, omega, dist[x], qx));
+        if (!ok) {
+          // p <- G (the rule's resampling distribution), normalised; p where G has no mass.
+          float* residual = dist == scratch ? scratch + V : scratch;
+          if (lantern) {
+            lantern_residual(rule.lantern, dist, qc, x, V, residual);
+          } else {
+            for (int y = 0; y < V; ++y)
+              residual[y] =
+                  ratio_residual(rule.ratio, omega, dist[y], qc ? qc[y] : (y == x ? 1.0f : 0.0f));
+          }
+          if (normalise_row(residual, V)) dist = residual;
+          // The next sibling was drawn from q without this token (without replacement); one-hot
+          // drafts and drafts drawn with replacement carry their own q.
+          if (own_q && !(nc.flags & WalkNode::kWithReplacement)) {
+            if (!q_worked)
+              for (int y = 0; y < V; ++y) q_work[y] = own_q[y];
+            q_worked = true;
+            q_work[x] = 0.0f;
+            if (!normalise_row(q_work, V))
+              for (int y = 0; y < V; ++y) q_work[y] = 0.0f;
+          }
+        }
+      }
+      if (ok) {
+        v.accepted = depth;
+        v.last = c;
+        node = c;
+        dist = p + static_cast<int64_t>(c + 1) * V;
+        accepted = true;
+        break;
+      }
+      ++sibling;
+    }
+    if (!accepted) {
+      v.rejected = sibling > 0;
+      break;
+    }
+    ++depth;
+  }
+  const uint32_t token_index = base_token + static_cast<uint32_t>(v.accepted);
+  if (greedy) {
+    v.next_token = argmax_row(p + static_cast<int64_t>(v.last + 1) * V, V);
+  } else {
+    v.next_token = draw_row(
+        dist, V, counter_uniform(seed, image, token_index, stream_id(Stream::Resample, round)));
+  }
+  return v;
+}
+
+}  // namespace tessera::speculative

@@ -1,0 +1,304 @@
+// The device-ready walk (verify_rows, src/speculative/verify_rows.h) against the engine's
+// verification walk (verify_draft) on random chains and trees: for every ratio rule, with either
+// resampling, and LANTERN in every form (over a random codebook's neighbour table), one-hot,
+// sampled and mixed drafts, siblings drawn with and without replacement, sampled and greedy, the
+// two accept the same path, count the same proposals and end the round with the same token (the
+// same Philox uniforms, the same formulas). And the
+// descriptors: which rules have one, and what it holds.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "speculative/backend_verifier.h"
+#include "speculative/rules/rules.h"
+#include "speculative/verify.h"
+#include "speculative/verify_images.h"
+#include "speculative/verify_rows.h"
+#include "tensor/cpu/cpu_backend.h"
+
+using namespace tessera;
+using namespace tessera::speculative;
+
+namespace {
+
+// A random distribution over V tokens, some of them 0 (top-k/top-p cut them).
+std::vector<float> random_distribution(std::mt19937& g, int V) {
+  std::gamma_distribution<float> gamma(0.3f);
+  std::bernoulli_distribution cut(0.3);
+  std::vector<float> d(V);
+  float total = 0.0f;
+  for (float& x : d) total += x = cut(g) ? 0.0f : gamma(g);
+  if (total <= 0.0f) d[0] = total = 1.0f;
+  for (float& x : d) x /= total;
+  return d;
+}
+
+struct Case {
+  std::string name;
+  std::unique_ptr<AcceptanceRule> rule;
+};
+
+// LANTERN over a random codebook's neighbour table, in every form: the paper's δ rule, LANTERN++'s
+// λ rule in both conventions, and the published code's (reference) form; budgets large enough
+// that A is often non-empty.
+std::shared_ptr<const LatentNeighbours> random_table(int V) {
+  std::mt19937 g(99);
+  std::normal_distribution<float> normal;
+  std::vector<float> codebook(static_cast<size_t>(V) * 4);
+  for (float& x : codebook) x = normal(g);
+  return std::make_shared<const LatentNeighbours>(
+      LatentNeighbours::build(codebook, V, 4, V - 1, LatentMetric::L2));
+}
+
+std::vector<Case> lantern_rules(const std::shared_ptr<const LatentNeighbours>& nb) {
+  std::vector<Case> c;
+  auto add = [&](const std::string& name, LanternParams p) {
+    c.push_back({name, make_lantern_rule(p, nb)});
+  };
+  add("lantern", {.k = 5, .delta = 0.3f});
+  add("lantern k 20", {.k = 20, .delta = 0.6f});
+  add("lantern++", {.k = 8, .lambda = 2.0f});
+  add("lantern++ code", {.k = 8, .lambda = 3.0f, .lambda_rule = LambdaRule::Code});
+  add("lantern reference", {.k = 5, .delta = 0.3f, .reference = true});
+  add("lantern++ reference", {.k = 6, .lambda = 2.5f, .reference = true});
+  return c;
+}
+
+std::vector<Case> ratio_rules() {
+  std::vector<Case> c;
+  c.push_back({"exact", make_exact_rule()});
+  c.push_back({"uniform-rsd", make_uniform_rsd_rule(1.5f)});
+  c.push_back({"cool-sd", make_cool_sd_rule(2.0f, -1.0f)});
+  c.push_back({"cool-sd nu 0.7", make_cool_sd_rule(1.3f, 0.7f)});
+  c.push_back({"amplify", make_amplify_rule(2.0f)});
+  c.push_back({"addition", make_addition_rule(0.05f)});
+  const size_t n = c.size();
+  for (size_t i = 0; i < n; ++i) {
+    std::unique_ptr<AcceptanceRule> again =
+        c[i].name == "exact"            ? make_exact_rule()
+        : c[i].name == "uniform-rsd"    ? make_uniform_rsd_rule(1.5f)
+        : c[i].name == "cool-sd"        ? make_cool_sd_rule(2.0f, -1.0f)
+        : c[i].name == "cool-sd nu 0.7" ? make_cool_sd_rule(1.3f, 0.7f)
+        : c[i].name == "amplify"        ? make_amplify_rule(2.0f)
+                                        : make_addition_rule(0.05f);
+    c.push_back({c[i].name + " G*", with_optimal_resampling(std::move(again))});
+  }
+  return c;
+}
+
+// A random draft of n nodes: a chain, or a tree (each node's parent drawn among the earlier nodes,
+// up to 3 deep). q rows for every node (zeros for a one-hot node); tokens from q or, half the time,
+// the target's likeliest at the parent (often accepted). Sampled drafts are drawn without
+// replacement, with replacement, or mixed node by node; one-hot drafts all, or some, of them.
+struct RandomDraft {
+  DraftTree tree;
+  std::vector<WalkNode> nodes;
+  std::vector<float> p, q;  // n + 1 rows; n rows
+};
+
+enum class QKind { Sampled, OneHot, Mixed };
+
+RandomDraft random_draft(std::mt19937& g, int V, int n, bool chain, QKind kind) {
+  RandomDraft r;
+  for (int d = 0; d <= n; ++d) {
+    const std::vector<float> row = random_distribution(g, V);
+    r.p.insert(r.p.end(), row.begin(), row.end());
+  }
+  const int replacement = static_cast<int>(g() % 3);  // 0: without, 1: with, 2: per node
+  for (int c = 0; c < n; ++c) {
+    DraftNode node;
+    if (chain) {
+      node.parent = c - 1;
+    } else {
+      do node.parent = static_cast<int>(g() % (c + 1)) - 1;
+      while (node.parent >= 0 && r.tree[node.parent].depth >= 3);
+    }
+    node.depth = node.parent < 0 ? 1 : r.tree[node.parent].depth + 1;
+    std::vector<float> qd = random_distribution(g, V);
+    std::discrete_distribution<int> from(qd.begin(), qd.end());
+    node.token = g() % 2 ? from(g) : argmax_row(r.p.data() + (node.parent + 1) * V, V);
+    const bool one_hot = kind == QKind::OneHot || (kind == QKind::Mixed && g() % 2);
+    if (!one_hot) {
+      qd[node.token] = std::max(qd[node.token], 0.01f);  // the token was drawn from q
+      node.q = qd;
+    }
+    node.with_replacement = replacement == 1 || (replacement == 2 && g() % 2);
+    r.q.insert(r.q.end(), qd.begin(), qd.end());
+    WalkNode w;
+    w.token = node.token;
+    w.parent = node.parent;
+    w.depth = node.depth;
+    w.flags = (node.with_replacement ? WalkNode::kWithReplacement : 0) |
+              (one_hot ? WalkNode::kOneHot : 0);
+    r.nodes.push_back(w);
+    r.tree.push_back(std::move(node));
+  }
+  return r;
+}
+
+// verify_draft's outcome for a draft whose rows start at p.
+VerifyOutcome host_walk(const AcceptanceRule& rule, const DraftTree& tree, const float* p, int V,
+                        int L, bool greedy, uint64_t seed, uint64_t image, uint32_t base,
+                        int64_t round, ImageStats& stats) {
+  VerifySettings s;
+  s.rule = &rule;
+  s.draft_len = std::max(1, L);
+  s.greedy = greedy;
+  return verify_draft(
+      s, tree, [&](int r) { return std::span<const float>(p + static_cast<size_t>(r) * V, V); },
+      CounterRng(seed, image), round, static_cast<int>(base), stats);
+}
+
+}  // namespace
+
+TEST(VerifyRows, RowsWalkIsVerifyDraft) {
+  constexpr int V = 24;
+  std::mt19937 g(2026);
+  int rejections = 0, bonus = 0, sibling_rejections = 0;
+  std::vector<Case> rules = ratio_rules();
+  for (Case& c : lantern_rules(random_table(V))) rules.push_back(std::move(c));
+  for (const Case& c : rules) {
+    const std::optional<WalkRuleSource> source = c.rule->walk_rule();
+    ASSERT_TRUE(source) << c.name;
+    const WalkRule descriptor = source->rule;
+    for (const bool chain : {true, false})
+      for (const QKind kind : {QKind::Sampled, QKind::OneHot, QKind::Mixed})
+        for (const bool greedy : {false, true})
+          for (int trial = 0; trial < 60; ++trial) {
+            SCOPED_TRACE(c.name + (chain ? " chain" : " tree") + " q kind " +
+                         std::to_string(static_cast<int>(kind)) + (greedy ? " greedy" : "") +
+                         " trial " + std::to_string(trial));
+            const int n = static_cast<int>(g() % (chain ? 7 : 9));
+            const int L = std::max(1, n + static_cast<int>(g() % 3));
+            const RandomDraft r = random_draft(g, V, n, chain, kind);
+            const uint64_t seed = g(), image = g() % 5;
+            const uint32_t base = 1 + g() % 200;
+            const int64_t round = g() % 50;
+            ImageStats want_stats, got_stats;
+            const VerifyOutcome want = host_walk(*c.rule, r.tree, r.p.data(), V, L, greedy, seed,
+                                                 image, base, round, want_stats);
+            std::vector<float> scratch(verify_scratch(V));
+            const bool all_one_hot = kind == QKind::OneHot;
+            const DraftVerdict got = verify_rows(
+                descriptor, r.p.data(), all_one_hot ? nullptr : r.q.data(), r.nodes.data(), n, L, V,
+                greedy, seed, image, base, round, scratch.data());
+            const VerifyOutcome out = BackendVerifier::outcome(got, r.tree, got_stats);
+            ASSERT_EQ(out.accepted, want.accepted);
+            ASSERT_EQ(out.next_token, want.next_token);
+            ASSERT_EQ(out.rejected, want.rejected);
+            ASSERT_EQ(got_stats.proposed, want_stats.proposed);
+            ASSERT_EQ(got_stats.accepted, want_stats.accepted);
+            rejections += got.rejected;
+            bonus += !got.rejected;
+            // A rejected sibling before the accepted one, or more than one rejected at the end.
+            int64_t tested = 0;
+            for (int64_t x : want_stats.proposed) tested += x;
+            sibling_rejections += tested > static_cast<int64_t>(want.accepted.size()) + 1;
+          }
+  }
+  EXPECT_GT(rejections, 1000) << "rounds that end with a residual draw";
+  EXPECT_GT(bonus, 1000) << "rounds that end with a bonus token";
+  EXPECT_GT(sibling_rejections, 300) << "rounds that test a sibling after a rejection";
+}
+
+// Which rules are ratio rules, and their descriptors: exact is ω = 1; G* sets optimal; the rules
+// that read tables or whole distributions have none (they verify on the host).
+TEST(VerifyRows, RatioDescriptors) {
+  EXPECT_EQ(make_exact_rule()->ratio(), RatioRule{});
+  EXPECT_EQ(make_uniform_rsd_rule(1.5f)->ratio(), (RatioRule{.scale = 1.5f}));
+  EXPECT_EQ(make_amplify_rule(3.0f)->ratio(), (RatioRule{.scale = 3.0f}));
+  EXPECT_EQ(make_cool_sd_rule(2.0f, 0.5f)->ratio(),
+            (RatioRule{.scale = 2.0f, .annealed = true, .nu = 0.5f}));
+  EXPECT_EQ(make_addition_rule(0.1f)->ratio(),
+            (RatioRule{.kind = RatioRule::Kind::Add, .eps = 0.1f}));
+  EXPECT_EQ(with_optimal_resampling(make_cool_sd_rule(2.0f, -1.0f))->ratio(),
+            (RatioRule{.scale = 2.0f, .annealed = true, .nu = -1.0f, .optimal = true}));
+  EXPECT_EQ(with_optimal_resampling(make_exact_rule())->name(), "exact+G*");
+  EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->ratio());
+  EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->ratio());
+  // The chain walk's descriptors: ratio rules, LANTERN with its table; neither typical
+  // acceptance nor LANTERN under G* (an O(V k) residual a rejection would cost).
+  EXPECT_EQ(make_exact_rule()->walk_rule()->rule.kind, WalkRule::Kind::Ratio);
+  const auto table = random_table(24);
+  const auto lantern =
+      make_lantern_rule({.k = 5, .delta = 0.3f, .reference = true}, table)->walk_rule();
+  ASSERT_TRUE(lantern);
+  EXPECT_EQ(lantern->rule.kind, WalkRule::Kind::Lantern);
+  EXPECT_EQ(lantern->table, table);
+  EXPECT_EQ(lantern->rule.lantern.others, 5);
+  EXPECT_EQ(lantern->rule.lantern.zeroed, 6);
+  EXPECT_EQ(lantern->rule.lantern.table, table->table().data());
+  EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->walk_rule());
+  EXPECT_FALSE(with_optimal_resampling(make_lantern_rule({.k = 5}, table))->walk_rule());
+}
+
+// The batched form (verify_images.h) on the CPU backend: each image of a round, with chains and
+// trees of different sizes in one padded batch, its own rule, its own round and one-hot, sampled
+// or mixed drafts, gets verify_draft's verdict for its own draft.
+TEST(VerifyRows, BatchedDraftsAreEachImagesWalk) {
+  constexpr int V = 12, W = 6, kImages = 40;
+  std::mt19937 g(7);
+  std::vector<std::unique_ptr<AcceptanceRule>> rules;
+  rules.push_back(make_cool_sd_rule(1.5f, -1.0f));
+  rules.push_back(make_exact_rule());
+  rules.push_back(with_optimal_resampling(make_uniform_rsd_rule(1.5f)));
+  const auto table = random_table(V);
+  rules.push_back(make_lantern_rule({.k = 4, .delta = 0.3f}, table));
+  rules.push_back(make_lantern_rule({.k = 4, .delta = 0.3f, .reference = true}, table));
+  std::vector<float> p, q;
+  std::vector<WalkNode> nodes;
+  std::vector<RoundImage> images;
+  std::vector<RandomDraft> drafts;
+  for (int i = 0; i < kImages; ++i) {
+    RoundImage im;
+    im.rule = rules[i % rules.size()]->walk_rule()->rule;
+    im.seed = 100 + i;
+    im.image_index = i % 3;
+    im.round = 4 + i % 2;
+    im.base_token = 10 + i;
+    im.drafts = i % (W + 1);
+    im.draft_len = W;
+    im.one_hot = i % 4 == 3;
+    images.push_back(im);
+    const QKind kind = im.one_hot ? QKind::OneHot : (i % 4 == 2 ? QKind::Mixed : QKind::Sampled);
+    RandomDraft r = random_draft(g, V, im.drafts, i % 3 == 0, kind);
+    // Padding to the round's width: rows and nodes past the draft are never read.
+    r.p.resize(static_cast<size_t>(W + 1) * V, 0.5f);
+    std::vector<float> qi = r.q;
+    qi.resize(static_cast<size_t>(W) * V, 0.5f);
+    std::vector<WalkNode> ni = r.nodes;
+    ni.resize(W);
+    p.insert(p.end(), r.p.begin(), r.p.end());
+    q.insert(q.end(), qi.begin(), qi.end());
+    nodes.insert(nodes.end(), ni.begin(), ni.end());
+    drafts.push_back(std::move(r));
+  }
+  Backend& be = cpu_backend();
+  Tensor tp = be.upload(p.data(), DType::F32, {kImages * (W + 1), V});
+  Tensor tq = be.upload(q.data(), DType::F32, {kImages * W, V});
+  Tensor tn = be.upload(nodes.data(), DType::U8, {kImages * W * int64_t{sizeof(WalkNode)}});
+  Tensor ti = be.upload(images.data(), DType::U8, {kImages * int64_t{sizeof(RoundImage)}});
+  std::vector<float> zeros(kImages * verify_scratch(V), 0.0f);
+  Tensor scratch = be.upload(zeros.data(), DType::F32, {kImages, verify_scratch(V)});
+  std::vector<DraftVerdict> verdicts(kImages);
+  Tensor tv = be.upload(verdicts.data(), DType::U8, {kImages * int64_t{sizeof(DraftVerdict)}});
+  verify_images(be, tp, &tq, tn, ti, kImages, W, false, scratch, tv);
+  be.download(tv, verdicts.data());
+  int accepted = 0;
+  for (int i = 0; i < kImages; ++i) {
+    ImageStats want_stats, got_stats;
+    const VerifyOutcome want = host_walk(
+        *rules[i % rules.size()], drafts[i].tree, drafts[i].p.data(), V, W, false, images[i].seed,
+        images[i].image_index, images[i].base_token, images[i].round, want_stats);
+    const VerifyOutcome got = BackendVerifier::outcome(verdicts[i], drafts[i].tree, got_stats);
+    EXPECT_EQ(got.accepted, want.accepted) << "image " << i;
+    EXPECT_EQ(got.next_token, want.next_token) << "image " << i;
+    EXPECT_EQ(got.rejected, want.rejected) << "image " << i;
+    EXPECT_EQ(got_stats.proposed, want_stats.proposed) << "image " << i;
+    accepted += verdicts[i].accepted;
+  }
+  EXPECT_GT(accepted, kImages / 3) << "drafts of likeliest tokens are often accepted";
+}
