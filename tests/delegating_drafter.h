@@ -29,6 +29,7 @@ class DelegatingDrafter : public speculative::Drafter {
   }
   void set_device_drafts(bool on) override { inner_.set_device_drafts(on); }
   const Tensor* device_q() const override { return inner_.device_q(); }
+  DeviceDrafts device_drafts() const override { return inner_.device_drafts(); }
   void finish_round(ImageState& im, const speculative::DraftTree& tree,
                     const speculative::VerifyOutcome& out,
                     const speculative::TargetRound& target) override {

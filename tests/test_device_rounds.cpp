@@ -174,6 +174,8 @@ class DeviceDraftCounter : public test::DelegatingDrafter {
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     inner_.propose(active, max_depth, trees);
+    drafting_rounds += std::any_of(trees.begin(), trees.end(),
+                                   [](const speculative::DraftTree& t) { return !t.empty(); });
     for (const speculative::DraftTree& tree : trees)
       for (const speculative::DraftNode& node : tree) {
         if (node.q_row >= 0) {
@@ -185,12 +187,14 @@ class DeviceDraftCounter : public test::DelegatingDrafter {
       }
   }
   int on_device = 0, on_host = 0;
+  int64_t drafting_rounds = 0;  // rounds in which some image drafted
 };
 
 struct Drafted {
   std::vector<std::vector<int32_t>> images;
   GenerateStats stats;
   int on_device = 0, on_host = 0;  // draft nodes
+  int64_t drafting_rounds = 0;
 };
 
 // Four images of the tiny fixture, sd with its draft model (chains of 3), through the loop.
@@ -228,14 +232,16 @@ Drafted draft_and_verify(DeviceLoop where) {
   out.images = generate_all(dec, ptrs, index, out.stats);
   out.on_device = counting.on_device;
   out.on_host = counting.on_host;
+  out.drafting_rounds = counting.drafting_rounds;
   return out;
 }
 
 }  // namespace
 
 // In a round the device loop verifies, the draft model drafts on the device too: every node names
-// its row of the drafter's device_q() instead of carrying q to the host, and the images are the
-// host loop's.
+// its row of the drafter's device_q() instead of carrying q to the host, the draws write the next
+// forward's tokens there (the chain's forwards run from inputs prepared once, positions and cache
+// lengths advanced on the device), and the images are the host loop's.
 TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
   const Drafted host = draft_and_verify(DeviceLoop::Off);
   const Drafted device = draft_and_verify(DeviceLoop::On);
@@ -244,4 +250,11 @@ TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
   EXPECT_GT(device.on_device, 50);
   EXPECT_EQ(device.on_host, 0);
   EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - 1);
+  // Every round that drafts (not those at an image's end) drawn on the device, as one burst (the
+  // CPU captures no graph); the draft forwards counted as the host loop counts them.
+  EXPECT_EQ(device.stats.device_drafted_rounds, device.drafting_rounds);
+  EXPECT_GT(device.stats.device_drafted_rounds, 10);
+  EXPECT_EQ(device.stats.replayed_draft_rounds, 0);
+  EXPECT_EQ(host.stats.device_drafted_rounds, 0);
+  EXPECT_EQ(device.stats.draft_forward_passes, host.stats.draft_forward_passes);
 }

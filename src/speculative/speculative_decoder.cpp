@@ -165,7 +165,11 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
       device_drafts = device_drafts && walk_rules_.back().has_value();
     }
   loop_.drafter->set_device_drafts(device_drafts);
+  const Drafter::DeviceDrafts before = loop_.drafter->device_drafts();
   loop_.drafter->propose(active, max_depth_, trees_);
+  const Drafter::DeviceDrafts after = loop_.drafter->device_drafts();
+  stats_.device_drafted_rounds += after.rounds - before.rounds;
+  stats_.replayed_draft_rounds += after.replayed - before.replayed;
   stats_.draft_forward_passes += loop_.drafter->batched_forwards() - f0;
   double te = now_s();
   stats_.draft_seconds += te - ts;

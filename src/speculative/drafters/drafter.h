@@ -67,6 +67,11 @@ class Drafter {
   virtual void set_device_drafts(bool on) { (void)on; }
   // [rows, V] on the model's backend: the last propose()'s device distributions (null: none).
   virtual const Tensor* device_q() const { return nullptr; }
+  // Rounds drafted on the device so far, and of them those whose forwards ran as a replayed graph.
+  struct DeviceDrafts {
+    int64_t rounds = 0, replayed = 0;
+  };
+  virtual DeviceDrafts device_drafts() const { return {}; }
   // Drafters of dynamic trees keep, of each round's candidates, as many as `budget` says (within
   // their own cap); others ignore it (a static tree is cut by depth).
   virtual void set_node_budget(NodeBudget budget) { (void)budget; }

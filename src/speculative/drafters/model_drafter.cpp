@@ -198,13 +198,27 @@ void ModelDrafter::run(const StepBatch& b, bool read) {
   if (b.output_hidden) session_.read(last_.hidden, hidden_);
 }
 
-void ModelDrafter::stage_device_steps(std::span<ImageState* const> active,
-                                      const std::vector<int>& who, int depth) {
-  const int m = static_cast<int>(who.size()), V = model_.info().vocab_size;
-  const size_t back = (static_cast<size_t>(m) + 1) * sizeof(int32_t);
-  io_params_at_ = aligned_offset(back);
-  io_host_.assign(io_params_at_ + static_cast<size_t>(depth) * m * sizeof(DeviceSampleParams), 0);
-  auto* ps = reinterpret_cast<DeviceSampleParams*>(io_host_.data() + io_params_at_);
+// The device loop's chains (issue 42, items 1 and 3). Every step's host data goes up in one copy
+// before the first draw: the rows' sampling settings (the host chain's token index and stream)
+// and each forward's positions (clamped at the image's end as the host loop clamps them). Each
+// draw writes its distributions into device_q_ and its tokens into the next forward's inputs
+// (both halves); the forwards after the first draw, with their draws, run as one graph per (m,
+// depth) on a GPU, captured once and replayed each round; one copy brings the drawn tokens back.
+void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
+                                   std::span<const int> max_depth, int depth,
+                                   const std::vector<int32_t>& slots,
+                                   std::vector<DraftTree>& trees) {
+  Backend& be = model_.backend();
+  const bool cfg = params_.uses_cfg();
+  const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, V = model_.info().vocab_size;
+  const int N = model_.info().n_tokens, steps = depth - 1;  // forwards after the first draw
+  const size_t drawn = static_cast<size_t>(depth) * m;
+  const size_t flag_at = drawn * sizeof(int32_t), back = flag_at + sizeof(int32_t);
+  const size_t params_at = aligned_offset(back);
+  const size_t positions_at = aligned_offset(params_at + drawn * sizeof(DeviceSampleParams));
+  io_host_.assign(positions_at + static_cast<size_t>(steps) * R * sizeof(int32_t), 0);
+  auto* ps = reinterpret_cast<DeviceSampleParams*>(io_host_.data() + params_at);
+  auto* pos = reinterpret_cast<int32_t*>(io_host_.data() + positions_at);
   for (int step = 0; step < depth; ++step)
     for (int i = 0; i < m; ++i) {
       const ImageState& im = *active[who[i]];
@@ -214,32 +228,107 @@ void ModelDrafter::stage_device_steps(std::span<ImageState* const> active,
       p = device_sample_params(im.sampling, im.rng.seed(), im.rng.image_index(),
                                static_cast<uint32_t>(t));
       p.stream = stream_id(Stream::Draft, im.round);
+      // The forward after draw `step` feeds its token (index t) in both halves.
+      if (step < steps)
+        for (int h = 0; h < (cfg ? 2 : 1); ++h)
+          pos[static_cast<size_t>(step) * R + h * m + i] =
+              model_.token_position(std::min(t, N - 1));
     }
-  Backend& be = model_.backend();
-  Tensor used = grown_rows(be, device_io_, DType::U8, static_cast<int64_t>(io_host_.size()), 1);
-  be.upload_into(io_host_.data(), used);
-  grown_rows(be, device_q_, DType::F32, static_cast<int64_t>(depth) * m, V);
-}
+  const void* io_was = device_io_.data;
+  const void* q_was = device_q_.data;
+  Tensor io = grown_rows(be, device_io_, DType::U8, static_cast<int64_t>(io_host_.size()), 1);
+  be.upload_into(io_host_.data(), io);
+  grown_rows(be, device_q_, DType::F32, static_cast<int64_t>(drawn), V);
+  // A graph holds addresses: the buffers' growth retires every graph.
+  if (device_io_.data != io_was || device_q_.data != q_was) graphs_.clear();
 
-void ModelDrafter::draw_on_device(int step, int m, std::vector<int32_t>& tokens) {
-  Backend& be = model_.backend();
-  const bool cfg = params_.uses_cfg();
-  const Tensor cond = last_.logits.rows(0, m);
-  const Tensor uncond = cfg ? last_.logits.rows(m, m) : Tensor{};
-  const size_t bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
-  Tensor params = device_io_.bytes_as(io_params_at_ + static_cast<size_t>(step) * bytes, DType::U8,
-                                      {static_cast<int64_t>(bytes)});
-  Tensor flag = device_io_.bytes_as(static_cast<size_t>(m) * sizeof(int32_t), DType::I32, {1});
-  Tensor q = device_q_.rows(static_cast<int64_t>(step) * m, m);
-  distribution_rows(be, cond, cfg ? &uncond : nullptr, m, params, q, flag);
-  // The token from the same settings and uniform as the host chain's (sample_rows recomputes the
-  // row's distribution in its own block rather than reading q).
-  SampleRowsOut out;
-  out.tokens = device_io_.bytes_as(0, DType::I32, {m});
-  sample_rows(be, cond, cfg ? &uncond : nullptr, m, params, out, flag);
-  tokens.resize(static_cast<size_t>(m) + 1);
-  be.download(device_io_.bytes_as(0, DType::I32, {m + 1}), tokens.data());  // the step's copy back
-  if (tokens[static_cast<size_t>(m)] != 0) throw Error(device_sample_failed());
+  Tensor flag = device_io_.bytes_as(flag_at, DType::I32, {1});
+  auto params = [&](int step) {
+    const size_t bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
+    return device_io_.bytes_as(params_at + static_cast<size_t>(step) * bytes, DType::U8,
+                               {static_cast<int64_t>(bytes)});
+  };
+  auto tokens_of = [&](int step) {
+    return device_io_.bytes_as(static_cast<size_t>(step) * m * sizeof(int32_t), DType::I32, {m});
+  };
+  // Draw `step` from `logits` (one row per slot): q rows and the tokens, into the next forward's
+  // inputs when there is one (then copied to the step's tokens), else straight to them.
+  auto draw = [&, m, cfg](int step, const Tensor& logits, const Tensor* next_tokens) {
+    const Tensor cond = logits.rows(0, m);
+    const Tensor uncond = cfg ? logits.rows(m, m) : Tensor{};
+    Tensor p = params(step);
+    Tensor q = device_q_.rows(static_cast<int64_t>(step) * m, m);
+    distribution_rows(be, cond, cfg ? &uncond : nullptr, m, p, q, flag);
+    // The token from the same settings and uniform as the host chain's (sample_rows recomputes
+    // the row's distribution in its own block rather than reading q).
+    SampleRowsOut out;
+    Tensor mine = tokens_of(step);
+    out.tokens = next_tokens ? *next_tokens : mine;
+    out.mirror = next_tokens && cfg ? m : 0;
+    sample_rows(be, cond, cfg ? &uncond : nullptr, m, p, out, flag);
+    if (next_tokens) be.copy(next_tokens->rows(0, m), mine);
+  };
+
+  ForwardInputs in;
+  if (steps > 0) {
+    StepBatch b;
+    b.n_new = 1;
+    b.slots = slots;
+    b.tokens.assign(R, 0);  // written by the draws
+    b.positions.assign(pos, pos + R);
+    b.output_at = {0};
+    for (const int32_t slot : slots)
+      check(session_.length(slot) + steps <= session_.capacity(),
+            "internal: a device draft past the draft cache's capacity");
+    in = session_.prepare(b);
+  }
+  draw(0, last_.logits, steps > 0 ? &in.tokens : nullptr);
+  if (steps > 0) {
+    auto forwards = [this, in, draw, steps, R, positions_at]() mutable {
+      Backend& be = model_.backend();
+      for (int k = 1; k <= steps; ++k) {
+        // Forward k feeds draw k - 1's tokens at their positions; draw k reads its logits.
+        if (k > 1) {
+          const Tensor from = device_io_.bytes_as(
+              positions_at + static_cast<size_t>(k - 1) * R * sizeof(int32_t), DType::I32, {R});
+          Tensor to = in.positions;
+          be.copy(from, to);
+        }
+        const ForwardOutputs out = session_.run(in);
+        draw(k, out.logits, k < steps ? &in.tokens : nullptr);
+        Tensor past = in.attn.past;
+        be.add_scalar_i32(past, 1);
+      }
+    };
+    const int key = (m * (kMaxTreeDepth + 1) + depth) * 2 + (in.attn.key_visible ? 1 : 0);
+    auto graph = graphs_.find(key);
+    if (graph == graphs_.end()) graph = graphs_.emplace(key, be.capture(forwards)).first;
+    if (graph->second) {
+      be.replay(*graph->second);
+      device_drafts_counted_.replayed++;
+    } else {
+      forwards();
+    }
+    session_.advance(slots, steps);
+    device_forwards_ += steps;
+  }
+  device_drafts_counted_.rounds++;
+  std::vector<int32_t> got(drawn + 1);
+  be.download(device_io_.bytes_as(0, DType::I32, {static_cast<int64_t>(drawn) + 1}), got.data());
+  if (got[drawn] != 0) throw Error(device_sample_failed());
+  for (int step = 0; step < depth; ++step)
+    for (int i = 0; i < m; ++i) {
+      ImageState& im = *active[who[i]];
+      const int d = step + 1;               // depth of the node
+      if (d > max_depth[who[i]]) continue;  // its draft is complete: a filler row
+      im.stats.draft_forwards++;
+      DraftNode node;
+      node.parent = d - 2;
+      node.depth = d;
+      node.token = got[static_cast<size_t>(step) * m + i];
+      node.q_row = step * m + i;
+      trees[who[i]].push_back(std::move(node));
+    }
 }
 
 // Catch-up: the cache holds at least the committed tokens but the last two (see docs); cut it
@@ -411,19 +500,20 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   std::vector<int> out_row;
   const bool try_device = device_drafts_ && !reads_features();
   int n_out = catch_up(active, who, b, out_row, try_device);
-  // The device loop: the distributions stay on the backend, only the tokens come back.
-  const bool device = try_device && n_out == 1;
-  if (device) stage_device_steps(active, who, depth);
+  // The device loop: the chain is drawn on the backend, only the tokens come back.
+  if (try_device && n_out == 1) {
+    draft_on_device(active, who, max_depth, depth, b.slots, trees);
+    return;
+  }
   const size_t fd = static_cast<size_t>(model_.info().feature_dim);
-  std::vector<int32_t> next(R), drawn;
+  std::vector<int32_t> next(R);
   for (int step = 0; step < depth; ++step) {
     if (step > 0) {
       b.output_at = {0};
-      run(b, !device);
+      run(b);
       n_out = 1;
       out_row.assign(m, 0);
     }
-    if (device) draw_on_device(step, m, drawn);
     for (int i = 0; i < m; ++i) {
       ImageState& im = *active[who[i]];
       const int d = step + 1;  // depth of the node drawn now
@@ -436,13 +526,6 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
       DraftNode node;
       node.parent = d - 2;
       node.depth = d;
-      if (device) {
-        node.token = drawn[i];
-        node.q_row = step * m + i;
-        next[i] = node.token;
-        trees[who[i]].push_back(std::move(node));
-        continue;
-      }
       node.q.resize(V);
       const size_t row = static_cast<size_t>(i) * n_out + out_row[i];
       const size_t urow = static_cast<size_t>(m + i) * n_out + out_row[i];

@@ -57,12 +57,13 @@ class ModelDrafter : public Drafter {
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
                     const TargetRound& target) override;
   void release(const ImageState& image) override;
-  int64_t batched_forwards() const override { return session_.forwards(); }
+  int64_t batched_forwards() const override { return session_.forwards() + device_forwards_; }
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
   // Chains of a model that reads no features, when the round's catch-up is uniform (every image
   // feeds as many tokens: one output row per slot); otherwise the host draws.
   void set_device_drafts(bool on) override { device_drafts_ = on; }
   const Tensor* device_q() const override { return device_q_.data ? &device_q_ : nullptr; }
+  DeviceDrafts device_drafts() const override { return device_drafts_counted_; }
 
  private:
   NodeBudget budget_;  // dynamic trees under --draft-len auto (unset: the tree's total)
@@ -99,13 +100,13 @@ class ModelDrafter : public Drafter {
   // Runs b; reads the logits (and in feature mode the hidden outputs) to the host unless not
   // `read` (the outputs stay in last_).
   void run(const StepBatch& b, bool read = true);
-  // The device loop's chain: before the first draw, every step's row settings (the m images of
-  // `who`, depth steps) go to the backend in one copy.
-  void stage_device_steps(std::span<ImageState* const> active, const std::vector<int>& who,
-                          int depth);
-  // Step `step`'s draws from last_'s logits (one row per slot): distributions into device_q_'s
-  // rows step * m.., tokens into `tokens` (one copy back).
-  void draw_on_device(int step, int m, std::vector<int32_t>& tokens);
+  // The device loop's chain for the images `who` after a uniform catch-up (last_ holds the roots'
+  // logits, one row per slot of `slots`): depth draws and the forwards between them on the
+  // backend, the distributions in device_q_ (node (step, i) at row step * m + i), the tokens back
+  // in one copy; appends the nodes to `trees`.
+  void draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
+                       std::span<const int> max_depth, int depth, const std::vector<int32_t>& slots,
+                       std::vector<DraftTree>& trees);
   // Feature mode: appends the pairs (tokens[k], features of row rows[k] of the host arrays cond /
   // uncond, [*, feature_dim]) to image `s`'s pending ones.
   void queue_pairs(Slots& s, std::span<const int32_t> tokens, std::span<const int> rows,
@@ -123,10 +124,13 @@ class ModelDrafter : public Drafter {
   bool device_drafts_ = false;
   ForwardOutputs last_;  // the last forward's outputs
   // The device loop: the round's draft distributions [depth * m, V], and one byte buffer holding
-  // the tokens drawn (m, then the non-finite flag) and every step's row settings.
+  // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
+  // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).
   Tensor device_q_, device_io_;
   std::vector<uint8_t> io_host_;
-  size_t io_params_at_ = 0;
+  std::map<int, std::unique_ptr<OpGraph>> graphs_;
+  int64_t device_forwards_ = 0;  // forwards run from prepared inputs (not counted by the session)
+  DeviceDrafts device_drafts_counted_;
 };
 
 }  // namespace tessera::speculative
