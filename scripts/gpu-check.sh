@@ -261,11 +261,34 @@ PYEOF
   else fail "methods"; MROWS+=("| $list | **FAILED** (rc $?) | | | | | |"); fi
 }
 
+# 6b. MAR on the GPU (issue 42, item 4): random MAR-B in the official layout, converted; one image
+# of 64 MAR steps at cfg 3, its diffusion chains stepped where the head's outputs are (device
+# loop) against the host loop's (every diffusion step's outputs read back), in tokens/s.
+mar_row() {
+  [[ $HAS_DEVICE == 1 ]] || return
+  if [[ $(left) -lt 90 && $DRY == 0 ]]; then row "MAR-B cfg 3 batch 1 | skipped: time budget | | | | |"; return; fi
+  local d=$WORK/mar-b on="—" off="—" l v
+  if [[ ! -f $d/config.json ]] && ! run $PY python/make_random_mar.py --model mar_base --out "$d"; then
+    fail "make MAR-B"; row "MAR-B cfg 3 batch 1 | **FAILED: make_random_mar** | | | | |"; return
+  fi
+  for l in on off; do
+    if run "$TESSERA" bench -m "$d" --steps 64 --cfg 3 -n 1 --json --device cuda --device-loop $l; then
+      [[ $DRY == 1 ]] && continue
+      v=$(field '["runs"][0]["tokens_per_s"]')
+      [[ -n $v ]] && v=$(printf '%.0f (%s MAR steps on the device)' "$v" "$(field '["runs"][0]["device_steps"]')") ||
+        { v="**FAILED: no JSON**"; fail "MAR-B $l"; }
+    else v="**FAILED** (rc $?)"; fail "MAR-B $l"; fi
+    [[ $l == on ]] && on=$v || off=$v
+  done
+  row "MAR-B cfg 3 batch 1, 64 steps (tokens/s) | $on | $off | | | |"
+}
+
 # Batch 1 of every model first, then the verification cost and the methods, then the larger
 # batches: a spent budget cuts the latter.
 for item in $PLAN; do [[ $item == *:1 ]] && timed_row "$item"; done
 verify_cost
 methods_table
+mar_row
 for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
 
 # 7. The tables.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends_under_test.h"
+#include "decode/mar_sampler.h"
 #include "decode/session.h"
 #include "io/npy.h"
 #include "models/diffusion_head.h"
@@ -241,6 +242,37 @@ TEST_P(Models, T5EncoderHiddenStates) {
     };
     const Vec want = run(ref());
     EXPECT_TRUE(same(std::string("t5 hidden states ") + dir, run(backend()), want, kLogitsF32));
+  }
+}
+
+// MAR's device loop (issue 42, item 4): whole generations whose diffusion chains step where the
+// head's outputs are (DiffusionChains::use_device, sampling/diffusion_rows.h; on a GPU the
+// diffusion step kernel), unguided and guided, against the CPU's host chains: latents within the
+// MAR tolerance (the device's exp, log, sin and cos are within an ulp of the host's).
+TEST_P(Models, MarDeviceLoopLatents) {
+  const ModelConfig mc = load_model_config(kFixtures + "/mar/target_f32");
+  const GaussianDiffusion diffusion(mc.mar.num_train_timesteps, 50, mc.mar.noise_schedule);
+  const PhiloxMarNoise noise(21, {7, 8});
+  const std::vector<int> labels = {2, 9};
+  for (const float cfg : {1.0f, 3.0f}) {
+    SCOPED_TRACE("cfg " + std::to_string(cfg));
+    MarSamplingOptions s;
+    s.num_iter = 4;
+    s.cfg_scale = cfg;
+    s.temperature = 0.9f;
+    auto run = [&](Backend& b, DeviceLoop where, MarStats& st) {
+      Mar mar(mc, b);
+      s.device_loop = where;
+      Vec out;
+      for (const std::vector<float>& im : mar_generate(mar, diffusion, b, labels, s, noise, {}, st))
+        out.insert(out.end(), im.begin(), im.end());
+      return out;
+    };
+    MarStats want_stats, got_stats;
+    const Vec want = run(ref(), DeviceLoop::Off, want_stats);
+    const Vec got = run(backend(), DeviceLoop::On, got_stats);
+    EXPECT_EQ(got_stats.device_steps, s.num_iter);
+    EXPECT_TRUE(same("mar device-loop latents", got, want, kMarLatents));
   }
 }
 

@@ -23,6 +23,10 @@ struct MarSamplingOptions {
   float cfg_scale = 1.0f;  // 1: no guidance (no unconditional branch)
   std::string cfg_schedule = "linear";  // linear (MAR's default) | constant
   float temperature = 1.0f;             // scales the diffusion noise of every noisy step
+  // Where the diffusion chains step: on runs each MAR step's diffusion steps where the head's
+  // outputs are (the state read back once per step; Philox noise only); off steps them on the
+  // host, reading every diffusion step's outputs back; auto: on for a GPU, off on the CPU.
+  DeviceLoop device_loop = DeviceLoop::Auto;
 };
 
 // Continuous speculative decoding: a draft MAR (same VAE) drafts `draft_len` MAR steps, the target
@@ -60,6 +64,7 @@ struct MarStats {
   int64_t drafted = 0, accepted = 0;  // draft tokens verified / accepted
   int64_t resample_tries = 0, fallbacks = 0;
   int64_t head_rows_target = 0, head_rows_draft = 0;  // diffusion-net row evaluations
+  int64_t device_steps = 0;  // MAR passes (target and draft) whose chains the device loop stepped
   double seconds = 0.0;
   // Wall time split: target transformer, target diffusion head, draft (transformer + head),
   // verification (acceptance tests and residual sampling).

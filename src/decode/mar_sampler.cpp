@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "common/clock.h"
 #include "sampling/rng.h"
@@ -11,29 +12,12 @@ namespace tessera {
 
 namespace {
 
-// Philox stream ids (counter word 1); the position is counter word 0.
-constexpr uint32_t kStreamStart = 0x10000000u;    // | pair
-constexpr uint32_t kStreamStep = 0x20000000u;     // | j << 12 | pair
-constexpr uint32_t kStreamOrder = 0x30000000u;    // uniform per Fisher-Yates swap
-constexpr uint32_t kStreamUniform = 0x40000000u;  // | purpose << 20 | k
-constexpr uint32_t kStreamNormal = 0x50000000u;   // | purpose << 20 | pair
-
-std::array<uint32_t, 4> draw(uint64_t seed, uint64_t image, uint32_t position, uint32_t stream) {
-  return philox4x32(
-      {position, stream, static_cast<uint32_t>(image), static_cast<uint32_t>(image >> 32)},
-      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-}
-
-// Box-Muller on two 53-bit uniforms: a pair of independent standard normals.
-std::pair<double, double> box_muller(const std::array<uint32_t, 4>& r) {
-  constexpr double k53 = 1.0 / 9007199254740992.0;
-  const uint64_t a = ((static_cast<uint64_t>(r[0]) << 21) ^ (r[1] >> 11)) & ((1ull << 53) - 1);
-  const uint64_t b = ((static_cast<uint64_t>(r[2]) << 21) ^ (r[3] >> 11)) & ((1ull << 53) - 1);
-  const double u1 = (static_cast<double>(a) + 1.0) * k53;  // (0, 1]
-  const double u2 = static_cast<double>(b) * k53;
-  const double rad = std::sqrt(-2.0 * std::log(u1)), th = 2.0 * M_PI * u2;
-  return {rad * std::cos(th), rad * std::sin(th)};
-}
+// Philox stream ids: sampling/diffusion_math.h (shared with the device step).
+constexpr uint32_t kStreamStart = kMarStreamStart;
+constexpr uint32_t kStreamStep = kMarStreamStep;
+constexpr uint32_t kStreamOrder = kMarStreamOrder;
+constexpr uint32_t kStreamUniform = kMarStreamUniform;
+constexpr uint32_t kStreamNormal = kMarStreamNormal;
 
 }  // namespace
 
@@ -50,8 +34,9 @@ std::vector<int32_t> PhiloxMarNoise::order(int image, int seq_len) const {
 
 void PhiloxMarNoise::normals(int image, int position, uint32_t stream, std::span<float> out) const {
   for (size_t k = 0; k < out.size(); k += 2) {
-    const auto [z0, z1] = box_muller(draw(seed_, images_.at(image), static_cast<uint32_t>(position),
-                                          stream | static_cast<uint32_t>(k / 2)));
+    double z0 = 0.0, z1 = 0.0;
+    mar_normal_pair(seed_, images_.at(image), static_cast<uint32_t>(position),
+                    stream | static_cast<uint32_t>(k / 2), &z0, &z1);
     out[k] = static_cast<float>(z0);
     if (k + 1 < out.size()) out[k + 1] = static_cast<float>(z1);
   }
@@ -76,9 +61,9 @@ double PhiloxMarNoise::uniform(int image, int position, uint32_t purpose, uint32
 
 double PhiloxMarNoise::normal(int image, int position, uint32_t purpose, uint32_t k) const {
   check(k / 2 <= 0xFFFFFu, "internal: MAR normal stream exhausted (2^21 draws for one token)");
-  const auto [z0, z1] =
-      box_muller(draw(seed_, images_.at(image), static_cast<uint32_t>(position),
-                      kStreamNormal | (purpose & 0xFF) << 20 | ((k / 2) & 0xFFFFF)));
+  double z0 = 0.0, z1 = 0.0;
+  mar_normal_pair(seed_, images_.at(image), static_cast<uint32_t>(position),
+                  kStreamNormal | (purpose & 0xFF) << 20 | ((k / 2) & 0xFFFFF), &z0, &z1);
   return k % 2 ? z1 : z0;
 }
 
@@ -167,7 +152,7 @@ void DiffusionChains::gaussian(int j) {
       const float ec = o[(static_cast<size_t>(r) * 2) * d_ + i];
       if (guided_) {
         const float eu = o[(static_cast<size_t>(n_ + r) * 2) * d_ + i];
-        eps[static_cast<size_t>(r) * d_ + i] = eu + cfg_ * (ec - eu);
+        eps[static_cast<size_t>(r) * d_ + i] = diffusion_guided_eps(ec, eu, cfg_);
       } else {
         eps[static_cast<size_t>(r) * d_ + i] = ec;
       }
@@ -187,12 +172,72 @@ void DiffusionChains::advance(int j, const std::function<void(int, std::span<flo
       continue;
     }
     eps(r, e);
-    for (int i = 0; i < d_; ++i) x[i] = m[i] + std::exp(0.5f * lv[i]) * (temperature_ * e[i]);
+    for (int i = 0; i < d_; ++i) x[i] = diffusion_advance(m[i], lv[i], temperature_, e[i]);
   }
+}
+
+void DiffusionChains::use_device(uint64_t seed, std::vector<DiffusionRowNoise> rows) {
+  check(static_cast<int>(rows.size()) == n_, "internal: a device chain without its noise row");
+  device_ = true;
+  seed_ = seed;
+  noise_rows_ = std::move(rows);
+}
+
+void DiffusionChains::run_on_device(int from, int to) {
+  const int halves = guided_ ? 2 : 1;
+  const int64_t nd = static_cast<int64_t>(n_) * d_;
+  const size_t nd_bytes = static_cast<size_t>(nd) * sizeof(float);
+  // One buffer for what travels: the sums, x, mean and log var come back in one copy; the rows'
+  // noise identities go up with the sums and x.
+  const size_t x_at = static_cast<size_t>(nd) * sizeof(double), mean_at = x_at + nd_bytes,
+               log_var_at = mean_at + nd_bytes, back = log_var_at + nd_bytes,
+               rows_at = aligned_offset(back),
+               total = rows_at + noise_rows_.size() * sizeof(DiffusionRowNoise);
+  std::vector<uint8_t> host(total, 0);
+  std::memcpy(host.data(), sum_log_std_.data(), x_at);
+  std::memcpy(host.data() + x_at, x_.data(), nd_bytes);
+  std::memcpy(host.data() + rows_at, noise_rows_.data(),
+              noise_rows_.size() * sizeof(DiffusionRowNoise));
+  Tensor state = backend_.upload(host.data(), DType::U8, {static_cast<int64_t>(total)});
+  Tensor sums = state.bytes_as(0, DType::U8, {static_cast<int64_t>(x_at)});
+  Tensor x = state.bytes_as(x_at, DType::F32, {n_, d_});
+  Tensor mean = state.bytes_as(mean_at, DType::F32, {n_, d_});
+  Tensor log_var = state.bytes_as(log_var_at, DType::F32, {n_, d_});
+  const Tensor rows = state.bytes_as(
+      rows_at, DType::U8, {static_cast<int64_t>(noise_rows_.size() * sizeof(DiffusionRowNoise))});
+  // The head's input: [x; x] when guided (forward_with_cfg runs the conditional half's state for
+  // both halves).
+  Tensor x_in = backend_.empty(DType::F32, {halves * static_cast<int64_t>(n_), d_});
+  for (int h = 0; h < halves; ++h) {
+    Tensor half = x_in.rows(static_cast<int64_t>(h) * n_, n_);
+    backend_.copy(x, half);
+  }
+  for (int j = from; j >= to; --j) {
+    if (!has_modulations(j)) prepare_modulations(j, to);
+    const Tensor out = head_.forward(x_in, mod_, mod_hi_ - j);
+    net_rows_ += halves * n_;
+    DiffusionStep step;
+    step.coefficients = diffusion_.coefficients(j);
+    step.j = j;
+    step.guided = guided_ ? 1 : 0;
+    step.cfg = cfg_;
+    step.temperature = temperature_;
+    step.seed = seed_;
+    diffusion_step_rows(backend_, out, n_, d_, step, rows, x, mean, log_var, sums, x_in);
+  }
+  backend_.download(state.bytes_as(0, DType::U8, {static_cast<int64_t>(back)}), host.data());
+  std::memcpy(sum_log_std_.data(), host.data(), x_at);
+  std::memcpy(x_.data(), host.data() + x_at, nd_bytes);
+  std::memcpy(mean_.data(), host.data() + mean_at, nd_bytes);
+  std::memcpy(log_var_.data(), host.data() + log_var_at, nd_bytes);
 }
 
 void DiffusionChains::run(int from, int to,
                           const std::function<void(int, int, std::span<float>)>& eps) {
+  if (device_ && n_ > 0 && from >= to) {
+    run_on_device(from, to);
+    return;
+  }
   for (int j = from; j >= to; --j) {
     if (n_ > 0 && !has_modulations(j)) prepare_modulations(j, to);
     gaussian(j);
@@ -249,7 +294,8 @@ MarCanvas new_canvas(const MarConfig& c, const std::vector<int>& labels, const M
 
 MarStepResult mar_step(const Mar& model, const GaussianDiffusion& diffusion, Backend& backend,
                        const MarCanvas& cv, const std::vector<std::vector<int32_t>>& predict,
-                       float cfg, float temperature, const MarNoise& noise, int stop_step) {
+                       float cfg, float temperature, const MarNoise& noise, int stop_step,
+                       DeviceLoop where) {
   MarStepResult res;
   const bool guided = cfg != 1.0f;  // MAR doubles the batch only when cfg != 1
   const int B = cv.images;
@@ -284,6 +330,18 @@ MarStepResult mar_step(const Mar& model, const GaussianDiffusion& diffusion, Bac
   for (size_t r = 0; r < res.rows.size(); ++r)
     noise.start(res.rows[r].first, res.rows[r].second,
                 std::span<float>(res.chains->x().data() + r * d, static_cast<size_t>(d)));
+  // The device loop draws the step noise where the chains are: MAR's Philox streams only (tests
+  // that inject noise arrays step on the host).
+  const auto* philox = dynamic_cast<const PhiloxMarNoise*>(&noise);
+  if (philox &&
+      (where == DeviceLoop::On || (where == DeviceLoop::Auto && !backend.host_memory()))) {
+    std::vector<DiffusionRowNoise> rows(res.rows.size());
+    for (size_t r = 0; r < res.rows.size(); ++r) {
+      rows[r].image_index = philox->image_index(res.rows[r].first);
+      rows[r].position = res.rows[r].second;
+    }
+    res.chains->use_device(philox->seed(), std::move(rows));
+  }
   res.chains->run(diffusion.steps() - 1, stop_step, [&](int row, int j, std::span<float> out) {
     res.step_noise(noise, row, j, out);
   });
@@ -293,8 +351,11 @@ MarStepResult mar_step(const Mar& model, const GaussianDiffusion& diffusion, Bac
 
 int64_t mar_target_step(const Mar& model, const GaussianDiffusion& diffusion, Backend& backend,
                         MarCanvas& cv, const std::vector<std::vector<int32_t>>& predict, float cfg,
-                        float temperature, const MarNoise& noise, MarStats& stats) {
-  const MarStepResult r = mar_step(model, diffusion, backend, cv, predict, cfg, temperature, noise);
+                        float temperature, const MarNoise& noise, MarStats& stats,
+                        DeviceLoop where) {
+  const MarStepResult r =
+      mar_step(model, diffusion, backend, cv, predict, cfg, temperature, noise, 0, where);
+  stats.device_steps += r.chains->on_device() ? 1 : 0;
   const int d = cv.token_dim;
   for (size_t row = 0; row < r.rows.size(); ++row)
     cv.write(r.rows[row].first, r.rows[row].second, r.chains->x().data() + row * d);
@@ -319,7 +380,7 @@ std::vector<std::vector<float>> mar_generate(const Mar& model, const GaussianDif
     const auto predict = cv.step_positions(lens[s], s == sampling.num_iter - 1);
     const int64_t done =
         mar_target_step(model, diffusion, backend, cv, predict, cfg_at_step(sampling, L, lens[s]),
-                        sampling.temperature, noise, stats);
+                        sampling.temperature, noise, stats, sampling.device_loop);
     if (on_tokens) on_tokens(done);
   }
   std::vector<std::vector<float>> out(cv.images);

@@ -85,20 +85,23 @@ GaussianDiffusion::GaussianDiffusion(int T, int S, const std::string& schedule) 
     post_log_var_[j] = std::log(n > 1 && j == 0 ? post_var[1] : post_var[j]);
 }
 
+DiffusionStepCoefficients GaussianDiffusion::coefficients(int j) const {
+  DiffusionStepCoefficients c;
+  c.sqrt_recip_ac = static_cast<float>(sqrt_recip_ac_[j]);
+  c.sqrt_recipm1_ac = static_cast<float>(sqrt_recipm1_ac_[j]);
+  c.coef1 = static_cast<float>(coef1_[j]);
+  c.coef2 = static_cast<float>(coef2_[j]);
+  c.min_log = static_cast<float>(post_log_var_[j]);
+  c.max_log = static_cast<float>(log_betas_[j]);
+  return c;
+}
+
 void GaussianDiffusion::mean_log_variance(int j, std::span<const float> x,
                                           std::span<const float> eps, std::span<const float> v,
                                           std::span<float> mean, std::span<float> log_var) const {
-  const float r = static_cast<float>(sqrt_recip_ac_[j]);
-  const float rm1 = static_cast<float>(sqrt_recipm1_ac_[j]);
-  const float c1 = static_cast<float>(coef1_[j]), c2 = static_cast<float>(coef2_[j]);
-  const float min_log = static_cast<float>(post_log_var_[j]);
-  const float max_log = static_cast<float>(log_betas_[j]);
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float x0 = r * x[i] - rm1 * eps[i];  // predicted x_0, not clipped (clip_denoised=False)
-    mean[i] = c1 * x0 + c2 * x[i];
-    const float frac = (v[i] + 1.0f) / 2.0f;  // LEARNED_RANGE: v is not clamped
-    log_var[i] = frac * max_log + (1.0f - frac) * min_log;
-  }
+  const DiffusionStepCoefficients c = coefficients(j);
+  for (size_t i = 0; i < x.size(); ++i)
+    diffusion_gaussian(c, x[i], eps[i], v[i], &mean[i], &log_var[i]);
 }
 
 }  // namespace tessera

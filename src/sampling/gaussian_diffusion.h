@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "sampling/diffusion_math.h"
+
 namespace tessera {
 
 class GaussianDiffusion {
@@ -20,6 +22,8 @@ class GaussianDiffusion {
   // The network's timestep input for respaced step j (the original index, not j).
   int timestep(int j) const { return timestep_map_[j]; }
 
+  // Step j's coefficients in float32, as every step's arithmetic uses them (diffusion_math.h).
+  DiffusionStepCoefficients coefficients(int j) const;
   // Step j's Gaussian p(x_{j-1} | x_j) from the network output: eps [rows, d] and the variance
   // interpolation v [rows, d] (learned range). Writes mean and log variance (no temperature).
   void mean_log_variance(int j, std::span<const float> x, std::span<const float> eps,

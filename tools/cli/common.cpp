@@ -46,8 +46,9 @@ void add_device_loop(CLI::App* cmd, DeviceLoop& loop) {
          "Where tokens are drawn: on draws vanilla's tokens where the logits are (each step a "
          "replayed CUDA graph) and verifies speculative rounds, chains and trees, under the ratio "
          "rules and LANTERN (sd, sjd, eagle, medusa, hawk, lantern, lantern++, cool-sd, "
-         "uniform-rsd, amplify, addition) there, reading back one verdict per image; off reads "
-         "every step's logits back to the host; auto: on for a GPU, off on the CPU")
+         "uniform-rsd, amplify, addition) there, reading back one verdict per image, and steps "
+         "MAR's diffusion chains there; off reads every step's logits back to the host; auto: on "
+         "for a GPU, off on the CPU")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->default_str("auto");
 }
@@ -213,6 +214,7 @@ MarRunOptions mar_run(const CommonOpts& common, const CondOpts& cond, int n,
   // MAR's default of 64 steps, capped at the model's tokens (a small model may have fewer).
   mg.sampling.num_iter = cmd && cmd->count("--steps") > 0 ? m.steps : 0;
   mg.sampling.cfg_schedule = m.cfg_schedule;
+  mg.sampling.device_loop = g.device_loop;
   mg.spec.method = g.spec.method;
   mg.spec.draft_model = g.spec.draft_model;
   mg.spec.draft_len = g.spec.draft_len > 0 ? g.spec.draft_len : 8;

@@ -114,6 +114,7 @@ nlohmann::json mar_stats_json(const MarStats& st, const std::string& method) {
           {"fallbacks", st.fallbacks},
           {"head_rows_target", st.head_rows_target},
           {"head_rows_draft", st.head_rows_draft},
+          {"device_steps", st.device_steps},
           {"time_split_s",
            {{"target_transformer", st.target_transformer_seconds},
             {"target_head", st.target_head_seconds},

@@ -174,7 +174,9 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
       const std::string d = text(v, "device_loop");
       if (d != "auto" && d != "on" && d != "off")
         throw ParameterError("device_loop", "must be auto, on or off, not '" + d + "'");
-      g.device_loop = d == "on" ? DeviceLoop::On : d == "off" ? DeviceLoop::Off : DeviceLoop::Auto;
+      g.device_loop = a.mar.sampling.device_loop = d == "on"    ? DeviceLoop::On
+                                                   : d == "off" ? DeviceLoop::Off
+                                                                : DeviceLoop::Auto;
     } else if (key == "steps" && mar) {
       a.mar.sampling.num_iter = number<int>(v, "steps");
     } else if (key == "cfg_schedule" && mar) {

@@ -64,8 +64,9 @@ std::vector<std::vector<float>> cspd_generate(
     const auto predict = cv.step_positions(lens[s], last);
     const float cfg = cfg_at_step(sampling, L, lens[s]);
     if (s <= milestone) {  // pre-filling by the target (Continuous SD §3.2)
-      const int64_t done = mar_target_step(target, diffusion, backend, cv, predict, cfg,
-                                           sampling.temperature, noise, stats);
+      const int64_t done =
+          mar_target_step(target, diffusion, backend, cv, predict, cfg, sampling.temperature, noise,
+                          stats, sampling.device_loop);
       verified_unknown = cv.unknown;
       if (on_tokens) on_tokens(done);
       continue;
@@ -74,8 +75,9 @@ std::vector<std::vector<float>> cspd_generate(
     // Draft step: the draft's own class embedding and guidance, the positions' shared noise.
     double t0 = now_s();
     MarStepResult r = mar_step(draft, diffusion, backend, cv, predict, cfg, sampling.temperature,
-                               noise, test_step + 1);
+                               noise, test_step + 1, sampling.device_loop);
     DiffusionChains& dc = *r.chains;
+    stats.device_steps += dc.on_device() ? 1 : 0;
     dc.gaussian(test_step);
     const std::vector<float> test_mean = dc.mean(), test_log_var = dc.log_var();
     const std::vector<double> draft_sum_log_std = dc.sum_log_std();
@@ -109,8 +111,9 @@ std::vector<std::vector<float>> cspd_generate(
     visible.unknown = verified_unknown;
     for (auto& w : window) std::sort(w.begin(), w.end());
     MarStepResult t = mar_step(target, diffusion, backend, visible, window, cfg,
-                               sampling.temperature, noise, test_step + 1);
+                               sampling.temperature, noise, test_step + 1, sampling.device_loop);
     DiffusionChains& tc = *t.chains;
+    stats.device_steps += tc.on_device() ? 1 : 0;
     t0 = now_s();
     tc.gaussian(test_step);
     stats.target_head_seconds += (now_s() - t0);
