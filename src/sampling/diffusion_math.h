@@ -3,14 +3,15 @@
 // guidance on eps as models/diffloss.py forward_with_cfg), and MAR's Philox normals, as
 // TESSERA_HD functions: the host chains (decode/mar_sampler.cpp) and the device step
 // (sampling/diffusion_rows.h) compute with the same formulas and draw the same noise. Products and
-// sums are rounded one by one (g++ in ISO mode contracts nothing; nvcc would fuse them), so a
-// device differs from the CPU only where exp, log, sin and cos do (within an ulp).
+// sums are rounded one by one (common/rounding.h), so a device differs from the CPU only where
+// exp, log, sin and cos do (within an ulp).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "common/rounding.h"
 #include "sampling/philox.h"
 
 namespace tessera {
@@ -21,28 +22,6 @@ inline constexpr uint32_t kMarStreamStep = 0x20000000u;     // | j << 12 | pair:
 inline constexpr uint32_t kMarStreamOrder = 0x30000000u;    // uniform per Fisher-Yates swap
 inline constexpr uint32_t kMarStreamUniform = 0x40000000u;  // | purpose << 20 | k
 inline constexpr uint32_t kMarStreamNormal = 0x50000000u;   // | purpose << 20 | pair
-
-TESSERA_HD inline float mul_rn_f(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-TESSERA_HD inline float add_rn_f(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-TESSERA_HD inline float sub_rn_f(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
 
 // Box-Muller on two 53-bit uniforms of one Philox block: a pair of independent standard normals.
 TESSERA_HD inline void mar_normal_pair(uint64_t seed, uint64_t image, uint32_t position,
@@ -75,7 +54,7 @@ struct DiffusionStepCoefficients {
 
 // Guided eps: eu + cfg (ec - eu).
 TESSERA_HD inline float diffusion_guided_eps(float ec, float eu, float cfg) {
-  return add_rn_f(eu, mul_rn_f(cfg, sub_rn_f(ec, eu)));
+  return add_rn(eu, mul_rn(cfg, sub_rn(ec, eu)));
 }
 
 // The Gaussian of step j at one element: x_0 = r x - rm1 eps (not clipped: clip_denoised=False),
@@ -83,15 +62,15 @@ TESSERA_HD inline float diffusion_guided_eps(float ec, float eu, float cfg) {
 // (LEARNED_RANGE; v not clamped).
 TESSERA_HD inline void diffusion_gaussian(const DiffusionStepCoefficients& c, float x, float eps,
                                           float v, float* mean, float* log_var) {
-  const float x0 = sub_rn_f(mul_rn_f(c.sqrt_recip_ac, x), mul_rn_f(c.sqrt_recipm1_ac, eps));
-  *mean = add_rn_f(mul_rn_f(c.coef1, x0), mul_rn_f(c.coef2, x));
-  const float frac = add_rn_f(v, 1.0f) / 2.0f;
-  *log_var = add_rn_f(mul_rn_f(frac, c.max_log), mul_rn_f(sub_rn_f(1.0f, frac), c.min_log));
+  const float x0 = sub_rn(mul_rn(c.sqrt_recip_ac, x), mul_rn(c.sqrt_recipm1_ac, eps));
+  *mean = add_rn(mul_rn(c.coef1, x0), mul_rn(c.coef2, x));
+  const float frac = add_rn(v, 1.0f) / 2.0f;
+  *log_var = add_rn(mul_rn(frac, c.max_log), mul_rn(sub_rn(1.0f, frac), c.min_log));
 }
 
 // The next state of a noisy step: mean + exp(log_var / 2) (temperature e).
 TESSERA_HD inline float diffusion_advance(float mean, float log_var, float temperature, float e) {
-  return add_rn_f(mean, mul_rn_f(expf(mul_rn_f(0.5f, log_var)), mul_rn_f(temperature, e)));
+  return add_rn(mean, mul_rn(expf(mul_rn(0.5f, log_var)), mul_rn(temperature, e)));
 }
 
 }  // namespace tessera

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/host_device.h"
+#include "common/rounding.h"
 
 namespace tessera {
 
@@ -16,11 +17,7 @@ namespace tessera {
 // (-ffp-contract=off), nvcc would fuse into an fma by default, so the device spells out the
 // roundings.
 TESSERA_HD inline float guided_logit(float cond, float uncond, float scale) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(uncond, __fmul_rn(__fsub_rn(cond, uncond), scale));
-#else
-  return uncond + (cond - uncond) * scale;
-#endif
+  return add_rn(uncond, mul_rn(sub_rn(cond, uncond), scale));
 }
 
 // Whether image token t (0-based) is guided (SamplingParams::guided): LlamaGen's loop index for

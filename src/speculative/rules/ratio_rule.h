@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/host_device.h"
+#include "common/rounding.h"
 
 namespace tessera::speculative {
 
@@ -23,24 +24,6 @@ struct RatioRule {
   bool optimal = false;   // resample from G* = [p - q f]+ instead of [p - q]+
   bool operator==(const RatioRule&) const = default;
 };
-
-// Double products and differences rounded as the CPU rounds them: g++ in ISO mode does not contract
-// a * b - c into an fma, nvcc would, so the device spells the roundings out (as guided_logit in
-// sampling/sampling_rules.h does).
-TESSERA_HD inline double mul_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-TESSERA_HD inline double sub_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
 
 // min(1, numerator / q): the ratio test every rule shares. q = 0 (a token a correct drafter never
 // proposes) is treated as accept iff the numerator is positive.

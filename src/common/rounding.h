@@ -1,0 +1,46 @@
+// Sums, differences and products rounded one by one, as the CPU rounds them: g++ in ISO mode does
+// not contract a * b + c into an fma (-ffp-contract=off), nvcc would by default, so TESSERA_HD
+// formulas that must give the CPU's bits on a device spell their roundings out with these.
+#pragma once
+
+#include "common/host_device.h"
+
+namespace tessera {
+
+TESSERA_HD inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+TESSERA_HD inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+TESSERA_HD inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TESSERA_HD inline double sub_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+TESSERA_HD inline double mul_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+}  // namespace tessera
