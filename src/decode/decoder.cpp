@@ -231,15 +231,10 @@ void VanillaDecoder::device_round(std::vector<ImageState*>& active) {
   // The key visibility table (t2i caption padding) exists once any key is hidden: a step
   // captured before it reads none, so it is part of the key.
   const int key = 2 * m + (in.attn.key_visible ? 1 : 0);
-  auto graph = graphs_.find(key);
-  if (graph == graphs_.end()) graph = graphs_.emplace(key, be.capture(step)).first;
   for (int k = 0; k < burst; ++k)
-    if (graph->second) {
-      be.replay(*graph->second);
+    if (replay_or_run(be, graphs_, key, step)) {
       graph_replays_++;
       stats_.replayed_steps++;
-    } else {
-      step();
     }
   history_host_.resize(static_cast<size_t>(m) * N);
   int32_t failed = 0;

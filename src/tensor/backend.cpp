@@ -25,6 +25,18 @@ Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, i
   return buffer.rows(0, rows);
 }
 
+bool replay_or_run(Backend& backend, std::map<int, std::unique_ptr<OpGraph>>& graphs, int key,
+                   const std::function<void()>& ops) {
+  auto graph = graphs.find(key);
+  if (graph == graphs.end()) graph = graphs.emplace(key, backend.capture(ops)).first;
+  if (!graph->second) {
+    ops();
+    return false;
+  }
+  backend.replay(*graph->second);
+  return true;
+}
+
 Tensor upload_ids(Backend& backend, std::span<const int32_t> ids) {
   return backend.upload(ids.data(), DType::I32, {static_cast<int64_t>(ids.size())});
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -206,6 +207,12 @@ Tensor upload_ids(Backend& backend, std::span<const int32_t> ids);
 // The first `rows` rows of `buffer` ([rows, width] of `dtype`), reallocated larger when it holds
 // fewer: a scratch tensor reused across steps whose sizes vary.
 Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, int64_t width);
+
+// Runs `ops` as the graph cached in `graphs` under `key` (captured at its first use), or runs them
+// directly when the backend records none (the CPU, or a failed capture). Returns whether a graph
+// was replayed. The ops must address only buffers that stay put while the key does.
+bool replay_or_run(Backend& backend, std::map<int, std::unique_ptr<OpGraph>>& graphs, int key,
+                   const std::function<void()>& ops);
 
 // n rounded up to a multiple of 256 bytes: the offset of the next part of a byte buffer holding
 // several arrays (Tensor::bytes_as), aligned for any element type.

@@ -301,14 +301,7 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
       }
     };
     const int key = (m * (kMaxTreeDepth + 1) + depth) * 2 + (in.attn.key_visible ? 1 : 0);
-    auto graph = graphs_.find(key);
-    if (graph == graphs_.end()) graph = graphs_.emplace(key, be.capture(forwards)).first;
-    if (graph->second) {
-      be.replay(*graph->second);
-      device_drafts_counted_.replayed++;
-    } else {
-      forwards();
-    }
+    if (replay_or_run(be, graphs_, key, forwards)) device_drafts_counted_.replayed++;
     session_.advance(slots, steps);
     device_forwards_ += steps;
   }
