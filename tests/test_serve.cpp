@@ -98,16 +98,20 @@ std::unique_ptr<Pipeline> load(const std::string& dir) {
   return Pipeline::load(dir, lo);
 }
 
-// The RGB pixels of response image i.
-std::vector<uint8_t> image_of(const json& body, size_t i, const std::string& tmp) {
+// The RGB pixels of response image i, through a file of this process's own (ctest -j runs the
+// instances of a parameterised test at once, in the same temporary directory).
+std::vector<uint8_t> image_of(const json& body, size_t i, const std::string& tmp_name) {
   const std::string png = unbase64(body["data"][i]["b64_json"].get<std::string>());
+  const std::string tmp = tmp_name + "." + std::to_string(getpid());
   {
     std::FILE* f = std::fopen(tmp.c_str(), "wb");
     std::fwrite(png.data(), 1, png.size(), f);
     std::fclose(f);
   }
   int w = 0, h = 0;
-  return read_png(tmp, w, h);
+  std::vector<uint8_t> rgb = read_png(tmp, w, h);
+  std::remove(tmp.c_str());
+  return rgb;
 }
 
 class ServeApi : public ::testing::TestWithParam<std::string> {};
