@@ -28,7 +28,7 @@ class DelegatingDrafter : public speculative::Drafter {
     inner_.set_node_budget(std::move(budget));
   }
   void set_device_drafts(bool on) override { inner_.set_device_drafts(on); }
-  const Tensor* device_q() const override { return inner_.device_q(); }
+  const speculative::DeviceDraftRows* device_rows() const override { return inner_.device_rows(); }
   DeviceDrafts device_drafts() const override { return inner_.device_drafts(); }
   void finish_round(ImageState& im, const speculative::DraftTree& tree,
                     const speculative::VerifyOutcome& out,

@@ -336,6 +336,48 @@ TEST_P(Ops, MoveRows) {
   }
 }
 
+// Rows copied from one buffer into another whose rows hold as many bytes (another dtype and
+// width): I32 tokens into a forward's inputs, U8 rows into F32 pairs, odd byte widths; a source
+// row copied twice. Rows not named keep their bytes.
+TEST_P(Ops, CopyRows) {
+  Rng rng(18);
+  struct Case {
+    DType src_dt;
+    int64_t src_rows, src_width;
+    DType dst_dt;
+    int64_t dst_rows, dst_width;
+  };
+  const std::vector<int32_t> from = {0, 5, 2, 2, 8, 1}, to = {7, 0, 3, 11, 2, 6};
+  for (const Case& c :
+       {Case{DType::I32, 9, 1, DType::I32, 12, 1}, Case{DType::U8, 10, 8, DType::F32, 13, 2},
+        Case{DType::U8, 9, 3, DType::U8, 14, 3}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.src_dt)) + " to " + dtype_name(c.dst_dt));
+    auto random_bytes = [&](size_t n) {
+      Bytes b(n);
+      for (auto& x : b) x = static_cast<uint8_t>(rng.integer(0, 255));
+      return b;
+    };
+    const size_t rb = static_cast<size_t>(c.src_width) * dtype_size(c.src_dt);
+    const Bytes src = random_bytes(static_cast<size_t>(c.src_rows) * rb);
+    const Bytes dst = random_bytes(static_cast<size_t>(c.dst_rows) * rb);
+    auto run = [&](Backend& b) {
+      const Tensor s = b.upload(src.data(), c.src_dt, {c.src_rows, c.src_width});
+      Tensor d = b.upload(dst.data(), c.dst_dt, {c.dst_rows, c.dst_width});
+      b.copy_rows(s, b.upload(from.data(), DType::I32, {6}), d,
+                  b.upload(to.data(), DType::I32, {6}));
+      return down_bytes(b, d);
+    };
+    const Bytes want = run(ref());
+    EXPECT_EQ(run(backend()), want);
+    for (int64_t r = 0; r < c.dst_rows; ++r) {
+      const auto it = std::find(to.begin(), to.end(), static_cast<int32_t>(r));
+      const uint8_t* expect =
+          it == to.end() ? dst.data() + r * rb : src.data() + from[it - to.begin()] * rb;
+      EXPECT_EQ(0, std::memcmp(want.data() + r * rb, expect, rb)) << "row " << r;
+    }
+  }
+}
+
 TEST_P(Ops, AddScalarI32) {
   Rng rng(16);
   for (int64_t n : {1, 7, 1001}) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "counting_backend.h"
 #include "decode/guidance.h"
 #include "delegating_drafter.h"
 #include "models/llamagen.h"
@@ -181,6 +182,8 @@ class DeviceDraftCounter : public test::DelegatingDrafter {
         if (node.q_row >= 0) {
           ++on_device;
           EXPECT_TRUE(node.q.empty());
+          // Nothing came back: the token reaches the host with the round's verdicts.
+          EXPECT_EQ(node.token, speculative::kTokenOnDevice);
         } else {
           ++on_host;
         }
@@ -197,10 +200,11 @@ struct Drafted {
   int64_t drafting_rounds = 0;
 };
 
-// Four images of the tiny fixture, sd with its draft model (chains of 3), through the loop.
-Drafted draft_and_verify(DeviceLoop where) {
+// Four images of the tiny fixture, sd with a draft model (chains of 3), through the loop. The
+// tiny draft is rejected at once; the target drafting for itself is accepted.
+Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/spec/tiny_draft") {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
-  const ModelConfig dc = load_model_config(kFix + "/spec/tiny_draft");
+  const ModelConfig dc = load_model_config(kFix + draft_model);
   LlamaGen target(tc, cpu_backend()), draft(dc, cpu_backend());
   SamplingOptions so;
   so.cfg_scale = 3.0f;
@@ -243,18 +247,66 @@ Drafted draft_and_verify(DeviceLoop where) {
 // forward's tokens there (the chain's forwards run from inputs prepared once, positions and cache
 // lengths advanced on the device), and the images are the host loop's.
 TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
-  const Drafted host = draft_and_verify(DeviceLoop::Off);
-  const Drafted device = draft_and_verify(DeviceLoop::On);
-  EXPECT_EQ(device.images, host.images);
-  EXPECT_EQ(host.on_device, 0);
-  EXPECT_GT(device.on_device, 50);
-  EXPECT_EQ(device.on_host, 0);
-  EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - 1);
-  // Every round that drafts (not those at an image's end) drawn on the device, as one burst (the
-  // CPU captures no graph); the draft forwards counted as the host loop counts them.
-  EXPECT_EQ(device.stats.device_drafted_rounds, device.drafting_rounds);
-  EXPECT_GT(device.stats.device_drafted_rounds, 10);
-  EXPECT_EQ(device.stats.replayed_draft_rounds, 0);
-  EXPECT_EQ(host.stats.device_drafted_rounds, 0);
-  EXPECT_EQ(device.stats.draft_forward_passes, host.stats.draft_forward_passes);
+  for (const std::string draft_model : {"/spec/tiny_draft", "/llamagen/c2i_f32"}) {
+    SCOPED_TRACE(draft_model);
+    const Drafted host = draft_and_verify(DeviceLoop::Off, draft_model);
+    const Drafted device = draft_and_verify(DeviceLoop::On, draft_model);
+    EXPECT_EQ(device.images, host.images);
+    EXPECT_EQ(host.on_device, 0);
+    EXPECT_GT(device.on_device, 40);
+    EXPECT_EQ(device.on_host, 0);
+    EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - 1);
+    // Every round that drafts (not those at an image's end) drawn on the device, as one burst
+    // (the CPU captures no graph); the draft forwards counted as the host loop counts them.
+    EXPECT_EQ(device.stats.device_drafted_rounds, device.drafting_rounds);
+    EXPECT_GE(device.stats.device_drafted_rounds, 4);
+    EXPECT_EQ(device.stats.replayed_draft_rounds, 0);
+    EXPECT_EQ(host.stats.device_drafted_rounds, 0);
+    EXPECT_EQ(device.stats.draft_forward_passes, host.stats.draft_forward_passes);
+  }
+  // The target drafting for itself: drafts accepted, so the committed tokens include tokens
+  // drawn on the device (which reach the host only with the verdicts).
+  EXPECT_GT(draft_and_verify(DeviceLoop::On, "/llamagen/c2i_f32").stats.mean_accepted_length(),
+            2.0);
+}
+
+// A round the device loop drafts and verifies reads back once: the drafted tokens go from the
+// draft model's rows into the target pass's inputs and the walk's nodes on the device, and come
+// back with the verdicts (issue 42's "at most one copy back per round"). Two images, guided, after
+// the first round has settled the buffers.
+TEST(DeviceRounds, ADraftModelRoundReadsBackOnce) {
+  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+  const ModelConfig dc = load_model_config(kFix + "/spec/tiny_draft");
+  test::CountingBackend counting;
+  LlamaGen target(tc, counting), draft(dc, counting);
+  SamplingOptions so;
+  so.cfg_scale = 3.0f;
+  so.top_k = 50;
+  const SamplingParams p = to_sampling_params(so);
+  speculative::ModelDrafter drafter(draft, p, 3, 2);
+  const auto rule = speculative::make_exact_rule();
+  speculative::LoopSettings loop;
+  loop.rule = rule.get();
+  loop.drafter = &drafter;
+  loop.draft_len = 3;
+  DecoderSettings d;
+  d.sampling = p;
+  d.seed = 4;
+  d.device_loop = DeviceLoop::On;
+  GenerateStats stats;
+  speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
+  dec.add(Condition::label(1), 0);
+  dec.add(Condition::label(2), 1);
+  ASSERT_TRUE(dec.step());  // the prefills
+  ASSERT_TRUE(dec.step());  // a first round
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const GenerateStats before = stats;
+    counting.downloads = counting.syncs = 0;
+    ASSERT_TRUE(dec.step());
+    EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
+    EXPECT_EQ(stats.device_drafted_rounds - before.device_drafted_rounds, 1);
+    EXPECT_EQ(counting.downloads, 1);
+    EXPECT_EQ(counting.syncs, 0);
+  }
 }

@@ -114,7 +114,13 @@ int Session::prefill_rows() const {
 }
 
 ForwardOutputs Session::forward(const StepBatch& b) {
-  const ForwardInputs in = prepare(b);
+  return forward(b, {});
+}
+
+ForwardOutputs Session::forward(const StepBatch& b,
+                                const std::function<void(ForwardInputs&)>& edit) {
+  ForwardInputs in = prepare(b);
+  if (edit) edit(in);
   ForwardOutputs out = run(in);
   advance(b.slots, b.n_new);
   forwards_++;

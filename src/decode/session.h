@@ -5,6 +5,7 @@
 // of llama.cpp's llama_model (weights) and llama_context (state and memory).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -71,6 +72,9 @@ class Session {
   HiddenState hidden_states() const { return hidden_states_; }
   // Uploads the batch's inputs (one transfer per buffer), runs the model, advances the slots.
   ForwardOutputs forward(const StepBatch& batch);
+  // The same, with `edit` run on the uploaded inputs before the model (inputs the device writes
+  // itself: the speculative device loop's drafted tokens, BackendVerifier::write_drafts).
+  ForwardOutputs forward(const StepBatch& batch, const std::function<void(ForwardInputs&)>& edit);
   // forward() in three parts, for steps that advance on the device (VanillaDecoder's device
   // loop): prepare uploads the batch's inputs and returns them, views of the session's buffers
   // whose addresses depend only on the batch's shape; run runs the model on them (once, or

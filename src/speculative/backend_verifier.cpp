@@ -1,6 +1,7 @@
 #include "speculative/backend_verifier.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "tessera/error.h"
@@ -12,14 +13,15 @@ BackendVerifier::BackendVerifier(Backend& backend, int vocab) : be_(backend), V_
 }
 
 void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, bool greedy,
-                            const Tensor* device_q) {
+                            const DeviceDraftRows* device, int halves) {
   const int m = static_cast<int>(drafts.size()), width = rows - 1;
-  check(rows >= 1, "internal: BackendVerifier::stage without a root row");
+  check(rows >= 1 && halves >= 1, "internal: BackendVerifier::stage without a root row");
   m_ = m;
   rows_ = rows;
   greedy_ = greedy;
   any_q_ = false;
   bool on_device = false;
+  int64_t device_tokens = 0;
   for (const DraftToVerify& c : drafts) {
     check(c.tree && static_cast<int>(c.tree->size()) <= width,
           "internal: BackendVerifier verifies drafts of at most the round's width");
@@ -27,20 +29,36 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
     for (const DraftNode& node : *c.tree) {
       any_q_ = any_q_ || !node.q.empty() || node.q_row >= 0;
       on_device = on_device || node.q_row >= 0;
+      if (node.token == kTokenOnDevice) {
+        check(node.q_row >= 0, "internal: a token on the device without its row");
+        ++device_tokens;
+      }
     }
   }
-  check(!on_device || device_q, "internal: draft rows on a device without the drafter's tensor");
+  check(!on_device || (device && device->q.data),
+        "internal: draft rows on a device without the drafter's tensor");
+  check(device_tokens == 0 || device->tokens.data,
+        "internal: draft tokens on a device without the drafter's tensor");
+  tokens_on_device_ = device_tokens > 0;
   const size_t V = static_cast<size_t>(V_), n_rows = static_cast<size_t>(m) * rows,
                n_drafts = static_cast<size_t>(m) * width;
   Layout& a = at_;
   a.verdicts = 0;
   a.flag = aligned_offset(m * sizeof(DraftVerdict));
-  a.back = a.flag + sizeof(int32_t);
-  a.params = aligned_offset(a.back);
+  a.nodes = aligned_offset(a.flag + sizeof(int32_t));
+  const size_t nodes_end = a.nodes + n_drafts * sizeof(WalkNode);
+  // The nodes come back only when the host lacks their tokens.
+  a.back = tokens_on_device_ ? nodes_end : a.flag + sizeof(int32_t);
+  a.params = aligned_offset(nodes_end);
   a.images = aligned_offset(a.params + n_rows * sizeof(DeviceSampleParams));
-  a.nodes = aligned_offset(a.images + m * sizeof(RoundImage));
-  a.q_rows = aligned_offset(a.nodes + n_drafts * sizeof(WalkNode));
-  a.q = aligned_offset(a.q_rows + (on_device ? n_drafts * sizeof(int32_t) : 0));
+  a.q_rows = aligned_offset(a.images + m * sizeof(RoundImage));
+  a.moves = aligned_offset(a.q_rows + (on_device ? n_drafts * sizeof(int32_t) : 0));
+  // Each device token goes to its walk node, and to its row of each half's inputs; the drafter's
+  // error flag to this buffer's (so one read reports a failed draw or target row).
+  a.node_moves = tokens_on_device_ ? device_tokens + 1 : 0;
+  a.input_moves = device_tokens * halves;
+  const size_t n_moves = static_cast<size_t>(a.node_moves + a.input_moves);
+  a.q = aligned_offset(a.moves + 2 * n_moves * sizeof(int32_t));
   a.total = a.q + (any_q_ && !on_device ? n_drafts * V * sizeof(float) : 0);
   host_.assign(a.total, 0);  // zero verdicts and flag, zero padding drafts
 
@@ -49,6 +67,13 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   auto* nodes = reinterpret_cast<WalkNode*>(host_.data() + a.nodes);
   auto* q_rows = reinterpret_cast<int32_t*>(host_.data() + a.q_rows);
   auto* q = reinterpret_cast<float*>(host_.data() + a.q);
+  // Pair k: from[k] a row of the drafter's tokens, to[k] an I32 index (of this buffer for the node
+  // moves, of the target's inputs for the input moves).
+  auto* from = reinterpret_cast<int32_t*>(host_.data() + a.moves);
+  auto* to = from + n_moves;
+  int64_t node_move = 0, input_move = a.node_moves;
+  constexpr size_t kWord = sizeof(int32_t);
+  static_assert(offsetof(WalkNode, token) % kWord == 0 && sizeof(WalkNode) % kWord == 0);
   for (int j = 0; j < m; ++j) {
     const DraftToVerify& c = drafts[j];
     const DraftTree& tree = *c.tree;
@@ -86,8 +111,17 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
       w.depth = node.depth;
       w.flags = (node.with_replacement ? WalkNode::kWithReplacement : 0) |
                 (node.q.empty() && node.q_row < 0 ? WalkNode::kOneHot : 0);
+      if (node.token == kTokenOnDevice) {
+        from[node_move] = node.q_row;
+        to[node_move++] = static_cast<int32_t>(
+            (a.nodes + slot * sizeof(WalkNode) + offsetof(WalkNode, token)) / kWord);
+        for (int h = 0; h < halves; ++h) {
+          from[input_move] = node.q_row;
+          to[input_move++] = static_cast<int32_t>((static_cast<size_t>(h) * m + j) * rows + d + 1);
+        }
+      }
       if (on_device) {  // padding slots gather row 0, never read
-        check(node.q_row >= 0 && node.q_row < device_q->dim(0),
+        check(node.q_row >= 0 && node.q_row < device->q.dim(0),
               "internal: a round drafts on the device and the host at once");
         q_rows[slot] = node.q_row;
         continue;
@@ -97,18 +131,53 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
       std::memcpy(q + slot * V, node.q.data(), V * sizeof(float));
     }
   }
+  if (tokens_on_device_) {
+    from[node_move] = static_cast<int32_t>(device->tokens.numel() - 1);  // the draws' flag
+    to[node_move++] = static_cast<int32_t>(a.flag / kWord);
+  }
+  check(node_move == a.node_moves && input_move == a.node_moves + a.input_moves,
+        "internal: BackendVerifier token copies miscounted");
   Tensor used = grown_rows(be_, buffer_, DType::U8, static_cast<int64_t>(a.total), 1);
   be_.upload_into(host_.data(), used);
   const int64_t n_draft_rows = static_cast<int64_t>(n_drafts);
   if (on_device) {  // the drafter's rows in this round's order, on the backend's stream
     q_ = grown_rows(be_, gathered_q_, DType::F32, n_draft_rows, V_);
     if (n_draft_rows > 0)
-      be_.get_rows(*device_q, buffer_.bytes_as(a.q_rows, DType::I32, {n_draft_rows}), q_);
+      be_.get_rows(device->q, buffer_.bytes_as(a.q_rows, DType::I32, {n_draft_rows}), q_);
   } else {
     q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? n_draft_rows : 0, V_});
   }
+  device_tokens_ = Tensor{};
+  if (tokens_on_device_) {
+    device_tokens_ = device->tokens.view({device->tokens.numel(), 1});
+    Tensor words = buffer_.bytes_as(0, DType::I32, {static_cast<int64_t>(a.back / kWord), 1});
+    be_.copy_rows(device_tokens_, moves(false, false), words, moves(true, false));
+  }
   staged_ = true;
   downloaded_ = false;
+}
+
+Tensor BackendVerifier::moves(bool to, bool inputs) const {
+  const Layout& a = at_;
+  const int64_t first = (to ? a.node_moves + a.input_moves : 0) + (inputs ? a.node_moves : 0);
+  return buffer_.bytes_as(a.moves + static_cast<size_t>(first) * sizeof(int32_t), DType::I32,
+                          {inputs ? a.input_moves : a.node_moves});
+}
+
+void BackendVerifier::write_drafts(Tensor& input_tokens) {
+  check(staged_, "internal: BackendVerifier::write_drafts before stage");
+  if (!tokens_on_device_) return;
+  Tensor inputs = input_tokens.view({input_tokens.numel(), 1});
+  be_.copy_rows(device_tokens_, moves(false, true), inputs, moves(true, true));
+}
+
+void BackendVerifier::complete(int j, DraftTree& tree) const {
+  check(j >= 0 && j < m_ && !staged_, "internal: BackendVerifier::complete out of turn");
+  if (!tokens_on_device_) return;
+  const auto* nodes = reinterpret_cast<const WalkNode*>(host_.data() + at_.nodes);
+  for (size_t d = 0; d < tree.size(); ++d)
+    if (tree[d].token == kTokenOnDevice)
+      tree[d].token = nodes[static_cast<size_t>(j) * (rows_ - 1) + d].token;
 }
 
 const int32_t* BackendVerifier::table_on_backend(

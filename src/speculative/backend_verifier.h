@@ -38,11 +38,19 @@ class BackendVerifier {
 
   // Before the target pass: the round's drafts, each of `rows` - 1 nodes at most, and their
   // settings go to the backend in one copy (the drafts are known before the pass, so the copy
-  // does not wait for it). greedy: temperature 0. device_q: the drafter's distributions on the
-  // backend (Drafter::device_q) when its nodes name rows of it (DraftNode::q_row), gathered
-  // there; otherwise each node's host q is copied.
+  // does not wait for it). greedy: temperature 0. device: the drafter's rows on the backend
+  // (Drafter::device_rows) when its nodes name rows of it (DraftNode::q_row): their q rows are
+  // gathered there, and tokens still on the device (kTokenOnDevice) are copied there into the
+  // walk's nodes; otherwise each node's host q is copied. halves: the target pass's (2 guided).
   void stage(int rows, std::span<const DraftToVerify> drafts, bool greedy,
-             const Tensor* device_q = nullptr);
+             const DeviceDraftRows* device = nullptr, int halves = 1);
+  // Whether the staged drafts have tokens on the device: the target pass's inputs then need
+  // write_drafts, and the trees complete() after verify.
+  bool tokens_on_device() const { return tokens_on_device_; }
+  // Writes the staged drafts' device tokens into the target pass's inputs (I32 [halves * m *
+  // rows], image j's row r at (h * m + j) * rows + r: node d's token at row d + 1), on the
+  // backend's stream, once Session::prepare has written the rest.
+  void write_drafts(Tensor& input_tokens);
   // After it: the staged images' verdicts. logits: F32 [halves * m * rows, V] as the target pass
   // wrote them (image j's row r at j * rows + r, the unconditional half after the conditional one
   // when guided). Blocks for the one copy back; throws Error when a logit is not finite.
@@ -50,6 +58,9 @@ class BackendVerifier {
   // Row r (0: the root's) of image j's target distributions in the last verify: the round's rows
   // are downloaded at the first call (a drafter that reads them, e.g. Jacobi's carry-over).
   std::span<const float> row(int j, int r);
+  // After verify: gives image j's nodes drawn on the device their tokens (come back with the
+  // verdicts).
+  void complete(int j, DraftTree& tree) const;
 
   // Adds to `stats` what verify_draft counts for `tree` with this verdict (proposed and accepted
   // drafts per depth), and returns its outcome (the accepted path, root to leaf).
@@ -57,21 +68,27 @@ class BackendVerifier {
 
  private:
   // One backend buffer holds a round's host traffic, each part at an aligned offset: what comes
-  // back (the verdicts, then the error flag) first, then what goes (settings per row, the images,
-  // the drafted tokens, their distributions). One upload writes it all, one download reads the
-  // first part.
+  // back (the verdicts, the error flag, and the nodes when their tokens were drawn on the device)
+  // first, then what goes (settings per row, the images, the drafts' rows on the device and the
+  // pairs that copy their tokens, their distributions). One upload writes it all, one download
+  // reads the first part.
   struct Layout {
-    size_t verdicts = 0, flag = 0, back = 0;  // back: the bytes downloaded
-    size_t params = 0, images = 0, nodes = 0, q_rows = 0, q = 0, total = 0;
+    size_t verdicts = 0, flag = 0, nodes = 0, back = 0;  // back: the bytes downloaded
+    size_t params = 0, images = 0, q_rows = 0, moves = 0, q = 0, total = 0;
+    // Token copies (from a device row, to an I32 index): into the nodes and flag of this buffer,
+    // then into the target pass's inputs.
+    int64_t node_moves = 0, input_moves = 0;
   };
 
   Backend& be_;
   int V_;
   int m_ = 0, rows_ = 0;
   bool greedy_ = false, any_q_ = false, staged_ = false, downloaded_ = false;
+  bool tokens_on_device_ = false;
+  Tensor device_tokens_;  // the drafter's tokens [n + 1, 1] while tokens_on_device_
   Layout at_;
   // probs: [m * rows, V]; scratch: [m, V] (residuals); q: [m * width, V], the drafter's rows
-  // gathered from its device_q.
+  // gathered from its DeviceDraftRows::q.
   Tensor buffer_, probs_, scratch_, gathered_q_;
   Tensor q_;                   // the round's q rows: in buffer_ or gathered_q_
   std::vector<uint8_t> host_;  // the buffer's bytes on the host
@@ -80,6 +97,9 @@ class BackendVerifier {
   // LANTERN's tables on the backend, each uploaded once (the pointer keeps its rows alive).
   std::vector<std::pair<std::shared_ptr<const LatentNeighbours>, Tensor>> tables_;
   const int32_t* table_on_backend(const std::shared_ptr<const LatentNeighbours>& table);
+  // The staged token copies' source rows (to: false) or destination indices (true), of the node
+  // moves or the input moves (inputs).
+  Tensor moves(bool to, bool inputs) const;
 };
 
 }  // namespace tessera::speculative

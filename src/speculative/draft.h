@@ -10,17 +10,28 @@
 #include "decode/image_state.h"
 #include "sampling/rng.h"
 #include "speculative/streams.h"
+#include "tensor/tensor.h"
 #include "tessera/error.h"
 #include "tessera/tessera.h"
 
 namespace tessera::speculative {
 
+// A device loop's drafted token not yet on the host (Drafter::set_device_drafts).
+inline constexpr int32_t kTokenOnDevice = -1;
+
+// A device loop's drafts on the drafter model's backend: q [n, V], each row's distribution, and
+// tokens I32 [n + 1], each row's drawn token, then the draws' error flag (non-zero: a non-finite
+// logit). A node drawn there names its row (DraftNode::q_row) in both.
+struct DeviceDraftRows {
+  Tensor q, tokens;
+};
+
 struct DraftNode {
-  int32_t token = 0;
+  int32_t token = 0;     // kTokenOnDevice: drawn on the backend, at row q_row of its tokens
   int parent = -1;       // index into the tree; -1 = the root
   int depth = 1;         // 1 = a child of the root
   std::vector<float> q;  // distribution the token was drawn from; empty = one-hot at token
-  // The device loop: q's row in the drafter's Drafter::device_q() instead (q is then empty).
+  // The device loop: q's row in the drafter's Drafter::device_rows() instead (q is then empty).
   int q_row = -1;
   // Siblings drawn i.i.d. from q (with replacement): the walk tests this node against its own q
   // (SpecInfer's multi-step speculative sampling). false: drawn without replacement after its

@@ -105,7 +105,7 @@ bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active
     to_verify_.push_back(c);
   }
   verifier_->stage(rows, to_verify_, settings_.sampling.temperature <= 0.0f,
-                   loop_.drafter->device_q());
+                   loop_.drafter->device_rows(), cfg() ? 2 : 1);
   return true;
 }
 
@@ -223,7 +223,11 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   for (int r = 0; r < rows; ++r) b.output_at[r] = r;
   b.output_hidden = loop_.drafter->hidden_state() != HiddenState::None;
   const bool on_backend = stage_on_backend(active, rows);
-  const ForwardOutputs outputs = session_.forward(b);
+  // Drafts drawn on the device: their tokens go from the drafter's rows into the inputs there.
+  const ForwardOutputs outputs =
+      on_backend && verifier_->tokens_on_device()
+          ? session_.forward(b, [this](ForwardInputs& in) { verifier_->write_drafts(in.tokens); })
+          : session_.forward(b);
   if (!on_backend) session_.read(outputs.logits, logits_);
   stats_.forward_passes++;
   ts = now_s();
@@ -233,6 +237,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   const std::vector<DraftVerdict>* verdicts = nullptr;
   if (on_backend) {
     verdicts = &verifier_->verify(outputs.logits, cfg());
+    for (int j = 0; j < m; ++j) verifier_->complete(j, trees_[j]);
     stats_.device_rounds++;
   }
 

@@ -94,10 +94,13 @@ class Backend {
   // A new f32 tensor with the values of t (any float dtype).
   virtual Tensor to_f32(const Tensor& t) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count
-  // t[to[i], :] = t[from[i], :] for each pair of a 2-D tensor (any dtype; from and to I32 of one
-  // length), every read before any write, so a source may be another pair's destination (a KV
-  // cache compaction). One op for what would be one copy per row.
-  virtual void move_rows(Tensor& t, const Tensor& from, const Tensor& to) = 0;
+  // dst[to[i], :] = src[from[i], :] for each pair: 2-D tensors whose rows hold the same bytes (any
+  // dtypes), from and to I32 of one length, each destination row named once; every read before
+  // any write, so dst may be src and a source another pair's destination (a KV cache compaction).
+  // One op for what would be one copy per row, within a buffer or between two (the device loop's
+  // drafted tokens into a forward's inputs).
+  virtual void copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, const Tensor& to) = 0;
+  void move_rows(Tensor& t, const Tensor& from, const Tensor& to) { copy_rows(t, from, t, to); }
 
   // ---- transformer ops (activations f32; weights f32, f16 or bf16) ----------------------------
   // y[M,N] = x[M,K] · w[N,K]^T (+ bias[N]). Each output element is one dot product whose

@@ -61,12 +61,13 @@ class Drafter {
   virtual void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees) = 0;
   // The speculative device loop (issue 42): for the next propose(), a drafter that can draws its
-  // chains where its logits are and leaves their distributions there, each node naming its row
-  // of device_q() (DraftNode::q_row) instead of holding q; only its tokens come back. Set only
+  // chains where its logits are and leaves them there, each node naming its row of
+  // device_rows() (DraftNode::q_row) instead of holding q and with token kTokenOnDevice: nothing
+  // comes back until the round's verdicts bring the tokens (BackendVerifier::complete). Set only
   // for rounds the backend verifies; other drafters ignore it and fill q on the host.
   virtual void set_device_drafts(bool on) { (void)on; }
-  // [rows, V] on the model's backend: the last propose()'s device distributions (null: none).
-  virtual const Tensor* device_q() const { return nullptr; }
+  // The last propose()'s device drafts (null: none).
+  virtual const DeviceDraftRows* device_rows() const { return nullptr; }
   // Rounds drafted on the device so far, and of them those whose forwards ran as a replayed graph.
   struct DeviceDrafts {
     int64_t rounds = 0, replayed = 0;

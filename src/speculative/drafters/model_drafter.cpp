@@ -203,7 +203,8 @@ void ModelDrafter::run(const StepBatch& b, bool read) {
 // and each forward's positions (clamped at the image's end as the host loop clamps them). Each
 // draw writes its distributions into device_q_ and its tokens into the next forward's inputs
 // (both halves); the forwards after the first draw, with their draws, run as one graph per (m,
-// depth) on a GPU, captured once and replayed each round; one copy brings the drawn tokens back.
+// depth) on a GPU, captured once and replayed each round. Nothing comes back: the target pass
+// reads the tokens where they are, and they reach the host with the round's verdicts.
 void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                                    std::span<const int> max_depth, int depth,
                                    const std::vector<int32_t>& slots,
@@ -306,9 +307,8 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
     device_forwards_ += steps;
   }
   device_drafts_counted_.rounds++;
-  std::vector<int32_t> got(drawn + 1);
-  be.download(device_io_.bytes_as(0, DType::I32, {static_cast<int64_t>(drawn) + 1}), got.data());
-  if (got[drawn] != 0) throw Error(device_sample_failed());
+  device_rows_.q = device_q_.rows(0, static_cast<int64_t>(drawn));
+  device_rows_.tokens = device_io_.bytes_as(0, DType::I32, {static_cast<int64_t>(drawn) + 1});
   for (int step = 0; step < depth; ++step)
     for (int i = 0; i < m; ++i) {
       ImageState& im = *active[who[i]];
@@ -318,7 +318,7 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
       DraftNode node;
       node.parent = d - 2;
       node.depth = d;
-      node.token = got[static_cast<size_t>(step) * m + i];
+      node.token = kTokenOnDevice;
       node.q_row = step * m + i;
       trees[who[i]].push_back(std::move(node));
     }
@@ -474,6 +474,7 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
 void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                            std::vector<DraftTree>& trees) {
   check_images_sampling(active, params_);
+  device_rows_ = {};
   if (shape_) {
     propose_tree(active, max_depth, trees);
     return;

@@ -62,7 +62,9 @@ class ModelDrafter : public Drafter {
   // Chains of a model that reads no features, when the round's catch-up is uniform (every image
   // feeds as many tokens: one output row per slot); otherwise the host draws.
   void set_device_drafts(bool on) override { device_drafts_ = on; }
-  const Tensor* device_q() const override { return device_q_.data ? &device_q_ : nullptr; }
+  const DeviceDraftRows* device_rows() const override {
+    return device_rows_.q.data ? &device_rows_ : nullptr;
+  }
   DeviceDrafts device_drafts() const override { return device_drafts_counted_; }
 
  private:
@@ -102,8 +104,8 @@ class ModelDrafter : public Drafter {
   void run(const StepBatch& b, bool read = true);
   // The device loop's chain for the images `who` after a uniform catch-up (last_ holds the roots'
   // logits, one row per slot of `slots`): depth draws and the forwards between them on the
-  // backend, the distributions in device_q_ (node (step, i) at row step * m + i), the tokens back
-  // in one copy; appends the nodes to `trees`.
+  // backend, the distributions and tokens in device_rows_ (node (step, i) at row step * m + i),
+  // left there; appends the nodes to `trees`, their tokens kTokenOnDevice.
   void draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                        std::span<const int> max_depth, int depth, const std::vector<int32_t>& slots,
                        std::vector<DraftTree>& trees);
@@ -127,6 +129,7 @@ class ModelDrafter : public Drafter {
   // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
   // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).
   Tensor device_q_, device_io_;
+  DeviceDraftRows device_rows_;  // views of the last chain's rows of both
   std::vector<uint8_t> io_host_;
   std::map<int, std::unique_ptr<OpGraph>> graphs_;
   int64_t device_forwards_ = 0;  // forwards run from prepared inputs (not counted by the session)

@@ -277,24 +277,28 @@ void CpuBackend::swiglu_stacked(const Tensor& gate_up, Tensor& y) {
     simd_blocks("swiglu", swiglu_block, g + r * 2 * F, g + r * 2 * F + F, out + r * F, F, false);
 }
 
-void CpuBackend::move_rows(Tensor& t, const Tensor& from, const Tensor& to) {
-  check(t.shape.size() == 2 && from.dtype == DType::I32 && to.dtype == DType::I32 &&
-            from.numel() == to.numel(),
-        "internal: move_rows shapes");
-  const int64_t rows = t.dim(0), n = from.numel();
-  const size_t row_bytes = static_cast<size_t>(t.nbytes() / std::max<int64_t>(rows, 1));
+void CpuBackend::copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, const Tensor& to) {
+  check(src.shape.size() == 2 && dst.shape.size() == 2 && from.dtype == DType::I32 &&
+            to.dtype == DType::I32 && from.numel() == to.numel(),
+        "internal: copy_rows shapes");
+  const int64_t src_rows = src.dim(0), dst_rows = dst.dim(0), n = from.numel();
+  const size_t row_bytes = src_rows ? src.nbytes() / static_cast<size_t>(src_rows) : 0;
+  check(n == 0 || (src_rows > 0 && dst_rows > 0 &&
+                   dst.nbytes() / static_cast<size_t>(dst_rows) == row_bytes),
+        "internal: copy_rows between rows of different sizes");
   const int32_t* f = from.ptr<int32_t>();
   const int32_t* d = to.ptr<int32_t>();
   for (int64_t i = 0; i < n; ++i)
-    check(f[i] >= 0 && f[i] < rows && d[i] >= 0 && d[i] < rows,
-          "internal: move_rows row out of range");
+    check(f[i] >= 0 && f[i] < src_rows && d[i] >= 0 && d[i] < dst_rows,
+          "internal: copy_rows row out of range");
   // Every source read before any destination is written.
   std::vector<uint8_t> staged(static_cast<size_t>(n) * row_bytes);
-  auto* base = static_cast<uint8_t*>(t.data);
+  const auto* in = static_cast<const uint8_t*>(src.data);
+  auto* out = static_cast<uint8_t*>(dst.data);
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(staged.data() + i * row_bytes, base + f[i] * row_bytes, row_bytes);
+    std::memcpy(staged.data() + i * row_bytes, in + f[i] * row_bytes, row_bytes);
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(base + d[i] * row_bytes, staged.data() + i * row_bytes, row_bytes);
+    std::memcpy(out + d[i] * row_bytes, staged.data() + i * row_bytes, row_bytes);
 }
 
 void CpuBackend::add_scalar_i32(Tensor& x, int32_t delta) {

@@ -28,7 +28,7 @@ class CpuBackend final : public Backend {
                     std::shared_ptr<void> owner) override;
   Tensor to_f32(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
-  void move_rows(Tensor& t, const Tensor& from, const Tensor& to) override;
+  void copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, const Tensor& to) override;
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
   // Panels of 32 output rows, k-major (linear_panels.h).

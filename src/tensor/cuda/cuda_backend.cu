@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
 
 #include "tensor/cuda/cuda_backend.h"
@@ -79,6 +80,9 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
   TESSERA_CUDA_CHECK(
       cudaMallocAsync(reinterpret_cast<void**>(&error_flag_), 2 * sizeof(int), stream_));
   TESSERA_CUDA_CHECK(cudaMemsetAsync(error_flag_, 0, 2 * sizeof(int), stream_));
+  TESSERA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_host_), staging_.bytes()));
+  for (cudaEvent_t& e : staging_events_)
+    TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -87,6 +91,9 @@ CudaBackend::~CudaBackend() {
   cudaSetDevice(ordinal_);
   if (error_flag_) cudaFreeAsync(error_flag_, stream_);
   cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : staging_events_)
+    if (e) cudaEventDestroy(e);
+  if (staging_host_) cudaFreeHost(staging_host_);
   if (blas_lt_) cublasLtDestroy(blas_lt_);
   if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -146,12 +153,29 @@ Tensor CudaBackend::upload(const void* host, DType dtype, Shape shape) {
   return t;
 }
 
+// The caller may reuse or free `host` as soon as this returns. A copy of at most the staging
+// ring's size goes through it: the bytes are copied into pinned memory, the device copy is queued
+// from there, and the call returns without waiting for the stream (the ops queued before it keep
+// running: a round's inputs no longer wait for its drafts, issue 42). A larger one (weights at
+// load), or one under graph capture, is copied from `host` and waited for.
 void CudaBackend::upload_into(const void* host, Tensor& dst) {
-  if (!dst.nbytes()) return;
-  // Pageable host memory: the async copy stages it before returning, and the synchronize makes
-  // the caller free to reuse or free `host` at once whatever the memory kind.
-  TESSERA_CUDA_CHECK(
-      cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  const size_t n = dst.nbytes();
+  if (!n) return;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  if (capturing == cudaStreamCaptureStatusNone) {
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    const auto region = staging_.reserve(
+        n, [this](int slot) { TESSERA_CUDA_CHECK(cudaEventSynchronize(staging_events_[slot])); });
+    if (region) {
+      uint8_t* staged = staging_host_ + region->offset;
+      std::memcpy(staged, host, n);
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.data, staged, n, cudaMemcpyHostToDevice, stream_));
+      TESSERA_CUDA_CHECK(cudaEventRecord(staging_events_[region->slot], stream_));
+      return;
+    }
+  }
+  TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst.data, host, n, cudaMemcpyHostToDevice, stream_));
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
@@ -211,6 +235,10 @@ void CudaBackend::replay(OpGraph& graph) {
 
 void CudaBackend::synchronize() {
   TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  {
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    staging_.clear();  // every staged copy has run
+  }
   check_device_flags();
 }
 

@@ -4,11 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "tensor/backend.h"
 #include "tensor/cuda/cuda_check.h"
+#include "tensor/staging_ring.h"
 
 namespace tessera::cuda {
 
@@ -40,7 +43,7 @@ class CudaBackend final : public Backend {
   void replay(OpGraph& graph) override;
   Tensor to_f32(const Tensor& t) override;
   void copy(const Tensor& src, Tensor& dst) override;
-  void move_rows(Tensor& t, const Tensor& from, const Tensor& to) override;
+  void copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, const Tensor& to) override;
 
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) override;
   void get_rows(const Tensor& table, const Tensor& ids, Tensor& out) override;
@@ -92,6 +95,13 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t blas_lt_ = nullptr;
   int* error_flag_ = nullptr;  // device int[2] {code, value} (device_flags.h); code 0 = none
+  // Asynchronous uploads (upload_into): pinned staging memory and an event per region in flight.
+  static constexpr size_t kStagingBytes = size_t{16} << 20;
+  static constexpr int kStagingSlots = 64;
+  std::mutex staging_mutex_;
+  StagingRing staging_{kStagingBytes, kStagingSlots};
+  uint8_t* staging_host_ = nullptr;
+  std::array<cudaEvent_t, kStagingSlots> staging_events_{};
 };
 
 }  // namespace tessera::cuda

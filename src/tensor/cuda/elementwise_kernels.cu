@@ -94,27 +94,31 @@ __global__ void silu_kernel(float* x, int64_t n) {
   if (i < n) x[i] = silu_of(x[i]);
 }
 
-// move_rows in two passes (every read before any write): gather the sources into scratch, then
-// scatter it. One block per pair; rows copied as 32-bit words (row bytes are a multiple of 4) or
-// bytes.
-template <bool kGather>
-__global__ void move_rows_kernel(uint8_t* t, int64_t rows, int64_t row_bytes, const int32_t* from,
+// copy_rows, one block per pair; rows copied as 32-bit words (row bytes a multiple of 4) or
+// bytes. Between two buffers one Direct pass; within one, two passes (every read before any
+// write): Gather the sources into scratch, then Scatter it.
+enum class RowPass { Direct, Gather, Scatter };
+template <RowPass kPass>
+__global__ void copy_rows_kernel(const uint8_t* src, int64_t src_rows, uint8_t* dst,
+                                 int64_t dst_rows, int64_t row_bytes, const int32_t* from,
                                  const int32_t* to, uint8_t* scratch, int* flag) {
   const int64_t i = blockIdx.x;
-  const int32_t r = kGather ? from[i] : to[i];
-  if (r < 0 || r >= rows) {
-    if (threadIdx.x == 0) raise_flag(flag, kFlagRowId, r);
+  const int32_t f = from[i], t = to[i];
+  const bool reads = kPass != RowPass::Scatter, writes = kPass != RowPass::Gather;
+  const bool bad_from = reads && (f < 0 || f >= src_rows),
+             bad_to = writes && (t < 0 || t >= dst_rows);
+  if (bad_from || bad_to) {
+    if (threadIdx.x == 0) raise_flag(flag, kFlagRowId, bad_from ? f : t);
     return;
   }
-  uint8_t* row = t + r * row_bytes;
-  uint8_t* staged = scratch + i * row_bytes;
+  const uint8_t* a = kPass == RowPass::Scatter ? scratch + i * row_bytes : src + f * row_bytes;
+  uint8_t* b = kPass == RowPass::Gather ? scratch + i * row_bytes : dst + t * row_bytes;
   if (row_bytes % 4 == 0) {
-    auto* a = reinterpret_cast<uint32_t*>(kGather ? staged : row);
-    const auto* b = reinterpret_cast<const uint32_t*>(kGather ? row : staged);
-    for (int64_t c = threadIdx.x; c < row_bytes / 4; c += blockDim.x) a[c] = b[c];
+    const auto* a4 = reinterpret_cast<const uint32_t*>(a);
+    auto* b4 = reinterpret_cast<uint32_t*>(b);
+    for (int64_t c = threadIdx.x; c < row_bytes / 4; c += blockDim.x) b4[c] = a4[c];
   } else {
-    for (int64_t c = threadIdx.x; c < row_bytes; c += blockDim.x)
-      (kGather ? staged : row)[c] = (kGather ? row : staged)[c];
+    for (int64_t c = threadIdx.x; c < row_bytes; c += blockDim.x) b[c] = a[c];
   }
 }
 
@@ -218,22 +222,36 @@ void CudaBackend::geglu_stacked(const Tensor& gate_up, Tensor& y) {
   TESSERA_CUDA_LAUNCHED("geglu_stacked");
 }
 
-void CudaBackend::move_rows(Tensor& t, const Tensor& from, const Tensor& to) {
-  check(t.shape.size() == 2 && from.dtype == DType::I32 && to.dtype == DType::I32 &&
-            from.numel() == to.numel(),
-        "internal: move_rows shapes");
-  const int64_t rows = t.dim(0), n = from.numel();
-  if (n == 0 || rows == 0) return;
-  const int64_t row_bytes = static_cast<int64_t>(t.nbytes()) / rows;
+void CudaBackend::copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, const Tensor& to) {
+  check(src.shape.size() == 2 && dst.shape.size() == 2 && from.dtype == DType::I32 &&
+            to.dtype == DType::I32 && from.numel() == to.numel(),
+        "internal: copy_rows shapes");
+  const int64_t src_rows = src.dim(0), dst_rows = dst.dim(0), n = from.numel();
+  if (n == 0 || src_rows == 0 || dst_rows == 0) return;
+  const int64_t row_bytes = static_cast<int64_t>(src.nbytes()) / src_rows;
+  check(static_cast<int64_t>(dst.nbytes()) / dst_rows == row_bytes,
+        "internal: copy_rows between rows of different sizes");
+  const auto* in = static_cast<const uint8_t*>(src.data);
+  auto* out = static_cast<uint8_t*>(dst.data);
+  const bool overlap = in < out + dst.nbytes() && out < in + src.nbytes();
+  const unsigned blocks = static_cast<unsigned>(n);
+  if (!overlap) {
+    copy_rows_kernel<RowPass::Direct>
+        <<<blocks, 128, 0, stream_>>>(in, src_rows, out, dst_rows, row_bytes, from.ptr<int32_t>(),
+                                      to.ptr<int32_t>(), nullptr, error_flag_);
+    TESSERA_CUDA_LAUNCHED("copy_rows");
+    return;
+  }
   Tensor scratch = empty(DType::U8, {n * row_bytes});
-  auto* base = static_cast<uint8_t*>(t.data);
   auto* staged = static_cast<uint8_t*>(scratch.data);
-  move_rows_kernel<true><<<static_cast<unsigned>(n), 128, 0, stream_>>>(
-      base, rows, row_bytes, from.ptr<int32_t>(), to.ptr<int32_t>(), staged, error_flag_);
-  TESSERA_CUDA_LAUNCHED("move_rows gather");
-  move_rows_kernel<false><<<static_cast<unsigned>(n), 128, 0, stream_>>>(
-      base, rows, row_bytes, from.ptr<int32_t>(), to.ptr<int32_t>(), staged, error_flag_);
-  TESSERA_CUDA_LAUNCHED("move_rows scatter");
+  copy_rows_kernel<RowPass::Gather>
+      <<<blocks, 128, 0, stream_>>>(in, src_rows, out, dst_rows, row_bytes, from.ptr<int32_t>(),
+                                    to.ptr<int32_t>(), staged, error_flag_);
+  TESSERA_CUDA_LAUNCHED("copy_rows gather");
+  copy_rows_kernel<RowPass::Scatter>
+      <<<blocks, 128, 0, stream_>>>(in, src_rows, out, dst_rows, row_bytes, from.ptr<int32_t>(),
+                                    to.ptr<int32_t>(), staged, error_flag_);
+  TESSERA_CUDA_LAUNCHED("copy_rows scatter");
 }
 
 void CudaBackend::add_scalar_i32(Tensor& x, int32_t delta) {
