@@ -23,6 +23,7 @@
 #include "sampling/rng.h"
 #include "sampling/sample_rows.h"
 #include "spec_analysis.h"
+#include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
@@ -105,8 +106,9 @@ class Statistical : public BackendTest {
     EXPECT_GT(r.p_value, kAlpha) << "chi2 " << r.stat << " df " << r.df;
   }
 
-  void expect_sd_device_rounds_exact(std::optional<speculative::TreeSpec> tree, uint64_t seed,
-                                     const std::string& what);
+  // sd with the micro draft model (a chain, or `tree`), or sjd (jacobi: windows of 3).
+  void expect_device_rounds_exact(bool jacobi, std::optional<speculative::TreeSpec> tree,
+                                  uint64_t seed, const std::string& what);
 
   static constexpr int kClass = 0;
   const GenerateOptions options = sampling_options("vanilla");
@@ -144,20 +146,23 @@ TEST_P(Statistical, DeviceLoopSamplesTheTargetJointDistribution) {
 }
 
 // Speculative decoding's proof with the rounds verified where the logits are (issue 42): sd with
-// the micro draft model (depth 2: chains, or a tree), both models on the backend under test, every
-// round's target distributions and walks run by the backend (speculative/backend_verifier.h; on a
-// GPU the distribution and verification kernels) and only the verdicts read back.
-void Statistical::expect_sd_device_rounds_exact(std::optional<speculative::TreeSpec> tree,
-                                                uint64_t seed, const std::string& what) {
-  LlamaGen target(load_model_config(kSpec + "micro_target"), backend());
+// the micro draft model (depth 2: chains, or a tree) or sjd's windows, the models on the backend
+// under test, every round's target distributions and walks run by the backend
+// (speculative/backend_verifier.h; on a GPU the distribution and verification kernels) and only
+// the verdicts (with sjd's carry-over draws) read back.
+void Statistical::expect_device_rounds_exact(bool jacobi, std::optional<speculative::TreeSpec> tree,
+                                             uint64_t seed, const std::string& what) {
+  const ModelConfig tc = load_model_config(kSpec + "micro_target");
+  LlamaGen target(tc, backend());
   LlamaGen draft(load_model_config(kSpec + "micro_draft"), backend());
   const SamplingParams p = to_sampling_params(options.sampling);
-  speculative::ModelDrafter drafter(draft, p, 2, kBatch, std::move(tree));
+  speculative::ModelDrafter model_drafter(draft, p, 2, kBatch, std::move(tree));
+  speculative::JacobiDrafter jacobi_drafter(tc.gpt.vocab_size, p);
   const std::unique_ptr<speculative::AcceptanceRule> rule = speculative::make_exact_rule();
   speculative::LoopSettings loop;
   loop.rule = rule.get();
-  loop.drafter = &drafter;
-  loop.draft_len = 2;
+  loop.drafter = jacobi ? static_cast<speculative::Drafter*>(&jacobi_drafter) : &model_drafter;
+  loop.draft_len = jacobi ? 3 : 2;
   DecoderSettings d;
   d.sampling = p;
   d.seed = seed;
@@ -171,19 +176,26 @@ void Statistical::expect_sd_device_rounds_exact(std::optional<speculative::TreeS
   const std::vector<Seq> samples = generate_all(dec, conds, index, stats);
   EXPECT_EQ(stats.device_rounds, stats.forward_passes - (n + kBatch - 1) / kBatch)
       << "every round after a prefill verified on the backend";
-  EXPECT_GT(stats.mean_accepted_length(), 1.2) << "drafts accepted";
+  EXPECT_GT(stats.mean_accepted_length(), jacobi ? 1.05 : 1.2) << "drafts accepted";
   expect_exact(samples, what + ", device rounds (" + std::to_string(stats.device_rounds) + ")");
 }
 
 TEST_P(Statistical, SdDeviceRoundsSampleTheTargetJointDistribution) {
-  expect_sd_device_rounds_exact(std::nullopt, options.seed + 2, "sd");  // other draws than above
+  expect_device_rounds_exact(false, std::nullopt, options.seed + 2,
+                             "sd");  // other draws than above
 }
 
 // A static tree (two children per node, drawn without replacement): the siblings tested after a
 // rejection, against the residual and q without the rejected token, on the backend.
 TEST_P(Statistical, SdTreeDeviceRoundsSampleTheTargetJointDistribution) {
-  expect_sd_device_rounds_exact(speculative::load_tree_spec("kary:2,2"), options.seed + 3,
-                                "sd tree kary:2,2");
+  expect_device_rounds_exact(false, speculative::load_tree_spec("kary:2,2"), options.seed + 3,
+                             "sd tree kary:2,2");
+}
+
+// sjd's windows: the carry-over draws made on the backend beside the walk, their q left there as
+// rows of the round's target distributions (JacobiDrafter, TargetRound::carried).
+TEST_P(Statistical, SjdDeviceRoundsSampleTheTargetJointDistribution) {
+  expect_device_rounds_exact(true, std::nullopt, options.seed + 4, "sjd");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Statistical, ::testing::ValuesIn(kBackendNames),

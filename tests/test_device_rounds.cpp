@@ -15,6 +15,7 @@
 #include "decode/guidance.h"
 #include "delegating_drafter.h"
 #include "models/llamagen.h"
+#include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
@@ -270,43 +271,113 @@ TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
             2.0);
 }
 
-// A round the device loop drafts and verifies reads back once: the drafted tokens go from the
-// draft model's rows into the target pass's inputs and the walk's nodes on the device, and come
-// back with the verdicts (issue 42's "at most one copy back per round"). Two images, guided, after
-// the first round has settled the buffers.
-TEST(DeviceRounds, ADraftModelRoundReadsBackOnce) {
+// A round the device loop drafts and verifies reads back once (issue 42's "at most one copy back
+// per round"): sd's drafted tokens go from the draft model's rows into the target pass's inputs
+// and the walk's nodes on the device, and come back with the verdicts; sjd's carry-over draws are
+// made there beside the walk and come back with them, their q staying there. Two images, guided,
+// after the first round has settled the buffers.
+TEST(DeviceRounds, ARoundReadsBackOnce) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const ModelConfig dc = load_model_config(kFix + "/spec/tiny_draft");
-  test::CountingBackend counting;
-  LlamaGen target(tc, counting), draft(dc, counting);
-  SamplingOptions so;
-  so.cfg_scale = 3.0f;
-  so.top_k = 50;
-  const SamplingParams p = to_sampling_params(so);
-  speculative::ModelDrafter drafter(draft, p, 3, 2);
-  const auto rule = speculative::make_exact_rule();
-  speculative::LoopSettings loop;
-  loop.rule = rule.get();
-  loop.drafter = &drafter;
-  loop.draft_len = 3;
-  DecoderSettings d;
-  d.sampling = p;
-  d.seed = 4;
-  d.device_loop = DeviceLoop::On;
-  GenerateStats stats;
-  speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
-  dec.add(Condition::label(1), 0);
-  dec.add(Condition::label(2), 1);
-  ASSERT_TRUE(dec.step());  // the prefills
-  ASSERT_TRUE(dec.step());  // a first round
-  for (int round = 0; round < 3; ++round) {
-    SCOPED_TRACE("round " + std::to_string(round));
-    const GenerateStats before = stats;
-    counting.downloads = counting.syncs = 0;
-    ASSERT_TRUE(dec.step());
-    EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
-    EXPECT_EQ(stats.device_drafted_rounds - before.device_drafted_rounds, 1);
-    EXPECT_EQ(counting.downloads, 1);
-    EXPECT_EQ(counting.syncs, 0);
+  for (const bool jacobi : {false, true}) {
+    SCOPED_TRACE(jacobi ? "sjd" : "sd");
+    test::CountingBackend counting;
+    LlamaGen target(tc, counting), draft(dc, counting);
+    SamplingOptions so;
+    so.cfg_scale = 3.0f;
+    so.top_k = 50;
+    const SamplingParams p = to_sampling_params(so);
+    speculative::ModelDrafter model_drafter(draft, p, 3, 2);
+    speculative::JacobiDrafter jacobi_drafter(tc.gpt.vocab_size, p);
+    const auto rule = speculative::make_exact_rule();
+    speculative::LoopSettings loop;
+    loop.rule = rule.get();
+    loop.drafter = jacobi ? static_cast<speculative::Drafter*>(&jacobi_drafter) : &model_drafter;
+    loop.draft_len = jacobi ? 5 : 3;
+    DecoderSettings d;
+    d.sampling = p;
+    d.seed = 4;
+    d.device_loop = DeviceLoop::On;
+    GenerateStats stats;
+    speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
+    const int a = dec.add(Condition::label(1), 0), b = dec.add(Condition::label(2), 1);
+    ASSERT_TRUE(dec.step());  // the prefills
+    ASSERT_TRUE(dec.step());  // a first round
+    int carried = 0;
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      carried +=
+          jacobi_drafter.carried_drafts(dec.image(a)) + jacobi_drafter.carried_drafts(dec.image(b));
+      const GenerateStats before = stats;
+      counting.downloads = counting.syncs = 0;
+      ASSERT_TRUE(dec.step());
+      EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
+      EXPECT_EQ(stats.device_drafted_rounds - before.device_drafted_rounds, jacobi ? 0 : 1);
+      EXPECT_EQ(counting.downloads, 1);
+      EXPECT_EQ(counting.syncs, 0);
+    }
+    // Jacobi carried drafts over (rejections at depth < L - 1), named by their device rows.
+    if (jacobi) {
+      EXPECT_GT(carried, 0) << "windows carried drafts over, by their device rows";
+    }
+  }
+}
+
+// Jacobi's carry-over after a device round: the draws made there are the window's tokens, and q
+// stays there as rows of that round's distributions; a round the host verifies next (another
+// image's rule has no walk) downloads those rows into q instead.
+TEST(DeviceRounds, JacobiCarriesTheDeviceRowsOrDownloadsThem) {
+  constexpr int V = 6, rows = 4;  // one image, root + 3 drafts
+  std::vector<float> dist(static_cast<size_t>(2 * rows) * V);
+  for (size_t i = 0; i < dist.size(); ++i) dist[i] = static_cast<float>(i % 7 + 1);
+  const Tensor on_device = cpu_backend().upload(dist.data(), DType::F32, {2 * rows, V});
+  SamplingParams p;
+  speculative::JacobiDrafter drafter(V, p);
+  ImageState im;
+  im.tokens = {1, 2, 3};
+  speculative::DraftTree tree(3);
+  for (int c = 0; c < 3; ++c) tree[c].parent = c - 1, tree[c].depth = c + 1, tree[c].token = c;
+  speculative::VerifyOutcome out;
+  out.accepted = {0};  // rejected at depth 2: rows 2 and 3 carry over
+  out.rejected = true;
+  const std::vector<int32_t> carried = {-7, 4, 5};  // row r's draw at r - 1
+  for (const bool device_next : {true, false}) {
+    SCOPED_TRACE(device_next ? "device round next" : "host round next");
+    speculative::TargetRound target;
+    target.device_dist = &on_device;
+    target.device_row0 = rows;  // the image's rows are the second block
+    target.carried = carried;
+    target.dist = [](int) -> std::span<const float> {
+      ADD_FAILURE() << "a device round's carry-over read a distribution on the host";
+      return {};
+    };
+    drafter.finish_round(im, tree, out, target);
+    EXPECT_EQ(drafter.carried_drafts(im), 2);
+    drafter.set_device_drafts(device_next);
+    std::vector<ImageState*> active = {&im};
+    std::vector<speculative::DraftTree> trees;
+    const std::vector<int> depth = {3};
+    drafter.propose(active, depth, trees);
+    ASSERT_EQ(trees.size(), 1u);
+    ASSERT_EQ(trees[0].size(), 3u);
+    for (int d = 0; d < 2; ++d) {
+      const speculative::DraftNode& node = trees[0][d];
+      const int r = d + 2;
+      EXPECT_EQ(node.token, carried[r - 1]);
+      if (device_next) {
+        EXPECT_EQ(node.q_row, rows + r);
+        EXPECT_TRUE(node.q.empty());
+      } else {
+        EXPECT_EQ(node.q_row, -1);
+        const std::vector<float> want(dist.begin() + (rows + r) * V,
+                                      dist.begin() + (rows + r + 1) * V);
+        EXPECT_EQ(node.q, want);
+      }
+    }
+    EXPECT_TRUE(trees[0][2].q.empty() && trees[0][2].q_row < 0);  // a fresh position: one-hot
+    ASSERT_EQ(drafter.device_rows() != nullptr, device_next);
+    if (device_next) {
+      EXPECT_EQ(drafter.device_rows()->q.data, on_device.data);
+    }
   }
 }

@@ -40,15 +40,19 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   check(device_tokens == 0 || device->tokens.data,
         "internal: draft tokens on a device without the drafter's tensor");
   tokens_on_device_ = device_tokens > 0;
+  any_carry_ =
+      std::any_of(drafts.begin(), drafts.end(), [](const DraftToVerify& c) { return c.carry; });
   const size_t V = static_cast<size_t>(V_), n_rows = static_cast<size_t>(m) * rows,
                n_drafts = static_cast<size_t>(m) * width;
   Layout& a = at_;
   a.verdicts = 0;
   a.flag = aligned_offset(m * sizeof(DraftVerdict));
-  a.nodes = aligned_offset(a.flag + sizeof(int32_t));
+  a.carried = aligned_offset(a.flag + sizeof(int32_t));
+  const size_t carried_end = a.carried + (any_carry_ ? n_drafts * sizeof(int32_t) : 0);
+  a.nodes = aligned_offset(carried_end);
   const size_t nodes_end = a.nodes + n_drafts * sizeof(WalkNode);
   // The nodes come back only when the host lacks their tokens.
-  a.back = tokens_on_device_ ? nodes_end : a.flag + sizeof(int32_t);
+  a.back = tokens_on_device_ ? nodes_end : any_carry_ ? carried_end : a.flag + sizeof(int32_t);
   a.params = aligned_offset(nodes_end);
   a.images = aligned_offset(a.params + n_rows * sizeof(DeviceSampleParams));
   a.q_rows = aligned_offset(a.images + m * sizeof(RoundImage));
@@ -97,6 +101,7 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
     im.base_token = static_cast<uint32_t>(c.base_token);
     im.drafts = static_cast<int32_t>(tree.size());
     im.draft_len = std::max(1, c.draft_len);
+    im.carry = c.carry ? 1 : 0;
     // A draft made on the device has its rows there (q empty on the host).
     im.one_hot = on_device ? tree.empty()
                            : std::all_of(tree.begin(), tree.end(),
@@ -120,10 +125,11 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
           to[input_move++] = static_cast<int32_t>((static_cast<size_t>(h) * m + j) * rows + d + 1);
         }
       }
-      if (on_device) {  // padding slots gather row 0, never read
-        check(node.q_row >= 0 && node.q_row < device->q.dim(0),
+      if (on_device) {  // padding slots and one-hot nodes (Jacobi's fresh ones) gather row 0,
+                        // never read
+        check(node.q_row < device->q.dim(0) && (node.q_row >= 0 || node.q.empty()),
               "internal: a round drafts on the device and the host at once");
-        q_rows[slot] = node.q_row;
+        q_rows[slot] = std::max(node.q_row, 0);
         continue;
       }
       if (im.one_hot || node.q.empty()) continue;
@@ -169,6 +175,13 @@ void BackendVerifier::write_drafts(Tensor& input_tokens) {
   if (!tokens_on_device_) return;
   Tensor inputs = input_tokens.view({input_tokens.numel(), 1});
   be_.copy_rows(device_tokens_, moves(false, true), inputs, moves(true, true));
+}
+
+std::span<const int32_t> BackendVerifier::carried(int j) const {
+  check(j >= 0 && j < m_ && !staged_, "internal: BackendVerifier::carried out of turn");
+  if (!any_carry_) return {};
+  const auto* all = reinterpret_cast<const int32_t*>(host_.data() + at_.carried);
+  return {all + static_cast<size_t>(j) * (rows_ - 1), static_cast<size_t>(rows_ - 1)};
 }
 
 void BackendVerifier::complete(int j, DraftTree& tree) const {
@@ -218,8 +231,11 @@ const std::vector<DraftVerdict>& BackendVerifier::verify(const Tensor& logits, b
       buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(RoundImage))});
   Tensor verdicts =
       buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(DraftVerdict))});
+  Tensor carried =
+      buffer_.bytes_as(a.carried, DType::I32, {any_carry_ ? static_cast<int64_t>(m) * width : 0});
   verify_images(be_, probs, any_q_ ? &q_ : nullptr, nodes, images, m, width, greedy_, scratch,
-                verdicts);
+                verdicts, any_carry_ ? &carried : nullptr);
+  probs_round_ = probs;
   const Tensor back = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.back)});
   be_.download(back, host_.data());  // the round's one copy back
   int32_t failed = 0;

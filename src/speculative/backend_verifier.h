@@ -30,6 +30,7 @@ struct DraftToVerify {
   int64_t round = 0;
   int base_token = 0;  // tokens committed before the round
   int draft_len = 1;   // L, the round's maximum depth
+  bool carry = false;  // also the Jacobi carry-over draws of its node rows (carried())
 };
 
 class BackendVerifier {
@@ -61,6 +62,11 @@ class BackendVerifier {
   // After verify: gives image j's nodes drawn on the device their tokens (come back with the
   // verdicts).
   void complete(int j, DraftTree& tree) const;
+  // After verify: image j's carry-over draws (DraftToVerify::carry; row r's at r - 1), come back
+  // with the verdicts; and the round's distributions on the backend, image j's row r at
+  // j * rows + r, valid until the next verify (TargetRound::device_dist).
+  std::span<const int32_t> carried(int j) const;
+  const Tensor& distributions() const { return probs_round_; }
 
   // Adds to `stats` what verify_draft counts for `tree` with this verdict (proposed and accepted
   // drafts per depth), and returns its outcome (the accepted path, root to leaf).
@@ -68,12 +74,12 @@ class BackendVerifier {
 
  private:
   // One backend buffer holds a round's host traffic, each part at an aligned offset: what comes
-  // back (the verdicts, the error flag, and the nodes when their tokens were drawn on the device)
-  // first, then what goes (settings per row, the images, the drafts' rows on the device and the
-  // pairs that copy their tokens, their distributions). One upload writes it all, one download
-  // reads the first part.
+  // back (the verdicts, the error flag, the carry-over draws when asked for, and the nodes when
+  // their tokens were drawn on the device) first, then what goes (settings per row, the images, the
+  // drafts' rows on the device and the pairs that copy their tokens, their distributions). One
+  // upload writes it all, one download reads the first part.
   struct Layout {
-    size_t verdicts = 0, flag = 0, nodes = 0, back = 0;  // back: the bytes downloaded
+    size_t verdicts = 0, flag = 0, carried = 0, nodes = 0, back = 0;  // back: bytes downloaded
     size_t params = 0, images = 0, q_rows = 0, moves = 0, q = 0, total = 0;
     // Token copies (from a device row, to an I32 index): into the nodes and flag of this buffer,
     // then into the target pass's inputs.
@@ -84,12 +90,13 @@ class BackendVerifier {
   int V_;
   int m_ = 0, rows_ = 0;
   bool greedy_ = false, any_q_ = false, staged_ = false, downloaded_ = false;
-  bool tokens_on_device_ = false;
+  bool tokens_on_device_ = false, any_carry_ = false;
   Tensor device_tokens_;  // the drafter's tokens [n + 1, 1] while tokens_on_device_
   Layout at_;
   // probs: [m * rows, V]; scratch: [m, V] (residuals); q: [m * width, V], the drafter's rows
   // gathered from its DeviceDraftRows::q.
   Tensor buffer_, probs_, scratch_, gathered_q_;
+  Tensor probs_round_;         // the last verify's rows of probs_
   Tensor q_;                   // the round's q rows: in buffer_ or gathered_q_
   std::vector<uint8_t> host_;  // the buffer's bytes on the host
   std::vector<float> probs_host_;

@@ -102,6 +102,7 @@ bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active
     c.round = im.round;
     c.base_token = static_cast<int>(im.tokens.size());
     c.draft_len = std::max(1, round_len_[j]);
+    c.carry = loop_.drafter->carries_drafts();
     to_verify_.push_back(c);
   }
   verifier_->stage(rows, to_verify_, settings_.sampling.temperature <= 0.0f,
@@ -273,6 +274,11 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
                           }
                           return std::span<const float>(out);
                         };
+    if (verdicts) {
+      target.device_dist = &verifier_->distributions();
+      target.device_row0 = static_cast<int64_t>(j) * rows;
+      target.carried = verifier_->carried(j);
+    }
     if (b.output_hidden) {
       target.hidden = outputs.hidden.rows(static_cast<int64_t>(j) * rows, rows);
       if (cfg())

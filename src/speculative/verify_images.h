@@ -23,16 +23,18 @@ struct RoundImage {
   int32_t drafts = 0;                  // draft nodes n (<= the round's width)
   int32_t draft_len = 1;               // L, the round's maximum depth (COOL-SD's schedule)
   int32_t one_hot = 0;                 // 1: every draft one-hot (its rows of q are not read)
+  int32_t carry = 0;  // 1: also each node row's Jacobi carry-over draw (jacobi_carry.h)
 };
 
 // p: F32 [images * (width + 1), V], image i's rows from i * (width + 1) (row 0: the root's target
 // distribution, row c + 1: node c's); q: F32 [images * width, V] (row i * width + c: node c's
 // distribution), or null when every image's drafts are one-hot; nodes: U8 of images * width
 // WalkNode (image i's from i * width); images: U8 of n_images RoundImage; scratch: F32
-// [images, verify_scratch(V)]; verdicts: U8 of n_images DraftVerdict, written. Asynchronous on a
-// device backend.
+// [images, verify_scratch(V)]; verdicts: U8 of n_images DraftVerdict, written. carried: I32
+// [images * width] or null: for an image with `carry`, row c + 1's carry-over draw at
+// i * width + c for each of its nodes c (the others untouched). Asynchronous on a device backend.
 void verify_images(Backend& be, const Tensor& p, const Tensor* q, const Tensor& nodes,
                    const Tensor& images, int n_images, int width, bool greedy, Tensor& scratch,
-                   Tensor& verdicts);
+                   Tensor& verdicts, Tensor* carried = nullptr);
 
 }  // namespace tessera::speculative

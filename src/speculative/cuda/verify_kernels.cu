@@ -6,6 +6,7 @@
 #include <string>
 
 #include "speculative/cuda/verify_kernels.h"
+#include "speculative/drafters/jacobi_carry.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tessera/error.h"
 
@@ -30,11 +31,26 @@ __global__ void verify_images_kernel(const float* p, const float* q, const WalkN
                   scratch + static_cast<int64_t>(i) * verify_scratch(vocab));
 }
 
+// The Jacobi carry-over draws, one thread per (image, node row): each an O(V) scan, independent
+// of the walk, so they run beside it rather than after it in the walk's thread.
+__global__ void jacobi_carry_kernel(const float* p, const RoundImage* images, int n_images,
+                                    int width, int vocab, bool greedy, int32_t* carried) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= static_cast<int64_t>(n_images) * width) return;
+  const int i = static_cast<int>(k / width), c = static_cast<int>(k % width);
+  const RoundImage& im = images[i];
+  if (!im.carry || c >= im.drafts) return;
+  carried[k] = jacobi_carry_token(p + (static_cast<int64_t>(i) * (width + 1) + c + 1) * vocab,
+                                  vocab, greedy, im.seed, im.image_index,
+                                  im.base_token + static_cast<uint32_t>(c + 1), im.round);
+}
+
 }  // namespace
 
 void launch_verify_images(const float* p, const float* q, const WalkNode* nodes,
                           const RoundImage* images, int n_images, int width, int vocab, bool greedy,
-                          float* scratch, DraftVerdict* verdicts, CUstream_st* stream) {
+                          float* scratch, DraftVerdict* verdicts, int32_t* carried,
+                          CUstream_st* stream) {
   if (vocab < 1 || width < 0 || n_images < 0)
     throw Error("device verification: vocabulary " + std::to_string(vocab) + ", width " +
                 std::to_string(width) + ", " + std::to_string(n_images) + " images");
@@ -43,6 +59,11 @@ void launch_verify_images(const float* p, const float* q, const WalkNode* nodes,
   verify_images_kernel<<<blocks, kThreads, 0, stream>>>(p, q, nodes, images, n_images, width, vocab,
                                                         greedy, scratch, verdicts);
   TESSERA_CUDA_LAUNCHED("verify_images_kernel");
+  const int64_t rows = static_cast<int64_t>(n_images) * width;
+  if (!carried || rows == 0) return;
+  jacobi_carry_kernel<<<static_cast<unsigned>((rows + kThreads - 1) / kThreads), kThreads, 0,
+                        stream>>>(p, images, n_images, width, vocab, greedy, carried);
+  TESSERA_CUDA_LAUNCHED("jacobi_carry_kernel");
 }
 
 }  // namespace tessera::speculative

@@ -11,10 +11,11 @@ struct CUstream_st;
 
 namespace tessera::speculative {
 
-// The arguments of verify_images, as device pointers. Throws tessera::Error on a failed
-// launch. Asynchronous on `stream`.
+// The arguments of verify_images, as device pointers (carried may be null). Throws
+// tessera::Error on a failed launch. Asynchronous on `stream`.
 void launch_verify_images(const float* p, const float* q, const WalkNode* nodes,
                           const RoundImage* images, int n_images, int width, int vocab, bool greedy,
-                          float* scratch, DraftVerdict* verdicts, CUstream_st* stream);
+                          float* scratch, DraftVerdict* verdicts, int32_t* carried,
+                          CUstream_st* stream);
 
 }  // namespace tessera::speculative

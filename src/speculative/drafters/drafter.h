@@ -20,6 +20,13 @@ namespace tessera::speculative {
 // j + 1: the token after draft node j).
 struct TargetRound {
   std::function<std::span<const float>(int)> dist;  // target distribution of row r
+  // A round verified on the device (BackendVerifier): the round's target distributions there,
+  // row r of this image at row device_row0 + r of device_dist, valid until the next round's
+  // verification; and, for a drafter that carries drafts (Jacobi), each node row's carry-over
+  // draw made there (carried[r - 1]: row r's, jacobi_carry.h). Null and empty on the host loop.
+  const Tensor* device_dist = nullptr;
+  int64_t device_row0 = 0;
+  std::span<const int32_t> carried;
   // [rows, dim] backend tensors of the conditional and (with CFG) unconditional half when
   // hidden_state() asks for them, else undefined; valid until the next target forward.
   Tensor hidden, hidden_uncond;

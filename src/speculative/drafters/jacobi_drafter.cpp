@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "speculative/drafters/jacobi_carry.h"
+
 namespace tessera::speculative {
 
 JacobiDrafter::JacobiDrafter(int vocab_size, const SamplingParams& params)
@@ -10,6 +12,7 @@ JacobiDrafter::JacobiDrafter(int vocab_size, const SamplingParams& params)
 void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                             std::vector<DraftTree>& trees) {
   trees.assign(active.size(), {});
+  rows_ = {};
   for (size_t j = 0; j < active.size(); ++j) {
     ImageState& im = *active[j];
     std::vector<Carried>& kept = carried_[im.id];
@@ -19,8 +22,16 @@ void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const
       node.parent = d - 2;
       node.depth = d;
       if (d <= static_cast<int>(kept.size())) {
-        node.token = kept[d - 1].token;
-        node.q = std::move(kept[d - 1].q);
+        Carried& c = kept[d - 1];
+        node.token = c.token;
+        node.q = std::move(c.q);
+        if (c.q_row >= 0 && device_drafts_) {  // verified on the device: the row stays there
+          node.q_row = static_cast<int>(c.q_row);
+          rows_.q = device_dist_;
+        } else if (c.q_row >= 0) {  // a round the host verifies after one the device did
+          node.q.resize(V_);
+          device_dist_.backend->download(device_dist_.rows(c.q_row, 1), node.q.data());
+        }
       } else {  // a fresh position: uniform over the vocabulary, one-hot q (SJD 'random' init)
         const double u = im.rng.uniform(base + d - 1, stream_id(Stream::JacobiInit, im.round));
         node.token = std::min(static_cast<int>(u * V_), V_ - 1);
@@ -41,15 +52,23 @@ void JacobiDrafter::finish_round(ImageState& image, const DraftTree& tree,
   // draft, as SJD does); their samples become the next window's drafts.
   const int d = static_cast<int>(outcome.accepted.size()) + 1;
   const int first_token = static_cast<int>(image.tokens.size());  // index of row d's token
+  const bool on_device = target.device_dist != nullptr;
+  check(!on_device || static_cast<int>(target.carried.size()) >= static_cast<int>(tree.size()),
+        "internal: a device round without its carry-over draws");
+  if (on_device) device_dist_ = *target.device_dist;
   for (int r = d; r <= static_cast<int>(tree.size()); ++r) {
-    std::span<const float> p = target.dist(r);
     Carried c;
-    const int t = first_token + (r - d);
-    c.token =
-        params_.temperature <= 0.0f
-            ? argmax(p)
-            : sample_index(p, image.rng.uniform(t, stream_id(Stream::JacobiCarry, image.round)));
-    c.q.assign(p.begin(), p.end());
+    const int t = first_token + (r - d);  // = base + r: the index the device drew it for
+    if (on_device) {
+      c.token = target.carried[r - 1];
+      c.q_row = target.device_row0 + r;
+    } else {
+      std::span<const float> p = target.dist(r);
+      c.token = jacobi_carry_token(p.data(), V_, params_.temperature <= 0.0f, image.rng.seed(),
+                                   image.rng.image_index(), static_cast<uint32_t>(t), image.round);
+      check(c.token >= 0, "internal: sampling from an empty distribution");
+      c.q.assign(p.begin(), p.end());
+    }
     kept.push_back(std::move(c));
   }
 }

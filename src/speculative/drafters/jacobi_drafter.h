@@ -4,6 +4,9 @@
 // the last round left unverified keep the target's sample from that round as their draft, with
 // the target's distribution of that round as q; new positions are initialised uniformly at
 // random over the vocabulary with one-hot q. Needs no model: the target verifies and drafts.
+// On the device loop the carry-over stays on the device: its draws are made there with the
+// verdicts (TargetRound::carried) and q is the verifier's row of that round (DraftNode::q_row into
+// device_rows()), so nothing of the window comes back but its tokens.
 #pragma once
 
 #include <map>
@@ -30,15 +33,21 @@ class JacobiDrafter : public Drafter {
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
                     const TargetRound& target) override;
   void release(const ImageState& image) override { carried_.erase(image.id); }
+  void set_device_drafts(bool on) override { device_drafts_ = on; }
+  const DeviceDraftRows* device_rows() const override { return rows_.q.data ? &rows_ : nullptr; }
 
  private:
   struct Carried {
     int32_t token;
     std::vector<float> q;
+    int64_t q_row = -1;  // the device loop: q is this row of device_dist_ instead
   };
   int V_;
   SamplingParams params_;
   std::map<int, std::vector<Carried>> carried_;  // by image id
+  bool device_drafts_ = false;
+  Tensor device_dist_;    // the last device round's target distributions (the carried q rows)
+  DeviceDraftRows rows_;  // device_dist_ while the last propose() named rows of it
 };
 
 }  // namespace tessera::speculative
