@@ -70,21 +70,31 @@ Batch random_batch(std::mt19937& g, int n, int width, int V) {
   return b;
 }
 
+// carried: when given, every other image also makes its Jacobi carry-over draws, returned there
+// (-1 where none was made).
 std::vector<DraftVerdict> verify_on(Backend& be, Batch b, const WalkRule& rule, bool one_hot,
                                     bool greedy, int64_t round,
-                                    const LatentNeighbours* table = nullptr) {
-  Tensor table_rows;  // LANTERN's table on `be`
+                                    const LatentNeighbours* table = nullptr,
+                                    const std::vector<float>* embedding = nullptr,
+                                    std::vector<int32_t>* carried = nullptr) {
+  Tensor table_rows;  // LANTERN's table or GSD's embedding on `be`
   WalkRule on_be = rule;
   if (table) {
     table_rows = be.upload(table->table().data(), DType::I32, {table->vocab(), table->k_max()});
     on_be.lantern.table = table_rows.ptr<int32_t>();
     on_be.lantern.table_k = table->k_max();
   }
+  if (embedding) {
+    table_rows =
+        be.upload(embedding->data(), DType::F32, {static_cast<int64_t>(embedding->size())});
+    on_be.gsd.embedding = table_rows.ptr<float>();
+  }
   for (size_t i = 0; i < b.images.size(); ++i) {
     b.images[i].rule = on_be;
     b.images[i].round = round + static_cast<int64_t>(i % 3);
     // One-hot: every image's (q is not passed); otherwise a quarter of them.
     b.images[i].one_hot = one_hot || i % 4 == 1;
+    b.images[i].carry = carried && i % 2 == 0;
   }
   Tensor p = be.upload(b.p.data(), DType::F32, {b.n * (b.width + 1), b.V});
   Tensor q = be.upload(b.q.data(), DType::F32, {b.n * b.width, b.V});
@@ -97,9 +107,15 @@ std::vector<DraftVerdict> verify_on(Backend& be, Batch b, const WalkRule& rule, 
   std::vector<DraftVerdict> out(b.n);
   Tensor verdicts =
       be.upload(out.data(), DType::U8, {static_cast<int64_t>(b.n * sizeof(DraftVerdict))});
+  std::vector<int32_t> draws(static_cast<size_t>(b.n * b.width), -1);
+  Tensor draws_on_be = be.upload(draws.data(), DType::I32, {b.n * b.width});
   verify_images(be, p, one_hot ? nullptr : &q, nodes, images, b.n, b.width, greedy, scratch,
-                verdicts);
+                verdicts, carried ? &draws_on_be : nullptr);
   be.download(verdicts, out.data());
+  if (carried) {
+    be.download(draws_on_be, draws.data());
+    *carried = draws;
+  }
   return out;
 }
 
@@ -194,6 +210,57 @@ TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
   }
   EXPECT_GT(rejected, 200);
   EXPECT_GT(bonus, 200);
+}
+
+// GSD's drafts (its embedding uploaded to the backend), in both forms and windows up to the shared
+// function's largest, with Jacobi's carry-over draws made beside the walk, as for the rules above.
+TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
+  std::mt19937 g(44);
+  std::vector<GsdRuleData> rules;
+  auto add = [&](int group, float d, float delta, bool reference) {
+    GsdRuleData r;
+    r.g = group;
+    r.d = d;
+    r.delta = delta;
+    r.reference = reference;
+    rules.push_back(r);
+  };
+  add(10, 2.0f, 0.2f, false);
+  add(4, 1e9f, 1.0f, false);
+  add(14, 2.0f, 0.2f, true);
+  add(2 * kGsdMaxHalf, 1e9f, 1.0f, false);
+  int rejected = 0, bonus = 0, draws = 0;
+  for (const int V : {16, 1000, 16384}) {
+    std::normal_distribution<float> normal;
+    constexpr int dim = 3;
+    std::vector<float> embedding(static_cast<size_t>(V) * dim);
+    for (float& x : embedding) x = normal(g);
+    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
+    for (size_t r = 0; r < rules.size(); ++r)
+      for (const bool one_hot : {false, true})
+        for (const bool greedy : {false, true}) {
+          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
+                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
+          WalkRule rule;
+          rule.kind = WalkRule::Kind::Gsd;
+          rule.gsd = rules[r];
+          rule.gsd.rows = V;
+          rule.gsd.dim = dim;
+          const int64_t round = static_cast<int64_t>(r) * 7;
+          std::vector<int32_t> got_carried, want_carried;
+          expect_same_verdicts(
+              verify_on(backend(), b, rule, one_hot, greedy, round, nullptr, &embedding,
+                        &got_carried),
+              verify_on(ref(), b, rule, one_hot, greedy, round, nullptr, &embedding, &want_carried),
+              rejected, bonus);
+          ASSERT_EQ(got_carried, want_carried);
+          draws += static_cast<int>(std::count_if(want_carried.begin(), want_carried.end(),
+                                                  [](int32_t t) { return t >= 0; }));
+        }
+  }
+  EXPECT_GT(rejected, 100);
+  EXPECT_GT(bonus, 100);
+  EXPECT_GT(draws, 500) << "carry-over draws compared";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);

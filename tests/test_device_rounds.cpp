@@ -57,8 +57,9 @@ SpeculativeOptions method(const std::string& name, MethodParams params = {},
   SpeculativeOptions s;
   s.method = name;
   const bool heads = name == "eagle" || name == "medusa" || name == "hawk";
-  if (name != "sjd") s.draft_model = kFix + "/spec/tiny_" + (heads ? name : "draft");
-  if (!heads) s.draft_len = name == "sjd" ? 4 : 3;
+  if (name != "sjd" && name != "gsd")
+    s.draft_model = kFix + "/spec/tiny_" + (heads ? name : "draft");
+  if (!heads) s.draft_len = name == "sjd" || name == "gsd" ? 4 : 3;
   s.params = std::move(params);
   s.tree = tree;
   return s;
@@ -98,6 +99,13 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
       {method("addition", {{"addition.eps", 0.05}}), 1.0f},
       {method("cool-sd", {{"cool.delta", 1.5}}), 0.0f},
       {method("sjd"), 1.0f},
+      // GSD with bounds loose enough that clusters hold more than the drafted token.
+      {method("gsd", {{"gsd.g", int64_t{10}}, {"gsd.d", 1e6}, {"gsd.delta", 1.0}}), 1.0f},
+      {method(
+           "gsd",
+           {{"gsd.g", int64_t{14}}, {"gsd.d", 1e6}, {"gsd.delta", 1.0}, {"gsd.reference", true}}),
+       1.0f},
+      {method("gsd"), 0.0f},
       {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}), 1.0f},
       {method("lantern", {{"lantern.k", int64_t{8}}, {"lantern.delta", 0.4}}), 0.0f},
       {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.reference", true}}), 1.0f},
@@ -147,16 +155,17 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   EXPECT_GT(sibling_tests, 50) << "siblings tested after a rejection";
 }
 
-// Rules without a walk descriptor (GSD's grouping; LANTERN under G*, whose residual would
-// evaluate LANTERN's acceptance at every token; Medusa's typical acceptance): those rounds verify
-// on the host under --device-loop on, with the host loop's images.
+// Rules without a walk descriptor (GSD with a window past gsd_math.h's arrays; LANTERN under G*,
+// whose residual would evaluate LANTERN's acceptance at every token; Medusa's typical
+// acceptance): those rounds verify on the host under --device-loop on, with the host loop's
+// images.
 TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
   SpeculativeOptions typical = method("medusa");
   typical.method = "medusa-typical";
   SpeculativeOptions lantern_g = method("lantern", {{"lantern.k", int64_t{5}}});
   lantern_g.resample = "optimal";
-  SpeculativeOptions gsd = method("sjd", {{"gsd.g", int64_t{10}}});
-  gsd.method = "gsd";
+  // GSD with a window wider than the shared function holds (gsd_math.h).
+  SpeculativeOptions gsd = method("gsd", {{"gsd.g", int64_t{2 * speculative::kGsdMaxHalf + 2}}});
   for (const SpeculativeOptions& spec : {lantern_g, gsd, typical}) {
     SCOPED_TRACE(spec.method);
     const Generated host = run(spec, DeviceLoop::Off, 1.0f);

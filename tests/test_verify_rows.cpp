@@ -67,6 +67,20 @@ std::vector<Case> lantern_rules(const std::shared_ptr<const LatentNeighbours>& n
   return c;
 }
 
+// GSD over a random embedding, in both forms, with bounds that keep part of each window.
+std::vector<Case> gsd_rules(int V) {
+  std::mt19937 g(98);
+  std::normal_distribution<float> normal;
+  auto emb = std::make_shared<std::vector<float>>(static_cast<size_t>(V) * 3);
+  for (float& x : *emb) x = normal(g);
+  std::vector<Case> c;
+  c.push_back({"gsd", make_gsd_rule({.g = 10, .d = 4.0f, .delta = 0.1f}, emb, 3)});
+  c.push_back({"gsd g 4", make_gsd_rule({.g = 4, .d = 1e9f, .delta = 1.0f}, emb, 3)});
+  c.push_back({"gsd reference",
+               make_gsd_rule({.g = 14, .d = 4.0f, .delta = 0.1f, .reference = true}, emb, 3)});
+  return c;
+}
+
 std::vector<Case> ratio_rules() {
   std::vector<Case> c;
   c.push_back({"exact", make_exact_rule()});
@@ -160,6 +174,7 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   int rejections = 0, bonus = 0, sibling_rejections = 0;
   std::vector<Case> rules = ratio_rules();
   for (Case& c : lantern_rules(random_table(V))) rules.push_back(std::move(c));
+  for (Case& c : gsd_rules(V)) rules.push_back(std::move(c));
   for (const Case& c : rules) {
     const std::optional<WalkRuleSource> source = c.rule->walk_rule();
     ASSERT_TRUE(source) << c.name;
@@ -233,6 +248,20 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(lantern->rule.lantern.table, table->table().data());
   EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->walk_rule());
   EXPECT_FALSE(with_optimal_resampling(make_lantern_rule({.k = 5}, table))->walk_rule());
+  // GSD with its embedding (the exact rule's residual); not with a window past the shared
+  // function's arrays, nor under G*.
+  auto emb = std::make_shared<const std::vector<float>>(24 * 2, 0.5f);
+  const auto gsd = make_gsd_rule({.g = 12, .reference = true}, emb, 2)->walk_rule();
+  ASSERT_TRUE(gsd);
+  EXPECT_EQ(gsd->rule.kind, WalkRule::Kind::Gsd);
+  EXPECT_EQ(gsd->rule.ratio, RatioRule{});
+  EXPECT_EQ(gsd->embedding, emb);
+  EXPECT_EQ(gsd->rule.gsd.embedding, emb->data());
+  EXPECT_EQ(gsd->rule.gsd.g, 12);
+  EXPECT_EQ(gsd->rule.gsd.reference, 1);
+  EXPECT_EQ(gsd->rule.gsd.rows, 24);
+  EXPECT_FALSE(make_gsd_rule({.g = 2 * kGsdMaxHalf + 2}, emb, 2)->walk_rule());
+  EXPECT_FALSE(with_optimal_resampling(make_gsd_rule({.g = 12}, emb, 2))->walk_rule());
 }
 
 // The batched form (verify_images.h) on the CPU backend: each image of a round, with chains and

@@ -95,6 +95,11 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
             "internal: LANTERN's table does not match the vocabulary");
       im.rule.lantern.table = table_on_backend(c.rule.table);
     }
+    if (im.rule.kind == WalkRule::Kind::Gsd) {
+      check(c.rule.embedding && im.rule.gsd.rows >= V_ && im.rule.gsd.dim > 0,
+            "internal: GSD's embedding does not cover the vocabulary");
+      im.rule.gsd.embedding = embedding_on_backend(c.rule.embedding, im.rule.gsd.dim);
+    }
     im.seed = c.seed;
     im.image_index = c.image_index;
     im.round = c.round;
@@ -161,6 +166,16 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   }
   staged_ = true;
   downloaded_ = false;
+}
+
+const float* BackendVerifier::embedding_on_backend(
+    const std::shared_ptr<const std::vector<float>>& embedding, int dim) {
+  if (be_.host_memory()) return embedding->data();
+  for (const auto& [e, on_backend] : embeddings_)
+    if (e == embedding) return on_backend.ptr<float>();
+  const int64_t rows = static_cast<int64_t>(embedding->size()) / dim;
+  embeddings_.emplace_back(embedding, be_.upload(embedding->data(), DType::F32, {rows, dim}));
+  return embeddings_.back().second.ptr<float>();
 }
 
 Tensor BackendVerifier::moves(bool to, bool inputs) const {

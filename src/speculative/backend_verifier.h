@@ -3,8 +3,9 @@
 // image's chain or tree is walked there with its rule's descriptor (verify_images); only the
 // verdicts come back, one copy a round, instead of the [halves x images x rows, V] logits and a
 // host softmax per row. It covers rounds whose images all verify with a ratio rule (exact,
-// uniform-rsd, cool-sd, amplify, addition, either resampling) or LANTERN (its neighbour table
-// uploaded once); SpeculativeDecoder verifies the other rounds on the host. On the CPU backend it
+// uniform-rsd, cool-sd, amplify, addition, either resampling), LANTERN (its neighbour table
+// uploaded once) or GSD (its embedding uploaded once); SpeculativeDecoder verifies the other
+// rounds on the host. On the CPU backend it
 // gives the host walk's tokens bit for bit (tests/test_backend_verifier.cpp), so the CPU tests
 // check the wiring the GPU runs.
 #pragma once
@@ -104,6 +105,10 @@ class BackendVerifier {
   // LANTERN's tables on the backend, each uploaded once (the pointer keeps its rows alive).
   std::vector<std::pair<std::shared_ptr<const LatentNeighbours>, Tensor>> tables_;
   const int32_t* table_on_backend(const std::shared_ptr<const LatentNeighbours>& table);
+  // GSD's embeddings likewise.
+  std::vector<std::pair<std::shared_ptr<const std::vector<float>>, Tensor>> embeddings_;
+  const float* embedding_on_backend(const std::shared_ptr<const std::vector<float>>& embedding,
+                                    int dim);
   // The staged token copies' source rows (to: false) or destination indices (true), of the node
   // moves or the input moves (inputs).
   Tensor moves(bool to, bool inputs) const;

@@ -23,6 +23,11 @@ class GsdRule final : public AcceptanceRule {
   std::string name() const override { return params_.reference ? "gsd-ref" : "gsd"; }
 
   double accept_probability(const NodeView& n) const override {
+    if (params_.g / 2 <= kGsdMaxHalf) {  // the device walk's function (gsd_math.h)
+      check_rows(n.p.size());
+      return gsd_accept_probability(data(), n.p.data(), n.q.empty() ? nullptr : n.q.data(), n.token,
+                                    static_cast<int>(n.p.size()));
+    }
     const std::vector<int> c = cluster(n.p, n.token);
     if (c.empty()) return 0.0;  // reference form, negative slice start: NaN, rejected
     double pc = 0.0, qc = 0.0;
@@ -36,12 +41,37 @@ class GsdRule final : public AcceptanceRule {
   // Alg. 3 line 17: the token-level residual of SJD, not a cluster-level one.
   void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
 
+  // The device walk: GSD's acceptance with the exact rule's residual.
+  std::optional<WalkRuleSource> walk_rule() const override {
+    if (params_.g / 2 > kGsdMaxHalf) return std::nullopt;
+    WalkRuleSource s;
+    s.rule.kind = WalkRule::Kind::Gsd;
+    s.rule.gsd = data();
+    s.embedding = emb_;
+    return s;
+  }
+
+  GsdRuleData data() const {
+    GsdRuleData r;
+    r.g = params_.g;
+    r.d = params_.d;
+    r.delta = params_.delta;
+    r.reference = params_.reference ? 1 : 0;
+    r.embedding = emb_->data();
+    r.rows = static_cast<int32_t>(rows_);
+    r.dim = dim_;
+    return r;
+  }
+
+  void check_rows(size_t V) const {
+    if (V > rows_)
+      throw Error("GSD: the embedding has " + std::to_string(rows_) +
+                  " rows but the target distribution has " + std::to_string(V) + " tokens");
+  }
   // C(x~): the window of the ascending ranking around x~, filtered (Alg. 3 lines 2-11); x~ first.
   // Empty (f = 0) only in the reference form, when the code's slice start is negative.
   std::vector<int> cluster(std::span<const float> p, int token) const {
-    if (p.size() > rows_)
-      throw Error("GSD: the embedding has " + std::to_string(rows_) +
-                  " rows but the target distribution has " + std::to_string(p.size()) + " tokens");
+    check_rows(p.size());
     const int V = static_cast<int>(p.size());
     const int half = std::max(0, params_.g / 2);  // G//2
     // Alg. 3 line 2: sort(p_k), ascending (torch.sort's default, and the published code's

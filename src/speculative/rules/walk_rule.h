@@ -1,30 +1,36 @@
 // The acceptance rules the device loop's walk applies (speculative/verify_rows.h), as plain
-// data: a ratio rule (ratio_rule.h) or LANTERN over its neighbour table (lantern_math.h). A rule
-// gives its descriptor through AcceptanceRule::walk_rule(); rules without one (GSD's grouping,
-// Medusa's typical acceptance, any rule under G* but the ratio rules) verify on the host.
+// data: a ratio rule (ratio_rule.h), LANTERN over its neighbour table (lantern_math.h) or GSD's
+// grouping over its embedding (gsd_math.h). A rule gives its descriptor through
+// AcceptanceRule::walk_rule(); rules without one (Medusa's typical acceptance, any rule under G*
+// but the ratio rules, GSD with G//2 > kGsdMaxHalf) verify on the host.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
+#include <vector>
+
 #include "speculative/latent_neighbours.h"
+#include "speculative/rules/gsd_math.h"
 #include "speculative/rules/lantern_math.h"
 #include "speculative/rules/ratio_rule.h"
 
 namespace tessera::speculative {
 
 struct WalkRule {
-  enum class Kind : int32_t { Ratio, Lantern };
+  enum class Kind : int32_t { Ratio, Lantern, Gsd };
   Kind kind = Kind::Ratio;
-  RatioRule ratio;
+  RatioRule ratio;  // Ratio's rule; for Gsd the exact rule, whose residual GSD resamples from
   LanternRuleData lantern;  // its table points at the host's rows until the verifier uploads them
+  GsdRuleData gsd;          // its embedding likewise
 };
 
-// A rule's descriptor and the table its pointer refers to (kept alive, and uploaded once, by the
-// device loop).
+// A rule's descriptor and the table or embedding its pointer refers to (kept alive, and uploaded
+// once, by the device loop).
 struct WalkRuleSource {
   WalkRule rule;
   std::shared_ptr<const LatentNeighbours> table;
+  std::shared_ptr<const std::vector<float>> embedding;
 };
 
 }  // namespace tessera::speculative
