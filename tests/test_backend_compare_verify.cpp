@@ -263,4 +263,30 @@ TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
   EXPECT_GT(draws, 500) << "carry-over draws compared";
 }
 
+// Medusa's typical acceptance (p itself the resampling distribution), thresholds that accept some
+// drafts and reject others. A device's log and exp may differ from the CPU's by an ulp, which
+// would flip a test only with p(x~) within ~1e-16 of the threshold; none of these is.
+TEST_P(Verify, TypicalDraftsVerifyAsTheCpu) {
+  std::mt19937 g(45);
+  const std::vector<TypicalRuleData> rules = {{0.09f, 0.3f}, {0.05f, 1.0f}, {0.3f, 0.5f}};
+  int rejected = 0, bonus = 0;
+  for (const int V : {16, 1000, 16384}) {
+    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
+    for (size_t r = 0; r < rules.size(); ++r)
+      for (const bool one_hot : {false, true})
+        for (const bool greedy : {false, true}) {
+          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
+                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
+          WalkRule rule;
+          rule.kind = WalkRule::Kind::Typical;
+          rule.typical = rules[r];
+          const int64_t round = static_cast<int64_t>(r) * 11;
+          expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round),
+                               verify_on(ref(), b, rule, one_hot, greedy, round), rejected, bonus);
+        }
+  }
+  EXPECT_GT(rejected, 100);
+  EXPECT_GT(bonus, 100);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);

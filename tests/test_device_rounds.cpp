@@ -1,10 +1,9 @@
 // The speculative device loop (speculative/backend_verifier.h, issue 42) on the CPU backend, where
 // it must give the host loop's images and statistics bit for bit: the same target distributions
 // (distribution_rows) and the same walk (verify_rows), run where the logits are. So the
-// CPU tests check the wiring a GPU runs. Rounds it does not cover (GSD, LANTERN under G*, typical
-// acceptance) stay on the host. Per-request methods and settings in one batch:
-// test_generation.cpp's
-// "-device" cases.
+// CPU tests check the wiring a GPU runs. Rounds it does not cover (rules under G* other than the
+// ratio rules, GSD with a very wide window) stay on the host. Per-request methods and settings in
+// one batch: test_generation.cpp's "-device" cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,6 +118,12 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
        1.0f},
       {method("eagle"), 1.0f},
       {method("medusa"), 1.0f},
+      {[] {
+         SpeculativeOptions s = method("medusa", {{"typical.eps", 0.3}, {"typical.alpha", 0.5}});
+         s.method = "medusa-typical";
+         return s;
+       }(),
+       1.0f},
       {method("hawk"), 1.0f},
       {method(
            "lantern++",
@@ -155,13 +160,13 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   EXPECT_GT(sibling_tests, 50) << "siblings tested after a rejection";
 }
 
-// Rules without a walk descriptor (GSD with a window past gsd_math.h's arrays; LANTERN under G*,
-// whose residual would evaluate LANTERN's acceptance at every token; Medusa's typical
-// acceptance): those rounds verify on the host under --device-loop on, with the host loop's
-// images.
+// Rules without a walk descriptor (GSD with a window past gsd_math.h's arrays; LANTERN and
+// Medusa's typical acceptance under G*, whose residual would evaluate the rule at every token):
+// those rounds verify on the host under --device-loop on, with the host loop's images.
 TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
   SpeculativeOptions typical = method("medusa");
   typical.method = "medusa-typical";
+  typical.resample = "optimal";
   SpeculativeOptions lantern_g = method("lantern", {{"lantern.k", int64_t{5}}});
   lantern_g.resample = "optimal";
   // GSD with a window wider than the shared function holds (gsd_math.h).

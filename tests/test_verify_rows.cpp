@@ -175,6 +175,9 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   std::vector<Case> rules = ratio_rules();
   for (Case& c : lantern_rules(random_table(V))) rules.push_back(std::move(c));
   for (Case& c : gsd_rules(V)) rules.push_back(std::move(c));
+  // Typical acceptance with thresholds that accept some drafts and reject others.
+  rules.push_back({"typical", make_typical_rule(0.09f, 0.3f)});
+  rules.push_back({"typical tight", make_typical_rule(0.05f, 1.0f)});
   for (const Case& c : rules) {
     const std::optional<WalkRuleSource> source = c.rule->walk_rule();
     ASSERT_TRUE(source) << c.name;
@@ -234,8 +237,8 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(with_optimal_resampling(make_exact_rule())->name(), "exact+G*");
   EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->ratio());
   EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->ratio());
-  // The chain walk's descriptors: ratio rules, LANTERN with its table; neither typical
-  // acceptance nor LANTERN under G* (an O(V k) residual a rejection would cost).
+  // The walk's descriptors: ratio rules, LANTERN with its table, typical acceptance; not LANTERN
+  // or typical acceptance under G* (a residual evaluating the rule at every token).
   EXPECT_EQ(make_exact_rule()->walk_rule()->rule.kind, WalkRule::Kind::Ratio);
   const auto table = random_table(24);
   const auto lantern =
@@ -246,7 +249,12 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(lantern->rule.lantern.others, 5);
   EXPECT_EQ(lantern->rule.lantern.zeroed, 6);
   EXPECT_EQ(lantern->rule.lantern.table, table->table().data());
-  EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->walk_rule());
+  const auto typical = make_typical_rule(0.3f, 0.09f)->walk_rule();
+  ASSERT_TRUE(typical);
+  EXPECT_EQ(typical->rule.kind, WalkRule::Kind::Typical);
+  EXPECT_EQ(typical->rule.typical.eps, 0.3f);
+  EXPECT_EQ(typical->rule.typical.alpha, 0.09f);
+  EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->walk_rule());
   EXPECT_FALSE(with_optimal_resampling(make_lantern_rule({.k = 5}, table))->walk_rule());
   // GSD with its embedding (the exact rule's residual); not with a window past the shared
   // function's arrays, nor under G*.

@@ -4,8 +4,8 @@
 // verdicts come back, one copy a round, instead of the [halves x images x rows, V] logits and a
 // host softmax per row. It covers rounds whose images all verify with a ratio rule (exact,
 // uniform-rsd, cool-sd, amplify, addition, either resampling), LANTERN (its neighbour table
-// uploaded once) or GSD (its embedding uploaded once); SpeculativeDecoder verifies the other
-// rounds on the host. On the CPU backend it
+// uploaded once), GSD (its embedding uploaded once) or Medusa's typical acceptance;
+// SpeculativeDecoder verifies the other rounds on the host. On the CPU backend it
 // gives the host walk's tokens bit for bit (tests/test_backend_verifier.cpp), so the CPU tests
 // check the wiring the GPU runs.
 #pragma once

@@ -52,7 +52,8 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
                                            uint64_t seed, uint64_t image, uint32_t base_token,
                                            int64_t round, float* scratch) {
   DraftVerdict v;
-  const bool lantern = rule.kind == WalkRule::Kind::Lantern, gsd = rule.kind == WalkRule::Kind::Gsd;
+  const bool lantern = rule.kind == WalkRule::Kind::Lantern, gsd = rule.kind == WalkRule::Kind::Gsd,
+             typical = rule.kind == WalkRule::Kind::Typical;
   float* q_work = scratch + 2 * static_cast<int64_t>(V);
   const float* dist = p;  // the current target (or residual) distribution
   int node = -1, depth = 1;
@@ -77,14 +78,17 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
                                          stream_id(Stream::Accept, round, sibling));
         const double omega = ratio_omega(rule.ratio, depth, L);
         const float qx = qc ? qc[x] : 1.0f;
-        ok = u < (lantern ? lantern_accept_probability(rule.lantern, dist, x, qx)
-                  : gsd   ? gsd_accept_probability(rule.gsd, dist, qc, x, V)
-                          : ratio_accept_probability(rule.ratio, omega, dist[x], qx));
+        ok = u < (lantern   ? lantern_accept_probability(rule.lantern, dist, x, qx)
+                  : gsd     ? gsd_accept_probability(rule.gsd, dist, qc, x, V)
+                  : typical ? typical_accept_probability(rule.typical, dist, x, V)
+                            : ratio_accept_probability(rule.ratio, omega, dist[x], qx));
         if (!ok) {
           // p <- G (the rule's resampling distribution), normalised; p where G has no mass.
           float* residual = dist == scratch ? scratch + V : scratch;
           if (lantern) {
             lantern_residual(rule.lantern, dist, qc, x, V, residual);
+          } else if (typical) {  // Medusa resamples from the target itself
+            for (int y = 0; y < V; ++y) residual[y] = dist[y];
           } else {
             for (int y = 0; y < V; ++y)
               residual[y] =

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "speculative/rules/rules.h"
+#include "speculative/rules/typical_math.h"
 
 namespace tessera::speculative {
 namespace {
@@ -18,7 +19,16 @@ class TypicalRule final : public AcceptanceRule {
   std::string name() const override { return "typical"; }
 
   double accept_probability(const NodeView& n) const override {
-    return static_cast<double>(n.p[n.token]) > typical_threshold(n.p, eps_, alpha_) ? 1.0 : 0.0;
+    return typical_accept_probability({eps_, alpha_}, n.p.data(), n.token,
+                                      static_cast<int>(n.p.size()));
+  }
+
+  // The device walk: the same test, p itself as the resampling distribution.
+  std::optional<WalkRuleSource> walk_rule() const override {
+    WalkRuleSource s;
+    s.rule.kind = WalkRule::Kind::Typical;
+    s.rule.typical = {eps_, alpha_};
+    return s;
   }
 
   // The unmodified p (Medusa resamples from the target itself).
@@ -27,15 +37,13 @@ class TypicalRule final : public AcceptanceRule {
   }
 
  private:
-  double eps_, alpha_;
+  float eps_, alpha_;
 };
 
 }  // namespace
 
 double typical_threshold(std::span<const float> p, float eps, float alpha) {
-  double h = 0.0;
-  for (const float v : p) h -= static_cast<double>(v) * std::log(static_cast<double>(v) + 1e-5);
-  return std::min(static_cast<double>(eps), static_cast<double>(alpha) * std::exp(-h));
+  return typical_threshold_row(p.data(), static_cast<int>(p.size()), eps, alpha);
 }
 
 std::unique_ptr<AcceptanceRule> make_typical_rule(float eps, float alpha) {

@@ -1,7 +1,7 @@
 // The acceptance rules the device loop's walk applies (speculative/verify_rows.h), as plain
 // data: a ratio rule (ratio_rule.h), LANTERN over its neighbour table (lantern_math.h) or GSD's
-// grouping over its embedding (gsd_math.h). A rule gives its descriptor through
-// AcceptanceRule::walk_rule(); rules without one (Medusa's typical acceptance, any rule under G*
+// grouping over its embedding (gsd_math.h) or Medusa's typical acceptance (typical_math.h). A rule
+// gives its descriptor through AcceptanceRule::walk_rule(); rules without one (any rule under G*
 // but the ratio rules, GSD with G//2 > kGsdMaxHalf) verify on the host.
 #pragma once
 
@@ -14,15 +14,17 @@
 #include "speculative/rules/gsd_math.h"
 #include "speculative/rules/lantern_math.h"
 #include "speculative/rules/ratio_rule.h"
+#include "speculative/rules/typical_math.h"
 
 namespace tessera::speculative {
 
 struct WalkRule {
-  enum class Kind : int32_t { Ratio, Lantern, Gsd };
+  enum class Kind : int32_t { Ratio, Lantern, Gsd, Typical };
   Kind kind = Kind::Ratio;
   RatioRule ratio;  // Ratio's rule; for Gsd the exact rule, whose residual GSD resamples from
   LanternRuleData lantern;  // its table points at the host's rows until the verifier uploads them
   GsdRuleData gsd;          // its embedding likewise
+  TypicalRuleData typical;  // Medusa's typical acceptance (resamples from p itself)
 };
 
 // A rule's descriptor and the table or embedding its pointer refers to (kept alive, and uploaded
