@@ -186,6 +186,8 @@ TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
   add(8, 0.0f, 3.0f, true, false);
   add(5, 0.3f, 0.0f, false, true);
   add(6, 0.0f, 2.5f, true, true);
+  const size_t plain = rules.size();
+  for (size_t r = 0; r < plain; r += 2) rules.push_back(rules[r]);  // these under G*
   int rejected = 0, bonus = 0;
   for (const int V : {16, 1000, 16384}) {
     std::normal_distribution<float> normal;
@@ -202,6 +204,7 @@ TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
           WalkRule rule;
           rule.kind = WalkRule::Kind::Lantern;
           rule.lantern = rules[r];
+          rule.optimal = r >= plain;
           const int64_t round = static_cast<int64_t>(r) * 5;
           expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round, &table),
                                verify_on(ref(), b, rule, one_hot, greedy, round, &table), rejected,
@@ -268,7 +271,9 @@ TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
 // would flip a test only with p(x~) within ~1e-16 of the threshold; none of these is.
 TEST_P(Verify, TypicalDraftsVerifyAsTheCpu) {
   std::mt19937 g(45);
-  const std::vector<TypicalRuleData> rules = {{0.09f, 0.3f}, {0.05f, 1.0f}, {0.3f, 0.5f}};
+  // The last one under G*.
+  const std::vector<TypicalRuleData> rules = {
+      {0.09f, 0.3f}, {0.05f, 1.0f}, {0.3f, 0.5f}, {0.09f, 0.3f}};
   int rejected = 0, bonus = 0;
   for (const int V : {16, 1000, 16384}) {
     const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
@@ -280,6 +285,7 @@ TEST_P(Verify, TypicalDraftsVerifyAsTheCpu) {
           WalkRule rule;
           rule.kind = WalkRule::Kind::Typical;
           rule.typical = rules[r];
+          rule.optimal = r + 1 == rules.size();
           const int64_t round = static_cast<int64_t>(r) * 11;
           expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round),
                                verify_on(ref(), b, rule, one_hot, greedy, round), rejected, bonus);

@@ -132,6 +132,15 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   };
   cases.push_back(cases[3]);
   cases.back().spec.resample = "vanilla";
+  // LANTERN and typical acceptance under G* (optimal_residual_row), sampled drafts and trees.
+  for (const std::string tree : {"", "kary:2,2"}) {
+    cases.push_back(
+        {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}, tree), 1.0f});
+    cases.back().spec.resample = "optimal";
+  }
+  cases.push_back({method("medusa", {{"typical.eps", 0.3}, {"typical.alpha", 0.5}}), 1.0f});
+  cases.back().spec.method = "medusa-typical";
+  cases.back().spec.resample = "optimal";
   int rejected_rounds = 0, sibling_tests = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec.method + " tree '" + c.spec.tree + "' resample '" + c.spec.resample +
@@ -160,18 +169,15 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   EXPECT_GT(sibling_tests, 50) << "siblings tested after a rejection";
 }
 
-// Rules without a walk descriptor (GSD with a window past gsd_math.h's arrays; LANTERN and
-// Medusa's typical acceptance under G*, whose residual would evaluate the rule at every token):
-// those rounds verify on the host under --device-loop on, with the host loop's images.
+// Rules without a walk descriptor (GSD with a window past gsd_math.h's arrays, GSD under G*,
+// whose residual would run the grouping at every token): those rounds verify on the host under
+// --device-loop on, with the host loop's images.
 TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
-  SpeculativeOptions typical = method("medusa");
-  typical.method = "medusa-typical";
-  typical.resample = "optimal";
-  SpeculativeOptions lantern_g = method("lantern", {{"lantern.k", int64_t{5}}});
-  lantern_g.resample = "optimal";
   // GSD with a window wider than the shared function holds (gsd_math.h).
   SpeculativeOptions gsd = method("gsd", {{"gsd.g", int64_t{2 * speculative::kGsdMaxHalf + 2}}});
-  for (const SpeculativeOptions& spec : {lantern_g, gsd, typical}) {
+  SpeculativeOptions gsd_g = method("gsd");
+  gsd_g.resample = "optimal";
+  for (const SpeculativeOptions& spec : {gsd, gsd_g}) {
     SCOPED_TRACE(spec.method);
     const Generated host = run(spec, DeviceLoop::Off, 1.0f);
     const Generated device = run(spec, DeviceLoop::On, 1.0f);

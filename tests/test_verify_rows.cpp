@@ -178,6 +178,10 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   // Typical acceptance with thresholds that accept some drafts and reject others.
   rules.push_back({"typical", make_typical_rule(0.09f, 0.3f)});
   rules.push_back({"typical tight", make_typical_rule(0.05f, 1.0f)});
+  // G* for LANTERN and typical acceptance (optimal_residual_row).
+  rules.push_back({"typical G*", with_optimal_resampling(make_typical_rule(0.09f, 0.3f))});
+  for (Case& c : lantern_rules(random_table(V)))
+    rules.push_back({c.name + " G*", with_optimal_resampling(std::move(c.rule))});
   for (const Case& c : rules) {
     const std::optional<WalkRuleSource> source = c.rule->walk_rule();
     ASSERT_TRUE(source) << c.name;
@@ -237,8 +241,8 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(with_optimal_resampling(make_exact_rule())->name(), "exact+G*");
   EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->ratio());
   EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->ratio());
-  // The walk's descriptors: ratio rules, LANTERN with its table, typical acceptance; not LANTERN
-  // or typical acceptance under G* (a residual evaluating the rule at every token).
+  // The walk's descriptors: ratio rules, LANTERN with its table, typical acceptance, the last two
+  // under G* too; not GSD under G* (a grouping over the vocabulary at every token).
   EXPECT_EQ(make_exact_rule()->walk_rule()->rule.kind, WalkRule::Kind::Ratio);
   const auto table = random_table(24);
   const auto lantern =
@@ -254,8 +258,16 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(typical->rule.kind, WalkRule::Kind::Typical);
   EXPECT_EQ(typical->rule.typical.eps, 0.3f);
   EXPECT_EQ(typical->rule.typical.alpha, 0.09f);
-  EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->walk_rule());
-  EXPECT_FALSE(with_optimal_resampling(make_lantern_rule({.k = 5}, table))->walk_rule());
+  const auto typical_g = with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->walk_rule();
+  ASSERT_TRUE(typical_g);
+  EXPECT_EQ(typical_g->rule.kind, WalkRule::Kind::Typical);
+  EXPECT_EQ(typical_g->rule.optimal, 1);
+  EXPECT_EQ(typical->rule.optimal, 0);
+  const auto lantern_g = with_optimal_resampling(make_lantern_rule({.k = 5}, table))->walk_rule();
+  ASSERT_TRUE(lantern_g);
+  EXPECT_EQ(lantern_g->rule.kind, WalkRule::Kind::Lantern);
+  EXPECT_EQ(lantern_g->rule.optimal, 1);
+  EXPECT_EQ(lantern_g->table, table);
   // GSD with its embedding (the exact rule's residual); not with a window past the shared
   // function's arrays, nor under G*.
   auto emb = std::make_shared<const std::vector<float>>(24 * 2, 0.5f);

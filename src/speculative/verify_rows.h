@@ -40,6 +40,26 @@ TESSERA_HD inline int64_t verify_scratch(int V) {
   return 3 * static_cast<int64_t>(V);
 }
 
+// G* = [p - q f]+ (COOL-SD §3.2, Eq. 5) for LANTERN or typical acceptance, unnormalised, into
+// out[V], as optimal_residual (acceptance_rule.h) computes it: f(y), the rule's acceptance had y
+// been drafted, only where q(y) > 0 (q null: one-hot at x, q(x) = 1); p(y) elsewhere. Typical
+// acceptance's threshold depends on p alone, so it is computed once.
+TESSERA_HD inline void optimal_residual_row(const WalkRule& rule, const float* p, const float* q,
+                                            int x, int V, float* out) {
+  const bool typical = rule.kind == WalkRule::Kind::Typical;
+  const double threshold =
+      typical ? typical_threshold_row(p, V, rule.typical.eps, rule.typical.alpha) : 0.0;
+  for (int y = 0; y < V; ++y) out[y] = p[y];
+  for (int y = q ? 0 : x; y < (q ? V : x + 1); ++y) {
+    const float qy = q ? q[y] : 1.0f;
+    if (qy <= 0.0f) continue;
+    const double f = typical ? (static_cast<double>(p[y]) > threshold ? 1.0 : 0.0)
+                             : lantern_accept_probability(rule.lantern, p, y, qy);
+    const double d = sub_rn(static_cast<double>(p[y]), mul_rn(static_cast<double>(qy), f));
+    out[y] = static_cast<float>(d > 0.0 ? d : 0.0);
+  }
+}
+
 // One image's round. p: n + 1 rows of V (row 0: the root's target distribution, row c + 1: node
 // c's, as verify_draft's dist); q: n rows of V (row c: the distribution node c was drawn from, read
 // unless the node is kOneHot), or null for an image whose drafts are all one-hot; nodes: the n
@@ -85,7 +105,9 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
         if (!ok) {
           // p <- G (the rule's resampling distribution), normalised; p where G has no mass.
           float* residual = dist == scratch ? scratch + V : scratch;
-          if (lantern) {
+          if ((lantern || typical) && rule.optimal) {
+            optimal_residual_row(rule, dist, qc, x, V, residual);
+          } else if (lantern) {
             lantern_residual(rule.lantern, dist, qc, x, V, residual);
           } else if (typical) {  // Medusa resamples from the target itself
             for (int y = 0; y < V; ++y) residual[y] = dist[y];

@@ -47,6 +47,16 @@ class OptimalResampling final : public AcceptanceRule {
   }
   bool greedy_accept(const NodeView& n) const override { return inner_->greedy_accept(n); }
   bool greedy_filtered() const override { return inner_->greedy_filtered(); }
+  // The device walk's G* (verify_rows.h, optimal_residual_row) for LANTERN and typical
+  // acceptance: an O(k) or O(1) f per token. GSD's f is a grouping over the vocabulary per token:
+  // its G* stays on the host.
+  std::optional<WalkRuleSource> walk_rule() const override {
+    std::optional<WalkRuleSource> s = inner_->walk_rule();
+    if (!s || (s->rule.kind != WalkRule::Kind::Lantern && s->rule.kind != WalkRule::Kind::Typical))
+      return std::nullopt;
+    s->rule.optimal = 1;
+    return s;
+  }
 
  private:
   std::unique_ptr<AcceptanceRule> inner_;

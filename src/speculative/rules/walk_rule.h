@@ -1,8 +1,8 @@
 // The acceptance rules the device loop's walk applies (speculative/verify_rows.h), as plain
 // data: a ratio rule (ratio_rule.h), LANTERN over its neighbour table (lantern_math.h) or GSD's
 // grouping over its embedding (gsd_math.h) or Medusa's typical acceptance (typical_math.h). A rule
-// gives its descriptor through AcceptanceRule::walk_rule(); rules without one (any rule under G*
-// but the ratio rules, GSD with G//2 > kGsdMaxHalf) verify on the host.
+// gives its descriptor through AcceptanceRule::walk_rule(); rules without one (GSD under G*, whose
+// G* would run the grouping at every token, or with G//2 > kGsdMaxHalf) verify on the host.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,9 @@ struct WalkRule {
   LanternRuleData lantern;  // its table points at the host's rows until the verifier uploads them
   GsdRuleData gsd;          // its embedding likewise
   TypicalRuleData typical;  // Medusa's typical acceptance (resamples from p itself)
+  // LANTERN and typical acceptance: resample from G* = [p - q f]+ (COOL-SD Eq. 5) instead of
+  // their own residual (a ratio rule carries this in `ratio`).
+  int32_t optimal = 0;
 };
 
 // A rule's descriptor and the table or embedding its pointer refers to (kept alive, and uploaded
