@@ -16,7 +16,7 @@
 # rows that would start past it are skipped and named), --dry-run (print the commands only),
 # --build-dir DIR (default build-cuda), --all-targets (build every test, not only the CLI and the
 # backend tests). CUDA_ARCH (default 90) overrides the architectures; GPU_CHECK_METHODS (default
-# sd,sjd,lantern,cool-sd,eagle,medusa,hawk) the methods of the second table.
+# sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk) the methods of the second table.
 # Exit status: non-zero when the build, a test or any timed run failed; each failure is named in
 # the table in place of its number.
 set -uo pipefail
@@ -201,11 +201,11 @@ verify_cost() {
 # and its companion drafters, with top-1 quality, the mean round's milliseconds by phase (the
 # draft, the target forward, verification: target distributions and rules; with the device loop
 # the target forward's launch only, verification waits for it) and the rounds the device loop
-# verified (chains and trees under ratio rules and LANTERN).
+# verified (chains and trees under every rule but GSD under G*).
 # A trip packed by scripts/gpu-trip.sh leaves the emoji heads and the quality classifier here:
 # the methods whose heads did not travel are named in the table instead of failing the run, and
 # quality is off without the classifier.
-METHODS=${GPU_CHECK_METHODS:-sd,sjd,lantern,cool-sd,eagle,medusa,hawk}
+METHODS=${GPU_CHECK_METHODS:-sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk}
 MROWS=() MNOTE=""
 methods_table() {
   [[ $HAS_DEVICE == 1 ]] || return
