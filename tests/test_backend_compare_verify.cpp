@@ -8,6 +8,9 @@
 // differ only where a uniform falls within that of a threshold).
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <optional>
+
 #include <random>
 #include <vector>
 
@@ -133,52 +136,89 @@ void expect_same_verdicts(const std::vector<DraftVerdict>& got,
   }
 }
 
-}  // namespace
+// Per vocabulary, what a rule's pointers refer to (LANTERN's table, GSD's embedding).
+struct RuleAssets {
+  std::optional<LatentNeighbours> table;
+  std::vector<float> embedding;
+};
+// Makes vocabulary V's assets (random, from g) and completes a rule for them.
+using MakeAssets = std::function<void(int V, std::mt19937& g, RuleAssets& assets, WalkRule& rule)>;
 
-TEST_P(Verify, RatioDraftsVerifyAsTheCpu) {
-  std::mt19937 g(42);
-  const std::vector<RatioRule> rules = {
-      {},
-      {.scale = 1.5f},
-      {.scale = 2.0f, .annealed = true},
-      {.scale = 1.3f, .annealed = true, .nu = 0.7f},
-      {.kind = RatioRule::Kind::Add, .eps = 0.05f},
-      {.scale = 1.5f, .optimal = true},
-      {.scale = 2.0f, .annealed = true, .optimal = true},
-      {.kind = RatioRule::Kind::Add, .eps = 0.05f, .optimal = true}};
-  int rejected = 0, bonus = 0;
+struct Compared {
+  int rejected = 0, bonus = 0, draws = 0;  // draws: carry-over draws compared
+};
+
+// Every rule of `rules` walked on the backend under test and on the CPU: random batches at three
+// vocabularies, drafts with q and one-hot, sampled and greedy; each image's verdict equal, and
+// with `carry` every other image's Jacobi carry-over draws too.
+Compared compare_walks(Backend& be, Backend& cpu, uint32_t seed, const std::vector<WalkRule>& rules,
+                       int64_t round_step, bool carry, const MakeAssets& make = {}) {
+  std::mt19937 g(seed);
+  Compared c;
   for (const int V : {16, 1000, 16384}) {
+    RuleAssets assets;
+    std::vector<WalkRule> complete = rules;
+    for (WalkRule& rule : complete)
+      if (make) make(V, g, assets, rule);
     const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
-    for (size_t r = 0; r < rules.size(); ++r)
+    const LatentNeighbours* table = assets.table ? &*assets.table : nullptr;
+    const std::vector<float>* embedding = assets.embedding.empty() ? nullptr : &assets.embedding;
+    for (size_t r = 0; r < complete.size(); ++r)
       for (const bool one_hot : {false, true})
         for (const bool greedy : {false, true}) {
           SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
                        (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
-          const int64_t round = static_cast<int64_t>(r) * 3;
-          WalkRule rule;
-          rule.ratio = rules[r];
-          expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round),
-                               verify_on(ref(), b, rule, one_hot, greedy, round), rejected, bonus);
+          const int64_t round = static_cast<int64_t>(r) * round_step;
+          std::vector<int32_t> got_carried, want_carried;
+          expect_same_verdicts(verify_on(be, b, complete[r], one_hot, greedy, round, table,
+                                         embedding, carry ? &got_carried : nullptr),
+                               verify_on(cpu, b, complete[r], one_hot, greedy, round, table,
+                                         embedding, carry ? &want_carried : nullptr),
+                               c.rejected, c.bonus);
+          EXPECT_EQ(got_carried, want_carried);
+          c.draws += static_cast<int>(std::count_if(want_carried.begin(), want_carried.end(),
+                                                    [](int32_t t) { return t >= 0; }));
         }
   }
-  EXPECT_GT(rejected, 200);
-  EXPECT_GT(bonus, 200);
+  return c;
+}
+
+}  // namespace
+
+TEST_P(Verify, RatioDraftsVerifyAsTheCpu) {
+  std::vector<WalkRule> rules;
+  for (const RatioRule& r :
+       std::vector<RatioRule>{{},
+                              {.scale = 1.5f},
+                              {.scale = 2.0f, .annealed = true},
+                              {.scale = 1.3f, .annealed = true, .nu = 0.7f},
+                              {.kind = RatioRule::Kind::Add, .eps = 0.05f},
+                              {.scale = 1.5f, .optimal = true},
+                              {.scale = 2.0f, .annealed = true, .optimal = true},
+                              {.kind = RatioRule::Kind::Add, .eps = 0.05f, .optimal = true}}) {
+    rules.emplace_back();
+    rules.back().ratio = r;
+  }
+  const Compared c = compare_walks(backend(), ref(), 42, rules, 3, false);
+  EXPECT_GT(c.rejected, 200);
+  EXPECT_GT(c.bonus, 200);
 }
 
 // LANTERN's drafts (its neighbour table uploaded to the backend): the paper's δ rule, LANTERN++'s
-// λ rule in both conventions and the published code's form, as for the ratio rules above.
+// λ rule in both conventions and the published code's form, half of them also under G*.
 TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
-  std::mt19937 g(43);
-  std::vector<LanternRuleData> rules;
+  std::vector<WalkRule> rules;
   auto add = [&](int others, float delta, float lambda, bool code, bool reference) {
-    LanternRuleData r;
+    WalkRule w;
+    w.kind = WalkRule::Kind::Lantern;
+    LanternRuleData& r = w.lantern;
     r.others = others;
     r.zeroed = others + 1;
     r.delta = delta;
     r.lambda = lambda;
     r.lambda_code = code;
     r.reference = reference;
-    rules.push_back(r);
+    rules.push_back(w);
   };
   add(4, 0.3f, 0.0f, false, false);
   add(30, 0.6f, 0.0f, false, false);
@@ -187,112 +227,72 @@ TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
   add(5, 0.3f, 0.0f, false, true);
   add(6, 0.0f, 2.5f, true, true);
   const size_t plain = rules.size();
-  for (size_t r = 0; r < plain; r += 2) rules.push_back(rules[r]);  // these under G*
-  int rejected = 0, bonus = 0;
-  for (const int V : {16, 1000, 16384}) {
-    std::normal_distribution<float> normal;
-    std::vector<float> codebook(static_cast<size_t>(V) * 4);
-    for (float& x : codebook) x = normal(g);
-    const LatentNeighbours table =
-        LatentNeighbours::build(codebook, V, 4, std::min(V - 1, 32), LatentMetric::L2);
-    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
-    for (size_t r = 0; r < rules.size(); ++r)
-      for (const bool one_hot : {false, true})
-        for (const bool greedy : {false, true}) {
-          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
-                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
-          WalkRule rule;
-          rule.kind = WalkRule::Kind::Lantern;
-          rule.lantern = rules[r];
-          rule.optimal = r >= plain;
-          const int64_t round = static_cast<int64_t>(r) * 5;
-          expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round, &table),
-                               verify_on(ref(), b, rule, one_hot, greedy, round, &table), rejected,
-                               bonus);
-        }
+  for (size_t r = 0; r < plain; r += 2) {
+    rules.push_back(rules[r]);
+    rules.back().optimal = 1;
   }
-  EXPECT_GT(rejected, 200);
-  EXPECT_GT(bonus, 200);
+  const Compared c = compare_walks(backend(), ref(), 43, rules, 5, false,
+                                   [](int V, std::mt19937& g, RuleAssets& assets, WalkRule&) {
+                                     if (assets.table) return;
+                                     std::normal_distribution<float> normal;
+                                     std::vector<float> codebook(static_cast<size_t>(V) * 4);
+                                     for (float& x : codebook) x = normal(g);
+                                     assets.table = LatentNeighbours::build(
+                                         codebook, V, 4, std::min(V - 1, 32), LatentMetric::L2);
+                                   });
+  EXPECT_GT(c.rejected, 200);
+  EXPECT_GT(c.bonus, 200);
 }
 
 // GSD's drafts (its embedding uploaded to the backend), in both forms and windows up to the shared
-// function's largest, with Jacobi's carry-over draws made beside the walk, as for the rules above.
+// function's largest, with Jacobi's carry-over draws made beside the walk.
 TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
-  std::mt19937 g(44);
-  std::vector<GsdRuleData> rules;
+  std::vector<WalkRule> rules;
   auto add = [&](int group, float d, float delta, bool reference) {
-    GsdRuleData r;
-    r.g = group;
-    r.d = d;
-    r.delta = delta;
-    r.reference = reference;
-    rules.push_back(r);
+    WalkRule w;
+    w.kind = WalkRule::Kind::Gsd;
+    w.gsd.g = group;
+    w.gsd.d = d;
+    w.gsd.delta = delta;
+    w.gsd.reference = reference;
+    rules.push_back(w);
   };
   add(10, 2.0f, 0.2f, false);
   add(4, 1e9f, 1.0f, false);
   add(14, 2.0f, 0.2f, true);
   add(2 * kGsdMaxHalf, 1e9f, 1.0f, false);
-  int rejected = 0, bonus = 0, draws = 0;
-  for (const int V : {16, 1000, 16384}) {
-    std::normal_distribution<float> normal;
-    constexpr int dim = 3;
-    std::vector<float> embedding(static_cast<size_t>(V) * dim);
-    for (float& x : embedding) x = normal(g);
-    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
-    for (size_t r = 0; r < rules.size(); ++r)
-      for (const bool one_hot : {false, true})
-        for (const bool greedy : {false, true}) {
-          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
-                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
-          WalkRule rule;
-          rule.kind = WalkRule::Kind::Gsd;
-          rule.gsd = rules[r];
-          rule.gsd.rows = V;
-          rule.gsd.dim = dim;
-          const int64_t round = static_cast<int64_t>(r) * 7;
-          std::vector<int32_t> got_carried, want_carried;
-          expect_same_verdicts(
-              verify_on(backend(), b, rule, one_hot, greedy, round, nullptr, &embedding,
-                        &got_carried),
-              verify_on(ref(), b, rule, one_hot, greedy, round, nullptr, &embedding, &want_carried),
-              rejected, bonus);
-          ASSERT_EQ(got_carried, want_carried);
-          draws += static_cast<int>(std::count_if(want_carried.begin(), want_carried.end(),
-                                                  [](int32_t t) { return t >= 0; }));
-        }
-  }
-  EXPECT_GT(rejected, 100);
-  EXPECT_GT(bonus, 100);
-  EXPECT_GT(draws, 500) << "carry-over draws compared";
+  constexpr int dim = 3;
+  const Compared c = compare_walks(backend(), ref(), 44, rules, 7, true,
+                                   [](int V, std::mt19937& g, RuleAssets& assets, WalkRule& rule) {
+                                     if (assets.embedding.empty()) {
+                                       std::normal_distribution<float> normal;
+                                       assets.embedding.resize(static_cast<size_t>(V) * dim);
+                                       for (float& x : assets.embedding) x = normal(g);
+                                     }
+                                     rule.gsd.rows = V;
+                                     rule.gsd.dim = dim;
+                                   });
+  EXPECT_GT(c.rejected, 100);
+  EXPECT_GT(c.bonus, 100);
+  EXPECT_GT(c.draws, 500) << "carry-over draws compared";
 }
 
 // Medusa's typical acceptance (p itself the resampling distribution), thresholds that accept some
-// drafts and reject others. A device's log and exp may differ from the CPU's by an ulp, which
-// would flip a test only with p(x~) within ~1e-16 of the threshold; none of these is.
+// drafts and reject others, the last under G*. A device's log and exp may differ from the CPU's by
+// an ulp, which would flip a test only with p(x~) within ~1e-16 of the threshold; none of these
+// is.
 TEST_P(Verify, TypicalDraftsVerifyAsTheCpu) {
-  std::mt19937 g(45);
-  // The last one under G*.
-  const std::vector<TypicalRuleData> rules = {
-      {0.09f, 0.3f}, {0.05f, 1.0f}, {0.3f, 0.5f}, {0.09f, 0.3f}};
-  int rejected = 0, bonus = 0;
-  for (const int V : {16, 1000, 16384}) {
-    const Batch b = random_batch(g, V > 1000 ? 8 : 40, 6, V);
-    for (size_t r = 0; r < rules.size(); ++r)
-      for (const bool one_hot : {false, true})
-        for (const bool greedy : {false, true}) {
-          SCOPED_TRACE("V " + std::to_string(V) + ", rule " + std::to_string(r) +
-                       (one_hot ? ", one-hot" : "") + (greedy ? ", greedy" : ""));
-          WalkRule rule;
-          rule.kind = WalkRule::Kind::Typical;
-          rule.typical = rules[r];
-          rule.optimal = r + 1 == rules.size();
-          const int64_t round = static_cast<int64_t>(r) * 11;
-          expect_same_verdicts(verify_on(backend(), b, rule, one_hot, greedy, round),
-                               verify_on(ref(), b, rule, one_hot, greedy, round), rejected, bonus);
-        }
+  std::vector<WalkRule> rules;
+  for (const TypicalRuleData& t :
+       std::vector<TypicalRuleData>{{0.09f, 0.3f}, {0.05f, 1.0f}, {0.3f, 0.5f}, {0.09f, 0.3f}}) {
+    rules.emplace_back();
+    rules.back().kind = WalkRule::Kind::Typical;
+    rules.back().typical = t;
   }
-  EXPECT_GT(rejected, 100);
-  EXPECT_GT(bonus, 100);
+  rules.back().optimal = 1;
+  const Compared c = compare_walks(backend(), ref(), 45, rules, 11, false);
+  EXPECT_GT(c.rejected, 100);
+  EXPECT_GT(c.bonus, 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);
