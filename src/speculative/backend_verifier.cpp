@@ -264,9 +264,8 @@ std::span<const float> BackendVerifier::row(int j, int r) {
   check(j >= 0 && j < m_ && r >= 0 && r < rows_, "internal: BackendVerifier::row out of range");
   const size_t V = static_cast<size_t>(V_);
   if (!downloaded_) {
-    const Tensor probs = probs_.rows(0, static_cast<int64_t>(m_) * rows_);
-    probs_host_.resize(static_cast<size_t>(probs.numel()));
-    be_.download(probs, probs_host_.data());
+    probs_host_.resize(static_cast<size_t>(probs_round_.numel()));
+    be_.download(probs_round_, probs_host_.data());
     downloaded_ = true;
   }
   return {probs_host_.data() + (static_cast<size_t>(j) * rows_ + r) * V, V};
