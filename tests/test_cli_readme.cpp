@@ -124,6 +124,46 @@ TEST_F(CliReadme, MedusaRunsTheNamedMedusaHeads) {
   EXPECT_TRUE(slurp(tmp("m.png")) == slurp(tmp("n.png")));
 }
 
+// --draft-len auto chooses each round's length from the costs it is given, else from this
+// machine's; every image stores those it used, so --from-png repeats the lengths, hence the image,
+// on a machine whose costs differ: here a fresh cache that would be calibrated anew and other
+// threads (the cache's key), which the replay must not even calibrate.
+TEST_F(CliReadme, StoredDraftCostsRepeatTheLengthsOnAnyMachine) {
+  const std::string flat = "0:0.001,0.001,0.001,0.001,0.001", steep = "0:0.001,0.01,0.1,1,10";
+  auto depth = [&](const std::string& stats) {
+    return nlohmann::json::parse(slurp(tmp(stats))).at("mean_draft_depth").get<double>();
+  };
+  for (const auto& [costs, name] : {std::pair{flat, "flat"}, std::pair{steep, "steep"}}) {
+    const std::string png = tmp(std::string(name) + ".png");
+    const CliResult r =
+        run({"generate", "-m", kTarget, "--class", "3", "--method", "medusa", "-t", "1",
+             "--draft-costs", costs, "-o", png, "--stats-out", tmp(std::string(name) + ".json")});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(png_text(png, "parameters").find("draft_len=auto; draft_costs=" + costs + "; "),
+              std::string::npos)
+        << png_text(png, "parameters");
+    const fs::path cache = tmp_ / (std::string(name) + "-cache");
+    const CliResult again = run({"generate", "--from-png", png, "-t", "2", "-o", tmp("again.png"),
+                                 "--stats-out", tmp("again.json")},
+                                "XDG_CACHE_HOME=" + shell_quote(cache.string()));
+    ASSERT_EQ(again.code, 0) << again.err;
+    EXPECT_TRUE(slurp(png) == slurp(tmp("again.png"))) << name;
+    EXPECT_EQ(depth("again.json"), depth(std::string(name) + ".json")) << name;
+    EXPECT_FALSE(fs::exists(cache)) << "the replay calibrated its own costs";
+  }
+  // The costs decide: verification as cheap at 5 positions as at 1 drafts all 4 heads each round,
+  // a steep one drafts 1.
+  EXPECT_GT(depth("flat.json"), 3.9);
+  EXPECT_LT(depth("steep.json"), 1.1);
+  // Measured costs are stored too (this machine's, from the test cache).
+  ASSERT_EQ(run({"generate", "-m", kTarget, "--class", "3", "--method", "medusa", "-t", "1", "-o",
+                 tmp("measured.png")})
+                .code,
+            0);
+  EXPECT_NE(png_text(tmp("measured.png"), "parameters").find("draft_len=auto; draft_costs=0:"),
+            std::string::npos);
+}
+
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {
   // --draft none: Jacobi drafts, said so, stored so that --from-png repeats them.
   const CliResult j = run({"generate", "-m", kTarget, "--class", "3", "--method", "lantern",

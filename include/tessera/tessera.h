@@ -189,6 +189,10 @@ struct GenerateStats {
   // The draft tree speculative rounds verified: a --tree spec or the heads' default (Medusa's
   // chain:K, Hawk's Cartesian product); empty for chains.
   std::string tree;
+  // The costs --draft-len auto chose each round's length from (SpeculativeOptions::auto_costs, or
+  // this machine's calibration); empty for a fixed length. Given back as auto_costs, they repeat
+  // the run's lengths, hence its images, on any machine.
+  DraftCosts draft_costs;
 
   int64_t rounds() const;
   int64_t target_forwards() const;

@@ -440,16 +440,16 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
     if (costs.verify.empty())
       costs = calibrated_draft_costs({d_->gpt.get(), &d_->config}, {draft, prep.draft_config},
                                      p.uses_cfg(), positions(depth));
-    check_param(
-        static_cast<int>(costs.verify.size()) >= positions(depth) && costs.draft_step >= 0.0,
-        "auto_costs",
-        "--draft-len auto at depth " + std::to_string(depth) + " needs " +
-            std::to_string(positions(depth)) + " verification costs, got " +
-            std::to_string(costs.verify.size()));
+    check_param(static_cast<int>(costs.verify.size()) >= positions(depth), "auto_costs",
+                "has " + std::to_string(costs.verify.size()) +
+                    " verification costs; --draft-len auto at depth " + std::to_string(depth) +
+                    " needs " + std::to_string(positions(depth)));
+    check_param(costs.draft_step >= 0.0, "auto_costs", "has a negative draft step");
     for (double v : costs.verify)
-      check_param(v > 0.0, "auto_costs", "verification costs must be positive seconds");
+      check_param(v > 0.0, "auto_costs", "has a verification cost that is not positive");
     rc.verify = costs.verify;
     rc.draft_step = costs.draft_step;
+    st.draft_costs = std::move(costs);
     run->policy.emplace(std::move(rc), depth, drafter->carries_drafts());
     ls.policy = &*run->policy;
   }

@@ -38,6 +38,7 @@ struct GenerateArgs {
   std::string prompt, style, from_png;
   std::string text_encoder, caption_out, preprocessing = "clean";  // t2i prompts
   std::vector<std::string> prompt_words;  // the positional prompt: unquoted words are one prompt
+  std::string draft_costs;                // --draft-costs D:V1,V2,...
   size_t output_begin = 0;
   MarOnly mar;
 };
@@ -133,6 +134,17 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   const bool mar = is_mar(a.common.model);
   check_family_flags(g, mar);
   check_method_flags(g, {gen.spec.method}, mar, "--method");
+  if (!a.draft_costs.empty()) {
+    if (find_method(gen.spec.method)->drafts == DraftSource::None)
+      throw Error("--draft-costs is for speculative methods; --method " + gen.spec.method +
+                  " drafts nothing");
+    if (mar)
+      throw Error("--draft-costs is for LlamaGen methods; MAR's --draft-len auto is 8 steps");
+    if (gen.spec.draft_len != kDraftLenAuto)
+      throw Error("--draft-costs is what --draft-len auto decides from; --draft-len " +
+                  draft_len_text(gen.spec.draft_len) + " is fixed");
+    gen.spec.auto_costs = parse_draft_costs(a.draft_costs, "--draft-costs");
+  }
   gen.seed = resolve_seed(a.seed);
   // Where the drafts come from: --draft, the draft the model's config.json names, or Jacobi
   // iteration; stored as what they are, printed with where that came from.
@@ -274,9 +286,10 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   if (!a.cond.text.empty() && verbose()) {
     int tokens = 0;
     for (const uint8_t m : cond.caption_mask) tokens += m != 0;
-    log_info("prompt: " + std::to_string(tokens) + " tokens (EOS included), loaded and encoded in " +
-             fmt(std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_t0).count()) +
-             " s");
+    log_info(
+        "prompt: " + std::to_string(tokens) + " tokens (EOS included), loaded and encoded in " +
+        fmt(std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_t0).count()) +
+        " s");
   }
   if (!a.cond.text.empty()) {
     if (a.preprocessing != "clean") rs.add("text_preprocessing", a.preprocessing);
@@ -319,13 +332,25 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
     bar.update(done, total);
   };
   GenerateStats st;
+  // With --draft-len auto the costs each round's length was chosen from join the settings, after
+  // draft_len, once the run has them: --from-png then repeats the lengths on any machine.
+  auto settings = [&]() {
+    RunSettings all = rs;
+    if (!st.draft_costs.verify.empty()) {
+      auto at = std::find_if(all.items.begin(), all.items.end(),
+                             [](const auto& kv) { return kv.first == "draft_len"; });
+      all.items.insert(at == all.items.end() ? at : at + 1,
+                       {"draft_costs", draft_costs_text(st.draft_costs)});
+    }
+    return all;
+  };
   gen.cancel = InterruptGuard::flag();
   // Each image is decoded and written as it finishes (a --grid sheet as it grows).
   std::optional<ImageWriter> writer;
   if (!a.out.empty()) {
     writer.emplace(a.out, a.grid, a.n, a.output_begin, pipe->image_size());
     gen.on_image = [&](size_t i, const std::vector<int32_t>& grid) {
-      RunSettings one = rs;
+      RunSettings one = settings();
       one.add("image_index", std::to_string(gen.first_image_index + i));
       writer->add(static_cast<int>(i), pipe->decode(grid, 1), one.text());
     };
@@ -345,7 +370,7 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
              " s, verify " + fmt(st.verify_seconds) + " s (rules " + fmt(st.rule_seconds) + " s)");
   if (!a.stats_out.empty()) {
     nlohmann::json j = stats_json(st, gen.spec.method);
-    j["settings"] = rs.json();
+    j["settings"] = settings().json();
     j["first_image_index"] = gen.first_image_index;
     write_file_atomic(a.stats_out, j.dump(2) + "\n");
     log_info("wrote " + a.stats_out);
@@ -450,6 +475,12 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
   g->add_option("--tokens-out", a->tokens_out, "Write token grids [n, grid, grid] as int32 .npy");
   g->add_flag("--grid", a->grid, "Write all images as one grid image");
   add_method_flags(g, a->gen.spec, md);
+  g->add_option("--draft-costs", a->draft_costs,
+                "The costs --draft-len auto chooses each round's length from, D:V1,V2,...: the "
+                "seconds of one draft step, then of target forwards of 1, 2, ... positions "
+                "(default: measured on this machine); every image stores those it used, so "
+                "--from-png repeats its lengths on any machine")
+      ->type_name("D:V1,V2,...");
   g->add_option("--stats-out", a->stats_out,
                 "Write the settings and per-image and aggregate statistics (NFE, accepted "
                 "lengths, ...) as JSON");

@@ -1,7 +1,10 @@
 #include "method_flags.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "common.h"
@@ -167,6 +170,7 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
 }
 
 std::string flag_of(const std::string& param) {
+  if (param == "auto_costs") return "--draft-costs";  // the library's name for them
   std::string f = "--" + param;
   std::replace(f.begin(), f.end(), '.', '-');
   std::replace(f.begin(), f.end(), '_', '-');
@@ -196,6 +200,50 @@ std::string draft_len_text(int draft_len) {
   return draft_len == kDraftLenAuto ? "auto"
          : draft_len > 0            ? std::to_string(draft_len)
                                     : "default";
+}
+
+namespace {
+
+// A double as the shortest text that reads back as the same double ("10", "0.0017951599998").
+std::string exact_double(double v) {
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
+
+DraftCosts parse_draft_costs(const std::string& v, const char* flag) {
+  auto bad = [&](const std::string& why) {
+    return Error(std::string(flag) + " '" + v + "': " + why +
+                 " (D:V1,V2,...: the seconds of one draft step, then of the target forwards of "
+                 "1, 2, ... positions)");
+  };
+  auto number = [&](const std::string& text) {
+    char* end = nullptr;
+    const double x = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(x))
+      throw bad("'" + text + "' is not a number");
+    return x;
+  };
+  const size_t colon = v.find(':');
+  if (colon == std::string::npos) throw bad("no ':' after the draft step's seconds");
+  DraftCosts c;
+  c.draft_step = number(v.substr(0, colon));
+  for (size_t at = colon + 1;;) {
+    const size_t comma = v.find(',', at);
+    c.verify.push_back(number(v.substr(at, comma - at)));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return c;
+}
+
+std::string draft_costs_text(const DraftCosts& costs) {
+  std::string s = exact_double(costs.draft_step) + ":";
+  for (size_t i = 0; i < costs.verify.size(); ++i)
+    s += (i ? "," : "") + exact_double(costs.verify[i]);
+  return s;
 }
 
 bool uses_draft_model(const std::string& method) {

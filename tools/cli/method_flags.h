@@ -33,6 +33,13 @@ int parse_draft_len(const std::string& v, const char* flag);
 // A draft length for messages: "auto", the number, or "default" (0).
 std::string draft_len_text(int draft_len);
 
+// --draft-costs' value, "D:V1,V2,...": the seconds of one draft step (0: no draft model), then of
+// the target forwards of 1, 2, ... positions. The text reads back as the same doubles, so a run's
+// stored costs repeat its --draft-len auto choices exactly. A malformed value is a one-line error
+// naming `flag`; the engine checks the counts and signs (ParameterError "auto_costs").
+DraftCosts parse_draft_costs(const std::string& v, const char* flag);
+std::string draft_costs_text(const DraftCosts& costs);
+
 // Whether `method` drafts with a draft model when one is available (a default model's sibling).
 bool uses_draft_model(const std::string& method);
 
