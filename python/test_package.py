@@ -76,6 +76,27 @@ def test_same_images_as_the_cli(pipe, tmp_path, method, extra):
     assert len(stats["per_image"]) == 3
 
 
+def test_draft_costs_given_back_repeat_the_lengths_and_the_cli(pipe, tmp_path):
+    """draft_len "auto" reports the costs it chose from; passed back as draft_costs they fix the
+    lengths (flat costs: every head each round), and the CLI given the same costs draws the same
+    image."""
+    _, stats = pipe.generate("red apple", seed=3, method="medusa", output="tokens")
+    costs = stats["draft_costs"]
+    assert costs["draft_step"] == 0 and len(costs["verify"]) >= 5
+    assert all(v > 0 for v in costs["verify"])
+    flat = {"draft_step": 0.0, "verify": [0.001] * 5}
+    images, stats = pipe.generate("red apple", seed=3, method="medusa", output="numpy",
+                                  draft_costs=flat)
+    assert stats["draft_costs"] == flat and stats["mean_draft_depth"] > 3.9
+    want = cli_images(tmp_path, "red apple", "--method", "medusa", "--seed", "3",
+                      "--draft-costs", "0:" + ",".join(["0.001"] * 5), n=1)
+    np.testing.assert_array_equal(images[0], want[0])
+    with pytest.raises(tessera.ParameterError, match="^draft_costs has 2 verification costs"):
+        pipe.generate("red apple", method="medusa", draft_costs={"verify": [0.1, 0.1]})
+    with pytest.raises(tessera.ParameterError, match="^draft_costs must be a dict"):
+        pipe.generate("red apple", method="medusa", draft_costs="0:0.1")
+
+
 def test_pil_images_class_ids_lists_and_tokens(pipe):
     images, _ = pipe.generate(["red apple", 3], seed=1)
     assert [im.size for im in images] == [(64, 64)] * 2 and images[0].mode == "RGB"

@@ -90,6 +90,10 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
       {"notes", st.notes},  // e.g. a lossy method outside the model's validated setting
       {"per_image", per}};
   if (!st.tree.empty()) j["tree"] = st.tree;  // the draft tree verified ("": chains)
+  // --draft-len auto: the costs each round's length was chosen from (given back, they repeat it).
+  if (!st.draft_costs.verify.empty())
+    j["draft_costs"] = {{"draft_step", st.draft_costs.draft_step},
+                        {"verify", st.draft_costs.verify}};
   // Hawk: where its vertical proposals were accepted (Hawk §5.2's claim: in detailed regions).
   if (nlohmann::json v = vertical_shares(images); !v.is_null())
     j["vertical_proposals_accepted"] = v;

@@ -98,6 +98,7 @@ bool sampling_arg(const std::string& key, nb::handle v, SamplingOptions& s) {
 }  // namespace
 
 std::string keyword(const std::string& param) {
+  if (param == "auto_costs") return "draft_costs";  // SpeculativeOptions::auto_costs
   std::string k = param;
   for (char& c : k)
     if (c == '.' || c == '-') c = '_';
@@ -156,6 +157,20 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
         g.spec.draft_len = kDraftLenAuto;
       else
         g.spec.draft_len = a.mar.spec.draft_len = number<int>(v, "draft_len");
+    } else if (key == "draft_costs") {
+      // As a run's stats give them: {"draft_step": s, "verify": [s, ...]}.
+      if (!nb::isinstance<nb::dict>(v) || !nb::cast<nb::dict>(v).contains("verify"))
+        throw ParameterError("auto_costs",
+                             "must be a dict as stats[\"draft_costs\"]: {\"draft_step\": s, "
+                             "\"verify\": [seconds of 1, 2, ... positions]}");
+      const nb::dict d = nb::cast<nb::dict>(v);
+      const nb::object verify = d["verify"];
+      if (!nb::isinstance<nb::list>(verify) && !nb::isinstance<nb::tuple>(verify))
+        throw ParameterError("auto_costs", "{auto_costs}[\"verify\"] must be a list of seconds");
+      for (nb::handle x : verify)
+        g.spec.auto_costs.verify.push_back(number<double>(x, "draft_costs"));
+      if (d.contains("draft_step"))
+        g.spec.auto_costs.draft_step = number<double>(d["draft_step"], "draft_costs");
     } else if (key == "max_auto_len") {
       g.spec.max_auto_len = number<int>(v, "max_auto_len");
     } else if (key == "tree") {
