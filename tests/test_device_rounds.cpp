@@ -350,7 +350,9 @@ TEST(DeviceRounds, JacobiCarriesTheDeviceRowsOrDownloadsThem) {
   constexpr int V = 6, rows = 4;  // one image, root + 3 drafts
   std::vector<float> dist(static_cast<size_t>(2 * rows) * V);
   for (size_t i = 0; i < dist.size(); ++i) dist[i] = static_cast<float>(i % 7 + 1);
-  const Tensor on_device = cpu_backend().upload(dist.data(), DType::F32, {2 * rows, V});
+  test::CountingBackend counting;
+  Tensor on_device = counting.upload(dist.data(), DType::F32, {2 * rows, V});
+  on_device.backend = &counting;
   SamplingParams p;
   speculative::JacobiDrafter drafter(V, p);
   ImageState im;
@@ -377,7 +379,9 @@ TEST(DeviceRounds, JacobiCarriesTheDeviceRowsOrDownloadsThem) {
     std::vector<ImageState*> active = {&im};
     std::vector<speculative::DraftTree> trees;
     const std::vector<int> depth = {3};
+    counting.downloads = 0;
     drafter.propose(active, depth, trees);
+    EXPECT_EQ(counting.downloads, device_next ? 0 : 1) << "the carried rows in one download";
     ASSERT_EQ(trees.size(), 1u);
     ASSERT_EQ(trees[0].size(), 3u);
     for (int d = 0; d < 2; ++d) {

@@ -17,6 +17,16 @@ void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const
     ImageState& im = *active[j];
     std::vector<Carried>& kept = carried_[im.id];
     const int base = static_cast<int>(im.tokens.size());  // token index of depth 1
+    // A round the host verifies after one the device did: the kept rows are consecutive rows of
+    // that round's distributions, read back in one download.
+    std::vector<float> host_rows;
+    const int n_kept = std::min(static_cast<int>(kept.size()), max_depth[j]);
+    if (!device_drafts_ && n_kept > 0 && kept[0].q_row >= 0) {
+      for (int i = 0; i < n_kept; ++i)
+        check(kept[i].q_row == kept[0].q_row + i, "internal: carried rows not consecutive");
+      host_rows.resize(static_cast<size_t>(n_kept) * V_);
+      device_dist_.backend->download(device_dist_.rows(kept[0].q_row, n_kept), host_rows.data());
+    }
     for (int d = 1; d <= max_depth[j]; ++d) {
       DraftNode node;
       node.parent = d - 2;
@@ -28,9 +38,9 @@ void JacobiDrafter::propose(std::span<ImageState* const> active, std::span<const
         if (c.q_row >= 0 && device_drafts_) {  // verified on the device: the row stays there
           node.q_row = static_cast<int>(c.q_row);
           rows_.q = device_dist_;
-        } else if (c.q_row >= 0) {  // a round the host verifies after one the device did
-          node.q.resize(V_);
-          device_dist_.backend->download(device_dist_.rows(c.q_row, 1), node.q.data());
+        } else if (c.q_row >= 0) {
+          node.q.assign(host_rows.begin() + static_cast<std::ptrdiff_t>(d - 1) * V_,
+                        host_rows.begin() + static_cast<std::ptrdiff_t>(d) * V_);
         }
       } else {  // a fresh position: uniform over the vocabulary, one-hot q (SJD 'random' init)
         const double u = im.rng.uniform(base + d - 1, stream_id(Stream::JacobiInit, im.round));
