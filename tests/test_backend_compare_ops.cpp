@@ -39,6 +39,7 @@
 
 #include "backends_under_test.h"
 #include "tensor/dtype.h"
+#include "tessera/error.h"
 
 using namespace tessera;
 using namespace tessera::testing_backends;
@@ -334,6 +335,25 @@ TEST_P(Ops, MoveRows) {
     EXPECT_EQ(0, std::memcmp(want.data() + 12 * rb, bytes.data() + 0 * rb, rb));
     EXPECT_EQ(0, std::memcmp(want.data() + 39 * rb, bytes.data() + 12 * rb, rb));
   }
+}
+
+// A tensor larger than the device's memory is one error naming the sizes, before anything is
+// allocated, and the backend works on afterwards (CUDA: cudaMallocAsync's error is cleared).
+TEST_P(Ops, AllocationLargerThanTheMemoryIsAnError) {
+  Backend& b = backend();
+  const int64_t rows = b.available_memory() / (int64_t{1} << 20) + (int64_t{1} << 20);
+  try {
+    (void)b.empty(DType::F32, {rows, 1 << 18});  // rows MiB: a TiB more than is free
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("out of"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string(rows) + " MiB tensor"), std::string::npos) << m;
+  }
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f};
+  std::vector<float> back(3);
+  b.download(b.upload(x.data(), DType::F32, {3}), back.data());
+  EXPECT_EQ(back, x);
 }
 
 // Rows copied from one buffer into another whose rows hold as many bytes (another dtype and

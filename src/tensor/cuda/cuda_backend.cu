@@ -119,21 +119,31 @@ Tensor CudaBackend::empty(DType dtype, Shape shape) {
   t.backend = this;
   const size_t bytes = (t.nbytes() + 255) / 256 * 256;  // 256-byte aligned, for vector loads
   if (bytes == 0) return t;
-  // Under graph capture (a step's scratch) free memory is not queried (cudaMemGetInfo is not a
-  // capturable call): the allocation becomes a graph node, and a failure surfaces at instantiation.
+  // Free memory is queried for large requests only (as the CPU backend does): cudaMemGetInfo and
+  // the pool's attributes cost microseconds, and a round allocates its scratch many times. A
+  // small one that does not fit fails in cudaMallocAsync, reported the same way. Under graph
+  // capture (a step's scratch) nothing is queried (cudaMemGetInfo is not a capturable call): the
+  // allocation becomes a graph node, and a failure surfaces at instantiation.
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  const int64_t avail = capturing == cudaStreamCaptureStatusNone
-                            ? available_memory()
-                            : std::numeric_limits<int64_t>::max();
-  check(static_cast<int64_t>(bytes) <= avail, [&] {
-    return "out of device memory on " + name_ + ": a " + std::to_string(bytes >> 20) +
-           " MiB tensor " + shape_str(t.shape) + " does not fit in the " +
-           std::to_string(avail >> 20) + " MiB free";
-  });
+  const bool captured = capturing != cudaStreamCaptureStatusNone;
+  auto no_room = [&](int64_t avail) {
+    return Error("out of device memory on " + name_ + ": a " + std::to_string(bytes >> 20) +
+                 " MiB tensor " + shape_str(t.shape) + " does not fit in the " +
+                 std::to_string(avail >> 20) + " MiB free");
+  };
+  if (!captured && bytes >= kQueriedAllocation) {
+    const int64_t avail = available_memory();
+    if (static_cast<int64_t>(bytes) > avail) throw no_room(avail);
+  }
   void* p = nullptr;
   TESSERA_CUDA_CHECK(cudaSetDevice(ordinal_));
-  TESSERA_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
+  const cudaError_t allocated = cudaMallocAsync(&p, bytes, stream_);
+  if (allocated == cudaErrorMemoryAllocation && !captured) {
+    (void)cudaGetLastError();  // not sticky: clear it so the next call does not report it
+    throw no_room(available_memory());
+  }
+  TESSERA_CUDA_CHECK(allocated);
   t.data = p;
   cudaStream_t s = stream_;
   // Freed in stream order: ops already queued that read the tensor finish first.

@@ -27,6 +27,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   int64_t available_memory() const override;
+  // empty() checks a request of this size or more against available_memory() before allocating.
+  static constexpr size_t kQueriedAllocation = size_t{64} << 20;
   Tensor empty(DType dtype, Shape shape) override;
   Tensor zeros(DType dtype, Shape shape) override;
   Tensor upload(const void* host, DType dtype, Shape shape) override;
