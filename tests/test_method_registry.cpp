@@ -2,6 +2,7 @@
 // consistent, and every bad parameter is a ParameterError that names the parameter.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -239,4 +240,19 @@ TEST(MethodRegistry, ParameterErrorSpellsNamesForAFrontEnd) {
   const ParameterError marked("draft", "{method} sd needs {draft} DIR (see {x y} and {})");
   EXPECT_STREQ(marked.what(), "method sd needs draft DIR (see {x y} and {})");
   EXPECT_EQ(marked.message(flag), "--method sd needs --draft DIR (see {x y} and {})");
+}
+
+TEST(MethodRegistry, ExactValueTextReadsBackAsTheSameValue) {
+  // Settings that must reproduce a run (PNG parameters, --draft-costs) are stored exactly and as
+  // short as that allows; the text for people rounds.
+  EXPECT_EQ(param_value_text(ParamValue{0.1}, true), "0.1");
+  EXPECT_EQ(param_value_text(ParamValue{10.0}, true), "10");
+  EXPECT_EQ(param_value_text(ParamValue{1.0 / 3.0}, false), "0.333333");
+  for (const double x : {1.0 / 3.0, 0.0017951599998, 1e-300, 123456789.125, -2.5e-7}) {
+    const std::string t = param_value_text(ParamValue{x}, true);
+    EXPECT_EQ(std::strtod(t.c_str(), nullptr), x) << t;
+    EXPECT_LE(t.size(), 24u) << t;
+  }
+  EXPECT_EQ(param_value_text(ParamValue{int64_t{7}}, true), "7");
+  EXPECT_EQ(param_value_text(ParamValue{true}, true), "true");
 }

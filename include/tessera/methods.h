@@ -19,8 +19,8 @@ using ParamValue = std::variant<bool, int64_t, double, std::string>;
 // set can serve several methods, as in a benchmark), a name no method has is an error.
 using MethodParams = std::map<std::string, ParamValue>;
 
-// A value as text: "true", "10", "l2"; reals with %g ("0.05") for people, or exact ("%.17g",
-// which reads back to the same double) for settings that must reproduce a run.
+// A value as text: "true", "10", "l2"; reals with %g ("0.05") for people, or exact (the shortest
+// text that reads back as the same double: "0.1", "10") for settings that must reproduce a run.
 std::string param_value_text(const ParamValue& v, bool exact = false);
 
 enum class ParamType { Switch, Int, Real, Choice };

@@ -1,5 +1,6 @@
 #include "speculative/method_params.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -115,12 +116,9 @@ std::string param_value_text(const ParamValue& v, bool exact) {
             std::snprintf(buf, sizeof buf, "%g", x);
             return buf;
           }
-          // The shortest text that reads back as x: 0.1, not 0.10000000000000001.
-          for (int prec = 1; prec <= 17; ++prec) {
-            std::snprintf(buf, sizeof buf, "%.*g", prec, x);
-            if (std::strtod(buf, nullptr) == x) break;
-          }
-          return buf;
+          // The shortest text that reads back as x: 0.1, not 0.10000000000000001; 10, not 1e+01.
+          const auto r = std::to_chars(buf, buf + sizeof buf, x);
+          return std::string(buf, r.ptr);
         }
         if constexpr (std::is_same_v<T, std::string>) return x;
       },

@@ -135,11 +135,6 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
   check_family_flags(g, mar);
   check_method_flags(g, {gen.spec.method}, mar, "--method");
   if (!a.draft_costs.empty()) {
-    if (find_method(gen.spec.method)->drafts == DraftSource::None)
-      throw Error("--draft-costs is for speculative methods; --method " + gen.spec.method +
-                  " drafts nothing");
-    if (mar)
-      throw Error("--draft-costs is for LlamaGen methods; MAR's --draft-len auto is 8 steps");
     if (gen.spec.draft_len != kDraftLenAuto)
       throw Error("--draft-costs is what --draft-len auto decides from; --draft-len " +
                   draft_len_text(gen.spec.draft_len) + " is fixed");

@@ -1,7 +1,6 @@
 #include "method_flags.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -143,8 +142,10 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
     return m->drafts != DraftSource::None;
   });
   std::string names = join(methods, ",");
-  for (const char* f : {"--draft", "--draft-len", "--resample", "--tree"}) {
-    if (cmd.count(f) == 0) continue;
+  // The speculative flags a command has (bench has no --draft-costs).
+  for (const char* f : {"--draft", "--draft-len", "--draft-costs", "--resample", "--tree"}) {
+    const CLI::Option* given = cmd.get_option_no_throw(f);
+    if (!given || given->count() == 0) continue;
     if (!any_drafts)
       throw Error(std::string(f) + " is for speculative methods; " + what + " " + names +
                   " drafts nothing");
@@ -152,6 +153,8 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
       throw Error("--resample is for LlamaGen methods; MAR's cspd methods resample their own way");
     if (mar && std::string(f) == "--tree")
       throw Error("--tree is for LlamaGen methods; MAR's cspd methods draft continuous windows");
+    if (mar && std::string(f) == "--draft-costs")
+      throw Error("--draft-costs is for LlamaGen methods; MAR's --draft-len auto is 8 steps");
   }
   for (const FlagParam& f : flag_params()) {
     const std::string flag = flag_of(f.info.name);
@@ -202,17 +205,6 @@ std::string draft_len_text(int draft_len) {
                                     : "default";
 }
 
-namespace {
-
-// A double as the shortest text that reads back as the same double ("10", "0.0017951599998").
-std::string exact_double(double v) {
-  char buf[40];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
-}
-
-}  // namespace
-
 DraftCosts parse_draft_costs(const std::string& v, const char* flag) {
   auto bad = [&](const std::string& why) {
     return Error(std::string(flag) + " '" + v + "': " + why +
@@ -240,9 +232,9 @@ DraftCosts parse_draft_costs(const std::string& v, const char* flag) {
 }
 
 std::string draft_costs_text(const DraftCosts& costs) {
-  std::string s = exact_double(costs.draft_step) + ":";
+  std::string s = param_value_text(costs.draft_step, /*exact=*/true) + ":";
   for (size_t i = 0; i < costs.verify.size(); ++i)
-    s += (i ? "," : "") + exact_double(costs.verify[i]);
+    s += (i ? "," : "") + param_value_text(costs.verify[i], /*exact=*/true);
   return s;
 }
 
