@@ -119,15 +119,19 @@ TEST_F(CliReadme, MedusaRunsTheNamedMedusaHeads) {
   ASSERT_EQ(e.code, 0) << e.err;
   EXPECT_NE(run_line(e.err).find("draft=emoji/medusa;"), std::string::npos) << e.err;
   EXPECT_NE(run_line(e.err).find("the Medusa heads named in"), std::string::npos) << e.err;
+  // --draft-len auto's costs, measured here (the test cache), are stored with the image.
+  EXPECT_NE(png_text(tmp("m.png"), "parameters").find("draft_len=auto; draft_costs=0:"),
+            std::string::npos);
   const CliResult again = run({"generate", "--from-png", tmp("m.png"), "-o", tmp("n.png")});
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_TRUE(slurp(tmp("m.png")) == slurp(tmp("n.png")));
 }
 
 // --draft-len auto chooses each round's length from the costs it is given, else from this
-// machine's; every image stores those it used, so --from-png repeats the lengths, hence the image,
-// on a machine whose costs differ: here a fresh cache that would be calibrated anew and other
-// threads (the cache's key), which the replay must not even calibrate.
+// machine's (MedusaRunsTheNamedMedusaHeads); every image stores those it used, so --from-png
+// repeats the lengths, hence the image, on a machine whose costs differ: here a fresh cache that
+// would be calibrated anew and other threads (the cache's key), which the replay must not even
+// calibrate.
 TEST_F(CliReadme, StoredDraftCostsRepeatTheLengthsOnAnyMachine) {
   const std::string flat = "0:0.001,0.001,0.001,0.001,0.001", steep = "0:0.001,0.01,0.1,1,10";
   auto depth = [&](const std::string& stats) {
@@ -142,6 +146,7 @@ TEST_F(CliReadme, StoredDraftCostsRepeatTheLengthsOnAnyMachine) {
     EXPECT_NE(png_text(png, "parameters").find("draft_len=auto; draft_costs=" + costs + "; "),
               std::string::npos)
         << png_text(png, "parameters");
+    if (std::string(name) == "steep") continue;  // one replay shows it (each run costs seconds)
     const fs::path cache = tmp_ / (std::string(name) + "-cache");
     const CliResult again = run({"generate", "--from-png", png, "-t", "2", "-o", tmp("again.png"),
                                  "--stats-out", tmp("again.json")},
@@ -155,13 +160,6 @@ TEST_F(CliReadme, StoredDraftCostsRepeatTheLengthsOnAnyMachine) {
   // a steep one drafts 1.
   EXPECT_GT(depth("flat.json"), 3.9);
   EXPECT_LT(depth("steep.json"), 1.1);
-  // Measured costs are stored too (this machine's, from the test cache).
-  ASSERT_EQ(run({"generate", "-m", kTarget, "--class", "3", "--method", "medusa", "-t", "1", "-o",
-                 tmp("measured.png")})
-                .code,
-            0);
-  EXPECT_NE(png_text(tmp("measured.png"), "parameters").find("draft_len=auto; draft_costs=0:"),
-            std::string::npos);
 }
 
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {
