@@ -14,10 +14,14 @@
 #include "decode/guidance.h"
 #include "delegating_drafter.h"
 #include "models/llamagen.h"
+#include "models/medusa_heads.h"
+#include "speculative/drafters/hawk_drafter.h"
 #include "speculative/drafters/jacobi_drafter.h"
+#include "speculative/drafters/medusa_drafter.h"
 #include "speculative/drafters/model_drafter.h"
 #include "speculative/rules/rules.h"
 #include "speculative/speculative_decoder.h"
+#include "speculative/tree_shape.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/tessera.h"
 
@@ -339,6 +343,59 @@ TEST(DeviceRounds, ARoundReadsBackOnce) {
     // Jacobi carried drafts over (rejections at depth < L - 1), named by their device rows.
     if (jacobi) {
       EXPECT_GT(carried, 0) << "windows carried drafts over, by their device rows";
+    }
+  }
+}
+
+// Draft heads (Medusa's, Hawk's) read the target's hidden states where they are: a round moves
+// the rows they need on the backend, and the host waits only for the heads' logits (one forward
+// for Medusa's batch; Hawk's horizontal and vertical heads, one each per image) and the verdicts.
+// Before, each image's rows came to the host (a wait per half) and went back up.
+TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
+  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+  for (const bool hawk : {false, true}) {
+    SCOPED_TRACE(hawk ? "hawk" : "medusa");
+    test::CountingBackend counting;
+    LlamaGen target(tc, counting);
+    const MedusaHeads heads(
+        load_model_config(kFix + (hawk ? "/spec/tiny_hawk" : "/spec/tiny_medusa")), target);
+    SamplingOptions so;
+    so.cfg_scale = 3.0f;
+    so.top_k = 50;
+    const SamplingParams p = to_sampling_params(so);
+    std::unique_ptr<speculative::Drafter> drafter;
+    if (hawk)
+      drafter = std::make_unique<speculative::HawkDrafter>(
+          heads, p, speculative::HawkOptions{2, 1, 1}, speculative::load_tree_shape("kary:2,2"),
+          target.info().n_tokens);
+    else
+      drafter = std::make_unique<speculative::MedusaDrafter>(
+          heads, p, speculative::load_tree_shape("chain:3"), 2);
+    const auto rule = speculative::make_exact_rule();
+    speculative::LoopSettings loop;
+    loop.rule = rule.get();
+    loop.drafter = drafter.get();
+    loop.draft_len = hawk ? 2 : 3;
+    DecoderSettings d;
+    d.sampling = p;
+    d.seed = 4;
+    d.device_loop = DeviceLoop::On;
+    GenerateStats stats;
+    speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
+    dec.add(Condition::label(1), 0);
+    dec.add(Condition::label(2), 1);
+    ASSERT_TRUE(dec.step());  // the prefills
+    for (int round = 0; round < 3; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      const GenerateStats before = stats;
+      counting.downloads = counting.syncs = counting.writes = 0;
+      ASSERT_TRUE(dec.step());
+      EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
+      // Medusa: one heads forward; Hawk: a horizontal forward per image (drafting) and a vertical
+      // one (finishing the round). Then the verdicts.
+      const int heads_forwards = hawk ? 4 : 1;
+      EXPECT_EQ(counting.syncs, heads_forwards);
+      EXPECT_EQ(counting.downloads, heads_forwards + 1);
     }
   }
 }

@@ -28,7 +28,8 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
       n_tokens_(n_tokens),
       // Feature rows of one forward: a round's committed rows (at most the tree's depth + 1) of
       // one image, both halves.
-      ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))) {
+      ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))),
+      features_(heads.backend(), heads.dim(), params.uses_cfg(), 1) {
   check(opt_.horizontal >= 0 && opt_.horizontal <= heads.num_heads() && opt_.vertical >= 0 &&
             opt_.vertical <= heads.vertical_heads() && opt_.horizontal + opt_.vertical > 0 &&
             opt_.samples >= 1,
@@ -49,18 +50,15 @@ int HawkDrafter::max_nodes(int draft_len) const {
       std::count_if(shape_.depth.begin(), shape_.depth.end(), [&](int d) { return d <= depth; }));
 }
 
-void HawkDrafter::read_rows(const Tensor& t, std::span<const int> rows, std::vector<float>& out) {
-  const int D = heads_.dim();
-  check(t.data && t.dtype == DType::F32 && t.dim(1) == D,
+void HawkDrafter::copy_rows_in(const Tensor& t, std::span<const int> rows, int64_t at) {
+  check(t.data && t.dtype == DType::F32 && t.dim(1) == heads_.dim(),
         "internal: the Hawk drafter needs the target's post-norm hidden states");
-  Backend& be = heads_.backend();
-  for (int r : rows) {
-    check(r >= 0 && r < t.dim(0), "internal: a hidden-state row outside the target's outputs");
-    const size_t at = out.size();
-    out.resize(at + static_cast<size_t>(D));
-    be.download_async(t.rows(r, 1), out.data() + at);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    check(rows[i] >= 0 && rows[i] < t.dim(0),
+          "internal: a hidden-state row outside the target's outputs");
+    Tensor to = ws_.features.rows(at + static_cast<int64_t>(i), 1);
+    heads_.backend().copy(t.rows(rows[i], 1), to);
   }
-  be.synchronize();
 }
 
 template <class TokenOf>
@@ -68,10 +66,7 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
                                      const SamplingParams& p) {
   const bool cfg = params_.uses_cfg();
   const int R = cfg ? 2 * rows : rows, V = heads_.vocab_size();
-  check(static_cast<int>(host_.size()) == R * heads_.dim(), "internal: Hawk's feature rows");
   Backend& be = heads_.backend();
-  Tensor in = ws_.features.rows(0, R);
-  be.upload_into(host_.data(), in);
   const Tensor logits = heads_.forward(ws_, R, first, count);
   logits_.resize(static_cast<size_t>(count) * R * V);
   be.download_async(logits, logits_.data());
@@ -94,17 +89,13 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
   const int n = static_cast<int>(images.size()), rows = prefill.rows;
   const int W = heads_.config().row_width, V = heads_.vocab_size();
   for (int i = 0; i < n; ++i) {
-    State& s = state_.try_emplace(images[i]->id, State{{}, {}, {std::max(W, 1), opt_.vertical, V}})
-                   .first->second;
-    s.cond.clear();
-    s.uncond.clear();
+    const int id = images[i]->id;
+    State& s = state_.try_emplace(id, State{{std::max(W, 1), opt_.vertical, V}}).first->second;
     s.cache.clear();
-    const int cond_row = i * rows + rows - 1, uncond_row = (n + i) * rows + rows - 1;
-    read_rows(prefill.hidden, std::span(&cond_row, 1), s.cond);
-    if (params_.uses_cfg()) read_rows(prefill.hidden, std::span(&uncond_row, 1), s.uncond);
+    features_.put(id, prefill.hidden, static_cast<int64_t>(i) * rows + rows - 1, &prefill.hidden,
+                  static_cast<int64_t>(n + i) * rows + rows - 1);
     if (opt_.vertical == 0) continue;
-    host_ = s.cond;
-    host_.insert(host_.end(), s.uncond.begin(), s.uncond.end());
+    features_.gather(std::span(&id, 1), ws_.features);
     head_distributions(
         1, heads_.num_heads(), opt_.vertical, [&](int, int k) { return (k + 1) * W; },
         images[i]->sampling);
@@ -131,8 +122,7 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
     // HorizSpec (Eq. 4): the horizontal heads on the root's predicting row, depth k + 1's q.
     const int H = std::min(opt_.horizontal, depth);
     if (H > 0) {
-      host_ = s.cond;
-      host_.insert(host_.end(), s.uncond.begin(), s.uncond.end());
+      features_.gather(std::span(&im.id, 1), ws_.features);
       head_distributions(
           1, 0, H, [&](int, int k) { return t + 1 + k; }, im.sampling);
       im.stats.draft_forwards++;
@@ -250,20 +240,16 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   const int k = static_cast<int>(rows.size());
   const int first = static_cast<int>(image.tokens.size()) - k;  // the token row 0 predicted
   State& s = state_.at(image.id);
-  host_.clear();
-  read_rows(target.hidden, rows, host_);
-  const bool cfg = params_.uses_cfg();
-  if (cfg) read_rows(target.hidden_uncond, rows, host_);
-  const int D = heads_.dim(), V = heads_.vocab_size();
-  s.cond.assign(host_.begin() + static_cast<std::ptrdiff_t>(k - 1) * D,
-                host_.begin() + static_cast<std::ptrdiff_t>(k) * D);
-  if (cfg)
-    s.uncond.assign(host_.begin() + static_cast<std::ptrdiff_t>(2 * k - 1) * D,
-                    host_.begin() + static_cast<std::ptrdiff_t>(2 * k) * D);
+  // The last row is the next round's horizontal input; all of them, moved where the heads read
+  // them, are the vertical heads' (never through the host).
+  features_.put(image.id, target.hidden, rows.back(), &target.hidden_uncond, rows.back());
+  const int V = heads_.vocab_size();
   // The next round drafts from token image.tokens.size() on: earlier proposals are spent.
   s.cache.evict_before(static_cast<int>(image.tokens.size()));
   if (opt_.vertical == 0) return;
   const int W = heads_.config().row_width;
+  copy_rows_in(target.hidden, rows, 0);
+  if (params_.uses_cfg()) copy_rows_in(target.hidden_uncond, rows, k);
   head_distributions(
       k, heads_.num_heads(), opt_.vertical, [&](int r, int d) { return first + r + (d + 1) * W; },
       image.sampling);

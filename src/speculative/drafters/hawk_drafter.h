@@ -32,6 +32,7 @@
 #include "models/medusa_heads.h"
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
+#include "speculative/drafters/feature_rows.h"
 #include "speculative/drafters/speculation_cache.h"
 #include "speculative/hawk_options.h"
 #include "speculative/tree_shape.h"
@@ -59,7 +60,10 @@ class HawkDrafter : public Drafter {
                std::vector<DraftTree>& trees) override;
   void finish_round(ImageState& image, const DraftTree& tree, const VerifyOutcome& outcome,
                     const TargetRound& target) override;
-  void release(const ImageState& image) override { state_.erase(image.id); }
+  void release(const ImageState& image) override {
+    state_.erase(image.id);
+    features_.erase(image.id);
+  }
   // --draft-len auto: each round keeps the nodes of the product whose values pay for their
   // verification (DraftLengthPolicy::choose_nodes).
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
@@ -70,15 +74,14 @@ class HawkDrafter : public Drafter {
 
  private:
   struct State {
-    std::vector<float> cond, uncond;  // the hidden state of the row that predicted the root
     SpeculationCache cache;
   };
   // The budget's best nodes of `tree` (by value), in tree order.
   void keep_best(const ImageState& im, DraftTree& tree);
-  // Rows [rows, dim] of backend tensor t into `out` (appended).
-  void read_rows(const Tensor& t, std::span<const int> rows, std::vector<float>& out);
-  // The guided distributions of heads first..first+count-1 for `rows` feature rows given as
-  // cond rows then (with CFG) as many uncond rows in host_: dists_[(k * rows + r) * V ...], the
+  // Rows `rows` of backend tensor t ([rows, dim]) to rows at, at + 1, ... of the heads' input.
+  void copy_rows_in(const Tensor& t, std::span<const int> rows, int64_t at);
+  // The guided distributions of heads first..first+count-1 for `rows` feature rows in the heads'
+  // input, cond rows then (with CFG) as many uncond rows: dists_[(k * rows + r) * V ...], the
   // token index of row r and head k given by token(r, k).
   template <class TokenOf>
   void head_distributions(int rows, int first, int count, TokenOf token, const SamplingParams& p);
@@ -89,7 +92,8 @@ class HawkDrafter : public Drafter {
   int n_tokens_;
   MedusaHeads::Workspace ws_;
   std::map<int, State> state_;  // by image id
-  std::vector<float> host_, logits_, dists_, one_;
+  FeatureRows features_;        // the row that predicted each image's root, by image id
+  std::vector<float> logits_, dists_;
   int64_t forwards_ = 0;
   NodeBudget budget_;  // --draft-len auto (unset: every node of the product down to the depth)
 };

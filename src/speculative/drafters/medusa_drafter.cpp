@@ -12,7 +12,8 @@ MedusaDrafter::MedusaDrafter(const MedusaHeads& heads, const SamplingParams& par
     : heads_(heads),
       params_(params),
       shape_(std::move(shape)),
-      ws_(heads.make_workspace(std::max(max_images, 1) * (params.uses_cfg() ? 2 : 1))) {
+      ws_(heads.make_workspace(std::max(max_images, 1) * (params.uses_cfg() ? 2 : 1))),
+      features_(heads.backend(), heads.dim(), params.uses_cfg(), max_images) {
   top_needed_.assign(shape_.max_depth(), 0);
   for (int u = 0; u < shape_.nodes(); ++u)
     top_needed_[shape_.depth[u] - 1] =
@@ -33,25 +34,12 @@ int MedusaDrafter::max_nodes(int draft_len) const {
       std::count_if(shape_.depth.begin(), shape_.depth.end(), [&](int d) { return d <= depth; }));
 }
 
-void MedusaDrafter::read_row(const Tensor& t, int64_t row, std::vector<float>& out) {
-  check(t.data && t.dtype == DType::F32 && t.dim(1) == heads_.dim() && row < t.dim(0),
-        "internal: the Medusa drafter needs the target's post-norm hidden states");
-  out.resize(static_cast<size_t>(heads_.dim()));
-  Backend& be = heads_.backend();
-  be.download_async(t.rows(row, 1), out.data());
-  be.synchronize();
-}
-
 void MedusaDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {
   // The prefill's last prefix row of each slot predicted the image's first token, the first root.
   const int n = static_cast<int>(images.size()), rows = prefill.rows;
-  for (int i = 0; i < n; ++i) {
-    Features& f = features_[images[i]->id];
-    read_row(prefill.hidden, static_cast<int64_t>(i) * rows + rows - 1, f.cond);
-    f.uncond.clear();
-    if (params_.uses_cfg())
-      read_row(prefill.hidden, static_cast<int64_t>(n + i) * rows + rows - 1, f.uncond);
-  }
+  for (int i = 0; i < n; ++i)
+    features_.put(images[i]->id, prefill.hidden, static_cast<int64_t>(i) * rows + rows - 1,
+                  &prefill.hidden, static_cast<int64_t>(n + i) * rows + rows - 1);
 }
 
 void MedusaDrafter::finish_round(ImageState& image, const DraftTree&, const VerifyOutcome& outcome,
@@ -59,9 +47,7 @@ void MedusaDrafter::finish_round(ImageState& image, const DraftTree&, const Veri
   // The row that predicted the next root (outcome.next_token): the last accepted node's, else the
   // root's (row 0).
   const int row = outcome.accepted.empty() ? 0 : outcome.accepted.back() + 1;
-  Features& f = features_.at(image.id);
-  read_row(target.hidden, row, f.cond);
-  if (params_.uses_cfg()) read_row(target.hidden_uncond, row, f.uncond);
+  features_.put(image.id, target.hidden, row, &target.hidden_uncond, row);
 }
 
 void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
@@ -79,19 +65,13 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
   if (who.empty()) return;
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
-  const int D = heads_.dim(), V = heads_.vocab_size();
-  // One forward of the heads over every image's features (cond rows, then uncond rows).
-  host_.resize(static_cast<size_t>(R) * D);
-  for (int i = 0; i < m; ++i) {
-    const Features& f = features_.at(active[who[i]]->id);
-    std::copy(f.cond.begin(), f.cond.end(), host_.begin() + static_cast<ptrdiff_t>(i) * D);
-    if (cfg)
-      std::copy(f.uncond.begin(), f.uncond.end(),
-                host_.begin() + static_cast<ptrdiff_t>(m + i) * D);
-  }
+  const int V = heads_.vocab_size();
+  // One forward of the heads over every image's features (cond rows, then uncond rows), gathered
+  // where they are.
+  ids_.clear();
+  for (int i = 0; i < m; ++i) ids_.push_back(active[who[i]]->id);
   Backend& be = heads_.backend();
-  Tensor in = ws_.features.rows(0, R);
-  be.upload_into(host_.data(), in);
+  features_.gather(ids_, ws_.features);
   const Tensor logits = heads_.forward(ws_, R, depth);
   logits_.resize(static_cast<size_t>(depth) * R * V);
   be.download_async(logits, logits_.data());

@@ -15,12 +15,12 @@
 // candidates.
 #pragma once
 
-#include <map>
 #include <string>
 
 #include "models/medusa_heads.h"
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
+#include "speculative/drafters/feature_rows.h"
 #include "speculative/tree_shape.h"
 
 namespace tessera::speculative {
@@ -50,20 +50,14 @@ class MedusaDrafter : public Drafter {
   int64_t batched_forwards() const override { return forwards_; }
 
  private:
-  // The hidden state the next round's heads read, of each half (uncond empty without CFG).
-  struct Features {
-    std::vector<float> cond, uncond;
-  };
-  // Row `row` of backend tensor t ([rows, dim]) into `out`.
-  void read_row(const Tensor& t, int64_t row, std::vector<float>& out);
   const MedusaHeads& heads_;
   SamplingParams params_;  // guidance on or off (the images' own settings rank their drafts)
   TreeShape shape_;
   std::vector<int> top_needed_;  // per depth d - 1: 1 + the largest rank of the shape's nodes
   MedusaHeads::Workspace ws_;
-  std::map<int, Features> features_;  // by image id
-  std::vector<float> host_, logits_, dist_;
-  std::vector<int> order_;
+  FeatureRows features_;  // the rows the next round's heads read, by image id
+  std::vector<float> logits_, dist_;
+  std::vector<int> order_, ids_;
   int64_t forwards_ = 0;
 };
 
