@@ -8,6 +8,7 @@
 // Session, since Pipeline runs on the CPU backend until it can be given a device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -413,6 +414,44 @@ TEST_P(Sampling, NonFiniteLogitsInDistributionsAreReported) {
   std::vector<float> out(V, -1.0f);
   b.download(probs, out.data());
   EXPECT_EQ(out, std::vector<float>(V, 0.0f));
+}
+
+// top_rows (Medusa's candidates ranked where the logits are): each row's k ids with mass, best
+// first, ties to the lower id, -1 past them; the same ids on every backend (no arithmetic, only
+// comparisons), against a sort written here. Rows with many ties, few tokens with mass, none, and
+// vocabularies that are not a multiple of a block.
+TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
+  std::mt19937 g(3);
+  for (const int V : {7, 1000, kMaxDeviceSampleVocab + 5}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(V));
+    const int n = 5, k = 9;
+    std::vector<float> probs(static_cast<size_t>(n) * V, 0.0f);
+    std::uniform_int_distribution<int> level(0, 3), at(0, V - 1);
+    for (int i = 0; i < V; ++i) {
+      probs[i] = 0.25f * static_cast<float>(level(g));  // row 0: four levels, ties, zeros
+      probs[V + i] = std::ldexp(1.0f, -(i % 40));       // row 1: ties every 40 ids
+    }
+    for (int j = 0; j < 3; ++j) probs[2 * V + at(g)] = 0.5f;  // row 2: 1-3 ids with mass
+    probs[4 * V + V - 1] = 1.0f;  // row 3: none; row 4: only the last id
+    std::vector<int32_t> want(static_cast<size_t>(n) * k, -1);
+    for (int r = 0; r < n; ++r) {
+      const float* p = probs.data() + static_cast<size_t>(r) * V;
+      std::vector<int> order;
+      for (int i = 0; i < V; ++i)
+        if (p[i] > 0.0f) order.push_back(i);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+      for (int j = 0; j < k && j < static_cast<int>(order.size()); ++j) want[r * k + j] = order[j];
+    }
+    Backend& b = backend();
+    Tensor t = b.upload(probs.data(), DType::F32, {n, V});
+    std::vector<int32_t> got(want.size(), -7);
+    Tensor ids = b.upload(got.data(), DType::I32, {static_cast<int64_t>(got.size())});
+    top_rows(b, t, n, k, ids);
+    b.download(ids, got.data());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(want[3 * k], -1);
+    EXPECT_EQ(want[4 * k], V - 1);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Sampling, ::testing::ValuesIn(kBackendNames),

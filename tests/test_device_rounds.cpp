@@ -348,9 +348,10 @@ TEST(DeviceRounds, ARoundReadsBackOnce) {
 }
 
 // Draft heads (Medusa's, Hawk's) read the target's hidden states where they are: a round moves
-// the rows they need on the backend, and the host waits only for the heads' logits (one forward
-// for Medusa's batch; Hawk's horizontal and vertical heads, one each per image) and the verdicts.
-// Before, each image's rows came to the host (a wait per half) and went back up.
+// the rows they need on the backend. Medusa's candidates are ranked there too, so its round reads
+// back the ranked ids and the verdicts; Hawk's reads back its heads' logits (a horizontal and a
+// vertical forward per image) and the verdicts. Before, each image's rows came to the host (a
+// wait per half) and went back up, and Medusa's logits came back whole.
 TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   for (const bool hawk : {false, true}) {
@@ -391,11 +392,11 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
       counting.downloads = counting.syncs = counting.writes = 0;
       ASSERT_TRUE(dec.step());
       EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
-      // Medusa: one heads forward; Hawk: a horizontal forward per image (drafting) and a vertical
-      // one (finishing the round). Then the verdicts.
-      const int heads_forwards = hawk ? 4 : 1;
-      EXPECT_EQ(counting.syncs, heads_forwards);
-      EXPECT_EQ(counting.downloads, heads_forwards + 1);
+      // Medusa: one heads forward, ranked there, its ids back in one download; Hawk: a
+      // horizontal forward per image (drafting) and a vertical one (finishing the round), each
+      // read back and waited for. Then the verdicts.
+      EXPECT_EQ(counting.syncs, hawk ? 4 : 0);
+      EXPECT_EQ(counting.downloads, hawk ? 5 : 2);
     }
   }
 }

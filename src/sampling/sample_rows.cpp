@@ -1,10 +1,12 @@
 #include "sampling/sample_rows.h"
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "sampling/rng.h"
+#include "sampling/sampling_rules.h"
 #include "tessera/error.h"
 #if defined(TESSERA_HAVE_CUDA)
 #include "sampling/cuda/sample_kernels.h"
@@ -92,6 +94,35 @@ void distribution_rows(Backend& be, const Tensor& cond, const Tensor* uncond, in
 #else
   (void)error_flag;
   throw Error("internal: distributions on " + be.name() + " in a build without CUDA");
+#endif
+}
+
+void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids) {
+  const int V = static_cast<int>(probs.dim(-1));
+  check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V && k >= 1 &&
+            ids.dtype == DType::I32 && ids.numel() >= int64_t{n_rows} * k,
+        "internal: top_rows shapes");
+  if (n_rows == 0) return;
+  if (be.host_memory()) {
+    std::vector<int> order;
+    for (int r = 0; r < n_rows; ++r) {
+      const float* p = probs.ptr<float>() + static_cast<size_t>(r) * V;
+      order.clear();
+      for (int y = 0; y < V; ++y)
+        if (p[y] > 0.0f) order.push_back(y);
+      const size_t n = std::min(order.size(), static_cast<size_t>(k));
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                        [&](int a, int b) { return argmax_prefers(p[a], a, p[b], b); });
+      int32_t* out = ids.ptr<int32_t>() + static_cast<size_t>(r) * k;
+      for (int j = 0; j < k; ++j) out[j] = j < static_cast<int>(n) ? order[j] : -1;
+    }
+    return;
+  }
+#if defined(TESSERA_HAVE_CUDA)
+  launch_top_rows(probs.ptr<float>(), n_rows, V, k, ids.ptr<int32_t>(),
+                  static_cast<CUstream_st*>(be.native_stream()));
+#else
+  throw Error("internal: top_rows on " + be.name() + " in a build without CUDA");
 #endif
 }
 

@@ -322,6 +322,61 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+// top_rows: k passes over the row, each picking the best id that ranks after the previous pick
+// in argmax's order (the picks so far are exactly those ranked before it). k is small (a
+// Medusa tree's widest rank), so O(k V / threads) a row.
+constexpr int kTopThreads = 256, kTopWarps = kTopThreads / 32;
+
+__global__ void __launch_bounds__(kTopThreads)
+    top_rows_kernel(const float* probs, int V, int k, int32_t* ids) {
+  __shared__ float warp_v[kTopWarps];
+  __shared__ int warp_i[kTopWarps];
+  __shared__ float pick_v;
+  __shared__ int pick_i;
+  const int row = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* p = probs + static_cast<size_t>(row) * V;
+  int32_t* out = ids + static_cast<size_t>(row) * k;
+  float last_v = INFINITY;
+  int last_i = -1;
+  for (int j = 0; j < k; ++j) {
+    float v = 0.0f;
+    int vi = INT_MAX;
+    for (int i = threadIdx.x; i < V; i += kTopThreads)
+      if (p[i] > 0.0f && argmax_prefers(last_v, last_i, p[i], i) && argmax_prefers(p[i], i, v, vi))
+        v = p[i], vi = i;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_down_sync(0xffffffffu, v, o);
+      const int oi = __shfl_down_sync(0xffffffffu, vi, o);
+      if (argmax_prefers(ov, oi, v, vi)) v = ov, vi = oi;
+    }
+    if (lane == 0) warp_v[warp] = v, warp_i[warp] = vi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kTopWarps; ++w)
+        if (argmax_prefers(warp_v[w], warp_i[w], v, vi)) v = warp_v[w], vi = warp_i[w];
+      pick_v = v, pick_i = vi;
+      out[j] = vi == INT_MAX ? -1 : vi;
+    }
+    __syncthreads();
+    last_v = pick_v, last_i = pick_i;
+    __syncthreads();          // pick_* are written again next pass
+    if (last_i == INT_MAX) {  // no id with mass left: the rest are -1
+      for (int r = j + 1 + threadIdx.x; r < k; r += kTopThreads) out[r] = -1;
+      return;
+    }
+  }
+}
+
+void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids,
+                     CUstream_st* stream) {
+  if (vocab < 1 || n_rows < 0 || k < 1)
+    throw Error("device top_rows: vocabulary " + std::to_string(vocab) + ", " +
+                std::to_string(n_rows) + " rows, k " + std::to_string(k));
+  if (n_rows == 0) return;
+  top_rows_kernel<<<n_rows, kTopThreads, 0, stream>>>(probs, vocab, k, ids);
+  TESSERA_CUDA_LAUNCHED("top_rows_kernel");
+}
+
 void launch_sample_rows(const float* cond, const float* uncond, int n_rows, int vocab,
                         DeviceSampleParams* params, int32_t* tokens, int mirror, int32_t* history,
                         int history_stride, bool advance, int* error_flag, CUstream_st* stream) {

@@ -33,4 +33,9 @@ void launch_distribution_rows(const float* cond, const float* uncond, int n_rows
                               const DeviceSampleParams* params, float* probs, int* error_flag,
                               CUstream_st* stream);
 
+// top_rows (sample_rows.h): row r's k most likely ids with mass into ids[r * k ...], -1 past
+// them. Asynchronous on `stream`.
+void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids,
+                     CUstream_st* stream);
+
 }  // namespace tessera

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "decode/guidance.h"
+#include "sampling/sample_rows.h"
 #include "tessera/error.h"
 
 namespace tessera::speculative {
@@ -73,37 +73,57 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
   Backend& be = heads_.backend();
   features_.gather(ids_, ws_.features);
   const Tensor logits = heads_.forward(ws_, R, depth);
-  logits_.resize(static_cast<size_t>(depth) * R * V);
-  be.download_async(logits, logits_.data());
-  be.synchronize();
   forwards_++;
 
-  dist_.resize(V);
+  // Each depth's candidates: the top ranks of its head by each image's guided distribution
+  // (greedy images' at temperature 1: a one-hot has no ranks beyond 0), ranked where the logits
+  // are (distribution_rows, top_rows); K ids a row and the error flag come back in one download.
+  const int K = std::max(1, *std::max_element(top_needed_.begin(), top_needed_.begin() + depth));
+  const int n = depth * m;
+  const size_t flag_at = aligned_offset(static_cast<size_t>(n) * sizeof(DeviceSampleParams));
+  up_host_.assign(flag_at + sizeof(int32_t), 0);
+  auto* ps = reinterpret_cast<DeviceSampleParams*>(up_host_.data());
+  for (int i = 0; i < m; ++i) {
+    const ImageState& im = *active[who[i]];
+    SamplingParams ranking = im.sampling;
+    if (ranking.temperature <= 0.0f) ranking.temperature = 1.0f;
+    for (int d = 1; d <= depth; ++d)  // token index of depth d: the root's + d
+      ps[(d - 1) * m + i] = device_sample_params(
+          ranking, 0, 0, static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d));
+  }
+  grown_rows(be, up_, DType::U8, static_cast<int64_t>(up_host_.size()), 1);
+  Tensor up = up_.rows(0, static_cast<int64_t>(up_host_.size()));
+  be.upload_into(up_host_.data(), up);
+  const Tensor probs = grown_rows(be, probs_, DType::F32, n, V);
+  Tensor flag = up_.bytes_as(flag_at, DType::I32, {1});
+  const size_t row_bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
+  for (int d = 1; d <= depth; ++d) {
+    const Tensor cond = logits.rows(static_cast<int64_t>(d - 1) * R, m);
+    const Tensor uncond = cfg ? logits.rows(static_cast<int64_t>(d - 1) * R + m, m) : Tensor{};
+    const Tensor p =
+        up_.bytes_as((d - 1) * row_bytes, DType::U8, {static_cast<int64_t>(row_bytes)});
+    Tensor q = probs.rows(static_cast<int64_t>(d - 1) * m, m);
+    distribution_rows(be, cond, cfg ? &uncond : nullptr, m, p, q, flag);
+  }
+  const int64_t n_ids = static_cast<int64_t>(n) * K;
+  grown_rows(be, down_, DType::I32, n_ids + 1, 1);
+  Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids, 1);
+  top_rows(be, probs, n, K, ids);
+  be.copy(flag, flag_back);
+  ranked_.resize(static_cast<size_t>(n_ids) + 1);
+  be.download(down_.rows(0, n_ids + 1), ranked_.data());
+  if (ranked_[n_ids] != 0) throw Error(device_sample_failed());
+
   std::vector<std::vector<int>> top(depth);
   std::vector<int> node_of(shape_.nodes());
   for (int i = 0; i < m; ++i) {
     ImageState& im = *active[who[i]];
     const int deepest = std::min(max_depth[who[i]], depth);
     im.stats.draft_forwards++;
-    // Ranks by the image's guided distribution; greedy ones at temperature 1 (a one-hot has no
-    // ranks beyond 0).
-    SamplingParams ranking = im.sampling;
-    if (ranking.temperature <= 0.0f) ranking.temperature = 1.0f;
-    // Each depth's candidates: the top ranks of its head, by the guided distribution.
     for (int d = 1; d <= deepest; ++d) {
-      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
-      const size_t row = static_cast<size_t>(d - 1) * R + i;
-      guided_distribution(logits_.data() + row * V, cfg ? logits_.data() + (row + m) * V : nullptr,
-                          V, ranking, t, dist_);
-      order_.clear();
-      for (int y = 0; y < V; ++y)
-        if (dist_[y] > 0.0f) order_.push_back(y);
-      const size_t k = std::min(order_.size(), static_cast<size_t>(top_needed_[d - 1]));
-      // Most likely first; ties by the lower id (argmax's choice).
-      std::partial_sort(
-          order_.begin(), order_.begin() + static_cast<ptrdiff_t>(k), order_.end(),
-          [&](int a, int b) { return dist_[a] > dist_[b] || (dist_[a] == dist_[b] && a < b); });
-      top[d - 1].assign(order_.begin(), order_.begin() + static_cast<ptrdiff_t>(k));
+      const int32_t* row = ranked_.data() + static_cast<size_t>((d - 1) * m + i) * K;
+      top[d - 1].clear();
+      for (int r = 0; r < top_needed_[d - 1] && row[r] >= 0; ++r) top[d - 1].push_back(row[r]);
     }
     DraftTree& tree = trees[who[i]];
     for (int u = 0; u < shape_.nodes(); ++u) {

@@ -10,9 +10,10 @@
 // §4.2). Tokens are ranked by the head's distribution after the target's CFG (both halves' hidden
 // states run through the heads), top-k and top-p (at temperature 1 for greedy decoding), so a token
 // the target's sampler cannot draw is never proposed; a rank past the tokens with mass is left out
-// with its subtree. Drafts are deterministic (one-hot q, empty DraftNode::q): the exact walk
-// accepts node x with p(x) and removes it from p when rejected, which is lossless for any
-// candidates.
+// with its subtree. The ranking runs where the heads' logits are (distribution_rows, top_rows): a
+// round reads back the ranked ids, not the logits. Drafts are deterministic (one-hot q, empty
+// DraftNode::q): the exact walk accepts node x with p(x) and removes it from p when rejected, which
+// is lossless for any candidates.
 #pragma once
 
 #include <string>
@@ -56,8 +57,12 @@ class MedusaDrafter : public Drafter {
   std::vector<int> top_needed_;  // per depth d - 1: 1 + the largest rank of the shape's nodes
   MedusaHeads::Workspace ws_;
   FeatureRows features_;  // the rows the next round's heads read, by image id
-  std::vector<float> logits_, dist_;
-  std::vector<int> order_, ids_;
+  // Ranking on the heads' backend: the rows' settings and error flag (up), their distributions,
+  // the ranked ids and the flag (down), and the ids on the host.
+  Tensor up_, probs_, down_;
+  std::vector<uint8_t> up_host_;
+  std::vector<int32_t> ranked_;
+  std::vector<int> ids_;
   int64_t forwards_ = 0;
 };
 
