@@ -61,6 +61,32 @@ void host_distribution(const Tensor& cond, const Tensor* uncond, int r, int V,
   }
 }
 
+// Row r's token from its distribution (the host chains' draw) written where out says.
+void host_draw(std::span<const float> probs, int r, DeviceSampleParams& d,
+               const SampleRowsOut& out) {
+  const int32_t t =
+      sampling_params(d).greedy()
+          ? argmax(probs)
+          : sample_index(probs, CounterRng(d.seed, d.image_index).uniform(d.token_index, d.stream));
+  int32_t* tokens = out.tokens.ptr<int32_t>();
+  tokens[r] = t;
+  if (out.mirror > 0) tokens[out.mirror + r] = t;
+  if (out.history.data) {
+    check(d.token_index < static_cast<uint32_t>(out.history_stride),
+          "internal: sample_rows history too short");
+    out.history.ptr<int32_t>()[static_cast<size_t>(r) * out.history_stride + d.token_index] = t;
+  }
+  if (out.advance) d.token_index++;
+}
+
+void check_out(const SampleRowsOut& out, int n_rows) {
+  check(out.tokens.dtype == DType::I32 && out.tokens.numel() >= out.mirror + n_rows,
+        "internal: sample_rows tokens size");
+  check(!out.history.data || (out.history.dtype == DType::I32 &&
+                              out.history.numel() >= int64_t{n_rows} * out.history_stride),
+        "internal: sample_rows history size");
+}
+
 void check_rows(const Tensor& cond, const Tensor* uncond, int n_rows, const Tensor& params) {
   const int64_t V = cond.dim(-1);
   check(cond.dtype == DType::F32 && cond.numel() >= n_rows * V,
@@ -97,6 +123,31 @@ void distribution_rows(Backend& be, const Tensor& cond, const Tensor* uncond, in
 #endif
 }
 
+void draw_rows(Backend& be, const Tensor& probs, int n_rows, Tensor& params,
+               const SampleRowsOut& out, Tensor& error_flag) {
+  const int V = static_cast<int>(probs.dim(-1));
+  check_rows(probs, nullptr, n_rows, params);
+  check_out(out, n_rows);
+  if (n_rows == 0) return;
+  if (be.host_memory()) {
+    auto* ps = static_cast<DeviceSampleParams*>(params.data);
+    for (int r = 0; r < n_rows; ++r)
+      host_draw({probs.ptr<float>() + static_cast<size_t>(r) * V, static_cast<size_t>(V)}, r, ps[r],
+                out);
+    return;
+  }
+#if defined(TESSERA_HAVE_CUDA)
+  launch_draw_rows(probs.ptr<float>(), n_rows, V, static_cast<DeviceSampleParams*>(params.data),
+                   out.tokens.ptr<int32_t>(), out.mirror,
+                   out.history.data ? out.history.ptr<int32_t>() : nullptr, out.history_stride,
+                   out.advance, error_flag.ptr<int32_t>(),
+                   static_cast<CUstream_st*>(be.native_stream()));
+#else
+  (void)error_flag;
+  throw Error("internal: draws on " + be.name() + " in a build without CUDA");
+#endif
+}
+
 void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids) {
   const int V = static_cast<int>(probs.dim(-1));
   check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V && k >= 1 &&
@@ -130,33 +181,14 @@ void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_ro
                  const SampleRowsOut& out, Tensor& error_flag) {
   const int V = static_cast<int>(cond.dim(-1));
   check_rows(cond, uncond, n_rows, params);
-  check(out.tokens.dtype == DType::I32 && out.tokens.numel() >= out.mirror + n_rows,
-        "internal: sample_rows tokens size");
-  check(!out.history.data || (out.history.dtype == DType::I32 &&
-                              out.history.numel() >= int64_t{n_rows} * out.history_stride),
-        "internal: sample_rows history size");
+  check_out(out, n_rows);
   if (n_rows == 0) return;
   if (be.host_memory()) {
     auto* ps = static_cast<DeviceSampleParams*>(params.data);
-    int32_t* tokens = out.tokens.ptr<int32_t>();
     std::vector<float> probs(static_cast<size_t>(V));
     for (int r = 0; r < n_rows; ++r) {
-      DeviceSampleParams& d = ps[r];
-      const SamplingParams p = sampling_params(d);
-      host_distribution(cond, uncond, r, V, d, probs);
-      const int32_t t =
-          p.greedy()
-              ? argmax(probs)
-              : sample_index(probs,
-                             CounterRng(d.seed, d.image_index).uniform(d.token_index, d.stream));
-      tokens[r] = t;
-      if (out.mirror > 0) tokens[out.mirror + r] = t;
-      if (out.history.data) {
-        check(d.token_index < static_cast<uint32_t>(out.history_stride),
-              "internal: sample_rows history too short");
-        out.history.ptr<int32_t>()[static_cast<size_t>(r) * out.history_stride + d.token_index] = t;
-      }
-      if (out.advance) d.token_index++;
+      host_distribution(cond, uncond, r, V, ps[r], probs);
+      host_draw(probs, r, ps[r], out);
     }
     return;
   }

@@ -64,6 +64,15 @@ void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_ro
 void distribution_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows,
                        const Tensor& params, Tensor& probs, Tensor& error_flag);
 
+// sample_rows' draw from distributions already computed where they are (probs [n_rows, vocab],
+// as distribution_rows writes them with the same params): row r's token is the argmax when its
+// params are greedy, else sample_index of the row with its params' uniform, written as
+// sample_rows writes it (out). On the CPU it is sample_rows' token bit for bit; on a device it
+// saves recomputing the row's guidance, filters and softmax. An all-zero row (a device's flagged
+// non-finite logits) draws token 0 and sets error_flag.
+void draw_rows(Backend& be, const Tensor& probs, int n_rows, Tensor& params,
+               const SampleRowsOut& out, Tensor& error_flag);
+
 // The k most likely tokens of each of n_rows rows of probabilities (probs [n_rows, vocab] F32),
 // best first in argmax's order (larger first, ties to the lower id) and only tokens with mass:
 // ids I32 [n_rows * k], row r's at [r * k ...], -1 past the row's tokens with mass. Draft heads'

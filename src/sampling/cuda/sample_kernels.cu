@@ -320,8 +320,6 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = tid; i < V; i += kThreads) out[i] = __fdiv_rn(l[i], total_f);
 }
 
-}  // namespace
-
 // top_rows: k passes over the row, each picking the best id that ranks after the previous pick
 // in argmax's order (the picks so far are exactly those ranked before it). k is small (a
 // Medusa tree's widest rank), so O(k V / threads) a row.
@@ -365,6 +363,53 @@ __global__ void __launch_bounds__(kTopThreads)
       return;
     }
   }
+}
+
+// draw_rows: sample_rows_kernel's draw over a row of probabilities already computed (the chunk
+// sums scanned in double, the first index whose cumulative mass exceeds u * total).
+__global__ void __launch_bounds__(kThreads)
+    draw_rows_kernel(const float* __restrict__ probs, int V,
+                     DeviceSampleParams* __restrict__ params, RowOut o) {
+  __shared__ BlockScratch s;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const DeviceSampleParams p = params[row];
+  __syncthreads();  // every thread has its copy before thread 0 advances the params
+  const float* q = probs + static_cast<size_t>(row) * V;
+  const int per = (V + kThreads - 1) / kThreads;
+  const int begin = min(V, tid * per), end = min(V, begin + per);
+  if (p.temperature <= 0.0f) {  // a one-hot row: its argmax
+    const int first = row_argmax(q, begin, end, s);
+    if (tid == 0) write_token(o, params, row, first);
+    return;
+  }
+  double part = 0.0;
+  for (int i = begin; i < end; ++i) part += q[i];
+  double total;
+  const double before = block_exclusive_scan(part, s.d, &total);
+  const double target = counter_uniform(p.seed, p.image_index, p.token_index, p.stream) * total;
+  int last = -1;
+  const int hit = draw_in_chunk(q + begin, end - begin, begin, before, target, &last);
+  const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
+  const int last_positive = block_extreme(last, false, s.i);
+  if (tid == 0) {
+    const int t = first_hit != INT_MAX ? first_hit : last_positive;
+    if (t < 0) atomicExch(o.error_flag, 1);  // an all-zero row: flagged, token 0
+    write_token(o, params, row, t < 0 ? 0 : t);
+  }
+}
+
+}  // namespace
+
+void launch_draw_rows(const float* probs, int n_rows, int vocab, DeviceSampleParams* params,
+                      int32_t* tokens, int mirror, int32_t* history, int history_stride,
+                      bool advance, int* error_flag, CUstream_st* stream) {
+  if (vocab < 1 || n_rows < 0)
+    throw Error("device draws: vocabulary " + std::to_string(vocab) + ", " +
+                std::to_string(n_rows) + " rows");
+  if (n_rows == 0) return;
+  const RowOut o{tokens, mirror, history, history_stride, advance, error_flag};
+  draw_rows_kernel<<<n_rows, kThreads, 0, stream>>>(probs, vocab, params, o);
+  TESSERA_CUDA_LAUNCHED("draw_rows_kernel");
 }
 
 void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids,

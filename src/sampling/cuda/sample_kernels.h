@@ -33,6 +33,12 @@ void launch_distribution_rows(const float* cond, const float* uncond, int n_rows
                               const DeviceSampleParams* params, float* probs, int* error_flag,
                               CUstream_st* stream);
 
+// draw_rows (sample_rows.h): launch_sample_rows' draw and writes from probability rows (probs:
+// n_rows x vocab) instead of logits; an all-zero row writes token 0 and sets error_flag.
+void launch_draw_rows(const float* probs, int n_rows, int vocab, DeviceSampleParams* params,
+                      int32_t* tokens, int mirror, int32_t* history, int history_stride,
+                      bool advance, int* error_flag, CUstream_st* stream);
+
 // top_rows (sample_rows.h): row r's k most likely ids with mass into ids[r * k ...], -1 past
 // them. Asynchronous on `stream`.
 void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids,

@@ -260,13 +260,12 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
     Tensor p = params(step);
     Tensor q = device_q_.rows(static_cast<int64_t>(step) * m, m);
     distribution_rows(be, cond, cfg ? &uncond : nullptr, m, p, q, flag);
-    // The token from the same settings and uniform as the host chain's (sample_rows recomputes
-    // the row's distribution in its own block rather than reading q).
+    // The token drawn from q with the same settings and uniform as the host chain's.
     SampleRowsOut out;
     Tensor mine = tokens_of(step);
     out.tokens = next_tokens ? *next_tokens : mine;
     out.mirror = next_tokens && cfg ? m : 0;
-    sample_rows(be, cond, cfg ? &uncond : nullptr, m, p, out, flag);
+    draw_rows(be, q, m, p, out, flag);
     if (next_tokens) be.copy(next_tokens->rows(0, m), mine);
   };
 
