@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -461,5 +462,22 @@ TEST(DeviceRounds, JacobiCarriesTheDeviceRowsOrDownloadsThem) {
     if (device_next) {
       EXPECT_EQ(drafter.device_rows()->q.data, on_device.data);
     }
+  }
+}
+
+// The device draft chain's graphs are keyed by shape: no two (images, depth, key mask) share a
+// key at any depth a chain can have (--draft-len up to the image's tokens). A shared key would
+// replay another shape's graph: other slots' caches and rows written at the other layout's offsets.
+TEST(DeviceRounds, DraftChainGraphKeysNeverCollide) {
+  for (const int n_tokens : {16, 256}) {
+    std::set<int> keys;
+    int shapes = 0;
+    for (int images = 1; images <= 16; ++images)
+      for (int depth = 1; depth < n_tokens; ++depth)
+        for (const bool visible : {false, true}) {
+          keys.insert(speculative::device_chain_graph_key(images, depth, visible, n_tokens));
+          ++shapes;
+        }
+    EXPECT_EQ(static_cast<int>(keys.size()), shapes) << n_tokens << " tokens";
   }
 }

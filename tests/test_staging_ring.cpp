@@ -86,5 +86,24 @@ TEST(StagingRing, WaitsOnlyWhenItMust) {
   EXPECT_EQ(waits, 0);
 }
 
+// A synchronize() forgets the regions staged before its wait, never one another thread staged
+// while it waited (its copy may still be pending): forget_before(the mark taken before the wait).
+TEST(StagingRing, ForgetsOnlyTheRegionsBeforeTheMark) {
+  StagingRing ring(4096, 8);
+  int waits = 0;
+  auto wait = [&](int) { ++waits; };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring.reserve(300, wait));
+  const unsigned long long mark = ring.issued();
+  const auto late = ring.reserve(300, wait);  // staged during the wait
+  ASSERT_TRUE(late);
+  ring.forget_before(mark);
+  EXPECT_EQ(ring.in_flight(), 1);
+  // The late region is still protected: a region that would overlap it waits for its slot.
+  for (int i = 0; i < 20 && waits == 0; ++i) ASSERT_TRUE(ring.reserve(300, wait));
+  EXPECT_EQ(waits, 1);
+  ring.forget_before(ring.issued());
+  EXPECT_EQ(ring.in_flight(), 0);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -30,7 +30,7 @@ std::optional<StagingRing::Region> StagingRing::reserve(size_t n,
   // one is free.
   const Region r{at, next_slot_};
   next_slot_ = (next_slot_ + 1) % slots_;
-  pending_.push_back({at, at + n, r.slot});
+  pending_.push_back({at, at + n, r.slot, issued_++});
   head_ = (at + n + align_ - 1) / align_ * align_;
   if (head_ >= bytes_) head_ = 0;
   return r;

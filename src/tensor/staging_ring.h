@@ -28,7 +28,14 @@ class StagingRing {
   // overlaps and, when every slot is taken, for the oldest: the caller then writes it, queues its
   // copy and marks the slot. nullopt when n exceeds the ring (the caller copies synchronously).
   std::optional<Region> reserve(size_t n, const std::function<void(int slot)>& wait);
-  // Forgets every region (after the caller has waited for all its copies, e.g. synchronize()).
+  // Regions handed out so far: a mark taken before waiting for the stream, so that
+  // forget_before(mark) afterwards forgets only the regions whose copies that wait covered (another
+  // thread may stage more in between).
+  unsigned long long issued() const { return issued_; }
+  void forget_before(unsigned long long mark) {
+    while (!pending_.empty() && pending_.front().seq < mark) pending_.pop_front();
+  }
+  // Forgets every region (after the caller has waited for all its copies).
   void clear() { pending_.clear(); }
 
   size_t bytes() const { return bytes_; }
@@ -38,11 +45,13 @@ class StagingRing {
   struct Pending {
     size_t begin, end;
     int slot;
+    unsigned long long seq;  // issued_ when it was handed out
   };
   size_t bytes_, align_;
   int slots_;
   size_t head_ = 0;
   int next_slot_ = 0;
+  unsigned long long issued_ = 0;
   std::deque<Pending> pending_;  // oldest first
 };
 

@@ -32,7 +32,8 @@ __global__ void verify_images_kernel(const float* p, const float* q, const WalkN
 }
 
 // The Jacobi carry-over draws, one thread per (image, node row): each an O(V) scan, independent
-// of the walk, so they run beside it rather than after it in the walk's thread.
+// of the walk, so they run in parallel threads of their own rather than serially in the walk's
+// (the kernel is queued after the walk on the same stream).
 __global__ void jacobi_carry_kernel(const float* p, const RoundImage* images, int n_images,
                                     int width, int vocab, bool greedy, int32_t* carried) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;

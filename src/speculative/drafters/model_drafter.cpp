@@ -10,6 +10,11 @@
 
 namespace tessera::speculative {
 
+int device_chain_graph_key(int images, int depth, bool key_visible, int n_tokens) {
+  check(depth >= 1 && depth < n_tokens, "internal: a device chain deeper than its image");
+  return (images * n_tokens + depth) * 2 + (key_visible ? 1 : 0);
+}
+
 namespace {
 // Shape nodes fed to the draft model at each depth: those with children (EAGLE-1 runs the drafter
 // on the non-leaf nodes only), in shape order. fed[d - 1] lists the nodes of depth d.
@@ -300,7 +305,7 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
         be.add_scalar_i32(past, 1);
       }
     };
-    const int key = (m * (kMaxTreeDepth + 1) + depth) * 2 + (in.attn.key_visible ? 1 : 0);
+    const int key = device_chain_graph_key(m, depth, in.attn.key_visible != nullptr, N);
     if (replay_or_run(be, graphs_, key, forwards)) device_drafts_counted_.replayed++;
     session_.advance(slots, steps);
     device_forwards_ += steps;

@@ -38,6 +38,11 @@ struct FeatureInputs {
   int32_t prefix_token = 0;                 // the token paired with the target's prefix features
 };
 
+// The key of the device draft chain's captured graph for `images` images drafting `depth` tokens
+// (a chain's depth is at most the image's n_tokens - 1: --draft-len is not bounded by a tree's
+// depth), with or without the key-visibility table: distinct shapes never share a key.
+int device_chain_graph_key(int images, int depth, bool key_visible, int n_tokens);
+
 class ModelDrafter : public Drafter {
  public:
   // max_images: images in flight at once (the session's slots). tree: draft this static or

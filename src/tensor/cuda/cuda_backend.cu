@@ -167,13 +167,17 @@ Tensor CudaBackend::upload(const void* host, DType dtype, Shape shape) {
 // ring's size goes through it: the bytes are copied into pinned memory, the device copy is queued
 // from there, and the call returns without waiting for the stream (the ops queued before it keep
 // running: a round's inputs no longer wait for its drafts, issue 42). A larger one (weights at
-// load), or one under graph capture, is copied from `host` and waited for.
+// load) is copied from `host` and waited for. Under graph capture an upload is an error: a replay
+// would not copy the host's new bytes, and a wait would break the capture (capture() then logs
+// this and runs the ops one by one).
 void CudaBackend::upload_into(const void* host, Tensor& dst) {
   const size_t n = dst.nbytes();
   if (!n) return;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   TESSERA_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  if (capturing == cudaStreamCaptureStatusNone) {
+  check(capturing == cudaStreamCaptureStatusNone,
+        "internal: an upload during a CUDA graph capture (a replay would not repeat it)");
+  {
     std::lock_guard<std::mutex> lock(staging_mutex_);
     const auto region = staging_.reserve(
         n, [this](int slot) { TESSERA_CUDA_CHECK(cudaEventSynchronize(staging_events_[slot])); });
@@ -244,10 +248,16 @@ void CudaBackend::replay(OpGraph& graph) {
 }
 
 void CudaBackend::synchronize() {
-  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  unsigned long long staged;
   {
     std::lock_guard<std::mutex> lock(staging_mutex_);
-    staging_.clear();  // every staged copy has run
+    staged = staging_.issued();
+  }
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  {
+    // The copies staged before the wait have run; one another thread staged meanwhile may not.
+    std::lock_guard<std::mutex> lock(staging_mutex_);
+    staging_.forget_before(staged);
   }
   check_device_flags();
 }

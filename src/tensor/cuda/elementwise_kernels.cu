@@ -101,7 +101,7 @@ enum class RowPass { Direct, Gather, Scatter };
 template <RowPass kPass>
 __global__ void copy_rows_kernel(const uint8_t* src, int64_t src_rows, uint8_t* dst,
                                  int64_t dst_rows, int64_t row_bytes, const int32_t* from,
-                                 const int32_t* to, uint8_t* scratch, int* flag) {
+                                 const int32_t* to, uint8_t* scratch, bool words, int* flag) {
   const int64_t i = blockIdx.x;
   const int32_t f = from[i], t = to[i];
   const bool reads = kPass != RowPass::Scatter, writes = kPass != RowPass::Gather;
@@ -113,7 +113,7 @@ __global__ void copy_rows_kernel(const uint8_t* src, int64_t src_rows, uint8_t* 
   }
   const uint8_t* a = kPass == RowPass::Scatter ? scratch + i * row_bytes : src + f * row_bytes;
   uint8_t* b = kPass == RowPass::Gather ? scratch + i * row_bytes : dst + t * row_bytes;
-  if (row_bytes % 4 == 0) {
+  if (words) {  // 4-byte rows at 4-byte aligned bases (the host checked)
     const auto* a4 = reinterpret_cast<const uint32_t*>(a);
     auto* b4 = reinterpret_cast<uint32_t*>(b);
     for (int64_t c = threadIdx.x; c < row_bytes / 4; c += blockDim.x) b4[c] = a4[c];
@@ -227,18 +227,25 @@ void CudaBackend::copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, 
             to.dtype == DType::I32 && from.numel() == to.numel(),
         "internal: copy_rows shapes");
   const int64_t src_rows = src.dim(0), dst_rows = dst.dim(0), n = from.numel();
-  if (n == 0 || src_rows == 0 || dst_rows == 0) return;
-  const int64_t row_bytes = static_cast<int64_t>(src.nbytes()) / src_rows;
-  check(static_cast<int64_t>(dst.nbytes()) / dst_rows == row_bytes,
+  if (n == 0) return;
+  // As the CPU backend: pairs to copy need rows on both sides, of one size.
+  const int64_t row_bytes = src_rows ? static_cast<int64_t>(src.nbytes()) / src_rows : 0;
+  check(src_rows > 0 && dst_rows > 0 &&
+            static_cast<int64_t>(dst.nbytes()) / dst_rows == row_bytes,
         "internal: copy_rows between rows of different sizes");
   const auto* in = static_cast<const uint8_t*>(src.data);
   auto* out = static_cast<uint8_t*>(dst.data);
+  // Words when every row starts 4-byte aligned (a U8 view at an odd offset would fault);
+  // scratch from empty() is aligned.
+  const bool words =
+      ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out) |
+        static_cast<uintptr_t>(row_bytes)) & 3) == 0;
   const bool overlap = in < out + dst.nbytes() && out < in + src.nbytes();
   const unsigned blocks = static_cast<unsigned>(n);
   if (!overlap) {
     copy_rows_kernel<RowPass::Direct>
         <<<blocks, 128, 0, stream_>>>(in, src_rows, out, dst_rows, row_bytes, from.ptr<int32_t>(),
-                                      to.ptr<int32_t>(), nullptr, error_flag_);
+                                      to.ptr<int32_t>(), nullptr, words, error_flag_);
     TESSERA_CUDA_LAUNCHED("copy_rows");
     return;
   }
@@ -246,11 +253,11 @@ void CudaBackend::copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, 
   auto* staged = static_cast<uint8_t*>(scratch.data);
   copy_rows_kernel<RowPass::Gather>
       <<<blocks, 128, 0, stream_>>>(in, src_rows, out, dst_rows, row_bytes, from.ptr<int32_t>(),
-                                    to.ptr<int32_t>(), staged, error_flag_);
+                                    to.ptr<int32_t>(), staged, words, error_flag_);
   TESSERA_CUDA_LAUNCHED("copy_rows gather");
   copy_rows_kernel<RowPass::Scatter>
       <<<blocks, 128, 0, stream_>>>(in, src_rows, out, dst_rows, row_bytes, from.ptr<int32_t>(),
-                                    to.ptr<int32_t>(), staged, error_flag_);
+                                    to.ptr<int32_t>(), staged, words, error_flag_);
   TESSERA_CUDA_LAUNCHED("copy_rows scatter");
 }
 
