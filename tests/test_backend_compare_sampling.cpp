@@ -218,9 +218,10 @@ struct SampledRows {
   std::vector<DeviceSampleParams> params;
 };
 
+// Two steps of sample_rows, or (from_distributions) of distribution_rows then draw_rows.
 SampledRows sample_twice(Backend& b, const std::vector<float>& cond,
                          const std::vector<float>& uncond, std::vector<DeviceSampleParams> ps,
-                         int V, int stride) {
+                         int V, int stride, bool from_distributions = false) {
   const int n = static_cast<int>(ps.size());
   Tensor c = b.upload(cond.data(), DType::F32, {n, V});
   Tensor u = b.upload(uncond.data(), DType::F32, {n, V});
@@ -235,8 +236,14 @@ SampledRows sample_twice(Backend& b, const std::vector<float>& cond,
   const int32_t zero = 0;
   Tensor flag = b.upload(&zero, DType::I32, {1});
   SampledRows r;
+  Tensor probs = b.empty(DType::F32, {n, V});
   for (int step = 0; step < 2; ++step) {
-    sample_rows(b, c, &u, n, params, o, flag);
+    if (from_distributions) {
+      distribution_rows(b, c, &u, n, params, probs, flag);
+      draw_rows(b, probs, n, params, o, flag);
+    } else {
+      sample_rows(b, c, &u, n, params, o, flag);
+    }
     std::vector<int32_t> t(2 * static_cast<size_t>(n));
     b.download(o.tokens, t.data());
     r.tokens.insert(r.tokens.end(), t.begin(), t.end());
@@ -263,24 +270,30 @@ DeviceSampleParams row_params(float cfg, float interval, float temperature, int 
   return device_sample_params(p, 7, image, token);
 }
 
+// A row for each sampling rule, alone and together (images 3, 4, ... of seed 7).
+std::vector<DeviceSampleParams> every_rule_rows() {
+  std::vector<DeviceSampleParams> ps;
+  auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
+                 uint32_t token) {
+    ps.push_back(row_params(cfg, interval, temperature, top_k, top_p, ps.size() + 3, token));
+  };
+  row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy
+  row(3.0f, -1.0f, 0.0f, 0, 1.0f, 4);   // greedy, guided
+  row(3.0f, -1.0f, 1.0f, 0, 1.0f, 1);   // guided
+  row(1.0f, -1.0f, 0.8f, 10, 1.0f, 2);  // top-k
+  row(1.0f, -1.0f, 1.0f, 0, 0.7f, 3);   // top-p
+  row(4.0f, 2.0f, 1.0f, 0, 1.0f, 5);    // guidance stopped (loop index 4 > 2)
+  row(4.0f, 2.0f, 1.0f, 0, 1.0f, 2);    // ... not yet (loop index 1)
+  row(2.0f, -1.0f, 1.3f, 50, 0.9f, 0);  // all at once
+  return ps;
+}
+
 TEST_P(Sampling, SampleRowsDrawTheCpusTokens) {
   std::mt19937 g(5);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   for (const int V : {256, 1000, kMaxDeviceSampleVocab}) {
     SCOPED_TRACE("vocabulary " + std::to_string(V));
-    std::vector<DeviceSampleParams> ps;
-    auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
-                   uint32_t token) {
-      ps.push_back(row_params(cfg, interval, temperature, top_k, top_p, ps.size() + 3, token));
-    };
-    row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy
-    row(3.0f, -1.0f, 0.0f, 0, 1.0f, 4);   // greedy, guided
-    row(3.0f, -1.0f, 1.0f, 0, 1.0f, 1);   // guided
-    row(1.0f, -1.0f, 0.8f, 10, 1.0f, 2);  // top-k
-    row(1.0f, -1.0f, 1.0f, 0, 0.7f, 3);   // top-p
-    row(4.0f, 2.0f, 1.0f, 0, 1.0f, 5);    // guidance stopped (loop index 4 > 2)
-    row(4.0f, 2.0f, 1.0f, 0, 1.0f, 2);    // ... not yet (loop index 1)
-    row(2.0f, -1.0f, 1.3f, 50, 0.9f, 0);  // all at once
+    const std::vector<DeviceSampleParams> ps = every_rule_rows();
     const int n = static_cast<int>(ps.size()), stride = 8;
     std::vector<float> cond(static_cast<size_t>(n) * V), uncond(cond.size());
     for (float& x : cond) x = normal(g);
@@ -310,50 +323,16 @@ TEST_P(Sampling, DrawRowsFromDistributionsDrawTheCpusTokens) {
   std::normal_distribution<float> normal(0.0f, 3.0f);
   for (const int V : {256, 1000, kMaxDeviceSampleVocab}) {
     SCOPED_TRACE("vocabulary " + std::to_string(V));
-    std::vector<DeviceSampleParams> ps;
-    auto row = [&](float cfg, float interval, float temperature, int top_k, float top_p,
-                   uint32_t token) {
-      ps.push_back(row_params(cfg, interval, temperature, top_k, top_p, ps.size() + 3, token));
-    };
-    row(1.0f, -1.0f, 0.0f, 0, 1.0f, 0);   // greedy
-    row(3.0f, -1.0f, 1.0f, 0, 1.0f, 1);   // guided
-    row(1.0f, -1.0f, 0.8f, 10, 1.0f, 2);  // top-k
-    row(1.0f, -1.0f, 1.0f, 0, 0.7f, 3);   // top-p
-    row(2.0f, -1.0f, 1.3f, 50, 0.9f, 0);  // all at once
+    const std::vector<DeviceSampleParams> ps = every_rule_rows();
     const int n = static_cast<int>(ps.size()), stride = 8;
     std::vector<float> cond(static_cast<size_t>(n) * V), uncond(cond.size());
     for (float& x : cond) x = normal(g);
     for (float& x : uncond) x = normal(g);
     const SampledRows want = sample_twice(ref(), cond, uncond, ps, V, stride);
-    Backend& b = backend();
-    Tensor c = b.upload(cond.data(), DType::F32, {n, V});
-    Tensor u = b.upload(uncond.data(), DType::F32, {n, V});
-    Tensor params = b.upload(ps.data(), DType::U8, {static_cast<int64_t>(n * sizeof(ps[0]))});
-    Tensor probs = b.empty(DType::F32, {n, V});
-    std::vector<int32_t> init(static_cast<size_t>(n) * stride, -1);
-    SampleRowsOut o;
-    o.tokens = b.upload(init.data(), DType::I32, {2 * n});
-    o.mirror = n;
-    o.history = b.upload(init.data(), DType::I32, {n, stride});
-    o.history_stride = stride;
-    o.advance = true;
-    const int32_t zero = 0;
-    Tensor flag = b.upload(&zero, DType::I32, {1});
-    std::vector<int32_t> tokens;
-    for (int step = 0; step < 2; ++step) {
-      distribution_rows(b, c, &u, n, params, probs, flag);
-      draw_rows(b, probs, n, params, o, flag);
-      std::vector<int32_t> t(2 * static_cast<size_t>(n));
-      b.download(o.tokens, t.data());
-      tokens.insert(tokens.end(), t.begin(), t.end());
-    }
-    std::vector<int32_t> history(init.size());
-    b.download(o.history, history.data());
-    int32_t failed = 1;
-    b.download(flag, &failed);
-    EXPECT_EQ(failed, 0);
-    EXPECT_EQ(tokens, want.tokens);
-    EXPECT_EQ(history, want.history);
+    const SampledRows got = sample_twice(backend(), cond, uncond, ps, V, stride, true);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.history, want.history);
+    for (int r = 0; r < n; ++r) EXPECT_EQ(got.params[r].token_index, ps[r].token_index + 2);
   }
 }
 

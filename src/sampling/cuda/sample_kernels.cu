@@ -257,6 +257,21 @@ __device__ double softmax_numerators(float* l, const DeviceSampleParams& p, int 
   return part;
 }
 
+// The inverse-CDF draw in vocabulary order over a row of weights w, this thread's chunk
+// [begin, end) summing to `part`, with the row's uniform: the CPU's sample_index (the last
+// positive index when rounding leaves the target unmet); -1 when no weight is positive.
+__device__ int block_draw(const float* w, int begin, int end, double part,
+                          const DeviceSampleParams& p, BlockScratch& s) {
+  double total;
+  const double before = block_exclusive_scan(part, s.d, &total);
+  const double target = counter_uniform(p.seed, p.image_index, p.token_index, p.stream) * total;
+  int last = -1;
+  const int hit = draw_in_chunk(w + begin, end - begin, begin, before, target, &last);
+  const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
+  const int last_positive = block_extreme(last, false, s.i);
+  return first_hit != INT_MAX ? first_hit : last_positive;
+}
+
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(const float* __restrict__ cond, const float* __restrict__ uncond, int V,
                        DeviceSampleParams* __restrict__ params, RowOut o) {
@@ -279,16 +294,9 @@ __global__ void __launch_bounds__(kThreads)
     if (tid == 0) write_token(o, params, row, first);
     return;
   }
-  // The inverse-CDF draw in vocabulary order over the softmax's numerators.
-  const double part = softmax_numerators(l, p, V, begin, end, s);
-  double total;
-  const double before = block_exclusive_scan(part, s.d, &total);
-  const double target = counter_uniform(p.seed, p.image_index, p.token_index, p.stream) * total;
-  int last = -1;
-  const int hit = draw_in_chunk(l + begin, end - begin, begin, before, target, &last);
-  const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
-  const int last_positive = block_extreme(last, false, s.i);
-  if (tid == 0) write_token(o, params, row, first_hit != INT_MAX ? first_hit : last_positive);
+  // The draw over the softmax's numerators.
+  const int t = block_draw(l, begin, end, softmax_numerators(l, p, V, begin, end, s), p, s);
+  if (tid == 0) write_token(o, params, row, t);
 }
 
 // target_distribution for one row a block: probabilities normalised by their block-wide (double)
@@ -384,15 +392,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   double part = 0.0;
   for (int i = begin; i < end; ++i) part += q[i];
-  double total;
-  const double before = block_exclusive_scan(part, s.d, &total);
-  const double target = counter_uniform(p.seed, p.image_index, p.token_index, p.stream) * total;
-  int last = -1;
-  const int hit = draw_in_chunk(q + begin, end - begin, begin, before, target, &last);
-  const int first_hit = block_extreme(hit >= 0 ? hit : INT_MAX, true, s.i);
-  const int last_positive = block_extreme(last, false, s.i);
+  const int t = block_draw(q, begin, end, part, p, s);
   if (tid == 0) {
-    const int t = first_hit != INT_MAX ? first_hit : last_positive;
     if (t < 0) atomicExch(o.error_flag, 1);  // an all-zero row: flagged, token 0
     write_token(o, params, row, t < 0 ? 0 : t);
   }

@@ -230,16 +230,15 @@ void CudaBackend::copy_rows(const Tensor& src, const Tensor& from, Tensor& dst, 
   if (n == 0) return;
   // As the CPU backend: pairs to copy need rows on both sides, of one size.
   const int64_t row_bytes = src_rows ? static_cast<int64_t>(src.nbytes()) / src_rows : 0;
-  check(src_rows > 0 && dst_rows > 0 &&
-            static_cast<int64_t>(dst.nbytes()) / dst_rows == row_bytes,
+  check(src_rows > 0 && dst_rows > 0 && static_cast<int64_t>(dst.nbytes()) / dst_rows == row_bytes,
         "internal: copy_rows between rows of different sizes");
   const auto* in = static_cast<const uint8_t*>(src.data);
   auto* out = static_cast<uint8_t*>(dst.data);
   // Words when every row starts 4-byte aligned (a U8 view at an odd offset would fault);
   // scratch from empty() is aligned.
-  const bool words =
-      ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out) |
-        static_cast<uintptr_t>(row_bytes)) & 3) == 0;
+  const bool words = ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out) |
+                       static_cast<uintptr_t>(row_bytes)) &
+                      3) == 0;
   const bool overlap = in < out + dst.nbytes() && out < in + src.nbytes();
   const unsigned blocks = static_cast<unsigned>(n);
   if (!overlap) {
