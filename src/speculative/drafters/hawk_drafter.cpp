@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "decode/guidance.h"
 #include "tessera/error.h"
 
 namespace tessera::speculative {
@@ -29,7 +28,8 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
       // Feature rows of one forward: a round's committed rows (at most the tree's depth + 1) of
       // one image, both halves.
       ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))),
-      features_(heads.backend(), heads.dim(), params.uses_cfg(), 1) {
+      features_(heads.backend(), heads.dim(), params.uses_cfg(), 1),
+      rows_(heads.backend()) {
   check(opt_.horizontal >= 0 && opt_.horizontal <= heads.num_heads() && opt_.vertical >= 0 &&
             opt_.vertical <= heads.vertical_heads() && opt_.horizontal + opt_.vertical > 0 &&
             opt_.samples >= 1,
@@ -38,6 +38,11 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
             std::to_string(heads.num_heads()) + " and " + std::to_string(heads.vertical_heads()));
   check(opt_.vertical == 0 || heads.config().row_width >= 1,
         "internal: vertical heads without a row width");
+  // The heads' distributions are computed where their logits are (any vocabulary on the CPU).
+  check_param(can_sample_rows(heads.backend(), heads.vocab_size()), "method",
+              "hawk computes its heads' distributions on " + heads.backend().name() +
+                  ", which takes vocabularies up to " + std::to_string(kMaxDeviceSampleVocab) +
+                  "; this model's is " + std::to_string(heads.vocab_size()));
 }
 
 int HawkDrafter::draft_depth(int draft_len) const {
@@ -65,21 +70,16 @@ template <class TokenOf>
 void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf token,
                                      const SamplingParams& p) {
   const bool cfg = params_.uses_cfg();
-  const int R = cfg ? 2 * rows : rows, V = heads_.vocab_size();
-  Backend& be = heads_.backend();
-  const Tensor logits = heads_.forward(ws_, R, first, count);
-  logits_.resize(static_cast<size_t>(count) * R * V);
-  be.download_async(logits, logits_.data());
-  be.synchronize();
+  const Tensor logits = heads_.forward(ws_, cfg ? 2 * rows : rows, first, count);
   forwards_++;
-  dists_.resize(static_cast<size_t>(count) * rows * V);
+  settings_.resize(static_cast<size_t>(count) * rows);
   for (int k = 0; k < count; ++k)
-    for (int r = 0; r < rows; ++r) {
-      const size_t row = static_cast<size_t>(k) * R + r;
-      guided_distribution(logits_.data() + row * V,
-                          cfg ? logits_.data() + (row + rows) * V : nullptr, V, p, token(r, k),
-                          std::span(dists_).subspan((k * rows + r) * size_t(V), V));
-    }
+    for (int r = 0; r < rows; ++r)
+      settings_[static_cast<size_t>(k) * rows + r] =
+          device_sample_params(p, 0, 0, static_cast<uint32_t>(token(r, k)));
+  rows_.compute(logits, rows, count, cfg, settings_);
+  const std::vector<float>& d = rows_.read();
+  dists_.assign(d.begin(), d.end());
 }
 
 void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {

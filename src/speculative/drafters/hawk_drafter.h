@@ -33,6 +33,7 @@
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
 #include "speculative/drafters/feature_rows.h"
+#include "speculative/drafters/head_rows.h"
 #include "speculative/drafters/speculation_cache.h"
 #include "speculative/hawk_options.h"
 #include "speculative/tree_shape.h"
@@ -93,7 +94,9 @@ class HawkDrafter : public Drafter {
   MedusaHeads::Workspace ws_;
   std::map<int, State> state_;  // by image id
   FeatureRows features_;        // the row that predicted each image's root, by image id
-  std::vector<float> logits_, dists_;
+  HeadRows rows_;               // the heads' distributions, computed where their logits are
+  std::vector<DeviceSampleParams> settings_;
+  std::vector<float> dists_;
   int64_t forwards_ = 0;
   NodeBudget budget_;  // --draft-len auto (unset: every node of the product down to the depth)
 };

@@ -13,7 +13,8 @@ MedusaDrafter::MedusaDrafter(const MedusaHeads& heads, const SamplingParams& par
       params_(params),
       shape_(std::move(shape)),
       ws_(heads.make_workspace(std::max(max_images, 1) * (params.uses_cfg() ? 2 : 1))),
-      features_(heads.backend(), heads.dim(), params.uses_cfg(), max_images) {
+      features_(heads.backend(), heads.dim(), params.uses_cfg(), max_images),
+      ranking_(heads.backend()) {
   // The ranking runs where the heads' logits are (any vocabulary on the CPU).
   check_param(can_sample_rows(heads.backend(), heads.vocab_size()), "method",
               "medusa ranks its candidates on " + heads.backend().name() +
@@ -70,54 +71,29 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
   if (who.empty()) return;
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
-  const int V = heads_.vocab_size();
   // One forward of the heads over every image's features (cond rows, then uncond rows), gathered
   // where they are.
   ids_.clear();
   for (int i = 0; i < m; ++i) ids_.push_back(active[who[i]]->id);
-  Backend& be = heads_.backend();
   features_.gather(ids_, ws_.features);
   const Tensor logits = heads_.forward(ws_, R, depth);
   forwards_++;
 
   // Each depth's candidates: the top ranks of its head by each image's guided distribution
   // (greedy images' at temperature 1: a one-hot has no ranks beyond 0), ranked where the logits
-  // are (distribution_rows, top_rows); K ids a row and the error flag come back in one download.
+  // are; K ids a row come back.
   const int K = std::max(1, *std::max_element(top_needed_.begin(), top_needed_.begin() + depth));
-  const int n = depth * m;
-  const size_t flag_at = aligned_offset(static_cast<size_t>(n) * sizeof(DeviceSampleParams));
-  up_host_.assign(flag_at + sizeof(int32_t), 0);
-  auto* ps = reinterpret_cast<DeviceSampleParams*>(up_host_.data());
+  settings_.resize(static_cast<size_t>(depth) * m);
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
     SamplingParams ranking = im.sampling;
     if (ranking.temperature <= 0.0f) ranking.temperature = 1.0f;
     for (int d = 1; d <= depth; ++d)  // token index of depth d: the root's + d
-      ps[(d - 1) * m + i] = device_sample_params(
+      settings_[(d - 1) * m + i] = device_sample_params(
           ranking, 0, 0, static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d));
   }
-  grown_rows(be, up_, DType::U8, static_cast<int64_t>(up_host_.size()), 1);
-  Tensor up = up_.rows(0, static_cast<int64_t>(up_host_.size()));
-  be.upload_into(up_host_.data(), up);
-  const Tensor probs = grown_rows(be, probs_, DType::F32, n, V);
-  Tensor flag = up_.bytes_as(flag_at, DType::I32, {1});
-  const size_t row_bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
-  for (int d = 1; d <= depth; ++d) {
-    const Tensor cond = logits.rows(static_cast<int64_t>(d - 1) * R, m);
-    const Tensor uncond = cfg ? logits.rows(static_cast<int64_t>(d - 1) * R + m, m) : Tensor{};
-    const Tensor p =
-        up_.bytes_as((d - 1) * row_bytes, DType::U8, {static_cast<int64_t>(row_bytes)});
-    Tensor q = probs.rows(static_cast<int64_t>(d - 1) * m, m);
-    distribution_rows(be, cond, cfg ? &uncond : nullptr, m, p, q, flag);
-  }
-  const int64_t n_ids = static_cast<int64_t>(n) * K;
-  grown_rows(be, down_, DType::I32, n_ids + 1, 1);
-  Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids, 1);
-  top_rows(be, probs, n, K, ids);
-  be.copy(flag, flag_back);
-  ranked_.resize(static_cast<size_t>(n_ids) + 1);
-  be.download(down_.rows(0, n_ids + 1), ranked_.data());
-  if (ranked_[n_ids] != 0) throw Error(device_sample_failed());
+  ranking_.compute(logits, m, depth, cfg, settings_);
+  const std::vector<int32_t>& ranked = ranking_.top(K);
 
   std::vector<std::vector<int>> top(depth);
   std::vector<int> node_of(shape_.nodes());
@@ -126,7 +102,7 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
     const int deepest = std::min(max_depth[who[i]], depth);
     im.stats.draft_forwards++;
     for (int d = 1; d <= deepest; ++d) {
-      const int32_t* row = ranked_.data() + static_cast<size_t>((d - 1) * m + i) * K;
+      const int32_t* row = ranked.data() + static_cast<size_t>((d - 1) * m + i) * K;
       top[d - 1].clear();
       for (int r = 0; r < top_needed_[d - 1] && row[r] >= 0; ++r) top[d - 1].push_back(row[r]);
     }

@@ -22,6 +22,7 @@
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
 #include "speculative/drafters/feature_rows.h"
+#include "speculative/drafters/head_rows.h"
 #include "speculative/tree_shape.h"
 
 namespace tessera::speculative {
@@ -57,11 +58,8 @@ class MedusaDrafter : public Drafter {
   std::vector<int> top_needed_;  // per depth d - 1: 1 + the largest rank of the shape's nodes
   MedusaHeads::Workspace ws_;
   FeatureRows features_;  // the rows the next round's heads read, by image id
-  // Ranking on the heads' backend: the rows' settings and error flag (up), their distributions,
-  // the ranked ids and the flag (down), and the ids on the host.
-  Tensor up_, probs_, down_;
-  std::vector<uint8_t> up_host_;
-  std::vector<int32_t> ranked_;
+  HeadRows ranking_;      // the heads' rows ranked where they are
+  std::vector<DeviceSampleParams> settings_;
   std::vector<int> ids_;
   int64_t forwards_ = 0;
 };

@@ -1,0 +1,41 @@
+// The guided distributions of draft heads' logit rows (Medusa's, Hawk's), computed where the
+// logits are (distribution_rows) and read back as the drafter needs them: each row's most likely
+// ids (Medusa's candidates, top_rows) or the rows themselves (Hawk's q). One upload of the rows'
+// settings before, one download after, no wait in between; a row with a non-finite logit is an
+// Error, on the CPU (with its token index) or from the device's flag.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sampling/sample_rows.h"
+#include "tensor/backend.h"
+
+namespace tessera::speculative {
+
+class HeadRows {
+ public:
+  explicit HeadRows(Backend& backend) : be_(backend) {}
+  // Heads' logits [count * R, V]: head k's conditional rows at k R + [0, rows) and, with CFG
+  // (R = 2 rows), its unconditional ones right after. params[k * rows + r]: the settings of head
+  // k's row r (its image's sampling and token index). Queues the distributions.
+  void compute(const Tensor& logits, int rows, int count, bool cfg,
+               std::span<const DeviceSampleParams> params);
+  // The last compute's rows' K most likely ids with mass (top_rows): row i's at [i K, i K + K),
+  // -1 past them.
+  const std::vector<int32_t>& top(int K);
+  // The last compute's distributions: row i's at [i V, i V + V).
+  const std::vector<float>& read();
+
+ private:
+  Backend& be_;
+  int n_ = 0, V_ = 0;
+  size_t flag_at_ = 0;
+  Tensor up_, probs_, down_;  // settings and flag; distributions and a flag word; ids and flag
+  std::vector<uint8_t> up_host_;
+  std::vector<int32_t> ids_;
+  std::vector<float> rows_;
+};
+
+}  // namespace tessera::speculative
