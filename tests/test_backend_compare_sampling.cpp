@@ -206,11 +206,12 @@ INSTANTIATE_TEST_SUITE_P(Backends, Statistical, ::testing::ValuesIn(kBackendName
 
 namespace {
 
-// sample_rows on the backend under test draws the CPU's tokens: every rule (greedy, temperature,
-// top-k, top-p, guidance, guidance stopped by cfg_interval) at vocabularies up to the device
-// kernel's largest, written to the token, its CFG twin and the history, the rows' token index
-// advanced, two steps in a row. The device sums in another order, so a draw within ~1e-6 of a
-// boundary could differ; none of these does. A non-finite logit: the CPU throws, a device flags.
+// sample_rows on the backend under test draws the CPU's tokens, and so does draw_rows from
+// distribution_rows' rows there: every rule (greedy, temperature, top-k, top-p, guidance,
+// guidance stopped by cfg_interval) at vocabularies up to the device kernel's largest, written to
+// the token, its CFG twin and the history, the rows' token index advanced, two steps in a row. The
+// device sums in another order, so a draw within ~1e-6 of a boundary could differ; none of these
+// does. A non-finite logit: the CPU throws, a device flags.
 class Sampling : public BackendTest {};
 
 struct SampledRows {
@@ -299,40 +300,24 @@ TEST_P(Sampling, SampleRowsDrawTheCpusTokens) {
     for (float& x : cond) x = normal(g);
     for (float& x : uncond) x = normal(g);
     const SampledRows want = sample_twice(ref(), cond, uncond, ps, V, stride);
-    const SampledRows got = sample_twice(backend(), cond, uncond, ps, V, stride);
-    EXPECT_EQ(got.tokens, want.tokens);
-    EXPECT_EQ(got.history, want.history);
-    for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(got.params[r].token_index, ps[r].token_index + 2) << "row " << r;
-      EXPECT_EQ(want.params[r].token_index, ps[r].token_index + 2) << "row " << r;
+    // sample_rows, and draw_rows from distribution_rows' rows (the device draft chain's draw).
+    for (const bool from_distributions : {false, true}) {
+      SCOPED_TRACE(from_distributions ? "draw_rows" : "sample_rows");
+      const SampledRows got =
+          sample_twice(backend(), cond, uncond, ps, V, stride, from_distributions);
+      EXPECT_EQ(got.tokens, want.tokens);
+      EXPECT_EQ(got.history, want.history);
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(got.params[r].token_index, ps[r].token_index + 2) << "row " << r;
     }
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(want.params[r].token_index, ps[r].token_index + 2) << "row " << r;
     // The twin half and the history hold each step's token.
     for (int r = 0; r < n; ++r) {
       EXPECT_EQ(want.tokens[r], want.tokens[n + r]);
       EXPECT_EQ(want.history[r * stride + ps[r].token_index], want.tokens[r]);
       EXPECT_EQ(want.history[r * stride + ps[r].token_index + 1], want.tokens[2 * n + r]);
     }
-  }
-}
-
-// draw_rows from distribution_rows' rows on the backend under test draws the CPU's sample_rows
-// tokens (the device draft chain draws from q this way): the same rules, vocabularies and writes
-// (token, CFG twin, history, advanced index) as SampleRowsDrawTheCpusTokens.
-TEST_P(Sampling, DrawRowsFromDistributionsDrawTheCpusTokens) {
-  std::mt19937 g(5);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (const int V : {256, 1000, kMaxDeviceSampleVocab}) {
-    SCOPED_TRACE("vocabulary " + std::to_string(V));
-    const std::vector<DeviceSampleParams> ps = every_rule_rows();
-    const int n = static_cast<int>(ps.size()), stride = 8;
-    std::vector<float> cond(static_cast<size_t>(n) * V), uncond(cond.size());
-    for (float& x : cond) x = normal(g);
-    for (float& x : uncond) x = normal(g);
-    const SampledRows want = sample_twice(ref(), cond, uncond, ps, V, stride);
-    const SampledRows got = sample_twice(backend(), cond, uncond, ps, V, stride, true);
-    EXPECT_EQ(got.tokens, want.tokens);
-    EXPECT_EQ(got.history, want.history);
-    for (int r = 0; r < n; ++r) EXPECT_EQ(got.params[r].token_index, ps[r].token_index + 2);
   }
 }
 
