@@ -29,7 +29,7 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
       // one image, both halves.
       ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))),
       features_(heads.backend(), heads.dim(), params.uses_cfg(), 1),
-      rows_(heads.backend()) {
+      rows_(heads.backend(), heads.vocab_size(), "hawk") {
   check(opt_.horizontal >= 0 && opt_.horizontal <= heads.num_heads() && opt_.vertical >= 0 &&
             opt_.vertical <= heads.vertical_heads() && opt_.horizontal + opt_.vertical > 0 &&
             opt_.samples >= 1,
@@ -38,11 +38,6 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
             std::to_string(heads.num_heads()) + " and " + std::to_string(heads.vertical_heads()));
   check(opt_.vertical == 0 || heads.config().row_width >= 1,
         "internal: vertical heads without a row width");
-  // The heads' distributions are computed where their logits are (any vocabulary on the CPU).
-  check_param(can_sample_rows(heads.backend(), heads.vocab_size()), "method",
-              "hawk computes its heads' distributions on " + heads.backend().name() +
-                  ", which takes vocabularies up to " + std::to_string(kMaxDeviceSampleVocab) +
-                  "; this model's is " + std::to_string(heads.vocab_size()));
 }
 
 int HawkDrafter::draft_depth(int draft_len) const {
@@ -78,8 +73,7 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
       settings_[static_cast<size_t>(k) * rows + r] =
           device_sample_params(p, 0, 0, static_cast<uint32_t>(token(r, k)));
   rows_.compute(logits, rows, count, cfg, settings_);
-  const std::vector<float>& d = rows_.read();
-  dists_.assign(d.begin(), d.end());
+  dists_ = rows_.read();
 }
 
 void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {
@@ -100,7 +94,7 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
         1, heads_.num_heads(), opt_.vertical, [&](int, int k) { return (k + 1) * W; },
         images[i]->sampling);
     for (int k = 0; k < opt_.vertical; ++k)
-      s.cache.put(0, k + 1, std::span(dists_).subspan(static_cast<size_t>(k) * V, V), n_tokens_);
+      s.cache.put(0, k + 1, dists_.subspan(static_cast<size_t>(k) * V, V), n_tokens_);
   }
 }
 
@@ -143,7 +137,7 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
           }
       if (d <= H)
         for (int a = 0; a < opt_.samples; ++a)
-          pool.push_back(std::span<const float>(dists_).subspan(static_cast<size_t>(d - 1) * V, V));
+          pool.push_back(dists_.subspan(static_cast<size_t>(d - 1) * V, V));
       if (!opt_.top) {
         for (size_t k = 0; k < pool.size(); ++k)
           tokens[d - 1].push_back(sample_index(
@@ -255,8 +249,8 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
       image.sampling);
   for (int d = 0; d < opt_.vertical; ++d)
     for (int r = 0; r < k; ++r)
-      s.cache.put(first + r, d + 1,
-                  std::span(dists_).subspan((static_cast<size_t>(d) * k + r) * V, V), n_tokens_);
+      s.cache.put(first + r, d + 1, dists_.subspan((static_cast<size_t>(d) * k + r) * V, V),
+                  n_tokens_);
 }
 
 }  // namespace tessera::speculative

@@ -96,7 +96,7 @@ class HawkDrafter : public Drafter {
   FeatureRows features_;        // the row that predicted each image's root, by image id
   HeadRows rows_;               // the heads' distributions, computed where their logits are
   std::vector<DeviceSampleParams> settings_;
-  std::vector<float> dists_;
+  std::span<const float> dists_;  // the last head_distributions, in rows_
   int64_t forwards_ = 0;
   NodeBudget budget_;  // --draft-len auto (unset: every node of the product down to the depth)
 };

@@ -6,6 +6,13 @@
 
 namespace tessera::speculative {
 
+HeadRows::HeadRows(Backend& backend, int vocab, const std::string& method) : be_(backend) {
+  check_param(can_sample_rows(backend, vocab), "method",
+              method + " computes its heads' distributions on " + backend.name() +
+                  ", which takes vocabularies up to " + std::to_string(kMaxDeviceSampleVocab) +
+                  "; this model's is " + std::to_string(vocab));
+}
+
 void HeadRows::compute(const Tensor& logits, int rows, int count, bool cfg,
                        std::span<const DeviceSampleParams> params) {
   const int R = cfg ? 2 * rows : rows;

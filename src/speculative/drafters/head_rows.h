@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sampling/sample_rows.h"
@@ -16,7 +17,9 @@ namespace tessera::speculative {
 
 class HeadRows {
  public:
-  explicit HeadRows(Backend& backend) : be_(backend) {}
+  // A ParameterError ("method", naming the method) when the backend cannot compute rows of this
+  // vocabulary (a GPU's limit; any on the CPU).
+  HeadRows(Backend& backend, int vocab, const std::string& method);
   // Heads' logits [count * R, V]: head k's conditional rows at k R + [0, rows) and, with CFG
   // (R = 2 rows), its unconditional ones right after. params[k * rows + r]: the settings of head
   // k's row r (its image's sampling and token index). Queues the distributions.

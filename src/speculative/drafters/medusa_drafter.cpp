@@ -14,12 +14,7 @@ MedusaDrafter::MedusaDrafter(const MedusaHeads& heads, const SamplingParams& par
       shape_(std::move(shape)),
       ws_(heads.make_workspace(std::max(max_images, 1) * (params.uses_cfg() ? 2 : 1))),
       features_(heads.backend(), heads.dim(), params.uses_cfg(), max_images),
-      ranking_(heads.backend()) {
-  // The ranking runs where the heads' logits are (any vocabulary on the CPU).
-  check_param(can_sample_rows(heads.backend(), heads.vocab_size()), "method",
-              "medusa ranks its candidates on " + heads.backend().name() +
-                  ", which takes vocabularies up to " + std::to_string(kMaxDeviceSampleVocab) +
-                  "; this model's is " + std::to_string(heads.vocab_size()));
+      ranking_(heads.backend(), heads.vocab_size(), "medusa") {
   top_needed_.assign(shape_.max_depth(), 0);
   for (int u = 0; u < shape_.nodes(); ++u)
     top_needed_[shape_.depth[u] - 1] =
