@@ -26,9 +26,17 @@ class CountingBackend final : public Backend {
   Tensor upload(const void* h, DType d, Shape s) override {
     return ++uploads, be.upload(h, d, std::move(s));
   }
-  void download(const Tensor& t, void* h) override { ++downloads, be.download(t, h); }
+  // Downloads of F32 rows watch_width wide (a model's logits: watch_width its vocabulary).
+  int64_t watch_width = 0;
+  int watched_downloads = 0;
+  void download(const Tensor& t, void* h) override { ++downloads, watch(t), be.download(t, h); }
   void upload_into(const void* h, Tensor& t) override { ++writes, be.upload_into(h, t); }
-  void download_async(const Tensor& t, void* h) override { ++downloads, be.download_async(t, h); }
+  void download_async(const Tensor& t, void* h) override {
+    ++downloads, watch(t), be.download_async(t, h);
+  }
+  void watch(const Tensor& t) {
+    if (watch_width > 0 && t.dtype == DType::F32 && t.dim(-1) == watch_width) ++watched_downloads;
+  }
   void synchronize() override { ++syncs, be.synchronize(); }
   bool host_memory() const override { return be.host_memory(); }
   // With record_graphs, a capture keeps the ops and a replay runs them again, as a CUDA graph

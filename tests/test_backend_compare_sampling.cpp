@@ -436,9 +436,9 @@ TEST_P(Sampling, NonFiniteLogitsInDistributionsAreReported) {
 }
 
 // top_rows (Medusa's candidates ranked where the logits are): each row's k ids with mass, best
-// first, ties to the lower id, -1 past them; the same ids on every backend (no arithmetic, only
-// comparisons), against a sort written here. Rows with many ties, few tokens with mass, none, and
-// vocabularies that are not a multiple of a block.
+// first, ties to the lower id, -1 past them, with their probabilities (0 past them); the same on
+// every backend (no arithmetic, only comparisons), against a sort written here. Rows with many
+// ties, few tokens with mass, none, and vocabularies that are not a multiple of a block.
 TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
   std::mt19937 g(3);
   for (const int V : {7, 1000, kMaxDeviceSampleVocab + 5}) {
@@ -453,13 +453,17 @@ TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
     for (int j = 0; j < 3; ++j) probs[2 * V + at(g)] = 0.5f;  // row 2: 1-3 ids with mass
     probs[4 * V + V - 1] = 1.0f;  // row 3: none; row 4: only the last id
     std::vector<int32_t> want(static_cast<size_t>(n) * k, -1);
+    std::vector<float> want_mass(want.size(), 0.0f);
     for (int r = 0; r < n; ++r) {
       const float* p = probs.data() + static_cast<size_t>(r) * V;
       std::vector<int> order;
       for (int i = 0; i < V; ++i)
         if (p[i] > 0.0f) order.push_back(i);
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-      for (int j = 0; j < k && j < static_cast<int>(order.size()); ++j) want[r * k + j] = order[j];
+      for (int j = 0; j < k && j < static_cast<int>(order.size()); ++j) {
+        want[r * k + j] = order[j];
+        want_mass[r * k + j] = p[order[j]];
+      }
     }
     Backend& b = backend();
     Tensor t = b.upload(probs.data(), DType::F32, {n, V});
@@ -468,6 +472,16 @@ TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
     top_rows(b, t, n, k, ids);
     b.download(ids, got.data());
     EXPECT_EQ(got, want);
+    // With their mass: the same ids, and each one's probability.
+    std::vector<float> got_mass(want.size(), -7.0f);
+    std::fill(got.begin(), got.end(), -7);
+    b.upload_into(got.data(), ids);
+    Tensor mass = b.upload(got_mass.data(), DType::F32, {static_cast<int64_t>(got_mass.size())});
+    top_rows(b, t, n, k, ids, &mass);
+    b.download(ids, got.data());
+    b.download(mass, got_mass.data());
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(got_mass, want_mass);
     EXPECT_EQ(want[3 * k], -1);
     EXPECT_EQ(want[4 * k], V - 1);
   }

@@ -14,6 +14,7 @@
 #include "counting_backend.h"
 #include "decode/guidance.h"
 #include "delegating_drafter.h"
+#include "models/eagle_drafter.h"
 #include "models/llamagen.h"
 #include "models/medusa_heads.h"
 #include "speculative/drafters/hawk_drafter.h"
@@ -118,6 +119,8 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
       {method("sd", {}, "kary:2,2"), 1.0f},
       {method("sd", {}, "kary:2,2"), 0.0f},
       {method("sd", {}, "dynamic:2,3,8"), 1.0f},
+      {method("sd", {}, "dynamic:2,3,8"), 0.0f},
+      {method("eagle", {}, "dynamic:2,3,8"), 1.0f},
       {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}, "kary:3,2"), 1.0f},
       {method("lantern++", {{"lantern.k", int64_t{6}}, {"lantern.reference", true}}, "kary:2,2"),
        1.0f},
@@ -401,6 +404,64 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
       EXPECT_EQ(counting.downloads, hawk ? 5 : 2);
     }
   }
+}
+
+// Dynamic trees (EAGLE-2's, of the EAGLE drafter and of a draft model) rank their candidates where
+// the drafter's logits are on the device loop: each expansion reads back K ids and their mass a
+// row, never the rows of logits, which the host loop reads (the catch-up's and every
+// expansion's). MakeTheHostLoopsImages checks that both make the same trees.
+TEST(DeviceRounds, DynamicTreesRankWhereTheLogitsAre) {
+  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+  const int V = tc.gpt.vocab_size;
+  for (const bool eagle : {false, true})
+    for (const DeviceLoop where : {DeviceLoop::Off, DeviceLoop::On}) {
+      SCOPED_TRACE(std::string(eagle ? "eagle" : "draft model") +
+                   (where == DeviceLoop::On ? ", device loop" : ", host loop"));
+      test::CountingBackend counting;
+      LlamaGen target(tc, counting);
+      std::unique_ptr<AutoregressiveModel> draft;
+      speculative::FeatureInputs features;
+      if (eagle) {
+        auto e = std::make_unique<EagleDrafterModel>(load_model_config(kFix + "/spec/tiny_eagle"),
+                                                     target);
+        features = {e->feature(), e->prefix_token()};
+        draft = std::move(e);
+      } else {
+        draft = std::make_unique<LlamaGen>(load_model_config(kFix + "/spec/tiny_draft"), counting);
+      }
+      SamplingOptions so;
+      so.cfg_scale = 3.0f;
+      so.top_k = 50;
+      const SamplingParams p = to_sampling_params(so);
+      const speculative::TreeSpec tree = speculative::load_tree_spec("dynamic:2,3,8");
+      speculative::ModelDrafter drafter(*draft, p, 3, 2, tree, features);
+      const auto rule = speculative::make_exact_rule();
+      speculative::LoopSettings loop;
+      loop.rule = rule.get();
+      loop.drafter = &drafter;
+      loop.draft_len = 3;
+      DecoderSettings d;
+      d.sampling = p;
+      d.seed = 4;
+      d.device_loop = where;
+      GenerateStats stats;
+      speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
+      dec.add(Condition::label(1), 0);
+      dec.add(Condition::label(2), 1);
+      ASSERT_TRUE(dec.step());  // the prefills
+      counting.watch_width = V;
+      for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        counting.watched_downloads = 0;
+        const int64_t forwards = drafter.batched_forwards();
+        ASSERT_TRUE(dec.step());
+        // The catch-up and 2 expansions (EAGLE's catch-up may take more forwards: only its
+        // last one's rows are read).
+        EXPECT_GE(drafter.batched_forwards() - forwards, 3);
+        EXPECT_EQ(counting.watched_downloads,
+                  where == DeviceLoop::On ? 0 : 4);  // host: the target's too
+      }
+    }
 }
 
 // Jacobi's carry-over after a device round: the draws made there are the window's tokens, and q

@@ -76,9 +76,11 @@ void draw_rows(Backend& be, const Tensor& probs, int n_rows, Tensor& params,
 // The k most likely tokens of each of n_rows rows of probabilities (probs [n_rows, vocab] F32),
 // best first in argmax's order (larger first, ties to the lower id) and only tokens with mass:
 // ids I32 [n_rows * k], row r's at [r * k ...], -1 past the row's tokens with mass. Draft heads'
-// deterministic candidates (Medusa's top-k per head) chosen where the logits are, so that k ids
-// per row come back instead of the row.
-void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids);
+// deterministic candidates (Medusa's top-k per head, EAGLE-2's expansions) chosen where the
+// logits are, so that k ids per row come back instead of the row. mass (optional, F32 [n_rows *
+// k]): each id's probability, 0 past them (EAGLE-2 scores its candidates by them).
+void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids,
+              Tensor* mass = nullptr);
 
 // Error's text for a set error_flag.
 const char* device_sample_failed();

@@ -40,8 +40,9 @@ void launch_draw_rows(const float* probs, int n_rows, int vocab, DeviceSamplePar
                       bool advance, int* error_flag, CUstream_st* stream);
 
 // top_rows (sample_rows.h): row r's k most likely ids with mass into ids[r * k ...], -1 past
-// them. Asynchronous on `stream`.
-void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids,
+// them, and (mass not null) their probabilities into mass[r * k ...], 0 past them. Asynchronous
+// on `stream`.
+void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids, float* mass,
                      CUstream_st* stream);
 
 }  // namespace tessera

@@ -71,7 +71,8 @@ class Drafter {
   // chains where its logits are and leaves them there, each node naming its row of
   // device_rows() (DraftNode::q_row) instead of holding q and with token kTokenOnDevice: nothing
   // comes back until the round's verdicts bring the tokens (BackendVerifier::complete). Set only
-  // for rounds the backend verifies; other drafters ignore it and fill q on the host.
+  // for rounds the backend verifies; other drafters ignore it and fill q on the host. A drafter
+  // may keep other work where its logits are under it too (a dynamic tree's ranking).
   virtual void set_device_drafts(bool on) { (void)on; }
   // The last propose()'s device drafts (null: none).
   virtual const DeviceDraftRows* device_rows() const { return nullptr; }

@@ -1,6 +1,7 @@
-// The guided distributions of draft heads' logit rows (Medusa's, Hawk's), computed where the
-// logits are (distribution_rows) and read back as the drafter needs them: each row's most likely
-// ids (Medusa's candidates, top_rows) or the rows themselves (Hawk's q). One upload of the rows'
+// The guided distributions of draft logit rows (Medusa's and Hawk's heads, EAGLE-2's expansions),
+// computed where the logits are (distribution_rows) and read back as the drafter needs them: each
+// row's most likely ids with their mass (Medusa's candidates, EAGLE-2's, top_rows) or the rows
+// themselves (Hawk's q). One upload of the rows'
 // settings before, one download after, no wait in between; a row with a non-finite logit is an
 // Error, on the CPU (with its token index) or from the device's flag.
 #pragma once
@@ -26,8 +27,10 @@ class HeadRows {
   void compute(const Tensor& logits, int rows, int count, bool cfg,
                std::span<const DeviceSampleParams> params);
   // The last compute's rows' K most likely ids with mass (top_rows): row i's at [i K, i K + K),
-  // -1 past them.
+  // -1 past them; their probabilities in mass(), 0 past them (the same download).
   const std::vector<int32_t>& top(int K);
+  const std::vector<int32_t>& top_ids() const { return ids_; }  // the last top()'s
+  const std::vector<float>& mass() const { return mass_; }
   // The last compute's distributions: row i's at [i V, i V + V).
   const std::vector<float>& read();
 
@@ -35,9 +38,11 @@ class HeadRows {
   Backend& be_;
   int n_ = 0, V_ = 0;
   size_t flag_at_ = 0;
-  Tensor up_, probs_, down_;  // settings and flag; distributions and a flag word; ids and flag
+  // Settings and flag; distributions and a flag word; ids, their mass and the flag.
+  Tensor up_, probs_, down_;
   std::vector<uint8_t> up_host_;
-  std::vector<int32_t> ids_;
+  std::vector<int32_t> ids_, down_host_;
+  std::vector<float> mass_;
   std::vector<float> rows_;
 };
 

@@ -85,6 +85,8 @@ ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParam
   max_new_ = draft_session(model, params, max_depth, max_images, tree).max_new;
   if (tree && tree->shape()) shape_ = *tree->shape();
   if (tree && tree->dynamic_tree()) dynamic_ = *tree->dynamic_tree();
+  if (dynamic_ && can_sample_rows(model.backend(), model.info().vocab_size))
+    ranking_.emplace(model.backend(), model.info().vocab_size, name());
   if (shape_) {
     children_.assign(shape_->nodes() + 1, {});
     for (int u = 0; u < shape_->nodes(); ++u) {
@@ -196,10 +198,9 @@ void ModelDrafter::release(const ImageState& image) {
   slots_.erase(it);
 }
 
-void ModelDrafter::run(const StepBatch& b, bool read) {
+void ModelDrafter::run(const StepBatch& b, bool read_logits) {
   last_ = session_.forward(b);
-  if (!read) return;
-  session_.read(last_.logits, logits_);
+  if (read_logits) session_.read(last_.logits, logits_);
   if (b.output_hidden) session_.read(last_.hidden, hidden_);
 }
 
@@ -337,7 +338,7 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
 // what an image feeds never depends on the images beside it.
 int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vector<int>& who,
                            StepBatch& b, std::vector<int>& out_row, bool keep_on_device) {
-  if (reads_features()) return catch_up_features(active, who, b, out_row);
+  if (reads_features()) return catch_up_features(active, who, b, out_row, keep_on_device);
   const int T = model_.info().prefix_len;
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
@@ -382,7 +383,7 @@ int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vecto
   const bool uniform = std::all_of(feed.begin(), feed.end(), [n](int f) { return f == n; });
   b.output_at.clear();
   for (int r = uniform ? n - 1 : 0; r < n; ++r) b.output_at.push_back(r);
-  run(b, !(keep_on_device && uniform));
+  run(b, !keep_on_device);
   out_row.resize(m);
   for (int i = 0; i < m; ++i) {
     out_row[i] = uniform ? 0 : feed[i] - 1;
@@ -400,7 +401,7 @@ int ModelDrafter::catch_up(std::span<ImageState* const> active, const std::vecto
 // real row sees them); padding rows are removed after each forward.
 int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
                                     const std::vector<int>& who, StepBatch& b,
-                                    std::vector<int>& out_row) {
+                                    std::vector<int>& out_row, bool keep_on_device) {
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, P = model_.info().prefix_len;
   const size_t fd = static_cast<size_t>(model_.info().feature_dim);
@@ -457,7 +458,7 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
     b.output_at.assign(last ? n : 1, 0);
     for (size_t r = 0; r < b.output_at.size(); ++r) b.output_at[r] = static_cast<int>(r);
     b.output_hidden = last;
-    run(b);
+    run(b, last && !keep_on_device);  // the earlier forwards' logits are never read
     out_row.resize(m);
     for (int i = 0; i < m; ++i) {
       st[i]->fed += take[i];
@@ -503,6 +504,7 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
     draft_on_device(active, who, max_depth, depth, b.slots, trees);
     return;
   }
+  if (try_device) session_.read(last_.logits, logits_);  // images catching up unevenly: the host
   const size_t fd = static_cast<size_t>(model_.info().feature_dim);
   std::vector<int32_t> next(R);
   for (int step = 0; step < depth; ++step) {
@@ -740,32 +742,53 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
       return c[a].score > c[b].score || (c[a].score == c[b].score && a < b);
     };
   };
-  std::vector<float> dist(V);
-  std::vector<int> order(V);
+  // Candidates come from the backend's ranking on the device loop (ranking_: every row of a
+  // forward ranked where its logits are, K ids and their mass back) or, on the host loop or for a
+  // vocabulary the device cannot take, from the logits read to the host. Both give the same ids and
+  // masses: the guided distribution (guided_distribution's, distribution_rows'), ranked in argmax's
+  // order.
+  const bool on_backend = ranking_.has_value() && device_drafts_;
+  const int k = std::min(K, V);
+  std::vector<float> dist(on_backend ? 0 : V), host_mass(on_backend ? 0 : k);
+  std::vector<int> order(on_backend ? 0 : V);
+  std::vector<int32_t> host_ids(on_backend ? 0 : k);
   // Appends the top_k tokens of the distribution at `row` of the last forward as children of
   // candidate `parent` of image i.
   auto expand = [&](int i, int parent, int d, size_t row, int n_out) {
-    const float* cond = logits_.data() + (static_cast<size_t>(i) * n_out + row) * V;
-    const float* uncond =
-        cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
-    const ImageState& im = *active[who[i]];
-    const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index
-    SamplingParams scoring = im.sampling;
-    if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
-    guided_distribution(cond, uncond, V, scoring, t, dist);
-    std::iota(order.begin(), order.end(), 0);
-    const int k = std::min(K, V);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
-      return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
-    });
+    const size_t at = static_cast<size_t>(i) * n_out + row;
+    const int32_t* ids = nullptr;
+    const float* mass = nullptr;
+    if (on_backend) {
+      ids = ranking_->top_ids().data() + at * K;
+      mass = ranking_->mass().data() + at * K;
+    } else {
+      const float* cond = logits_.data() + at * V;
+      const float* uncond =
+          cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
+      const ImageState& im = *active[who[i]];
+      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index
+      SamplingParams scoring = im.sampling;
+      if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
+      guided_distribution(cond, uncond, V, scoring, t, dist);
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+        return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+      });
+      for (int r = 0; r < k; ++r) {
+        host_ids[r] = order[r];
+        host_mass[r] = dist[order[r]];
+      }
+      ids = host_ids.data();
+      mass = host_mass.data();
+    }
     const double base = parent < 0 ? 0.0 : cand[i][parent].score;
-    for (int r = 0; r < k && dist[order[r]] > 0.0f; ++r)
-      cand[i].push_back(
-          {order[r], parent, d, r, base + std::log(static_cast<double>(dist[order[r]]))});
+    for (int r = 0; r < k && ids[r] >= 0 && mass[r] > 0.0f; ++r)
+      cand[i].push_back({ids[r], parent, d, r, base + std::log(static_cast<double>(mass[r]))});
   };
   StepBatch b;
   std::vector<int> out_row;
-  int n_out = catch_up(active, who, b, out_row);
+  int n_out = catch_up(active, who, b, out_row, on_backend);
+  if (on_backend) rank_on_backend(active, who, n_out, 1, K);
   start_tree(active, who);
   std::vector<std::vector<int>> frontier(m);  // candidate indices, best first
   for (int i = 0; i < m; ++i) {
@@ -798,8 +821,9 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
       }
     }
     tree_batch(active, who, fed_tree, nodes, d, out_row, n_out, tree_rows, true, output_row, b);
-    run(b);
+    run(b, !on_backend);
     n_out = K;
+    if (on_backend) rank_on_backend(active, who, n_out, d + 1, K);
     for (int i = 0; i < m; ++i) {
       if (frontier[i].empty()) continue;
       active[who[i]]->stats.draft_forwards++;
@@ -862,6 +886,24 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
     }
     s.fed_at = std::move(fed_at);
   }
+}
+
+void ModelDrafter::rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who,
+                                   int n_out, int d, int K) {
+  const int m = static_cast<int>(who.size());
+  rank_settings_.resize(static_cast<size_t>(m) * n_out);
+  for (int i = 0; i < m; ++i) {
+    const ImageState& im = *active[who[i]];
+    SamplingParams scoring = im.sampling;  // greedy: its ranks at temperature 1
+    if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
+    const auto t = static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d);
+    std::fill_n(rank_settings_.begin() + static_cast<ptrdiff_t>(i) * n_out, n_out,
+                device_sample_params(scoring, 0, 0, t));
+  }
+  // The forward's rows are slot-major (cond slots, then uncond), n_out a slot: image i's row k
+  // at i n_out + k of each half.
+  ranking_->compute(last_.logits, m * n_out, 1, params_.uses_cfg(), rank_settings_);
+  ranking_->top(K);
 }
 
 // After the catch-up: the tree's rows start at the cache's end (finish_round compacts to them).

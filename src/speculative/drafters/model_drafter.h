@@ -28,6 +28,7 @@
 #include "decode/session.h"
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
+#include "speculative/drafters/head_rows.h"
 #include "speculative/tree_spec.h"
 
 namespace tessera::speculative {
@@ -65,7 +66,8 @@ class ModelDrafter : public Drafter {
   int64_t batched_forwards() const override { return session_.forwards() + device_forwards_; }
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
   // Chains of a model that reads no features, when the round's catch-up is uniform (every image
-  // feeds as many tokens: one output row per slot); otherwise the host draws.
+  // feeds as many tokens: one output row per slot); otherwise the host draws. Dynamic trees rank
+  // their candidates where the logits are (rank_on_backend).
   void set_device_drafts(bool on) override { device_drafts_ = on; }
   const DeviceDraftRows* device_rows() const override {
     return device_rows_.q.data ? &device_rows_ : nullptr;
@@ -99,14 +101,20 @@ class ModelDrafter : public Drafter {
   // Brings the cache of the images `who` up to their committed tokens and runs the forward whose
   // outputs give every image's root distribution: logits_ (and hidden_) of n_out rows per slot,
   // image i's at row out_row[i]. Leaves b's slots set (cond, then uncond). Returns n_out.
-  // keep_on_device: leave a uniform catch-up's logits on the backend (the device loop).
+  // keep_on_device: leave the logits on the backend (last_), not in logits_.
   int catch_up(std::span<ImageState* const> active, const std::vector<int>& who, StepBatch& b,
                std::vector<int>& out_row, bool keep_on_device = false);
   int catch_up_features(std::span<ImageState* const> active, const std::vector<int>& who,
-                        StepBatch& b, std::vector<int>& out_row);
-  // Runs b; reads the logits (and in feature mode the hidden outputs) to the host unless not
-  // `read` (the outputs stay in last_).
-  void run(const StepBatch& b, bool read = true);
+                        StepBatch& b, std::vector<int>& out_row, bool keep_on_device);
+  // Runs b; reads the logits to the host unless not `read_logits` (they stay in last_), and the
+  // hidden outputs when b asks for them (feature mode).
+  void run(const StepBatch& b, bool read_logits = true);
+  // EAGLE-2's candidates where the logits are (ranking_): the K most likely tokens with their
+  // mass of each of the n_out rows per slot of the last forward (last_), image i's rows scored
+  // with its sampling at token index t[i] (at temperature 1 when greedy); row k of image i at
+  // ranking_->top()'s [(i n_out + k) K, ...).
+  void rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who, int n_out,
+                       int d, int K);
   // The device loop's chain for the images `who` after a uniform catch-up (last_ holds the roots'
   // logits, one row per slot of `slots`): depth draws and the forwards between them on the
   // backend, the distributions and tokens in device_rows_ (node (step, i) at row step * m + i),
@@ -137,6 +145,10 @@ class ModelDrafter : public Drafter {
   DeviceDraftRows device_rows_;  // views of the last chain's rows of both
   std::vector<uint8_t> io_host_;
   std::map<int, std::unique_ptr<OpGraph>> graphs_;
+  // Dynamic trees: candidates ranked where the logits are, when the backend computes rows of this
+  // vocabulary (any on the CPU; on a GPU up to kMaxDeviceSampleVocab, else on the host).
+  std::optional<HeadRows> ranking_;
+  std::vector<DeviceSampleParams> rank_settings_;
   int64_t device_forwards_ = 0;  // forwards run from prepared inputs (not counted by the session)
   DeviceDrafts device_drafts_counted_;
 };
