@@ -409,7 +409,10 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
 // Dynamic trees (EAGLE-2's, of the EAGLE drafter and of a draft model) rank their candidates where
 // the drafter's logits are on the device loop: each expansion reads back K ids and their mass a
 // row, never the rows of logits, which the host loop reads (the catch-up's and every
-// expansion's). MakeTheHostLoopsImages checks that both make the same trees.
+// expansion's). MakeTheHostLoopsImages checks that both make the same trees. The EAGLE drafter's
+// features (the target's for committed pairs, its own f^ for drafted nodes) stay on the backend
+// either way: a device round waits for nothing and reads back the three rankings and the
+// verdicts.
 TEST(DeviceRounds, DynamicTreesRankWhereTheLogitsAre) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const int V = tc.gpt.vocab_size;
@@ -452,9 +455,13 @@ TEST(DeviceRounds, DynamicTreesRankWhereTheLogitsAre) {
       counting.watch_width = V;
       for (int round = 0; round < 3; ++round) {
         SCOPED_TRACE("round " + std::to_string(round));
-        counting.watched_downloads = 0;
+        counting.watched_downloads = counting.downloads = counting.syncs = 0;
         const int64_t forwards = drafter.batched_forwards();
         ASSERT_TRUE(dec.step());
+        if (where == DeviceLoop::On) {
+          EXPECT_EQ(counting.syncs, 0);
+          EXPECT_EQ(counting.downloads, 4);
+        }
         // The catch-up and 2 expansions (EAGLE's catch-up may take more forwards: only its
         // last one's rows are read).
         EXPECT_GE(drafter.batched_forwards() - forwards, 3);

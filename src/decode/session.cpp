@@ -151,7 +151,9 @@ ForwardInputs Session::prepare(const StepBatch& b) {
   check(!b.output_hidden || hidden_states_ != HiddenState::None,
         "internal: session made without hidden states");
   const int fd = model_.info().feature_dim;
-  check(static_cast<int64_t>(b.features.size()) == (fd > 0 ? int64_t{rows} * fd : 0),
+  check(static_cast<int64_t>(b.features.size()) ==
+                (fd > 0 && !b.features_on_device ? int64_t{rows} * fd : 0) &&
+            (fd > 0 || !b.features_on_device),
         "internal: forward features size");
 
   // Pack every index array into one host buffer and upload it in one transfer: tokens,
@@ -206,7 +208,7 @@ ForwardInputs Session::prepare(const StepBatch& b) {
     if (!feature_buffer_.data)
       feature_buffer_ = be.empty(DType::F32, {static_cast<int64_t>(workspace_->max_rows()), fd});
     features_ = feature_buffer_.rows(0, rows);
-    be.upload_into(b.features.data(), features_);
+    if (!b.features_on_device) be.upload_into(b.features.data(), features_);
     in.features = &features_;
   }
   if (tree || !b.mask.empty()) {

@@ -32,9 +32,11 @@ struct StepBatch {
   std::vector<int32_t> tokens;         // [slots * n_new]; ignored when `embeddings` is set
   const Tensor* embeddings = nullptr;  // f32 [slots * n_new, dim]
   std::vector<float> features;         // [slots * n_new, feature_dim] (models that read them)
-  std::vector<int32_t> positions;      // [slots * n_new] position ids
-  std::vector<int32_t> output_at;      // indices j in [0, n_new) whose outputs each slot returns
-  std::vector<uint8_t> mask;           // optional [slots][n_new][mask_stride] (tree attention)
+  // Or the features are written where the model runs, by forward()'s edit (features empty).
+  bool features_on_device = false;
+  std::vector<int32_t> positions;  // [slots * n_new] position ids
+  std::vector<int32_t> output_at;  // indices j in [0, n_new) whose outputs each slot returns
+  std::vector<uint8_t> mask;       // optional [slots][n_new][mask_stride] (tree attention)
   int mask_stride = 0;
   // Optional tree attention in compact form (instead of `mask`): per row, the index j' < j of
   // the row (of the same sequence) it hangs below, or -1. A row sees the sequence's cached

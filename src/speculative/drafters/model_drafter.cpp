@@ -83,6 +83,8 @@ ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParam
   check((model.info().feature_dim > 0) == reads_features(),
         "internal: a drafter model reads features exactly when FeatureInputs names them");
   max_new_ = draft_session(model, params, max_depth, max_images, tree).max_new;
+  if (reads_features())
+    pending_.emplace(model.backend(), model.info().feature_dim, params.uses_cfg());
   if (tree && tree->shape()) shape_ = *tree->shape();
   if (tree && tree->dynamic_tree()) dynamic_ = *tree->dynamic_tree();
   if (dynamic_ && can_sample_rows(model.backend(), model.info().vocab_size))
@@ -100,16 +102,13 @@ HiddenState ModelDrafter::hidden_state() const {
   return features_.feature;
 }
 
-void ModelDrafter::queue_pairs(Slots& s, std::span<const int32_t> tokens, std::span<const int> rows,
-                               const float* cond, const float* uncond) {
-  const size_t fd = static_cast<size_t>(model_.info().feature_dim);
-  for (size_t k = 0; k < tokens.size(); ++k) {
-    s.pending.push_back(tokens[k]);
-    const size_t at = static_cast<size_t>(rows[k]) * fd;
-    s.pending_cond.insert(s.pending_cond.end(), cond + at, cond + at + fd);
-    if (s.uncond >= 0)
-      s.pending_uncond.insert(s.pending_uncond.end(), uncond + at, uncond + at + fd);
-  }
+void ModelDrafter::queue_pairs(int id, std::span<const int32_t> tokens, const Tensor& cond,
+                               std::span<const int64_t> cond_rows, const Tensor* uncond,
+                               std::span<const int64_t> uncond_rows) {
+  check(cond_rows.size() == tokens.size(), "internal: pairs without their features");
+  Slots& s = slots_.at(id);
+  s.pending.insert(s.pending.end(), tokens.begin(), tokens.end());
+  pending_->append(id, cond, cond_rows, s.uncond >= 0 ? uncond : nullptr, uncond_rows);
 }
 
 void ModelDrafter::finish_round(ImageState& image, const DraftTree&, const VerifyOutcome& outcome,
@@ -117,17 +116,16 @@ void ModelDrafter::finish_round(ImageState& image, const DraftTree&, const Verif
   if (reads_features()) {
     // The round's committed tokens, each with the target's feature at the row that predicted it:
     // row 0 (the root's) predicted the first, the row of accepted node a the one after it.
-    Slots& s = slots_.at(image.id);
-    std::vector<int> rows = {0};
+    // They stay on the backend: copied from the target's outputs to the pending table there.
+    const Slots& s = slots_.at(image.id);
+    std::vector<int64_t> rows = {0};
     for (int a : outcome.accepted) rows.push_back(a + 1);
     const int n = static_cast<int>(rows.size());
     check(target.hidden.data && (s.uncond < 0 || target.hidden_uncond.data) &&
               static_cast<int>(image.tokens.size()) >= n,
           "internal: the EAGLE drafter needs the target's hidden states");
-    session_.read(target.hidden, host_cond_);
-    if (s.uncond >= 0) session_.read(target.hidden_uncond, host_uncond_);
-    queue_pairs(s, std::span<const int32_t>(image.tokens).last(n), rows, host_cond_.data(),
-                s.uncond >= 0 ? host_uncond_.data() : nullptr);
+    queue_pairs(image.id, std::span<const int32_t>(image.tokens).last(n), target.hidden, rows,
+                &target.hidden_uncond, rows);
     return;
   }
   if (!shape_ && !dynamic_)
@@ -156,21 +154,21 @@ void ModelDrafter::start(std::span<ImageState* const> images, const TargetPrefil
     const int n = static_cast<int>(images.size()), rows = prefill.rows;
     check(prefill.hidden.data && rows == model_.info().prefix_len + 1,
           "internal: the EAGLE drafter needs the target's prefix hidden states");
-    session_.read(prefill.hidden, host_cond_);
-    const size_t fd = static_cast<size_t>(model_.info().feature_dim);
     for (int i = 0; i < n; ++i) {
       ImageState* im = images[i];
       Slots s;
       s.cond = session_.acquire_slot();
       if (cfg) s.uncond = session_.acquire_slot();
+      slots_[im->id] = std::move(s);
       std::vector<int32_t> tokens(rows, features_.prefix_token);
       tokens.back() = im->tokens.at(0);
-      std::vector<int> at(rows);
-      for (int k = 0; k < rows; ++k) at[k] = i * rows + k;
       // The unconditional slots' rows follow the n conditional slots' rows.
-      const float* uncond = cfg ? host_cond_.data() + static_cast<size_t>(n * rows) * fd : nullptr;
-      queue_pairs(s, tokens, at, host_cond_.data(), uncond);
-      slots_[im->id] = std::move(s);
+      std::vector<int64_t> at(rows), uncond_at(rows);
+      for (int k = 0; k < rows; ++k) {
+        at[k] = int64_t{i} * rows + k;
+        uncond_at[k] = int64_t{n + i} * rows + k;
+      }
+      queue_pairs(im->id, tokens, prefill.hidden, at, &prefill.hidden, uncond_at);
     }
     return;
   }
@@ -193,15 +191,28 @@ void ModelDrafter::start(std::span<ImageState* const> images, const TargetPrefil
 void ModelDrafter::release(const ImageState& image) {
   auto it = slots_.find(image.id);
   if (it == slots_.end()) return;
+  if (pending_) pending_->clear(image.id);
   session_.release_slot(it->second.cond);
   if (it->second.uncond >= 0) session_.release_slot(it->second.uncond);
   slots_.erase(it);
 }
 
 void ModelDrafter::run(const StepBatch& b, bool read_logits) {
-  last_ = session_.forward(b);
+  if (b.features_on_device) {
+    Backend& be = model_.backend();
+    const auto n = static_cast<int64_t>(feature_rows_.size());
+    check(n == static_cast<int64_t>(b.slots.size()) * b.n_new,
+          "internal: a drafter forward's feature rows");
+    Tensor index = grown_rows(be, feature_index_, DType::I32, n, 1).view({n});
+    be.upload_into(feature_rows_.data(), index);
+    last_ = session_.forward(b, [&](ForwardInputs& in) {
+      Tensor features = *in.features;
+      be.get_rows(feature_from_, index, features);
+    });
+  } else {
+    last_ = session_.forward(b);
+  }
   if (read_logits) session_.read(last_.logits, logits_);
-  if (b.output_hidden) session_.read(last_.hidden, hidden_);
 }
 
 // The device loop's chains (issue 42, items 1 and 3). Every step's host data goes up in one copy
@@ -404,7 +415,6 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
                                     std::vector<int>& out_row, bool keep_on_device) {
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, P = model_.info().prefix_len;
-  const size_t fd = static_cast<size_t>(model_.info().feature_dim);
   b.slots.resize(R);
   std::vector<Slots*> st(m);
   for (int i = 0; i < m; ++i) {
@@ -439,11 +449,14 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
     b.n_new = n;
     b.tokens.assign(static_cast<size_t>(R) * n, 0);
     b.positions.assign(b.tokens.size(), 0);
-    b.features.assign(b.tokens.size() * fd, 0.0f);
+    // Features from the pending table on the backend; a padding row reads its zero row.
+    b.features_on_device = true;
+    feature_from_ = pending_->table();
+    feature_rows_.assign(b.tokens.size(), 0);
     for (int h = 0; h < (cfg ? 2 : 1); ++h)
       for (int i = 0; i < m; ++i) {
         const Slots& s = *st[i];
-        const std::vector<float>& f = h == 0 ? s.pending_cond : s.pending_uncond;
+        const int id = active[who[i]]->id;
         for (int r = 0; r < n; ++r) {
           const size_t row = static_cast<size_t>(h * m + i) * n + r;
           // A padding row takes the position of the image's last real row.
@@ -451,8 +464,7 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
           b.positions[row] = pair_position(s.fed + j);
           if (r >= take[i]) continue;
           b.tokens[row] = s.pending[k];
-          std::copy_n(f.begin() + static_cast<ptrdiff_t>(k * fd), fd,
-                      b.features.begin() + static_cast<ptrdiff_t>(row * fd));
+          feature_rows_[row] = pending_->at(id, h, k);
         }
       }
     b.output_at.assign(last ? n : 1, 0);
@@ -468,10 +480,9 @@ int ModelDrafter::catch_up_features(std::span<ImageState* const> active,
     }
     n_out = static_cast<int>(b.output_at.size());
   }
-  for (Slots* s : st) {
-    s->pending.clear();
-    s->pending_cond.clear();
-    s->pending_uncond.clear();
+  for (int i = 0; i < m; ++i) {
+    st[i]->pending.clear();
+    pending_->clear(active[who[i]]->id);  // after the forwards that read them, in order
   }
   return n_out;
 }
@@ -505,7 +516,6 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
     return;
   }
   if (try_device) session_.read(last_.logits, logits_);  // images catching up unevenly: the host
-  const size_t fd = static_cast<size_t>(model_.info().feature_dim);
   std::vector<int32_t> next(R);
   for (int step = 0; step < depth; ++step) {
     if (step > 0) {
@@ -555,14 +565,12 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
     // Feature mode: each fed token reads the drafter's predicted feature at the row it was drawn
     // from (EAGLE's f^).
     b.output_hidden = reads_features();
-    b.features.assign(reads_features() ? static_cast<size_t>(R) * fd : 0, 0.0f);
-    if (reads_features())
-      for (int r = 0; r < R; ++r) {
-        const int i = r % m;
-        const size_t from = (static_cast<size_t>(r) * n_out + out_row[i]) * fd;
-        std::copy_n(hidden_.begin() + static_cast<ptrdiff_t>(from), fd,
-                    b.features.begin() + static_cast<ptrdiff_t>(r * fd));
-      }
+    b.features_on_device = reads_features();
+    if (reads_features()) {
+      feature_from_ = last_.hidden;
+      feature_rows_.resize(R);
+      for (int r = 0; r < R; ++r) feature_rows_[r] = r * n_out + out_row[r % m];
+    }
   }
 }
 
@@ -934,7 +942,6 @@ void ModelDrafter::tree_batch(std::span<ImageState* const> active, const std::ve
   const bool cfg = params_.uses_cfg();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
   const int w = static_cast<int>(nodes.at(0).size());
-  const size_t fd = static_cast<size_t>(info.feature_dim);
   b.n_new = w;
   b.tokens.assign(static_cast<size_t>(R) * w, 0);
   b.positions.assign(b.tokens.size(), 0);
@@ -945,7 +952,11 @@ void ModelDrafter::tree_batch(std::span<ImageState* const> active, const std::ve
   b.mask.clear();
   b.mask_stride = 0;
   b.output_hidden = reads_features();
-  b.features.assign(reads_features() ? static_cast<size_t>(R) * w * fd : 0, 0.0f);
+  b.features_on_device = reads_features();
+  if (reads_features()) {  // f^ of the last forward's rows there (a filler row: its row 0)
+    feature_from_ = last_.hidden;
+    feature_rows_.assign(static_cast<size_t>(R) * w, 0);
+  }
   if (masked) {
     b.mask.assign(static_cast<size_t>(R) * w * stride, 0);
     b.mask_stride = stride;
@@ -968,10 +979,8 @@ void ModelDrafter::tree_batch(std::span<ImageState* const> active, const std::ve
         if (reads_features() && node >= 0) {
           // The predicted feature at the row the node was drawn from (its parent's).
           const int parent = tree[node].parent;
-          const size_t kk = parent < 0 ? static_cast<size_t>(out_row[i]) : output_row[i][parent];
-          const size_t from = (static_cast<size_t>(r) * n_out + kk) * fd;
-          std::copy_n(hidden_.begin() + static_cast<ptrdiff_t>(from), fd,
-                      b.features.begin() + static_cast<ptrdiff_t>(row * fd));
+          const int kk = parent < 0 ? out_row[i] : output_row[i][parent];
+          feature_rows_[row] = r * n_out + kk;
         }
         const int at = s.tree_base + tree_rows + k;  // the row's cache position
         if (h == 0 && node >= 0) {

@@ -29,6 +29,7 @@
 #include "sampling/sampler.h"
 #include "speculative/drafters/drafter.h"
 #include "speculative/drafters/head_rows.h"
+#include "speculative/drafters/pending_features.h"
 #include "speculative/tree_spec.h"
 
 namespace tessera::speculative {
@@ -79,10 +80,9 @@ class ModelDrafter : public Drafter {
   struct Slots {
     int cond = -1, uncond = -1;
     // Feature mode: pairs in the cache (all with the target's features), and the committed pairs
-    // not fed yet (tokens; features [pairs, feature_dim] of each half).
+    // not fed yet (tokens; their features in pending_, on the backend).
     int fed = 0;
     std::vector<int32_t> pending;
-    std::vector<float> pending_cond, pending_uncond;
     // Tree drafting: the cache length before the round's tree rows, and the cache position of
     // each node of the last DraftTree (-1: not fed, a leaf).
     int tree_base = -1;
@@ -99,15 +99,16 @@ class ModelDrafter : public Drafter {
                   std::vector<std::vector<int>>& output_row, StepBatch& b);
   bool reads_features() const { return features_.feature != HiddenState::None; }
   // Brings the cache of the images `who` up to their committed tokens and runs the forward whose
-  // outputs give every image's root distribution: logits_ (and hidden_) of n_out rows per slot,
+  // outputs give every image's root distribution: logits_ (or last_) of n_out rows per slot,
   // image i's at row out_row[i]. Leaves b's slots set (cond, then uncond). Returns n_out.
   // keep_on_device: leave the logits on the backend (last_), not in logits_.
   int catch_up(std::span<ImageState* const> active, const std::vector<int>& who, StepBatch& b,
                std::vector<int>& out_row, bool keep_on_device = false);
   int catch_up_features(std::span<ImageState* const> active, const std::vector<int>& who,
                         StepBatch& b, std::vector<int>& out_row, bool keep_on_device);
-  // Runs b; reads the logits to the host unless not `read_logits` (they stay in last_), and the
-  // hidden outputs when b asks for them (feature mode).
+  // Runs b; reads the logits to the host unless not `read_logits` (they stay in last_). In
+  // feature mode b's features are gathered on the backend: row k's from row feature_rows_[k] of
+  // feature_from_ (the pending features' table, or the last forward's hidden outputs, f^).
   void run(const StepBatch& b, bool read_logits = true);
   // EAGLE-2's candidates where the logits are (ranking_): the K most likely tokens with their
   // mass of each of the n_out rows per slot of the last forward (last_), image i's rows scored
@@ -122,15 +123,19 @@ class ModelDrafter : public Drafter {
   void draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                        std::span<const int> max_depth, int depth, const std::vector<int32_t>& slots,
                        std::vector<DraftTree>& trees);
-  // Feature mode: appends the pairs (tokens[k], features of row rows[k] of the host arrays cond /
-  // uncond, [*, feature_dim]) to image `s`'s pending ones.
-  void queue_pairs(Slots& s, std::span<const int32_t> tokens, std::span<const int> rows,
-                   const float* cond, const float* uncond);
+  // Feature mode: appends the pairs (tokens[k], features of row cond_rows[k] of cond and
+  // uncond_rows[k] of uncond, backend tensors [*, feature_dim]) to image id's pending ones.
+  void queue_pairs(int id, std::span<const int32_t> tokens, const Tensor& cond,
+                   std::span<const int64_t> cond_rows, const Tensor* uncond,
+                   std::span<const int64_t> uncond_rows);
   const AutoregressiveModel& model_;
   SamplingParams params_;
   Session session_;
   std::map<int, Slots> slots_;  // by image id
-  std::vector<float> logits_, hidden_, host_cond_, host_uncond_;
+  std::vector<float> logits_;
+  std::optional<PendingFeatures> pending_;  // feature mode
+  Tensor feature_from_, feature_index_;     // the next forward's feature rows (run), on the backend
+  std::vector<int32_t> feature_rows_;
   std::optional<TreeShape> shape_;
   std::optional<DynamicTree> dynamic_;
   std::vector<std::vector<int>> children_;  // shape node -> its children (index nodes: the root)
