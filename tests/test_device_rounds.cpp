@@ -307,15 +307,21 @@ TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
 TEST(DeviceRounds, ARoundReadsBackOnce) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const ModelConfig dc = load_model_config(kFix + "/spec/tiny_draft");
-  for (const bool jacobi : {false, true}) {
-    SCOPED_TRACE(jacobi ? "sjd" : "sd");
+  for (const std::string kind : {"sd", "sjd", "eagle"}) {
+    SCOPED_TRACE(kind);
+    const bool jacobi = kind == "sjd", eagle = kind == "eagle";
     test::CountingBackend counting;
     LlamaGen target(tc, counting), draft(dc, counting);
+    // EAGLE's chain: its features (the target's, f^) stay on the backend too.
+    EagleDrafterModel eagle_model(load_model_config(kFix + "/spec/tiny_eagle"), target);
     SamplingOptions so;
     so.cfg_scale = 3.0f;
     so.top_k = 50;
     const SamplingParams p = to_sampling_params(so);
-    speculative::ModelDrafter model_drafter(draft, p, 3, 2);
+    speculative::ModelDrafter model_drafter =
+        eagle ? speculative::ModelDrafter(eagle_model, p, 3, 2, std::nullopt,
+                                          {eagle_model.feature(), eagle_model.prefix_token()})
+              : speculative::ModelDrafter(draft, p, 3, 2);
     speculative::JacobiDrafter jacobi_drafter(tc.gpt.vocab_size, p);
     const auto rule = speculative::make_exact_rule();
     speculative::LoopSettings loop;

@@ -224,19 +224,28 @@ void ModelDrafter::run(const StepBatch& b, bool read_logits) {
 // reads the tokens where they are, and they reach the host with the round's verdicts.
 void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                                    std::span<const int> max_depth, int depth,
-                                   const std::vector<int32_t>& slots,
-                                   std::vector<DraftTree>& trees) {
+                                   const std::vector<int32_t>& slots, int n_out,
+                                   const std::vector<int>& out_row, std::vector<DraftTree>& trees) {
   Backend& be = model_.backend();
-  const bool cfg = params_.uses_cfg();
+  const bool cfg = params_.uses_cfg(), features = reads_features();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, V = model_.info().vocab_size;
   const int N = model_.info().n_tokens, steps = depth - 1;  // forwards after the first draw
   const size_t drawn = static_cast<size_t>(depth) * m;
   const size_t flag_at = drawn * sizeof(int32_t), back = flag_at + sizeof(int32_t);
   const size_t params_at = aligned_offset(back);
   const size_t positions_at = aligned_offset(params_at + drawn * sizeof(DeviceSampleParams));
-  io_host_.assign(positions_at + static_cast<size_t>(steps) * R * sizeof(int32_t), 0);
+  // The roots' rows of the catch-up's outputs, when it gave a slot more than one (images catching
+  // up unevenly; an EAGLE catch-up feeding several pairs): gathered to one row per slot.
+  const bool gather = n_out > 1 || features;
+  const size_t roots_at =
+      aligned_offset(positions_at + static_cast<size_t>(steps) * R * sizeof(int32_t));
+  io_host_.assign(roots_at + (gather ? static_cast<size_t>(R) * sizeof(int32_t) : 0), 0);
   auto* ps = reinterpret_cast<DeviceSampleParams*>(io_host_.data() + params_at);
   auto* pos = reinterpret_cast<int32_t*>(io_host_.data() + positions_at);
+  if (gather) {
+    auto* roots = reinterpret_cast<int32_t*>(io_host_.data() + roots_at);
+    for (int r = 0; r < R; ++r) roots[r] = r * n_out + out_row[r % m];
+  }
   for (int step = 0; step < depth; ++step)
     for (int i = 0; i < m; ++i) {
       const ImageState& im = *active[who[i]];
@@ -254,11 +263,25 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
     }
   const void* io_was = device_io_.data;
   const void* q_was = device_q_.data;
+  const void* hidden_was = device_roots_hidden_.data;
   Tensor io = grown_rows(be, device_io_, DType::U8, static_cast<int64_t>(io_host_.size()), 1);
   be.upload_into(io_host_.data(), io);
   grown_rows(be, device_q_, DType::F32, static_cast<int64_t>(drawn), V);
+  Tensor root_logits = last_.logits;
+  Tensor root_hidden;  // EAGLE: f^ at the roots' rows, which the first forward reads
+  if (gather) {
+    const Tensor roots = device_io_.bytes_as(roots_at, DType::I32, {R});
+    root_logits = grown_rows(be, device_roots_, DType::F32, R, V);
+    be.get_rows(last_.logits, roots, root_logits);
+    if (features) {
+      root_hidden = grown_rows(be, device_roots_hidden_, DType::F32, R, last_.hidden.dim(-1));
+      be.get_rows(last_.hidden, roots, root_hidden);
+    }
+  }
   // A graph holds addresses: the buffers' growth retires every graph.
-  if (device_io_.data != io_was || device_q_.data != q_was) graphs_.clear();
+  if (device_io_.data != io_was || device_q_.data != q_was ||
+      device_roots_hidden_.data != hidden_was)
+    graphs_.clear();
 
   Tensor flag = device_io_.bytes_as(flag_at, DType::I32, {1});
   auto params = [&](int step) {
@@ -294,15 +317,19 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
     b.tokens.assign(R, 0);  // written by the draws
     b.positions.assign(pos, pos + R);
     b.output_at = {0};
+    // EAGLE: each fed token reads f^ at the row it was drawn from (the root's, then the last
+    // forward's), copied into the inputs on the backend.
+    b.output_hidden = b.features_on_device = features;
     for (const int32_t slot : slots)
       check(session_.length(slot) + steps <= session_.capacity(),
             "internal: a device draft past the draft cache's capacity");
     in = session_.prepare(b);
   }
-  draw(0, last_.logits, steps > 0 ? &in.tokens : nullptr);
+  draw(0, root_logits, steps > 0 ? &in.tokens : nullptr);
   if (steps > 0) {
-    auto forwards = [this, in, draw, steps, R, positions_at]() mutable {
+    auto forwards = [this, in, draw, steps, R, positions_at, root_hidden]() mutable {
       Backend& be = model_.backend();
+      Tensor f_hat = root_hidden;
       for (int k = 1; k <= steps; ++k) {
         // Forward k feeds draw k - 1's tokens at their positions; draw k reads its logits.
         if (k > 1) {
@@ -311,7 +338,12 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
           Tensor to = in.positions;
           be.copy(from, to);
         }
+        if (in.features) {
+          Tensor to = *in.features;
+          be.copy(f_hat.rows(0, R), to);
+        }
         const ForwardOutputs out = session_.run(in);
+        f_hat = out.hidden;
         draw(k, out.logits, k < steps ? &in.tokens : nullptr);
         Tensor past = in.attn.past;
         be.add_scalar_i32(past, 1);
@@ -508,14 +540,12 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
   StepBatch b;
   std::vector<int> out_row;
-  const bool try_device = device_drafts_ && !reads_features();
-  int n_out = catch_up(active, who, b, out_row, try_device);
+  int n_out = catch_up(active, who, b, out_row, device_drafts_);
   // The device loop: the chain is drawn on the backend, only the tokens come back.
-  if (try_device && n_out == 1) {
-    draft_on_device(active, who, max_depth, depth, b.slots, trees);
+  if (device_drafts_) {
+    draft_on_device(active, who, max_depth, depth, b.slots, n_out, out_row, trees);
     return;
   }
-  if (try_device) session_.read(last_.logits, logits_);  // images catching up unevenly: the host
   std::vector<int32_t> next(R);
   for (int step = 0; step < depth; ++step) {
     if (step > 0) {

@@ -66,9 +66,8 @@ class ModelDrafter : public Drafter {
   void release(const ImageState& image) override;
   int64_t batched_forwards() const override { return session_.forwards() + device_forwards_; }
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
-  // Chains of a model that reads no features, when the round's catch-up is uniform (every image
-  // feeds as many tokens: one output row per slot); otherwise the host draws. Dynamic trees rank
-  // their candidates where the logits are (rank_on_backend).
+  // Chains (of a draft model or an EAGLE drafter) are drawn where the logits are; dynamic trees
+  // rank their candidates there (rank_on_backend).
   void set_device_drafts(bool on) override { device_drafts_ = on; }
   const DeviceDraftRows* device_rows() const override {
     return device_rows_.q.data ? &device_rows_ : nullptr;
@@ -116,13 +115,14 @@ class ModelDrafter : public Drafter {
   // ranking_->top()'s [(i n_out + k) K, ...).
   void rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who, int n_out,
                        int d, int K);
-  // The device loop's chain for the images `who` after a uniform catch-up (last_ holds the roots'
-  // logits, one row per slot of `slots`): depth draws and the forwards between them on the
-  // backend, the distributions and tokens in device_rows_ (node (step, i) at row step * m + i),
-  // left there; appends the nodes to `trees`, their tokens kTokenOnDevice.
+  // The device loop's chain for the images `who` after the catch-up (last_ holds its outputs,
+  // n_out rows per slot of `slots`, image i's root at out_row[i]): depth draws and the forwards
+  // between them on the backend (an EAGLE drafter's reading f^ there), the distributions and
+  // tokens in device_rows_ (node (step, i) at row step * m + i), left there; appends the nodes to
+  // `trees`, their tokens kTokenOnDevice.
   void draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                        std::span<const int> max_depth, int depth, const std::vector<int32_t>& slots,
-                       std::vector<DraftTree>& trees);
+                       int n_out, const std::vector<int>& out_row, std::vector<DraftTree>& trees);
   // Feature mode: appends the pairs (tokens[k], features of row cond_rows[k] of cond and
   // uncond_rows[k] of uncond, backend tensors [*, feature_dim]) to image id's pending ones.
   void queue_pairs(int id, std::span<const int32_t> tokens, const Tensor& cond,
@@ -147,7 +147,8 @@ class ModelDrafter : public Drafter {
   // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
   // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).
   Tensor device_q_, device_io_;
-  DeviceDraftRows device_rows_;  // views of the last chain's rows of both
+  Tensor device_roots_, device_roots_hidden_;  // the roots' logits and (EAGLE) f^, one row a slot
+  DeviceDraftRows device_rows_;                // views of the last chain's rows of both
   std::vector<uint8_t> io_host_;
   std::map<int, std::unique_ptr<OpGraph>> graphs_;
   // Dynamic trees: candidates ranked where the logits are, when the backend computes rows of this
