@@ -232,7 +232,7 @@ void VanillaDecoder::device_round(std::vector<ImageState*>& active) {
   // captured before it reads none, so it is part of the key.
   const int key = 2 * m + (in.attn.key_visible ? 1 : 0);
   for (int k = 0; k < burst; ++k)
-    if (replay_or_run(be, graphs_, key, step)) {
+    if (graphs_.replay_or_run(be, key, step)) {
       graph_replays_++;
       stats_.replayed_steps++;
     }

@@ -108,7 +108,7 @@ class VanillaDecoder final : public Decoder {
   Tensor error_flag_;  // I32 [1]: a non-finite logit (device_sample_failed)
   // A captured step per batch shape (2 x images in the burst, + 1 with a key visibility table);
   // null: capture failed or the backend records none, and the step's ops run one by one.
-  std::map<int, std::unique_ptr<OpGraph>> graphs_;
+  GraphCache graphs_;
   int64_t graph_replays_ = 0;
   std::vector<int32_t> history_host_;
 };

@@ -1,5 +1,7 @@
 #include "tensor/backend.h"
 
+#include <algorithm>
+
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
 
@@ -25,15 +27,32 @@ Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, i
   return buffer.rows(0, rows);
 }
 
-bool replay_or_run(Backend& backend, std::map<int, std::unique_ptr<OpGraph>>& graphs, int key,
-                   const std::function<void()>& ops) {
-  auto graph = graphs.find(key);
-  if (graph == graphs.end()) graph = graphs.emplace(key, backend.capture(ops)).first;
-  if (!graph->second) {
+int64_t double_rows(Backend& backend, Tensor& store) {
+  const int64_t held = store.dim(0);
+  Tensor bigger = backend.empty(store.dtype, {2 * held, store.dim(-1)});
+  Tensor front = bigger.rows(0, held);
+  backend.copy(store, front);
+  store = bigger;
+  return held;
+}
+
+GraphCache::GraphCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+
+bool GraphCache::replay_or_run(Backend& backend, int key, const std::function<void()>& ops) {
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (graphs_.size() >= capacity_)
+      graphs_.erase(std::min_element(
+          graphs_.begin(), graphs_.end(),
+          [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+    it = graphs_.emplace(key, Entry{backend.capture(ops), 0}).first;
+  }
+  it->second.used = ++clock_;
+  if (!it->second.graph) {
     ops();
     return false;
   }
-  backend.replay(*graph->second);
+  backend.replay(*it->second.graph);
   return true;
 }
 

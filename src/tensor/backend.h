@@ -211,11 +211,34 @@ Tensor upload_ids(Backend& backend, std::span<const int32_t> ids);
 // fewer: a scratch tensor reused across steps whose sizes vary.
 Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, int64_t width);
 
-// Runs `ops` as the graph cached in `graphs` under `key` (captured at its first use), or runs them
-// directly when the backend records none (the CPU, or a failed capture). Returns whether a graph
-// was replayed. The ops must address only buffers that stay put while the key does.
-bool replay_or_run(Backend& backend, std::map<int, std::unique_ptr<OpGraph>>& graphs, int key,
-                   const std::function<void()>& ops);
+// Doubles the rows of `store` ([rows, width], allocated), its rows copied to the front of the new
+// one (row indices into it stay valid); returns the old row count. A store of rows that grows
+// as it fills (drafters' feature rows).
+int64_t double_rows(Backend& backend, Tensor& store);
+
+// Captured graphs by key (a step's or a draft chain's shape), at most `capacity` of them: a new
+// key past it drops the least recently used one (a GPU frees a graph still in flight when it
+// completes), so shapes that vary (--draft-len auto, batches that change size) do not pile up
+// graphs without bound.
+class GraphCache {
+ public:
+  explicit GraphCache(size_t capacity = 64);
+  // Runs `ops` as the graph cached under `key` (captured at its first use), or runs them directly
+  // when the backend records none (the CPU, or a failed capture). Returns whether a graph was
+  // replayed. The ops must address only buffers that stay put while the key does.
+  bool replay_or_run(Backend& backend, int key, const std::function<void()>& ops);
+  void clear() { graphs_.clear(); }  // after the buffers they address moved
+  size_t size() const { return graphs_.size(); }
+
+ private:
+  struct Entry {
+    std::unique_ptr<OpGraph> graph;  // null: the backend captured none, run the ops
+    uint64_t used = 0;
+  };
+  std::map<int, Entry> graphs_;
+  uint64_t clock_ = 0;
+  size_t capacity_;
+};
 
 // n rounded up to a multiple of 256 bytes: the offset of the next part of a byte buffer holding
 // several arrays (Tensor::bytes_as), aligned for any element type.

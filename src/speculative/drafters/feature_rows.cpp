@@ -23,13 +23,8 @@ void FeatureRows::put(int id, const Tensor& cond, int64_t cond_row, const Tensor
             (halves_ == 1 || uncond),
         "internal: draft heads need the target's post-norm hidden states");
   if (!slot_.count(id)) {
-    if (free_.empty()) {
-      // Full: twice the slots, the held rows copied over in place.
-      const int64_t held = rows_.dim(0);
-      Tensor bigger = be_.empty(DType::F32, {2 * held, dim_});
-      Tensor front = bigger.rows(0, held);
-      be_.copy(rows_, front);
-      rows_ = bigger;
+    if (free_.empty()) {  // full: twice the slots, the held rows kept
+      const int64_t held = double_rows(be_, rows_);
       for (int s = static_cast<int>(2 * held / halves_) - 1; s >= held / halves_; --s)
         free_.push_back(s);
     }

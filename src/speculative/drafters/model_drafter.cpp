@@ -350,7 +350,7 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
       }
     };
     const int key = device_chain_graph_key(m, depth, in.attn.key_visible != nullptr, N);
-    if (replay_or_run(be, graphs_, key, forwards)) device_drafts_counted_.replayed++;
+    if (graphs_.replay_or_run(be, key, forwards)) device_drafts_counted_.replayed++;
     session_.advance(slots, steps);
     device_forwards_ += steps;
   }

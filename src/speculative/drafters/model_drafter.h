@@ -150,7 +150,7 @@ class ModelDrafter : public Drafter {
   Tensor device_roots_, device_roots_hidden_;  // the roots' logits and (EAGLE) f^, one row a slot
   DeviceDraftRows device_rows_;                // views of the last chain's rows of both
   std::vector<uint8_t> io_host_;
-  std::map<int, std::unique_ptr<OpGraph>> graphs_;
+  GraphCache graphs_;
   // Dynamic trees: candidates ranked where the logits are, when the backend computes rows of this
   // vocabulary (any on the CPU; on a GPU up to kMaxDeviceSampleVocab, else on the host).
   std::optional<HeadRows> ranking_;

@@ -13,13 +13,8 @@ PendingFeatures::PendingFeatures(Backend& backend, int dim, bool cfg)
 }
 
 int32_t PendingFeatures::take() {
-  if (free_.empty()) {
-    // Full: twice the rows, the held ones copied over in place (indices stay valid).
-    const int64_t held = rows_.dim(0);
-    Tensor bigger = be_.empty(DType::F32, {2 * held, dim_});
-    Tensor front = bigger.rows(0, held);
-    be_.copy(rows_, front);
-    rows_ = bigger;
+  if (free_.empty()) {  // full: twice the rows, the held ones kept (indices stay valid)
+    const int64_t held = double_rows(be_, rows_);
     for (int64_t r = held; r < 2 * held; ++r) free_.insert(static_cast<int32_t>(r));
   }
   const int32_t r = *free_.begin();
