@@ -487,6 +487,75 @@ TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
   }
 }
 
+// draw_children_rows (a static tree's children drawn without replacement where the distributions
+// are): each child from its parent's distribution without the tokens of the children before it,
+// renormalised, and its q row that distribution; greedy children are the ranks in argmax's order;
+// -1 once no token has mass. Against the host trees' arithmetic written here (normalise,
+// sample_index, CounterRng): the CPU bit for bit, a device to 1e-6 in q (sums in another order).
+TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
+  std::mt19937 g(11);
+  for (const int V : {7, 1000}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(V));
+    const int n = 4, k = 4;
+    std::vector<float> probs(static_cast<size_t>(n) * V, 0.0f);
+    std::uniform_real_distribution<float> w(0.0f, 1.0f);
+    for (int i = 0; i < V; ++i) probs[i] = w(g);    // row 0: every token
+    probs[V + 1] = 0.25f, probs[V + V - 1] = 0.75f;  // row 1: two tokens, then -1
+    for (int i = 0; i < V; ++i) probs[2 * V + i] = static_cast<float>(i % 3);  // row 2: ties
+    probs[3 * V + 3 % V] = 1.0f;                     // row 3: one token
+    for (int r : {0, 2}) normalise({probs.data() + static_cast<size_t>(r) * V, size_t(V)});
+    std::vector<DeviceSampleParams> ps(static_cast<size_t>(n) * k);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        SamplingParams sp;
+        sp.temperature = r == 2 ? 0.0f : 1.0f;  // row 2 greedy: its ranks
+        DeviceSampleParams& d = ps[r * k + c];
+        d = device_sample_params(sp, 77, static_cast<uint64_t>(r), static_cast<uint32_t>(10 + c));
+        d.stream = static_cast<uint32_t>(c);
+      }
+    // The host trees' draws.
+    std::vector<int32_t> want(static_cast<size_t>(n) * k, -1);
+    std::vector<float> want_q(static_cast<size_t>(n) * k * V, 0.0f);
+    for (int r = 0; r < n; ++r) {
+      std::vector<float> work(probs.begin() + r * V, probs.begin() + (r + 1) * V);
+      for (int c = 0; c < k; ++c) {
+        if (c > 0) {
+          work[want[r * k + c - 1]] = 0.0f;
+          if (!normalise(work)) break;
+        }
+        const DeviceSampleParams& d = ps[r * k + c];
+        want[r * k + c] =
+            r == 2 ? argmax(work)
+                   : sample_index(work, CounterRng(d.seed, d.image_index).uniform(d.token_index,
+                                                                                 d.stream));
+        std::copy(work.begin(), work.end(), want_q.begin() + (r * k + c) * V);
+      }
+    }
+    EXPECT_EQ(want[1 * k + 2], -1);
+    EXPECT_EQ(want[3 * k + 1], -1);
+    Backend& b = backend();
+    Tensor t = b.upload(probs.data(), DType::F32, {n, V});
+    Tensor params = b.upload(ps.data(), DType::U8,
+                             {static_cast<int64_t>(ps.size() * sizeof(DeviceSampleParams))});
+    Tensor q = b.zeros(DType::F32, {n * k, V});
+    Tensor tokens = b.zeros(DType::I32, {n * k});
+    draw_children_rows(b, t, n, k, params, q, tokens);
+    std::vector<int32_t> got(want.size());
+    b.download(tokens, got.data());
+    const std::vector<float> got_q = download_f32(b, q);
+    EXPECT_EQ(got, want);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k && want[r * k + c] >= 0; ++c) {
+        for (int y = 0; y < V; ++y)
+          ASSERT_NEAR(got_q[(r * k + c) * V + y], want_q[(r * k + c) * V + y], 1e-6)
+              << "row " << r << " child " << c << " token " << y;
+        EXPECT_GT(got_q[(r * k + c) * V + want[r * k + c]], 0.0f);  // drawn from its q
+        for (int e = 0; e < c; ++e)  // without the children before it
+          EXPECT_EQ(got_q[(r * k + c) * V + want[r * k + e]], 0.0f);
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Sampling, ::testing::ValuesIn(kBackendNames),
                          backend_param_name);
 

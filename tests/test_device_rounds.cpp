@@ -412,69 +412,76 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
   }
 }
 
-// Dynamic trees (EAGLE-2's, of the EAGLE drafter and of a draft model) rank their candidates where
-// the drafter's logits are on the device loop: each expansion reads back K ids and their mass a
-// row, never the rows of logits, which the host loop reads (the catch-up's and every
-// expansion's). MakeTheHostLoopsImages checks that both make the same trees. The EAGLE drafter's
-// features (the target's for committed pairs, its own f^ for drafted nodes) stay on the backend
-// either way: a device round waits for nothing and reads back the three rankings and the
+// Trees are drafted where the drafter's logits are on the device loop. Dynamic trees (EAGLE-2's,
+// of the EAGLE drafter and of a draft model) rank their candidates there: each expansion reads
+// back K ids and their mass a row. Static trees draw each depth's children there without
+// replacement (draw_children_rows), their q rows left there for the walk: each depth reads back
+// its children's tokens. Never the rows of logits, which the host loop reads (the catch-up's and
+// every later forward's). MakeTheHostLoopsImages checks that both make the same trees. The EAGLE
+// drafter's features (the target's for committed pairs, its own f^ for drafted nodes) stay on the
+// backend either way: a device round waits for nothing and reads back one thing a depth and the
 // verdicts.
-TEST(DeviceRounds, DynamicTreesRankWhereTheLogitsAre) {
+TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const int V = tc.gpt.vocab_size;
-  for (const bool eagle : {false, true})
-    for (const DeviceLoop where : {DeviceLoop::Off, DeviceLoop::On}) {
-      SCOPED_TRACE(std::string(eagle ? "eagle" : "draft model") +
-                   (where == DeviceLoop::On ? ", device loop" : ", host loop"));
-      test::CountingBackend counting;
-      LlamaGen target(tc, counting);
-      std::unique_ptr<AutoregressiveModel> draft;
-      speculative::FeatureInputs features;
-      if (eagle) {
-        auto e = std::make_unique<EagleDrafterModel>(load_model_config(kFix + "/spec/tiny_eagle"),
-                                                     target);
-        features = {e->feature(), e->prefix_token()};
-        draft = std::move(e);
-      } else {
-        draft = std::make_unique<LlamaGen>(load_model_config(kFix + "/spec/tiny_draft"), counting);
-      }
-      SamplingOptions so;
-      so.cfg_scale = 3.0f;
-      so.top_k = 50;
-      const SamplingParams p = to_sampling_params(so);
-      const speculative::TreeSpec tree = speculative::load_tree_spec("dynamic:2,3,8");
-      speculative::ModelDrafter drafter(*draft, p, 3, 2, tree, features);
-      const auto rule = speculative::make_exact_rule();
-      speculative::LoopSettings loop;
-      loop.rule = rule.get();
-      loop.drafter = &drafter;
-      loop.draft_len = 3;
-      DecoderSettings d;
-      d.sampling = p;
-      d.seed = 4;
-      d.device_loop = where;
-      GenerateStats stats;
-      speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
-      dec.add(Condition::label(1), 0);
-      dec.add(Condition::label(2), 1);
-      ASSERT_TRUE(dec.step());  // the prefills
-      counting.watch_width = V;
-      for (int round = 0; round < 3; ++round) {
-        SCOPED_TRACE("round " + std::to_string(round));
-        counting.watched_downloads = counting.downloads = counting.syncs = 0;
-        const int64_t forwards = drafter.batched_forwards();
-        ASSERT_TRUE(dec.step());
-        if (where == DeviceLoop::On) {
-          EXPECT_EQ(counting.syncs, 0);
-          EXPECT_EQ(counting.downloads, 4);
+  for (const std::string spec : {"dynamic:2,3,8", "kary:2,2"})
+    for (const bool eagle : {false, true})
+      for (const DeviceLoop where : {DeviceLoop::Off, DeviceLoop::On}) {
+        SCOPED_TRACE(spec + (eagle ? ", eagle" : ", draft model") +
+                     (where == DeviceLoop::On ? ", device loop" : ", host loop"));
+        test::CountingBackend counting;
+        LlamaGen target(tc, counting);
+        std::unique_ptr<AutoregressiveModel> draft;
+        speculative::FeatureInputs features;
+        if (eagle) {
+          auto e = std::make_unique<EagleDrafterModel>(load_model_config(kFix + "/spec/tiny_eagle"),
+                                                       target);
+          features = {e->feature(), e->prefix_token()};
+          draft = std::move(e);
+        } else {
+          draft =
+              std::make_unique<LlamaGen>(load_model_config(kFix + "/spec/tiny_draft"), counting);
         }
-        // The catch-up and 2 expansions (EAGLE's catch-up may take more forwards: only its
-        // last one's rows are read).
-        EXPECT_GE(drafter.batched_forwards() - forwards, 3);
-        EXPECT_EQ(counting.watched_downloads,
-                  where == DeviceLoop::On ? 0 : 4);  // host: the target's too
+        SamplingOptions so;
+        so.cfg_scale = 3.0f;
+        so.top_k = 50;
+        const SamplingParams p = to_sampling_params(so);
+        const speculative::TreeSpec tree = speculative::load_tree_spec(spec);
+        speculative::ModelDrafter drafter(*draft, p, 3, 2, tree, features);
+        const auto rule = speculative::make_exact_rule();
+        speculative::LoopSettings loop;
+        loop.rule = rule.get();
+        loop.drafter = &drafter;
+        loop.draft_len = 3;
+        DecoderSettings d;
+        d.sampling = p;
+        d.seed = 4;
+        d.device_loop = where;
+        GenerateStats stats;
+        speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
+        dec.add(Condition::label(1), 0);
+        dec.add(Condition::label(2), 1);
+        ASSERT_TRUE(dec.step());  // the prefills
+        counting.watch_width = V;
+        for (int round = 0; round < 3; ++round) {
+          SCOPED_TRACE("round " + std::to_string(round));
+          counting.watched_downloads = counting.downloads = counting.syncs = 0;
+          const int64_t forwards = drafter.batched_forwards(),
+                        drafted = stats.device_drafted_rounds;
+          ASSERT_TRUE(dec.step());
+          // The catch-up, then 2 expansions (dynamic) or the depth-1 nodes' forward (kary:2,2);
+          // EAGLE's catch-up may take more forwards: only its last one's rows are read.
+          const int read = spec[0] == 'd' ? 3 : 2;
+          EXPECT_EQ(stats.device_drafted_rounds - drafted, where == DeviceLoop::On ? 1 : 0);
+          if (where == DeviceLoop::On) {
+            EXPECT_EQ(counting.syncs, 0);
+            EXPECT_EQ(counting.downloads, read + 1);  // and the verdicts
+          }
+          EXPECT_GE(drafter.batched_forwards() - forwards, read);
+          EXPECT_EQ(counting.watched_downloads,
+                    where == DeviceLoop::On ? 0 : read + 1);  // host: the target's too
+        }
       }
-    }
 }
 
 // Jacobi's carry-over after a device round: the draws made there are the window's tokens, and q

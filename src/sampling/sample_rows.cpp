@@ -182,6 +182,49 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, 
 #endif
 }
 
+void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, const Tensor& params,
+                        Tensor& q, Tensor& tokens) {
+  const int V = static_cast<int>(probs.dim(-1));
+  const int64_t n = int64_t{n_rows} * k;
+  check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V && k >= 1 &&
+            q.dtype == DType::F32 && q.numel() >= n * V && tokens.dtype == DType::I32 &&
+            tokens.numel() >= n &&
+            params.nbytes() >= static_cast<size_t>(n) * sizeof(DeviceSampleParams),
+        "internal: draw_children_rows shapes");
+  if (n_rows == 0) return;
+  const auto* ps = static_cast<const DeviceSampleParams*>(params.data);
+  if (be.host_memory()) {
+    for (int r = 0; r < n_rows; ++r) {
+      const float* p = probs.ptr<float>() + static_cast<size_t>(r) * V;
+      int32_t* out = tokens.ptr<int32_t>() + static_cast<size_t>(r) * k;
+      for (int c = 0; c < k; ++c) {
+        float* qc = q.ptr<float>() + (static_cast<size_t>(r) * k + c) * V;
+        std::copy_n(c == 0 ? p : qc - V, V, qc);
+        const std::span<float> row(qc, static_cast<size_t>(V));
+        if (c > 0) qc[out[c - 1]] = 0.0f;
+        const bool mass = c > 0 ? normalise(row)  // q_0 = P as it is
+                                : std::any_of(row.begin(), row.end(), [](float x) { return x > 0; });
+        if (!mass) {  // no token left with mass: the rest are -1
+          std::fill(out + c, out + k, -1);
+          break;
+        }
+        const DeviceSampleParams& d = ps[static_cast<size_t>(r) * k + c];
+        out[c] = sampling_params(d).greedy()
+                     ? argmax(row)
+                     : sample_index(row, CounterRng(d.seed, d.image_index)
+                                             .uniform(d.token_index, d.stream));
+      }
+    }
+    return;
+  }
+#if defined(TESSERA_HAVE_CUDA)
+  launch_draw_children_rows(probs.ptr<float>(), n_rows, V, k, ps, q.ptr<float>(),
+                            tokens.ptr<int32_t>(), static_cast<CUstream_st*>(be.native_stream()));
+#else
+  throw Error("internal: draw_children_rows on " + be.name() + " in a build without CUDA");
+#endif
+}
+
 void sample_rows(Backend& be, const Tensor& cond, const Tensor* uncond, int n_rows, Tensor& params,
                  const SampleRowsOut& out, Tensor& error_flag) {
   const int V = static_cast<int>(cond.dim(-1));

@@ -82,6 +82,18 @@ void draw_rows(Backend& be, const Tensor& probs, int n_rows, Tensor& params,
 void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids,
               Tensor* mass = nullptr);
 
+// A static tree's children drawn without replacement where the distributions are (EAGLE #74's
+// sampling of a node's children, as ModelDrafter's host trees draw them): for each of n_rows rows
+// P of probs ([n_rows, vocab] F32), its k children in order, child c with params[r * k + c]:
+// q_0 = P (as it is) and q_c = q_{c-1} without child c-1's token, renormalised; child c's
+// token is sample_index(q_c, its params' uniform), or q_c's argmax when its params are greedy.
+// Writes q_c to q[r * k + c] ([n_rows * k, vocab] F32) and the token to tokens[r * k + c] (I32);
+// once no token has mass the row's remaining tokens are -1 (their q rows undefined). On the CPU
+// the host trees' tokens bit for bit; a device sums in another order. An all-zero P (a device's
+// flagged non-finite logits) gives -1 tokens too.
+void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, const Tensor& params,
+                        Tensor& q, Tensor& tokens);
+
 // Error's text for a set error_flag.
 const char* device_sample_failed();
 

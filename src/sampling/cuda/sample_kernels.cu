@@ -404,7 +404,65 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// draw_children_rows: a parent row's children one after another in one block. Each thread owns
+// the contiguous chunk [begin, end) of every q row (so thread order is vocabulary order for the
+// draw's scan): q_c is q_{c-1} without the last child's token, normalised as normalise_row does
+// (a double sum, each value times its inverse); q_0 is P as it is.
+__global__ void __launch_bounds__(kThreads)
+    draw_children_kernel(const float* __restrict__ probs, int V, int k,
+                         const DeviceSampleParams* __restrict__ params, float* __restrict__ q,
+                         int32_t* __restrict__ tokens) {
+  __shared__ BlockScratch s;
+  __shared__ int previous;
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int per = (V + kThreads - 1) / kThreads;
+  const int begin = min(V, tid * per), end = min(V, begin + per);
+  int32_t* out = tokens + static_cast<size_t>(row) * k;
+  for (int c = 0; c < k; ++c) {
+    const DeviceSampleParams p = params[static_cast<size_t>(row) * k + c];
+    float* qc = q + (static_cast<size_t>(row) * k + c) * V;
+    const float* from = c == 0 ? probs + static_cast<size_t>(row) * V : qc - V;
+    double part = 0.0;
+    for (int i = begin; i < end; ++i) {
+      const float v = c > 0 && i == previous ? 0.0f : from[i];
+      qc[i] = v;
+      part += v;
+    }
+    const double total = block_sum(part, s.d);
+    if (!(total > 0.0)) {  // no token left with mass: the rest are -1
+      for (int r = c + tid; r < k; r += kThreads) out[r] = -1;
+      return;
+    }
+    if (c > 0) {
+      const double inv = 1.0 / total;
+      part = 0.0;
+      for (int i = begin; i < end; ++i) {
+        qc[i] = static_cast<float>(qc[i] * inv);
+        part += qc[i];
+      }
+    }
+    const int t = p.temperature <= 0.0f ? row_argmax(qc, begin, end, s)
+                                        : block_draw(qc, begin, end, part, p, s);
+    if (tid == 0) {
+      out[c] = t;
+      previous = t;
+    }
+    __syncthreads();
+  }
+}
+
 }  // namespace
+
+void launch_draw_children_rows(const float* probs, int n_rows, int vocab, int k,
+                               const DeviceSampleParams* params, float* q, int32_t* tokens,
+                               CUstream_st* stream) {
+  if (vocab < 1 || n_rows < 0 || k < 1)
+    throw Error("device draw_children_rows: vocabulary " + std::to_string(vocab) + ", " +
+                std::to_string(n_rows) + " rows, k " + std::to_string(k));
+  if (n_rows == 0) return;
+  draw_children_kernel<<<n_rows, kThreads, 0, stream>>>(probs, vocab, k, params, q, tokens);
+  TESSERA_CUDA_LAUNCHED("draw_children_kernel");
+}
 
 void launch_draw_rows(const float* probs, int n_rows, int vocab, DeviceSampleParams* params,
                       int32_t* tokens, int mirror, int32_t* history, int history_stride,

@@ -652,72 +652,117 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
     for (int u = 0; u < N; ++u) index_in_depth[u] = count[shape.depth[u] - 1]++;
   }
   const int m = static_cast<int>(who.size());
+  // The device loop: each depth's children are drawn where the logits are (draw_tree_children),
+  // their q rows left there for the walk; only their tokens come back.
+  const bool on_backend = device_drafts_ && can_sample_rows(model_.backend(), V);
   StepBatch b;
   std::vector<int> out_row;
-  int n_out = catch_up(active, who, b, out_row);
+  int n_out = catch_up(active, who, b, out_row, on_backend);
   start_tree(active, who);
   std::vector<std::vector<int>> output_row(m);  // image i's node -> its row in the last forward
   // node_of[i][u]: image i's tree index of shape node u (-1: not in its tree).
   std::vector<std::vector<int>> node_of(m, std::vector<int>(N, -1));
   std::vector<int> rows_of = {-1};  // the shape node of each output row (-1: the root)
-  std::vector<float> dist(V), work(V);
+  std::vector<float> dist(on_backend ? 0 : V), work(on_backend ? 0 : V);
   const bool masked = !shape.is_chain();  // a chain attends causally, as the chain drafter does
   int tree_rows = 0;  // tree rows already in the cache (the same for every image)
+  TreeChildren drawn;
+  if (on_backend) {
+    device_drafts_counted_.rounds++;
+    // The round's q rows: every forward's rows, k children each (and greedy P rows).
+    for (const std::vector<int>& kids : children_)
+      drawn.k = std::max(drawn.k, static_cast<int>(kids.size()));
+    int64_t rows = n_out;
+    for (int d = 1; d < depth; ++d) rows += static_cast<int64_t>(fed[d - 1].size());
+    grown_rows(model_.backend(), device_q_, DType::F32, rows * m * (drawn.k + (greedy ? 1 : 0)), V);
+  }
   for (int d = 1; d <= depth; ++d) {
     if (d > 1) {
-      run(b);
+      run(b, !on_backend);
       n_out = static_cast<int>(b.output_at.size());
     }
-    for (int i = 0; i < m; ++i) {
-      ImageState& im = *active[who[i]];
-      if (d > max_depth[who[i]]) continue;
-      im.stats.draft_forwards++;
-      DraftTree& tree = trees[who[i]];
-      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
-      for (size_t k = 0; k < rows_of.size(); ++k) {
-        const int u = rows_of[k];
-        const int parent = u < 0 ? -1 : node_of[i][u];
-        if (u >= 0 && parent < 0) continue;  // a filler row
-        const std::vector<int>& kids = children_[u < 0 ? N : u];
-        if (kids.empty()) continue;
-        const size_t kk = d == 1 ? static_cast<size_t>(out_row[i]) : k;  // the root: catch-up row
-        const size_t row = static_cast<size_t>(i) * n_out + kk;
-        const size_t urow = static_cast<size_t>(m + i) * n_out + kk;
-        const float* cond = logits_.data() + row * V;
-        const float* uncond = cfg ? logits_.data() + urow * V : nullptr;
-        guided_distribution(cond, uncond, V, im.sampling, t, dist);
-        SamplingParams ranking = im.sampling;  // greedy ranks: the same at temperature 1
-        ranking.temperature = 1.0f;
-        int previous = -1;
-        for (size_t r = 0; r < kids.size(); ++r) {
-          const int c = kids[r];
-          const uint32_t level = static_cast<uint32_t>(index_in_depth[c]);
-          const uint32_t token_key = static_cast<uint32_t>(t) | ((level >> 8) << 24);
-          auto uniform = [&] {
-            return im.rng.uniform(token_key, stream_id(Stream::Draft, im.round, level & 0xff));
-          };
-          DraftNode node;
-          node.parent = parent;
-          node.depth = d;
-          if (r == 0) {
-            node.q = dist;
-            node.token = greedy ? argmax(node.q) : sample_index(node.q, uniform());
-          } else {
-            if (r == 1) {
-              if (greedy) {
-                guided_distribution(cond, uncond, V, ranking, t, work);
-              } else {
-                work = dist;
-              }
-            }
-            work[previous] = 0.0f;
-            if (!normalise(work)) break;  // no token left with mass: drop the other children
-            node.token = greedy ? argmax(work) : sample_index(work, uniform());
-            if (!greedy) node.q = work;
+    if (on_backend) {
+      draw_tree_children(active, who, d, n_out, out_row, rows_of, index_in_depth, drawn);
+      for (int i = 0; i < m; ++i) {
+        ImageState& im = *active[who[i]];
+        if (d > max_depth[who[i]]) continue;
+        im.stats.draft_forwards++;
+        DraftTree& tree = trees[who[i]];
+        for (size_t k = 0; k < rows_of.size(); ++k) {
+          const int u = rows_of[k];
+          const int parent = u < 0 ? -1 : node_of[i][u];
+          if (u >= 0 && parent < 0) continue;  // a filler row
+          const std::vector<int>& kids = children_[u < 0 ? N : u];
+          const int64_t row = int64_t{i} * n_out + (d == 1 ? out_row[i] : static_cast<int>(k));
+          for (size_t r = 0; r < kids.size(); ++r) {
+            const int64_t at = row * drawn.k + static_cast<int64_t>(r);
+            const int32_t token = drawn.tokens[at];
+            if (token < 0) break;  // no token left with mass: drop the other children
+            DraftNode node;
+            node.parent = parent;
+            node.depth = d;
+            node.token = token;
+            // Greedy: child 0's q is P (one-hot), the others none (one-hot at their token).
+            node.q_row = static_cast<int32_t>(!greedy  ? drawn.q_base + at
+                                              : r == 0 ? drawn.p_base + row
+                                                       : -1);
+            node_of[i][kids[r]] = static_cast<int>(tree.size());
+            tree.push_back(std::move(node));
           }
-          previous = node.token;
-          node_of[i][c] = static_cast<int>(tree.size());
-          tree.push_back(std::move(node));
+        }
+      }
+    } else {
+      for (int i = 0; i < m; ++i) {
+        ImageState& im = *active[who[i]];
+        if (d > max_depth[who[i]]) continue;
+        im.stats.draft_forwards++;
+        DraftTree& tree = trees[who[i]];
+        const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
+        for (size_t k = 0; k < rows_of.size(); ++k) {
+          const int u = rows_of[k];
+          const int parent = u < 0 ? -1 : node_of[i][u];
+          if (u >= 0 && parent < 0) continue;  // a filler row
+          const std::vector<int>& kids = children_[u < 0 ? N : u];
+          if (kids.empty()) continue;
+          const size_t kk = d == 1 ? static_cast<size_t>(out_row[i]) : k;  // the root: catch-up row
+          const size_t row = static_cast<size_t>(i) * n_out + kk;
+          const size_t urow = static_cast<size_t>(m + i) * n_out + kk;
+          const float* cond = logits_.data() + row * V;
+          const float* uncond = cfg ? logits_.data() + urow * V : nullptr;
+          guided_distribution(cond, uncond, V, im.sampling, t, dist);
+          SamplingParams ranking = im.sampling;  // greedy ranks: the same at temperature 1
+          ranking.temperature = 1.0f;
+          int previous = -1;
+          for (size_t r = 0; r < kids.size(); ++r) {
+            const int c = kids[r];
+            const uint32_t level = static_cast<uint32_t>(index_in_depth[c]);
+            const uint32_t token_key = static_cast<uint32_t>(t) | ((level >> 8) << 24);
+            auto uniform = [&] {
+              return im.rng.uniform(token_key, stream_id(Stream::Draft, im.round, level & 0xff));
+            };
+            DraftNode node;
+            node.parent = parent;
+            node.depth = d;
+            if (r == 0) {
+              node.q = dist;
+              node.token = greedy ? argmax(node.q) : sample_index(node.q, uniform());
+            } else {
+              if (r == 1) {
+                if (greedy) {
+                  guided_distribution(cond, uncond, V, ranking, t, work);
+                } else {
+                  work = dist;
+                }
+              }
+              work[previous] = 0.0f;
+              if (!normalise(work)) break;  // no token left with mass: drop the other children
+              node.token = greedy ? argmax(work) : sample_index(work, uniform());
+              if (!greedy) node.q = work;
+            }
+            previous = node.token;
+            node_of[i][c] = static_cast<int>(tree.size());
+            tree.push_back(std::move(node));
+          }
         }
       }
     }
@@ -734,6 +779,85 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   }
   // Every node of the trees has a fed_at entry (-1 when it was not fed).
   for (int i = 0; i < m; ++i) slots_.at(active[who[i]]->id).fed_at.resize(trees[who[i]].size(), -1);
+}
+
+void ModelDrafter::draw_tree_children(std::span<ImageState* const> active,
+                                      const std::vector<int>& who, int d, int n_out,
+                                      const std::vector<int>& out_row,
+                                      const std::vector<int>& rows_of,
+                                      const std::vector<int>& index_in_depth, TreeChildren& drawn) {
+  Backend& be = model_.backend();
+  const bool cfg = params_.uses_cfg(), greedy = params_.temperature <= 0.0f;
+  const int m = static_cast<int>(who.size()), K = drawn.k, N = shape_->nodes();
+  const int64_t rows = int64_t{m} * n_out, n_kids = rows * K;
+  if (d == 1) drawn.used = 0;
+  // One buffer: the children's tokens and the error flag (back), then the rows' settings (P's,
+  // the greedy ranking's) and the children's (up).
+  const size_t flag_at = static_cast<size_t>(n_kids) * sizeof(int32_t);
+  const size_t rows_at = aligned_offset(flag_at + sizeof(int32_t));
+  const size_t row_bytes = static_cast<size_t>(rows) * sizeof(DeviceSampleParams);
+  const size_t ranking_at = aligned_offset(rows_at + row_bytes);
+  const size_t kids_at = aligned_offset(ranking_at + (greedy ? row_bytes : 0));
+  tree_host_.assign(kids_at + static_cast<size_t>(n_kids) * sizeof(DeviceSampleParams), 0);
+  auto* p_rows = reinterpret_cast<DeviceSampleParams*>(tree_host_.data() + rows_at);
+  auto* ranking = reinterpret_cast<DeviceSampleParams*>(tree_host_.data() + ranking_at);
+  auto* kid = reinterpret_cast<DeviceSampleParams*>(tree_host_.data() + kids_at);
+  for (int i = 0; i < m; ++i) {
+    const ImageState& im = *active[who[i]];
+    const auto t = static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d);
+    SamplingParams rank = im.sampling;  // greedy ranks: the same at temperature 1
+    rank.temperature = 1.0f;
+    SamplingParams draw = im.sampling;  // greedy: the ranks in argmax's order
+    if (greedy) draw.temperature = 0.0f;
+    for (int k = 0; k < n_out; ++k) {
+      p_rows[i * n_out + k] = device_sample_params(im.sampling, 0, 0, t);
+      if (greedy) ranking[i * n_out + k] = device_sample_params(rank, 0, 0, t);
+    }
+    // The host tree's uniforms: token index t (the level's high bits in its top byte), stream
+    // (Draft, round, the child's index among its depth's nodes, low 8 bits).
+    for (size_t k = 0; k < rows_of.size(); ++k) {
+      const int u = rows_of[k];
+      const int row = i * n_out + (d == 1 ? out_row[i] : static_cast<int>(k));
+      const std::vector<int>& kids = children_[u < 0 ? N : u];
+      for (size_t r = 0; r < kids.size(); ++r) {
+        const auto level = static_cast<uint32_t>(index_in_depth[kids[r]]);
+        DeviceSampleParams& p = kid[static_cast<size_t>(row) * K + r];
+        p = device_sample_params(draw, im.rng.seed(), im.rng.image_index(),
+                                 t | ((level >> 8) << 24));
+        p.stream = stream_id(Stream::Draft, im.round, level & 0xff);
+      }
+    }
+  }
+  Tensor io = grown_rows(be, tree_io_, DType::U8, static_cast<int64_t>(tree_host_.size()), 1);
+  be.upload_into(tree_host_.data(), io);
+  auto settings = [&](size_t at, int64_t n) {
+    return tree_io_.bytes_as(at, DType::U8, {n * static_cast<int64_t>(sizeof(DeviceSampleParams))});
+  };
+  Tensor flag = tree_io_.bytes_as(flag_at, DType::I32, {1});
+  const Tensor cond = last_.logits.rows(0, rows);
+  const Tensor uncond = cfg ? last_.logits.rows(rows, rows) : Tensor{};
+  // P: the children's source when sampling; greedy, child 0's q (one-hot) and the ranks come
+  // from the distribution at temperature 1.
+  Tensor p = greedy ? device_q_.rows(drawn.used, rows)
+                    : grown_rows(be, tree_p_, DType::F32, rows, model_.info().vocab_size);
+  distribution_rows(be, cond, cfg ? &uncond : nullptr, static_cast<int>(rows),
+                    settings(rows_at, rows), p, flag);
+  drawn.p_base = drawn.used;
+  if (greedy) {
+    drawn.used += rows;
+    p = grown_rows(be, tree_p_, DType::F32, rows, model_.info().vocab_size);
+    distribution_rows(be, cond, cfg ? &uncond : nullptr, static_cast<int>(rows),
+                      settings(ranking_at, rows), p, flag);
+  }
+  drawn.q_base = drawn.used;
+  Tensor q = device_q_.rows(drawn.used, n_kids);
+  Tensor tokens = tree_io_.bytes_as(0, DType::I32, {n_kids});
+  draw_children_rows(be, p, static_cast<int>(rows), K, settings(kids_at, n_kids), q, tokens);
+  drawn.used += n_kids;
+  drawn.tokens.resize(static_cast<size_t>(n_kids) + 1);
+  be.download(tree_io_.bytes_as(0, DType::I32, {n_kids + 1}), drawn.tokens.data());
+  if (drawn.tokens[n_kids] != 0) throw Error(device_sample_failed());
+  device_rows_.q = device_q_.rows(0, drawn.used);
 }
 
 // EAGLE-2's dynamic tree (arXiv:2406.16858 §4.1-4.2; its code `topK_genrate`, notes 4.3):
@@ -826,7 +950,10 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
   StepBatch b;
   std::vector<int> out_row;
   int n_out = catch_up(active, who, b, out_row, on_backend);
-  if (on_backend) rank_on_backend(active, who, n_out, 1, K);
+  if (on_backend) {
+    device_drafts_counted_.rounds++;
+    rank_on_backend(active, who, n_out, 1, K);
+  }
   start_tree(active, who);
   std::vector<std::vector<int>> frontier(m);  // candidate indices, best first
   for (int i = 0; i < m; ++i) {

@@ -92,6 +92,21 @@ class ModelDrafter : public Drafter {
   void propose_dynamic(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees);
   void start_tree(std::span<ImageState* const> active, const std::vector<int>& who);
+  // A static tree's children on the device loop: of each row of the last forward (last_, n_out
+  // rows a slot, image i's root at out_row[i] at depth 1, fed node rows_of[k] at row k after),
+  // the shape's children drawn without replacement where the logits are (draw_children_rows,
+  // the host tree's uniforms), their q rows left in device_q_ for the walk; the tokens come back.
+  struct TreeChildren {
+    int k = 1;                    // children a row at most (the shape's widest node)
+    int64_t used = 0;             // device_q_ rows written this round
+    int64_t p_base = 0;           // greedy: the last depth's P rows (child 0's q)
+    int64_t q_base = 0;           // the last depth's children's q rows, row r's c-th at r k + c
+    std::vector<int32_t> tokens;  // the last depth's children's tokens (-1: none), then the flag
+  };
+  void draw_tree_children(std::span<ImageState* const> active, const std::vector<int>& who, int d,
+                          int n_out, const std::vector<int>& out_row,
+                          const std::vector<int>& rows_of, const std::vector<int>& index_in_depth,
+                          TreeChildren& drawn);
   void tree_batch(std::span<ImageState* const> active, const std::vector<int>& who,
                   const std::vector<DraftTree>& trees, const std::vector<std::vector<int>>& nodes,
                   int d, const std::vector<int>& out_row, int n_out, int& tree_rows, bool masked,
@@ -147,8 +162,10 @@ class ModelDrafter : public Drafter {
   // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
   // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).
   Tensor device_q_, device_io_;
-  Tensor device_roots_, device_roots_hidden_;  // the roots' logits and (EAGLE) f^, one row a slot
-  DeviceDraftRows device_rows_;                // views of the last chain's rows of both
+  Tensor device_roots_, device_roots_hidden_;
+  Tensor tree_io_, tree_p_;  // static trees: settings up and tokens back; the rows drawn from
+  std::vector<uint8_t> tree_host_;  // the roots' logits and (EAGLE) f^, one row a slot
+  DeviceDraftRows device_rows_;     // views of the last chain's rows of both
   std::vector<uint8_t> io_host_;
   GraphCache graphs_;
   // Dynamic trees: candidates ranked where the logits are, when the backend computes rows of this
