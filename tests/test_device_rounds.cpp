@@ -484,6 +484,109 @@ TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
       }
 }
 
+namespace {
+
+// Every drafted tree as the verifier saw it (tokens, parents, depths), in order.
+class TreeRecorder final : public test::DelegatingDrafter {
+ public:
+  using DelegatingDrafter::DelegatingDrafter;
+  std::vector<int32_t> drafted;
+  int drafting_rounds = 0, deep_accepts = 0;  // rounds with drafts; images accepting 2 or more
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<speculative::DraftTree>& trees) override {
+    DelegatingDrafter::propose(active, max_depth, trees);
+    drafting_rounds +=
+        std::any_of(trees.begin(), trees.end(), [](const auto& t) { return !t.empty(); });
+  }
+  void finish_round(ImageState& im, const speculative::DraftTree& tree,
+                    const speculative::VerifyOutcome& out,
+                    const speculative::TargetRound& target) override {
+    deep_accepts += out.accepted.size() >= 2;
+    drafted.push_back(-1 - im.id);
+    for (const speculative::DraftNode& n : tree)
+      drafted.insert(drafted.end(), {n.token, n.parent, n.depth});
+    DelegatingDrafter::finish_round(im, tree, out, target);
+  }
+};
+
+struct Recorded {
+  std::vector<int32_t> drafted;
+  int drafting_rounds = 0, deep_accepts = 0;
+  GenerateStats stats;
+};
+
+// Three images join a running batch one after another (uneven catch-ups: one image feeds one
+// token or pair while the others feed several), drafted by `drafter_dir` (the target itself:
+// most drafts accepted, so later draws depend on earlier ones; or the EAGLE drafter).
+Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const std::string& tree) {
+  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+  Backend& be = cpu_backend();
+  LlamaGen target(tc, be);
+  const bool eagle = drafter_dir.find("eagle") != std::string::npos;
+  std::unique_ptr<AutoregressiveModel> draft;
+  speculative::FeatureInputs features;
+  if (eagle) {
+    auto e = std::make_unique<EagleDrafterModel>(load_model_config(kFix + drafter_dir), target);
+    features = {e->feature(), e->prefix_token()};
+    draft = std::move(e);
+  } else {
+    draft = std::make_unique<LlamaGen>(load_model_config(kFix + drafter_dir), be);
+  }
+  SamplingOptions so;
+  so.cfg_scale = 3.0f;
+  so.top_k = 50;
+  const SamplingParams p = to_sampling_params(so);
+  std::optional<speculative::TreeSpec> spec;
+  if (!tree.empty()) spec = speculative::load_tree_spec(tree);
+  speculative::ModelDrafter drafter(*draft, p, 3, 3, spec, features);
+  TreeRecorder recorder(drafter);
+  const auto rule = speculative::make_exact_rule();
+  speculative::LoopSettings loop;
+  loop.rule = rule.get();
+  loop.drafter = &recorder;
+  loop.draft_len = 3;
+  DecoderSettings d;
+  d.sampling = p;
+  d.seed = 9;
+  d.device_loop = where;
+  Recorded r;
+  speculative::SpeculativeDecoder dec(target, 3, d, loop, r.stats);
+  dec.add(Condition::label(1), 0);
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(dec.step());
+  dec.add(Condition::label(2), 1);
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(dec.step());
+  dec.add(Condition::label(3), 2);
+  while (dec.step()) {
+  }
+  r.drafted = std::move(recorder.drafted);
+  r.drafting_rounds = recorder.drafting_rounds;
+  r.deep_accepts = recorder.deep_accepts;
+  return r;
+}
+
+}  // namespace
+
+// The device loop drafts the host loop's trees, node for node: chains, dynamic and static trees,
+// of a draft model and of the EAGLE drafter (whose later nodes read f^ from the forwards before
+// them), while images join a running batch (catch-ups that give a slot several rows, gathered to
+// the roots on the device). Every round drafts there.
+TEST(DeviceRounds, DraftsAreTheHostLoopsDrafts) {
+  for (const std::string drafter : {"/llamagen/c2i_f32", "/spec/tiny_eagle"})
+    for (const std::string tree : {"", "dynamic:2,3,8", "kary:2,2"}) {
+      SCOPED_TRACE(drafter + " tree '" + tree + "'");
+      const Recorded host = record_drafts(DeviceLoop::Off, drafter, tree);
+      const Recorded device = record_drafts(DeviceLoop::On, drafter, tree);
+      EXPECT_EQ(device.drafted, host.drafted);
+      EXPECT_GT(host.drafted.size(), 100u);
+      EXPECT_EQ(host.stats.device_drafted_rounds, 0);
+      EXPECT_EQ(device.stats.device_drafted_rounds, device.drafting_rounds);
+      EXPECT_GE(device.drafting_rounds, 6);
+      if (drafter == "/llamagen/c2i_f32") {  // drafting for itself: deep drafts accepted
+        EXPECT_GT(host.deep_accepts, 5);
+      }
+    }
+}
+
 // Jacobi's carry-over after a device round: the draws made there are the window's tokens, and q
 // stays there as rows of that round's distributions; a round the host verifies next (another
 // image's rule has no walk) downloads those rows into q instead.
