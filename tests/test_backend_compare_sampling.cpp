@@ -499,10 +499,10 @@ TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
     const int n = 4, k = 4;
     std::vector<float> probs(static_cast<size_t>(n) * V, 0.0f);
     std::uniform_real_distribution<float> w(0.0f, 1.0f);
-    for (int i = 0; i < V; ++i) probs[i] = w(g);    // row 0: every token
+    for (int i = 0; i < V; ++i) probs[i] = w(g);     // row 0: every token
     probs[V + 1] = 0.25f, probs[V + V - 1] = 0.75f;  // row 1: two tokens, then -1
     for (int i = 0; i < V; ++i) probs[2 * V + i] = static_cast<float>(i % 3);  // row 2: ties
-    probs[3 * V + 3 % V] = 1.0f;                     // row 3: one token
+    probs[3 * V + 3 % V] = 1.0f;                                               // row 3: one token
     for (int r : {0, 2}) normalise({probs.data() + static_cast<size_t>(r) * V, size_t(V)});
     std::vector<DeviceSampleParams> ps(static_cast<size_t>(n) * k);
     for (int r = 0; r < n; ++r)
@@ -526,8 +526,8 @@ TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
         const DeviceSampleParams& d = ps[r * k + c];
         want[r * k + c] =
             r == 2 ? argmax(work)
-                   : sample_index(work, CounterRng(d.seed, d.image_index).uniform(d.token_index,
-                                                                                 d.stream));
+                   : sample_index(
+                         work, CounterRng(d.seed, d.image_index).uniform(d.token_index, d.stream));
         std::copy(work.begin(), work.end(), want_q.begin() + (r * k + c) * V);
       }
     }

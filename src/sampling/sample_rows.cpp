@@ -202,8 +202,9 @@ void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, con
         std::copy_n(c == 0 ? p : qc - V, V, qc);
         const std::span<float> row(qc, static_cast<size_t>(V));
         if (c > 0) qc[out[c - 1]] = 0.0f;
-        const bool mass = c > 0 ? normalise(row)  // q_0 = P as it is
-                                : std::any_of(row.begin(), row.end(), [](float x) { return x > 0; });
+        const bool mass = c > 0
+                              ? normalise(row)  // q_0 = P as it is
+                              : std::any_of(row.begin(), row.end(), [](float x) { return x > 0; });
         if (!mass) {  // no token left with mass: the rest are -1
           std::fill(out + c, out + k, -1);
           break;
@@ -211,8 +212,8 @@ void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, con
         const DeviceSampleParams& d = ps[static_cast<size_t>(r) * k + c];
         out[c] = sampling_params(d).greedy()
                      ? argmax(row)
-                     : sample_index(row, CounterRng(d.seed, d.image_index)
-                                             .uniform(d.token_index, d.stream));
+                     : sample_index(
+                           row, CounterRng(d.seed, d.image_index).uniform(d.token_index, d.stream));
       }
     }
     return;
