@@ -16,7 +16,8 @@
 # rows that would start past it are skipped and named), --dry-run (print the commands only),
 # --build-dir DIR (default build-cuda), --all-targets (build every test, not only the CLI and the
 # backend tests). CUDA_ARCH (default 90) overrides the architectures; GPU_CHECK_METHODS (default
-# sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk) the methods of the second table.
+# sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk) the methods of the second table, GPU_CHECK_TREES
+# (default "sd,eagle@dynamic lantern,eagle@kary:2,2,1") its tree rows, LIST@TREE each.
 # Exit status: non-zero when the build, a test or any timed run failed; each failure is named in
 # the table in place of its number.
 set -uo pipefail
@@ -206,16 +207,21 @@ verify_cost() {
 # the methods whose heads did not travel are named in the table instead of failing the run, and
 # quality is off without the classifier.
 METHODS=${GPU_CHECK_METHODS:-sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk}
+# The trees' rows: the same methods drafting trees on the device loop (EAGLE-2's dynamic trees
+# ranked there, static trees drawn there), `--tree` for every method of the run.
+TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1}
 MROWS=() MNOTE=""
-methods_table() {
+# methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE), its rows in MROWS.
+methods_run() {
   [[ $HAS_DEVICE == 1 ]] || return
-  local kept=() m quality=()
-  for m in ${METHODS//,/ }; do
+  local kept=() m quality=() tree=${2:-} tag="" extra=()
+  [[ -n $tree ]] && { tag=" (--tree $tree)"; extra=(--tree "$tree"); }
+  for m in ${1//,/ }; do
     case $m in
       eagle|medusa|medusa-typical|hawk)
         local heads=models/emoji/${m%-typical}
         if [[ ! -e $heads/config.json ]]; then
-          MROWS+=("| $m | not run: $heads did not travel (scripts/gpu-trip.sh pack) | | | | | |")
+          MROWS+=("| $m$tag | not run: $heads did not travel (scripts/gpu-trip.sh pack) | | | | | |")
           continue
         fi ;;
     esac
@@ -224,11 +230,11 @@ methods_table() {
   [[ -e models/emoji/classifier/classifier.safetensors ]] || { quality=(--quality off); MNOTE="; quality off: models/emoji/classifier did not travel"; }
   [[ ${#kept[@]} -gt 0 ]] || return
   local list; list=$(IFS=,; echo "${kept[*]}")
-  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS+=("| $list | skipped: time budget | | | | | |"); return; fi
-  if run "$TESSERA" bench -m models/emoji/target --methods "$list" -n 4 --json --device cuda "${quality[@]}"; then
+  if [[ $(left) -lt 60 && $DRY == 0 ]]; then MROWS+=("| $list$tag | skipped: time budget | | | | | |"); return; fi
+  if run "$TESSERA" bench -m models/emoji/target --methods "$list" -n 4 --json --device cuda "${quality[@]}" "${extra[@]}"; then
     [[ $DRY == 1 ]] && return
     local got=()
-    mapfile -t got < <($PY - "$LOG.cur" <<'PYEOF'
+    mapfile -t got < <($PY - "$LOG.cur" "$tag" <<'PYEOF'
 import json, re, sys
 text = open(sys.argv[1]).read()
 for m in reversed(list(re.finditer(r"^\{", text, re.M))):
@@ -240,7 +246,10 @@ for m in reversed(list(re.finditer(r"^\{", text, re.M))):
         break
 else:
     sys.exit(0)
+tag = sys.argv[2]
 for r in d["methods"]:
+    if tag and r["method"] == "vanilla":
+        continue  # the first table's
     rounds = max(1, r["batched_target_forwards"])
     ms = {k: 1e3 * v / rounds for k, v in r["time_split_s"].items()}
     q = (r.get("quality") or {}).get("top1")
@@ -250,15 +259,20 @@ for r in d["methods"]:
     # Verified on the device / all; drafted there (those whose forwards replayed a graph).
     device = (f"{r.get('device_rounds', 0)}/{spec_rounds}; drafted {r.get('device_drafted_rounds', 0)}"
               f" ({r.get('replayed_draft_rounds', 0)})") if r["method"] != "vanilla" else "-"
-    print(f"| {r['method']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
+    print(f"| {r['method']}{tag} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
           f"{r['mean_accepted_length']:.2f} | {ms['draft']:.3f} / {ms['target']:.3f} / "
           f"{ms['verify'] + ms['rules']:.3f} | {device} | "
           f"{top1} |")
 PYEOF
 )
     MROWS+=("${got[@]}")
-    [[ ${#got[@]} -gt 0 ]] || { fail "methods: no JSON"; MROWS+=("| $list | **FAILED: no JSON** | | | | | |"); }
-  else fail "methods"; MROWS+=("| $list | **FAILED** (rc $?) | | | | | |"); fi
+    [[ ${#got[@]} -gt 0 ]] || { fail "methods$tag: no JSON"; MROWS+=("| $list$tag | **FAILED: no JSON** | | | | | |"); }
+  else fail "methods$tag"; MROWS+=("| $list$tag | **FAILED** (rc $?) | | | | | |"); fi
+}
+methods_table() {
+  local t
+  methods_run "$METHODS"
+  for t in $TREES; do methods_run "${t%@*}" "${t#*@}"; done
 }
 
 # 6b. MAR on the GPU (issue 42, item 4): random MAR-B in the official layout, converted; one image

@@ -35,6 +35,14 @@ struct SamplingParams {
   }
 };
 
+// The distribution drafters rank candidates by (static trees' children, EAGLE-2's expansions,
+// Medusa's heads): the sampling distribution itself, or at temperature 1 when greedy, since a
+// one-hot has no ranks beyond 0 (its argmax is the greedy token: EAGLE-1's top-k).
+inline SamplingParams ranking_params(SamplingParams p) {
+  if (p.greedy()) p.temperature = 1.0f;
+  return p;
+}
+
 // Writes the target distribution over the vocabulary into probs. uncond may be empty (no guidance).
 void target_distribution(std::span<const float> cond, std::span<const float> uncond, float scale,
                          const SamplingParams& p, std::span<float> probs);

@@ -27,8 +27,9 @@ class HeadRows {
   void compute(const Tensor& logits, int rows, int count, bool cfg,
                std::span<const DeviceSampleParams> params);
   // The last compute's rows' K most likely ids with mass (top_rows): row i's at [i K, i K + K),
-  // -1 past them; their probabilities in mass(), 0 past them (the same download).
-  const std::vector<int32_t>& top(int K);
+  // -1 past them; with_mass, their probabilities in mass(), 0 past them (the same download;
+  // EAGLE-2's scores read them, Medusa's candidates do not, and mass() is then empty).
+  const std::vector<int32_t>& top(int K, bool with_mass = true);
   const std::vector<int32_t>& top_ids() const { return ids_; }  // the last top()'s
   const std::vector<float>& mass() const { return mass_; }
   // The last compute's distributions: row i's at [i V, i V + V).

@@ -81,14 +81,13 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
   settings_.resize(static_cast<size_t>(depth) * m);
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
-    SamplingParams ranking = im.sampling;
-    if (ranking.temperature <= 0.0f) ranking.temperature = 1.0f;
+    const SamplingParams ranking = ranking_params(im.sampling);
     for (int d = 1; d <= depth; ++d)  // token index of depth d: the root's + d
       settings_[(d - 1) * m + i] = device_sample_params(
           ranking, 0, 0, static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d));
   }
   ranking_.compute(logits, m, depth, cfg, settings_);
-  const std::vector<int32_t>& ranked = ranking_.top(K);
+  const std::vector<int32_t>& ranked = ranking_.top(K, /*with_mass=*/false);
 
   std::vector<std::vector<int>> top(depth);
   std::vector<int> node_of(shape_.nodes());

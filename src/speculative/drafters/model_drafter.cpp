@@ -215,6 +215,33 @@ void ModelDrafter::run(const StepBatch& b, bool read_logits) {
   if (read_logits) session_.read(last_.logits, logits_);
 }
 
+// Chains, static and dynamic trees alike read only the roots' rows of a catch-up: on the device
+// loop they are gathered first (one small upload, the index; one get_rows), so that a t2i EAGLE
+// drafter's first catch-up (a caption's pairs) is not ranked or drawn row by row.
+int ModelDrafter::keep_roots(int m, int n_out, std::vector<int>& out_row) {
+  const bool features = reads_features();
+  if (n_out == 1 && !features) return n_out;
+  Backend& be = model_.backend();
+  const int R = params_.uses_cfg() ? 2 * m : m;
+  roots_host_.resize(R);
+  for (int r = 0; r < R; ++r) roots_host_[r] = r * n_out + out_row[r % m];
+  const Tensor index = grown_rows(be, roots_index_, DType::I32, R, 1).view({R});
+  Tensor up = index;
+  be.upload_into(roots_host_.data(), up);
+  Tensor logits = grown_rows(be, device_roots_, DType::F32, R, model_.info().vocab_size);
+  be.get_rows(last_.logits, index, logits);
+  last_.logits = logits;
+  if (features) {
+    const void* was = device_roots_hidden_.data;
+    Tensor hidden = grown_rows(be, device_roots_hidden_, DType::F32, R, last_.hidden.dim(-1));
+    be.get_rows(last_.hidden, index, hidden);
+    last_.hidden = hidden;
+    if (device_roots_hidden_.data != was) graphs_.clear();  // the chain's first forward reads it
+  }
+  out_row.assign(m, 0);
+  return 1;
+}
+
 // The device loop's chains (issue 42, items 1 and 3). Every step's host data goes up in one copy
 // before the first draw: the rows' sampling settings (the host chain's token index and stream)
 // and each forward's positions (clamped at the image's end as the host loop clamps them). Each
@@ -224,28 +251,20 @@ void ModelDrafter::run(const StepBatch& b, bool read_logits) {
 // reads the tokens where they are, and they reach the host with the round's verdicts.
 void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                                    std::span<const int> max_depth, int depth,
-                                   const std::vector<int32_t>& slots, int n_out,
-                                   const std::vector<int>& out_row, std::vector<DraftTree>& trees) {
+                                   const std::vector<int32_t>& slots,
+                                   std::vector<DraftTree>& trees) {
   Backend& be = model_.backend();
   const bool cfg = params_.uses_cfg(), features = reads_features();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, V = model_.info().vocab_size;
   const int N = model_.info().n_tokens, steps = depth - 1;  // forwards after the first draw
+  check(last_.logits.dim(0) == R, "internal: the device chain starts from one root row a slot");
   const size_t drawn = static_cast<size_t>(depth) * m;
   const size_t flag_at = drawn * sizeof(int32_t), back = flag_at + sizeof(int32_t);
   const size_t params_at = aligned_offset(back);
   const size_t positions_at = aligned_offset(params_at + drawn * sizeof(DeviceSampleParams));
-  // The roots' rows of the catch-up's outputs, when it gave a slot more than one (images catching
-  // up unevenly; an EAGLE catch-up feeding several pairs): gathered to one row per slot.
-  const bool gather = n_out > 1 || features;
-  const size_t roots_at =
-      aligned_offset(positions_at + static_cast<size_t>(steps) * R * sizeof(int32_t));
-  io_host_.assign(roots_at + (gather ? static_cast<size_t>(R) * sizeof(int32_t) : 0), 0);
+  io_host_.assign(positions_at + static_cast<size_t>(steps) * R * sizeof(int32_t), 0);
   auto* ps = reinterpret_cast<DeviceSampleParams*>(io_host_.data() + params_at);
   auto* pos = reinterpret_cast<int32_t*>(io_host_.data() + positions_at);
-  if (gather) {
-    auto* roots = reinterpret_cast<int32_t*>(io_host_.data() + roots_at);
-    for (int r = 0; r < R; ++r) roots[r] = r * n_out + out_row[r % m];
-  }
   for (int step = 0; step < depth; ++step)
     for (int i = 0; i < m; ++i) {
       const ImageState& im = *active[who[i]];
@@ -263,25 +282,14 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
     }
   const void* io_was = device_io_.data;
   const void* q_was = device_q_.data;
-  const void* hidden_was = device_roots_hidden_.data;
   Tensor io = grown_rows(be, device_io_, DType::U8, static_cast<int64_t>(io_host_.size()), 1);
   be.upload_into(io_host_.data(), io);
   grown_rows(be, device_q_, DType::F32, static_cast<int64_t>(drawn), V);
-  Tensor root_logits = last_.logits;
-  Tensor root_hidden;  // EAGLE: f^ at the roots' rows, which the first forward reads
-  if (gather) {
-    const Tensor roots = device_io_.bytes_as(roots_at, DType::I32, {R});
-    root_logits = grown_rows(be, device_roots_, DType::F32, R, V);
-    be.get_rows(last_.logits, roots, root_logits);
-    if (features) {
-      root_hidden = grown_rows(be, device_roots_hidden_, DType::F32, R, last_.hidden.dim(-1));
-      be.get_rows(last_.hidden, roots, root_hidden);
-    }
-  }
+  const Tensor root_logits = last_.logits;
+  // EAGLE: f^ at the roots' rows (keep_roots'), which the first forward reads.
+  const Tensor root_hidden = features ? last_.hidden : Tensor{};
   // A graph holds addresses: the buffers' growth retires every graph.
-  if (device_io_.data != io_was || device_q_.data != q_was ||
-      device_roots_hidden_.data != hidden_was)
-    graphs_.clear();
+  if (device_io_.data != io_was || device_q_.data != q_was) graphs_.clear();
 
   Tensor flag = device_io_.bytes_as(flag_at, DType::I32, {1});
   auto params = [&](int step) {
@@ -543,7 +551,8 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   int n_out = catch_up(active, who, b, out_row, device_drafts_);
   // The device loop: the chain is drawn on the backend, only the tokens come back.
   if (device_drafts_) {
-    draft_on_device(active, who, max_depth, depth, b.slots, n_out, out_row, trees);
+    keep_roots(m, n_out, out_row);
+    draft_on_device(active, who, max_depth, depth, b.slots, trees);
     return;
   }
   std::vector<int32_t> next(R);
@@ -658,6 +667,7 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
   StepBatch b;
   std::vector<int> out_row;
   int n_out = catch_up(active, who, b, out_row, on_backend);
+  if (on_backend) n_out = keep_roots(m, n_out, out_row);
   start_tree(active, who);
   std::vector<std::vector<int>> output_row(m);  // image i's node -> its row in the last forward
   // node_of[i][u]: image i's tree index of shape node u (-1: not in its tree).
@@ -681,75 +691,53 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
       run(b, !on_backend);
       n_out = static_cast<int>(b.output_at.size());
     }
-    if (on_backend) {
+    if (on_backend)
       draw_tree_children(active, who, d, n_out, out_row, rows_of, index_in_depth, drawn);
-      for (int i = 0; i < m; ++i) {
-        ImageState& im = *active[who[i]];
-        if (d > max_depth[who[i]]) continue;
-        im.stats.draft_forwards++;
-        DraftTree& tree = trees[who[i]];
-        for (size_t k = 0; k < rows_of.size(); ++k) {
-          const int u = rows_of[k];
-          const int parent = u < 0 ? -1 : node_of[i][u];
-          if (u >= 0 && parent < 0) continue;  // a filler row
-          const std::vector<int>& kids = children_[u < 0 ? N : u];
-          const int64_t row = int64_t{i} * n_out + (d == 1 ? out_row[i] : static_cast<int>(k));
-          for (size_t r = 0; r < kids.size(); ++r) {
-            const int64_t at = row * drawn.k + static_cast<int64_t>(r);
-            const int32_t token = drawn.tokens[at];
-            if (token < 0) break;  // no token left with mass: drop the other children
-            DraftNode node;
-            node.parent = parent;
-            node.depth = d;
-            node.token = token;
+    for (int i = 0; i < m; ++i) {
+      ImageState& im = *active[who[i]];
+      if (d > max_depth[who[i]]) continue;
+      im.stats.draft_forwards++;
+      DraftTree& tree = trees[who[i]];
+      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
+      for (size_t k = 0; k < rows_of.size(); ++k) {
+        const int u = rows_of[k];
+        const int parent = u < 0 ? -1 : node_of[i][u];
+        if (u >= 0 && parent < 0) continue;  // a filler row
+        const std::vector<int>& kids = children_[u < 0 ? N : u];
+        if (kids.empty()) continue;
+        const size_t kk = d == 1 ? static_cast<size_t>(out_row[i]) : k;  // the root: catch-up row
+        const size_t row = static_cast<size_t>(i) * n_out + kk;
+        const float* cond = on_backend ? nullptr : logits_.data() + row * V;
+        const float* uncond = on_backend || !cfg
+                                  ? nullptr
+                                  : logits_.data() + (static_cast<size_t>(m + i) * n_out + kk) * V;
+        int previous = -1;
+        for (size_t r = 0; r < kids.size(); ++r) {
+          DraftNode node;
+          node.parent = parent;
+          node.depth = d;
+          if (on_backend) {  // drawn there: the token back, q in its row
+            const size_t at = row * drawn.k + r;
+            if (drawn.tokens[at] < 0) break;  // no token left with mass: drop the other children
+            node.token = drawn.tokens[at];
             // Greedy: child 0's q is P (one-hot), the others none (one-hot at their token).
-            node.q_row = static_cast<int32_t>(!greedy  ? drawn.q_base + at
-                                              : r == 0 ? drawn.p_base + row
+            node.q_row = static_cast<int32_t>(!greedy  ? drawn.q_base + static_cast<int64_t>(at)
+                                              : r == 0 ? drawn.p_base + static_cast<int64_t>(row)
                                                        : -1);
-            node_of[i][kids[r]] = static_cast<int>(tree.size());
-            tree.push_back(std::move(node));
-          }
-        }
-      }
-    } else {
-      for (int i = 0; i < m; ++i) {
-        ImageState& im = *active[who[i]];
-        if (d > max_depth[who[i]]) continue;
-        im.stats.draft_forwards++;
-        DraftTree& tree = trees[who[i]];
-        const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of depth d
-        for (size_t k = 0; k < rows_of.size(); ++k) {
-          const int u = rows_of[k];
-          const int parent = u < 0 ? -1 : node_of[i][u];
-          if (u >= 0 && parent < 0) continue;  // a filler row
-          const std::vector<int>& kids = children_[u < 0 ? N : u];
-          if (kids.empty()) continue;
-          const size_t kk = d == 1 ? static_cast<size_t>(out_row[i]) : k;  // the root: catch-up row
-          const size_t row = static_cast<size_t>(i) * n_out + kk;
-          const size_t urow = static_cast<size_t>(m + i) * n_out + kk;
-          const float* cond = logits_.data() + row * V;
-          const float* uncond = cfg ? logits_.data() + urow * V : nullptr;
-          guided_distribution(cond, uncond, V, im.sampling, t, dist);
-          SamplingParams ranking = im.sampling;  // greedy ranks: the same at temperature 1
-          ranking.temperature = 1.0f;
-          int previous = -1;
-          for (size_t r = 0; r < kids.size(); ++r) {
-            const int c = kids[r];
-            const uint32_t level = static_cast<uint32_t>(index_in_depth[c]);
+          } else {
+            const uint32_t level = static_cast<uint32_t>(index_in_depth[kids[r]]);
             const uint32_t token_key = static_cast<uint32_t>(t) | ((level >> 8) << 24);
             auto uniform = [&] {
               return im.rng.uniform(token_key, stream_id(Stream::Draft, im.round, level & 0xff));
             };
-            DraftNode node;
-            node.parent = parent;
-            node.depth = d;
             if (r == 0) {
+              guided_distribution(cond, uncond, V, im.sampling, t, dist);
               node.q = dist;
               node.token = greedy ? argmax(node.q) : sample_index(node.q, uniform());
             } else {
               if (r == 1) {
                 if (greedy) {
-                  guided_distribution(cond, uncond, V, ranking, t, work);
+                  guided_distribution(cond, uncond, V, ranking_params(im.sampling), t, work);
                 } else {
                   work = dist;
                 }
@@ -760,9 +748,9 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
               if (!greedy) node.q = work;
             }
             previous = node.token;
-            node_of[i][c] = static_cast<int>(tree.size());
-            tree.push_back(std::move(node));
           }
+          node_of[i][kids[r]] = static_cast<int>(tree.size());
+          tree.push_back(std::move(node));
         }
       }
     }
@@ -805,9 +793,8 @@ void ModelDrafter::draw_tree_children(std::span<ImageState* const> active,
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
     const auto t = static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d);
-    SamplingParams rank = im.sampling;  // greedy ranks: the same at temperature 1
-    rank.temperature = 1.0f;
-    SamplingParams draw = im.sampling;  // greedy: the ranks in argmax's order
+    const SamplingParams rank = ranking_params(im.sampling);  // greedy's ranks
+    SamplingParams draw = im.sampling;                        // greedy: the ranks in argmax's order
     if (greedy) draw.temperature = 0.0f;
     for (int k = 0; k < n_out; ++k) {
       p_rows[i * n_out + k] = device_sample_params(im.sampling, 0, 0, t);
@@ -929,9 +916,7 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
           cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
       const ImageState& im = *active[who[i]];
       const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index
-      SamplingParams scoring = im.sampling;
-      if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
-      guided_distribution(cond, uncond, V, scoring, t, dist);
+      guided_distribution(cond, uncond, V, ranking_params(im.sampling), t, dist);
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
         return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
@@ -951,6 +936,7 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
   std::vector<int> out_row;
   int n_out = catch_up(active, who, b, out_row, on_backend);
   if (on_backend) {
+    n_out = keep_roots(m, n_out, out_row);
     device_drafts_counted_.rounds++;
     rank_on_backend(active, who, n_out, 1, K);
   }
@@ -1059,11 +1045,9 @@ void ModelDrafter::rank_on_backend(std::span<ImageState* const> active, const st
   rank_settings_.resize(static_cast<size_t>(m) * n_out);
   for (int i = 0; i < m; ++i) {
     const ImageState& im = *active[who[i]];
-    SamplingParams scoring = im.sampling;  // greedy: its ranks at temperature 1
-    if (scoring.temperature <= 0.0f) scoring.temperature = 1.0f;
     const auto t = static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d);
     std::fill_n(rank_settings_.begin() + static_cast<ptrdiff_t>(i) * n_out, n_out,
-                device_sample_params(scoring, 0, 0, t));
+                device_sample_params(ranking_params(im.sampling), 0, 0, t));
   }
   // The forward's rows are slot-major (cond slots, then uncond), n_out a slot: image i's row k
   // at i n_out + k of each half.

@@ -130,14 +130,21 @@ class ModelDrafter : public Drafter {
   // ranking_->top()'s [(i n_out + k) K, ...).
   void rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who, int n_out,
                        int d, int K);
-  // The device loop's chain for the images `who` after the catch-up (last_ holds its outputs,
-  // n_out rows per slot of `slots`, image i's root at out_row[i]): depth draws and the forwards
+  // The device loop, after the catch-up (n_out rows a slot in last_, image i's root at
+  // out_row[i]): when it gave a slot several rows (images catching up unevenly, an EAGLE catch-up
+  // feeding several pairs) or the model reads features, the roots' rows gathered to one a slot
+  // (device_roots_; f^ in device_roots_hidden_, an address the chain's graphs keep) and made
+  // last_, so that the drafts compute m rows, not m n_out. Returns the rows a slot now; out_row
+  // is updated.
+  int keep_roots(int m, int n_out, std::vector<int>& out_row);
+  // The device loop's chain for the images `who` after the catch-up and keep_roots (last_ holds
+  // the roots' outputs, one row a slot of `slots`): depth draws and the forwards
   // between them on the backend (an EAGLE drafter's reading f^ there), the distributions and
   // tokens in device_rows_ (node (step, i) at row step * m + i), left there; appends the nodes to
   // `trees`, their tokens kTokenOnDevice.
   void draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                        std::span<const int> max_depth, int depth, const std::vector<int32_t>& slots,
-                       int n_out, const std::vector<int>& out_row, std::vector<DraftTree>& trees);
+                       std::vector<DraftTree>& trees);
   // Feature mode: appends the pairs (tokens[k], features of row cond_rows[k] of cond and
   // uncond_rows[k] of uncond, backend tensors [*, feature_dim]) to image id's pending ones.
   void queue_pairs(int id, std::span<const int32_t> tokens, const Tensor& cond,
@@ -162,7 +169,8 @@ class ModelDrafter : public Drafter {
   // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
   // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).
   Tensor device_q_, device_io_;
-  Tensor device_roots_, device_roots_hidden_;
+  Tensor device_roots_, device_roots_hidden_, roots_index_;
+  std::vector<int32_t> roots_host_;
   Tensor tree_io_, tree_p_;  // static trees: settings up and tokens back; the rows drawn from
   std::vector<uint8_t> tree_host_;  // the roots' logits and (EAGLE) f^, one row a slot
   DeviceDraftRows device_rows_;     // views of the last chain's rows of both
