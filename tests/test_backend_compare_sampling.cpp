@@ -490,8 +490,9 @@ TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
 // draw_children_rows (a static tree's children drawn without replacement where the distributions
 // are): each child from its parent's distribution without the tokens of the children before it,
 // renormalised, and its q row that distribution; greedy children are the ranks in argmax's order;
-// -1 once no token has mass. Against the host trees' arithmetic written here (normalise,
-// sample_index, CounterRng): the CPU bit for bit, a device to 1e-6 in q (sums in another order).
+// -1 once no token has mass (0 in the inputs' copy). Against the host trees' arithmetic written
+// here (normalise, sample_index, CounterRng): the CPU bit for bit, a device to 1e-6 in q (sums in
+// another order).
 TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
   std::mt19937 g(11);
   for (const int V : {7, 1000}) {
@@ -539,11 +540,16 @@ TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
                              {static_cast<int64_t>(ps.size() * sizeof(DeviceSampleParams))});
     Tensor q = b.zeros(DType::F32, {n * k, V});
     Tensor tokens = b.zeros(DType::I32, {n * k});
-    draw_children_rows(b, t, n, k, params, q, tokens);
-    std::vector<int32_t> got(want.size());
+    // The tokens as a forward's inputs too: 0 in place of -1 (a padding row's token).
+    std::vector<int32_t> stale(want.size(), 12345);
+    Tensor inputs = b.upload(stale.data(), DType::I32, {n * k});
+    draw_children_rows(b, t, n, k, params, q, tokens, &inputs);
+    std::vector<int32_t> got(want.size()), got_inputs(want.size());
     b.download(tokens, got.data());
+    b.download(inputs, got_inputs.data());
     const std::vector<float> got_q = download_f32(b, q);
     EXPECT_EQ(got, want);
+    for (size_t c = 0; c < want.size(); ++c) EXPECT_EQ(got_inputs[c], std::max(want[c], 0)) << c;
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < k && want[r * k + c] >= 0; ++c) {
         for (int y = 0; y < V; ++y)

@@ -38,14 +38,14 @@ struct Generated {
   GenerateStats stats;
 };
 
-Generated run(const SpeculativeOptions& spec, DeviceLoop loop, float temperature) {
+Generated run(const SpeculativeOptions& spec, DeviceLoop loop, float temperature, int top_k = 50) {
   LoadOptions lo;
   lo.load_decoder = false;
   static std::unique_ptr<Pipeline> pipe = Pipeline::load(kFix + "/llamagen/c2i_f32", lo);
   GenerateOptions o;
   o.sampling.cfg_scale = 3.0f;
   o.sampling.temperature = temperature;
-  o.sampling.top_k = 50;
+  o.sampling.top_k = top_k;
   o.seed = 5;
   o.batch = 3;
   o.spec = spec;
@@ -78,6 +78,9 @@ void expect_same(const Generated& device, const Generated& host) {
     EXPECT_EQ(device.stats.per_image[i].accepted, host.stats.per_image[i].accepted) << i;
     EXPECT_EQ(device.stats.per_image[i].accepted_depth, host.stats.per_image[i].accepted_depth)
         << i;
+    EXPECT_EQ(device.stats.per_image[i].draft_nodes, host.stats.per_image[i].draft_nodes) << i;
+    EXPECT_EQ(device.stats.per_image[i].rounds_by_depth, host.stats.per_image[i].rounds_by_depth)
+        << i;
   }
   EXPECT_EQ(host.stats.device_rounds, 0);
 }
@@ -94,6 +97,7 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   struct Case {
     SpeculativeOptions spec;
     float temperature;
+    int top_k = 50;
   };
   std::vector<Case> cases = {
       {method("sd"), 1.0f},
@@ -118,6 +122,11 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
       {method("lantern++", {{"lantern.k", int64_t{6}}, {"lantern.lambda", 2.0}}), 1.0f},
       {method("sd", {}, "kary:2,2"), 1.0f},
       {method("sd", {}, "kary:2,2"), 0.0f},
+      // Top-k 2 under three children a node: the third never has a token (the device loop's
+      // trees hold it as a missing node, the host loop's leave it out).
+      {method("sd", {}, "kary:3,2"), 1.0f, 2},
+      {method("sd", {}, "kary:3,2"), 0.0f, 2},
+      {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}, "kary:3,2"), 1.0f, 2},
       {method("sd", {}, "dynamic:2,3,8"), 1.0f},
       {method("sd", {}, "dynamic:2,3,8"), 0.0f},
       {method("eagle", {}, "dynamic:2,3,8"), 1.0f},
@@ -152,9 +161,10 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   int rejected_rounds = 0, sibling_tests = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec.method + " tree '" + c.spec.tree + "' resample '" + c.spec.resample +
-                 "' temperature " + std::to_string(c.temperature));
-    const Generated host = run(c.spec, DeviceLoop::Off, c.temperature);
-    const Generated device = run(c.spec, DeviceLoop::On, c.temperature);
+                 "' temperature " + std::to_string(c.temperature) + " top-k " +
+                 std::to_string(c.top_k));
+    const Generated host = run(c.spec, DeviceLoop::Off, c.temperature, c.top_k);
+    const Generated device = run(c.spec, DeviceLoop::On, c.temperature, c.top_k);
     expect_same(device, host);
     const int64_t prefills = 2;  // 6 images, 3 at a time
     EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - prefills)
@@ -415,12 +425,13 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
 // Trees are drafted where the drafter's logits are on the device loop. Dynamic trees (EAGLE-2's,
 // of the EAGLE drafter and of a draft model) rank their candidates there: each expansion reads
 // back K ids and their mass a row. Static trees draw each depth's children there without
-// replacement (draw_children_rows), their q rows left there for the walk: each depth reads back
-// its children's tokens. Never the rows of logits, which the host loop reads (the catch-up's and
-// every later forward's). MakeTheHostLoopsImages checks that both make the same trees. The EAGLE
-// drafter's features (the target's for committed pairs, its own f^ for drafted nodes) stay on the
-// backend either way: a device round waits for nothing and reads back one thing a depth and the
-// verdicts.
+// replacement (draw_children_rows), their q rows and tokens left there for the next depth's
+// forward, the target pass and the walk: nothing comes back before the verdicts, which bring the
+// tokens. Never the rows of logits, which the host loop reads (the catch-up's and every later
+// forward's). MakeTheHostLoopsImages checks that both make the same trees. The EAGLE drafter's
+// features (the target's for committed pairs, its own f^ for drafted nodes) stay on the backend
+// either way: a device round waits for nothing and reads back once (a static tree) or once an
+// expansion and the verdicts (a dynamic tree).
 TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const int V = tc.gpt.vocab_size;
@@ -474,8 +485,10 @@ TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
           const int read = spec[0] == 'd' ? 3 : 2;
           EXPECT_EQ(stats.device_drafted_rounds - drafted, where == DeviceLoop::On ? 1 : 0);
           if (where == DeviceLoop::On) {
+            // A dynamic tree: K ids and masses a row per expansion, then the verdicts. A static
+            // tree: the verdicts only (its tokens come back with them).
             EXPECT_EQ(counting.syncs, 0);
-            EXPECT_EQ(counting.downloads, read + 1);  // and the verdicts
+            EXPECT_EQ(counting.downloads, spec[0] == 'd' ? read + 1 : 1);
           }
           EXPECT_GE(drafter.batched_forwards() - forwards, read);
           EXPECT_EQ(counting.watched_downloads,
@@ -492,6 +505,7 @@ class TreeRecorder final : public test::DelegatingDrafter {
   using DelegatingDrafter::DelegatingDrafter;
   std::vector<int32_t> drafted;
   int drafting_rounds = 0, deep_accepts = 0;  // rounds with drafts; images accepting 2 or more
+  int missing = 0;                            // kTokenMissing nodes
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     DelegatingDrafter::propose(active, max_depth, trees);
@@ -503,22 +517,34 @@ class TreeRecorder final : public test::DelegatingDrafter {
                     const speculative::TargetRound& target) override {
     deep_accepts += out.accepted.size() >= 2;
     drafted.push_back(-1 - im.id);
-    for (const speculative::DraftNode& n : tree)
-      drafted.insert(drafted.end(), {n.token, n.parent, n.depth});
+    // The device loop's static trees hold the children drawn without a token left as missing
+    // nodes, which the host loop's leave out: recorded without them, parents renumbered.
+    std::vector<int> index(tree.size(), -1);
+    int kept = 0;
+    for (size_t c = 0; c < tree.size(); ++c) {
+      const speculative::DraftNode& n = tree[c];
+      if (n.token == speculative::kTokenMissing) {
+        ++missing;
+        continue;
+      }
+      index[c] = kept++;
+      drafted.insert(drafted.end(), {n.token, n.parent < 0 ? -1 : index[n.parent], n.depth});
+    }
     DelegatingDrafter::finish_round(im, tree, out, target);
   }
 };
 
 struct Recorded {
   std::vector<int32_t> drafted;
-  int drafting_rounds = 0, deep_accepts = 0;
+  int drafting_rounds = 0, deep_accepts = 0, missing = 0;
   GenerateStats stats;
 };
 
 // Three images join a running batch one after another (uneven catch-ups: one image feeds one
 // token or pair while the others feed several), drafted by `drafter_dir` (the target itself:
 // most drafts accepted, so later draws depend on earlier ones; or the EAGLE drafter).
-Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const std::string& tree) {
+Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const std::string& tree,
+                       int top_k) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   Backend& be = cpu_backend();
   LlamaGen target(tc, be);
@@ -534,7 +560,7 @@ Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const s
   }
   SamplingOptions so;
   so.cfg_scale = 3.0f;
-  so.top_k = 50;
+  so.top_k = top_k;
   const SamplingParams p = to_sampling_params(so);
   std::optional<speculative::TreeSpec> spec;
   if (!tree.empty()) spec = speculative::load_tree_spec(tree);
@@ -561,6 +587,7 @@ Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const s
   r.drafted = std::move(recorder.drafted);
   r.drafting_rounds = recorder.drafting_rounds;
   r.deep_accepts = recorder.deep_accepts;
+  r.missing = recorder.missing;
   return r;
 }
 
@@ -572,10 +599,20 @@ Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const s
 // the roots on the device). Every round drafts there.
 TEST(DeviceRounds, DraftsAreTheHostLoopsDrafts) {
   for (const std::string drafter : {"/llamagen/c2i_f32", "/spec/tiny_eagle"})
-    for (const std::string tree : {"", "dynamic:2,3,8", "kary:2,2"}) {
+    for (const std::string tree : {"", "dynamic:2,3,8", "kary:2,2", "kary:3,2 top-k 2"}) {
       SCOPED_TRACE(drafter + " tree '" + tree + "'");
-      const Recorded host = record_drafts(DeviceLoop::Off, drafter, tree);
-      const Recorded device = record_drafts(DeviceLoop::On, drafter, tree);
+      // Top-k 2 under three children a node: every third child has no token left.
+      const bool short_rows = tree.ends_with("top-k 2");
+      const std::string shape = short_rows ? tree.substr(0, tree.find(' ')) : tree;
+      const int top_k = short_rows ? 2 : 50;
+      const Recorded host = record_drafts(DeviceLoop::Off, drafter, shape, top_k);
+      const Recorded device = record_drafts(DeviceLoop::On, drafter, shape, top_k);
+      EXPECT_EQ(host.missing, 0);
+      if (short_rows) {
+        EXPECT_GT(device.missing, device.drafting_rounds);  // a root's third child, at least
+      } else {
+        EXPECT_EQ(device.missing, 0);
+      }
       EXPECT_EQ(device.drafted, host.drafted);
       EXPECT_GT(host.drafted.size(), 100u);
       EXPECT_EQ(host.stats.device_drafted_rounds, 0);

@@ -226,6 +226,76 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   EXPECT_GT(sibling_rejections, 300) << "rounds that test a sibling after a rejection";
 }
 
+// A device loop's static tree holds the children drawn without a token left (a suffix of a
+// node's children, draw_children_rows' -1) and the nodes below them: the walk stops at the first
+// such child as if the node had no more, and outcome() counts the tests as verify_draft does on
+// the tree without them (the host loop's). Random trees with such suffixes, against the host walk
+// of the pruned tree.
+TEST(VerifyRows, MissingChildrenAreNoChildren) {
+  constexpr int V = 24;
+  std::mt19937 g(77);
+  int cut = 0, accepted_past = 0;
+  std::vector<Case> rules = ratio_rules();
+  for (Case& c : lantern_rules(random_table(V))) rules.push_back(std::move(c));
+  for (const Case& c : rules) {
+    const WalkRule descriptor = c.rule->walk_rule()->rule;
+    for (const bool greedy : {false, true})
+      for (int trial = 0; trial < 80; ++trial) {
+        SCOPED_TRACE(c.name + (greedy ? " greedy" : "") + " trial " + std::to_string(trial));
+        const int n = 2 + static_cast<int>(g() % 8);
+        RandomDraft r = random_draft(g, V, n, false, QKind::Sampled);
+        // Node c0 and its later siblings miss, and everything below a missing node.
+        const int c0 = static_cast<int>(g() % n);
+        std::vector<bool> missing(n, false);
+        for (int c = 0; c < n; ++c) {
+          const int parent = r.tree[c].parent;
+          missing[c] = (c >= c0 && parent == r.tree[c0].parent) || (parent >= 0 && missing[parent]);
+        }
+        DraftTree pruned;
+        std::vector<int> index(n, -1);
+        for (int c = 0; c < n; ++c) {
+          if (missing[c]) {
+            r.nodes[c].token = -1;
+            r.tree[c].token = kTokenMissing;
+            continue;
+          }
+          index[c] = static_cast<int>(pruned.size());
+          pruned.push_back(r.tree[c]);
+          if (pruned.back().parent >= 0) pruned.back().parent = index[pruned.back().parent];
+        }
+        // The pruned tree's target rows: the root's, then each kept node's.
+        std::vector<float> p_pruned(r.p.begin(), r.p.begin() + V);
+        for (int c = 0; c < n; ++c)
+          if (!missing[c])
+            p_pruned.insert(p_pruned.end(), r.p.begin() + (c + 1) * V, r.p.begin() + (c + 2) * V);
+        const int L = 4;
+        const uint64_t seed = g(), image = g() % 5;
+        const uint32_t base = 1 + g() % 200;
+        const int64_t round = g() % 50;
+        ImageStats want_stats, got_stats;
+        const VerifyOutcome want = host_walk(*c.rule, pruned, p_pruned.data(), V, L, greedy, seed,
+                                             image, base, round, want_stats);
+        std::vector<float> scratch(verify_scratch(V));
+        const DraftVerdict got =
+            verify_rows(descriptor, r.p.data(), r.q.data(), r.nodes.data(), n, L, V, greedy, seed,
+                        image, base, round, scratch.data());
+        const VerifyOutcome out = BackendVerifier::outcome(got, r.tree, got_stats);
+        std::vector<int> mapped;
+        for (int a : out.accepted) mapped.push_back(index[a]);
+        ASSERT_EQ(mapped, want.accepted);
+        ASSERT_EQ(out.next_token, want.next_token);
+        ASSERT_EQ(out.rejected, want.rejected);
+        ASSERT_EQ(got_stats.proposed, want_stats.proposed);
+        ASSERT_EQ(got_stats.accepted, want_stats.accepted);
+        cut += std::count(missing.begin(), missing.end(), true) > 0;
+        // The walk went past the missing nodes' depth (they were a real choice to skip).
+        accepted_past += static_cast<int>(out.accepted.size()) >= r.tree[c0].depth;
+      }
+  }
+  EXPECT_GT(cut, 1000);
+  EXPECT_GT(accepted_past, 100);
+}
+
 // Which rules are ratio rules, and their descriptors: exact is ω = 1; G* sets optimal; the rules
 // that read tables or whole distributions have none (they verify on the host).
 TEST(VerifyRows, RatioDescriptors) {

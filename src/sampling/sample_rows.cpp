@@ -183,13 +183,14 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, 
 }
 
 void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, const Tensor& params,
-                        Tensor& q, Tensor& tokens) {
+                        Tensor& q, Tensor& tokens, Tensor* inputs) {
   const int V = static_cast<int>(probs.dim(-1));
   const int64_t n = int64_t{n_rows} * k;
   check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V && k >= 1 &&
             q.dtype == DType::F32 && q.numel() >= n * V && tokens.dtype == DType::I32 &&
             tokens.numel() >= n &&
-            params.nbytes() >= static_cast<size_t>(n) * sizeof(DeviceSampleParams),
+            params.nbytes() >= static_cast<size_t>(n) * sizeof(DeviceSampleParams) &&
+            (!inputs || (inputs->dtype == DType::I32 && inputs->numel() >= n)),
         "internal: draw_children_rows shapes");
   if (n_rows == 0) return;
   const auto* ps = static_cast<const DeviceSampleParams*>(params.data);
@@ -215,12 +216,16 @@ void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, con
                      : sample_index(
                            row, CounterRng(d.seed, d.image_index).uniform(d.token_index, d.stream));
       }
+      if (inputs)
+        for (int c = 0; c < k; ++c)
+          inputs->ptr<int32_t>()[static_cast<size_t>(r) * k + c] = std::max(out[c], 0);
     }
     return;
   }
 #if defined(TESSERA_HAVE_CUDA)
   launch_draw_children_rows(probs.ptr<float>(), n_rows, V, k, ps, q.ptr<float>(),
-                            tokens.ptr<int32_t>(), static_cast<CUstream_st*>(be.native_stream()));
+                            tokens.ptr<int32_t>(), inputs ? inputs->ptr<int32_t>() : nullptr,
+                            static_cast<CUstream_st*>(be.native_stream()));
 #else
   throw Error("internal: draw_children_rows on " + be.name() + " in a build without CUDA");
 #endif

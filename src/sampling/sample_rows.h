@@ -90,9 +90,11 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids,
 // Writes q_c to q[r * k + c] ([n_rows * k, vocab] F32) and the token to tokens[r * k + c] (I32);
 // once no token has mass the row's remaining tokens are -1 (their q rows undefined). On the CPU
 // the host trees' tokens bit for bit; a device sums in another order. An all-zero P (a device's
-// flagged non-finite logits) gives -1 tokens too.
+// flagged non-finite logits) gives -1 tokens too. inputs (optional, I32 like tokens): the tokens
+// as a forward's inputs take them, 0 for -1 (a padding row's token), so that the next depth's
+// forward reads them where they are.
 void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, const Tensor& params,
-                        Tensor& q, Tensor& tokens);
+                        Tensor& q, Tensor& tokens, Tensor* inputs = nullptr);
 
 // Error's text for a set error_flag.
 const char* device_sample_failed();

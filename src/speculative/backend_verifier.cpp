@@ -30,7 +30,7 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
       any_q_ = any_q_ || !node.q.empty() || node.q_row >= 0;
       on_device = on_device || node.q_row >= 0;
       if (node.token == kTokenOnDevice) {
-        check(node.q_row >= 0, "internal: a token on the device without its row");
+        check(node.token_row >= 0, "internal: a token on the device without its row");
         ++device_tokens;
       }
     }
@@ -122,11 +122,11 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
       w.flags = (node.with_replacement ? WalkNode::kWithReplacement : 0) |
                 (node.q.empty() && node.q_row < 0 ? WalkNode::kOneHot : 0);
       if (node.token == kTokenOnDevice) {
-        from[node_move] = node.q_row;
+        from[node_move] = node.token_row;
         to[node_move++] = static_cast<int32_t>(
             (a.nodes + slot * sizeof(WalkNode) + offsetof(WalkNode, token)) / kWord);
         for (int h = 0; h < halves; ++h) {
-          from[input_move] = node.q_row;
+          from[input_move] = node.token_row;
           to[input_move++] = static_cast<int32_t>((static_cast<size_t>(h) * m + j) * rows + d + 1);
         }
       }
@@ -158,9 +158,12 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   } else {
     q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? n_draft_rows : 0, V_});
   }
-  device_tokens_ = Tensor{};
+  device_tokens_ = device_inputs_ = Tensor{};
   if (tokens_on_device_) {
     device_tokens_ = device->tokens.view({device->tokens.numel(), 1});
+    // The target pass reads a missing child's token as padding (0), the walk as none (-1).
+    device_inputs_ =
+        device->inputs.data ? device->inputs.view({device->inputs.numel(), 1}) : device_tokens_;
     Tensor words = buffer_.bytes_as(0, DType::I32, {static_cast<int64_t>(a.back / kWord), 1});
     be_.copy_rows(device_tokens_, moves(false, false), words, moves(true, false));
   }
@@ -189,7 +192,7 @@ void BackendVerifier::write_drafts(Tensor& input_tokens) {
   check(staged_, "internal: BackendVerifier::write_drafts before stage");
   if (!tokens_on_device_) return;
   Tensor inputs = input_tokens.view({input_tokens.numel(), 1});
-  be_.copy_rows(device_tokens_, moves(false, true), inputs, moves(true, true));
+  be_.copy_rows(device_inputs_, moves(false, true), inputs, moves(true, true));
 }
 
 std::span<const int32_t> BackendVerifier::carried(int j) const {
@@ -203,9 +206,15 @@ void BackendVerifier::complete(int j, DraftTree& tree) const {
   check(j >= 0 && j < m_ && !staged_, "internal: BackendVerifier::complete out of turn");
   if (!tokens_on_device_) return;
   const auto* nodes = reinterpret_cast<const WalkNode*>(host_.data() + at_.nodes);
-  for (size_t d = 0; d < tree.size(); ++d)
-    if (tree[d].token == kTokenOnDevice)
-      tree[d].token = nodes[static_cast<size_t>(j) * (rows_ - 1) + d].token;
+  // A child drawn without a token left (-1), and every node below one, is missing: the host
+  // loop's tree has none of them (parents come first).
+  for (size_t d = 0; d < tree.size(); ++d) {
+    DraftNode& node = tree[d];
+    if (node.token == kTokenOnDevice)
+      node.token = nodes[static_cast<size_t>(j) * (rows_ - 1) + d].token;
+    if (node.token < 0 || (node.parent >= 0 && tree[node.parent].token == kTokenMissing))
+      node.token = kTokenMissing;
+  }
 }
 
 const int32_t* BackendVerifier::table_on_backend(
@@ -294,6 +303,7 @@ VerifyOutcome BackendVerifier::outcome(const DraftVerdict& v, const DraftTree& t
     int64_t tested = 0;
     for (int c = 0; c < static_cast<int>(tree.size()); ++c) {
       if (tree[c].parent != parent) continue;
+      if (tree[c].token == kTokenMissing) break;  // it and its later siblings were not drafted
       ++tested;
       if (c == until) break;
     }

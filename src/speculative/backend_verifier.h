@@ -61,7 +61,7 @@ class BackendVerifier {
   // are downloaded at the first call (a drafter that reads them, e.g. Jacobi's carry-over).
   std::span<const float> row(int j, int r);
   // After verify: gives image j's nodes drawn on the device their tokens (come back with the
-  // verdicts).
+  // verdicts); a node drawn without a token, and the nodes below it, become kTokenMissing.
   void complete(int j, DraftTree& tree) const;
   // After verify: image j's carry-over draws (DraftToVerify::carry; row r's at r - 1), come back
   // with the verdicts; and the round's distributions on the backend, image j's row r at
@@ -93,6 +93,7 @@ class BackendVerifier {
   bool greedy_ = false, any_q_ = false, staged_ = false, downloaded_ = false;
   bool tokens_on_device_ = false, any_carry_ = false;
   Tensor device_tokens_;  // the drafter's tokens [n + 1, 1] while tokens_on_device_
+  Tensor device_inputs_;  // and as the target's inputs take them (DeviceDraftRows::inputs)
   Layout at_;
   // probs: [m * rows, V]; scratch: [m, V] (residuals); q: [m * width, V], the drafter's rows
   // gathered from its DeviceDraftRows::q.

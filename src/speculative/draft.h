@@ -18,21 +18,30 @@ namespace tessera::speculative {
 
 // A device loop's drafted token not yet on the host (Drafter::set_device_drafts).
 inline constexpr int32_t kTokenOnDevice = -1;
+// A device loop's tree node that got no token: a static tree's child past the tokens with mass
+// (the host loop's tree leaves it out), or a node below one. Never accepted; its row in the
+// target's forward is padding. BackendVerifier::complete marks them.
+inline constexpr int32_t kTokenMissing = -2;
 
 // A device loop's drafts on the drafter model's backend: q [n, V], each row's distribution, and
-// tokens I32 [n + 1], each row's drawn token, then the draws' error flag (non-zero: a non-finite
-// logit). A node drawn there names its row (DraftNode::q_row) in both.
+// tokens I32 [t + 1], the drawn tokens (-1: none, kTokenMissing on the host), then the draws'
+// error flag (non-zero: a non-finite logit). A node drawn there names its rows (DraftNode::q_row,
+// token_row). inputs (optional, I32 [t]): the tokens as a forward takes them (0 for -1), which the
+// target pass reads; without it, tokens.
 struct DeviceDraftRows {
-  Tensor q, tokens;
+  Tensor q, tokens, inputs;
 };
 
 struct DraftNode {
-  int32_t token = 0;     // kTokenOnDevice: drawn on the backend, at row q_row of its tokens
+  int32_t token = 0;     // kTokenOnDevice: drawn on the backend, at row token_row of its tokens
   int parent = -1;       // index into the tree; -1 = the root
   int depth = 1;         // 1 = a child of the root
   std::vector<float> q;  // distribution the token was drawn from; empty = one-hot at token
-  // The device loop: q's row in the drafter's Drafter::device_rows() instead (q is then empty).
+  // The device loop: q's row in the drafter's Drafter::device_rows() instead (q is then empty),
+  // and with kTokenOnDevice the token's row there (a chain's: q_row; a greedy tree's later
+  // children have a token row and no q row, their q one-hot).
   int q_row = -1;
+  int token_row = -1;
   // Siblings drawn i.i.d. from q (with replacement): the walk tests this node against its own q
   // (SpecInfer's multi-step speculative sampling). false: drawn without replacement after its
   // earlier siblings, and the walk removes their tokens from q (recursive rejection sampling).
@@ -51,6 +60,10 @@ bool is_chain(const DraftTree& tree);
 // The tree's depth (0 when empty); throws unless every node's parent comes before it and its depth
 // is its parent's plus one.
 int tree_depth(const DraftTree& tree);
+// The nodes a tree drafted, and their depth: all but the kTokenMissing ones (a device loop's
+// static tree after BackendVerifier::complete; the host loop's tree lacks them).
+int drafted_nodes(const DraftTree& tree);
+int drafted_depth(const DraftTree& tree);
 
 // The per-image state a drafter and the verification walk see (decode/image_state.h).
 using tessera::ImageState;

@@ -238,7 +238,10 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   const std::vector<DraftVerdict>* verdicts = nullptr;
   if (on_backend) {
     verdicts = &verifier_->verify(outputs.logits, cfg());
-    for (int j = 0; j < m; ++j) verifier_->complete(j, trees_[j]);
+    for (int j = 0; j < m; ++j) {
+      verifier_->complete(j, trees_[j]);
+      depths_[j] = drafted_depth(trees_[j]);  // a static tree's missing nodes left out
+    }
     stats_.device_rounds++;
   }
 
@@ -319,13 +322,13 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
       double value_sum = 0.0;
       for (const DraftNode& node : tree) value_sum += node.value;
       loop_.policy->observe(acceptance_[im.id], depths_[j], carried_[j], kept - 1,
-                            static_cast<int>(tree.size()), value_sum);
+                            drafted_nodes(tree), value_sum);
     }
     const size_t depth = static_cast<size_t>(depths_[j]);  // by depth: a tree has more nodes
     if (im.stats.rounds_by_depth.size() <= depth) im.stats.rounds_by_depth.resize(depth + 1, 0);
     im.stats.rounds_by_depth[depth]++;
     im.stats.rounds++;
-    im.stats.draft_nodes += static_cast<int64_t>(tree.size());
+    im.stats.draft_nodes += drafted_nodes(tree);
     im.stats.target_forwards++;
     im.stats.tokens = static_cast<int64_t>(im.tokens.size());
     im.round++;

@@ -27,6 +27,18 @@ int tree_depth(const DraftTree& tree) {
   return depth;
 }
 
+int drafted_nodes(const DraftTree& tree) {
+  return static_cast<int>(std::count_if(
+      tree.begin(), tree.end(), [](const DraftNode& node) { return node.token != kTokenMissing; }));
+}
+
+int drafted_depth(const DraftTree& tree) {
+  int depth = 0;
+  for (const DraftNode& node : tree)
+    if (node.token != kTokenMissing) depth = std::max(depth, node.depth);
+  return depth;
+}
+
 namespace {
 
 void bump(std::vector<int64_t>& v, int depth) {

@@ -85,6 +85,9 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
       if (nodes[c].parent != node) continue;
       const WalkNode nc = nodes[c];
       const int32_t x = nc.token;
+      // A device-drawn static tree's child past the tokens with mass (draw_children_rows' -1):
+      // it and its later siblings are not in the tree.
+      if (x < 0) break;
       const float* own_q =
           q && !(nc.flags & WalkNode::kOneHot) ? q + static_cast<int64_t>(c) * V : nullptr;
       const float* qc = (nc.flags & WalkNode::kWithReplacement) || !q_worked ? own_q : q_work;

@@ -411,13 +411,14 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     draw_children_kernel(const float* __restrict__ probs, int V, int k,
                          const DeviceSampleParams* __restrict__ params, float* __restrict__ q,
-                         int32_t* __restrict__ tokens) {
+                         int32_t* __restrict__ tokens, int32_t* __restrict__ inputs) {
   __shared__ BlockScratch s;
   __shared__ int previous;
   const int row = blockIdx.x, tid = threadIdx.x;
   const int per = (V + kThreads - 1) / kThreads;
   const int begin = min(V, tid * per), end = min(V, begin + per);
   int32_t* out = tokens + static_cast<size_t>(row) * k;
+  int32_t* in = inputs ? inputs + static_cast<size_t>(row) * k : nullptr;
   for (int c = 0; c < k; ++c) {
     const DeviceSampleParams p = params[static_cast<size_t>(row) * k + c];
     float* qc = q + (static_cast<size_t>(row) * k + c) * V;
@@ -429,8 +430,11 @@ __global__ void __launch_bounds__(kThreads)
       part += v;
     }
     const double total = block_sum(part, s.d);
-    if (!(total > 0.0)) {  // no token left with mass: the rest are -1
-      for (int r = c + tid; r < k; r += kThreads) out[r] = -1;
+    if (!(total > 0.0)) {  // no token left with mass: the rest are -1 (inputs: 0)
+      for (int r = c + tid; r < k; r += kThreads) {
+        out[r] = -1;
+        if (in) in[r] = 0;
+      }
       return;
     }
     if (c > 0) {
@@ -445,6 +449,7 @@ __global__ void __launch_bounds__(kThreads)
                                         : block_draw(qc, begin, end, part, p, s);
     if (tid == 0) {
       out[c] = t;
+      if (in) in[c] = t;
       previous = t;
     }
     __syncthreads();
@@ -455,12 +460,12 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_draw_children_rows(const float* probs, int n_rows, int vocab, int k,
                                const DeviceSampleParams* params, float* q, int32_t* tokens,
-                               CUstream_st* stream) {
+                               int32_t* inputs, CUstream_st* stream) {
   if (vocab < 1 || n_rows < 0 || k < 1)
     throw Error("device draw_children_rows: vocabulary " + std::to_string(vocab) + ", " +
                 std::to_string(n_rows) + " rows, k " + std::to_string(k));
   if (n_rows == 0) return;
-  draw_children_kernel<<<n_rows, kThreads, 0, stream>>>(probs, vocab, k, params, q, tokens);
+  draw_children_kernel<<<n_rows, kThreads, 0, stream>>>(probs, vocab, k, params, q, tokens, inputs);
   TESSERA_CUDA_LAUNCHED("draw_children_kernel");
 }
 

@@ -40,11 +40,11 @@ void launch_draw_rows(const float* probs, int n_rows, int vocab, DeviceSamplePar
                       bool advance, int* error_flag, CUstream_st* stream);
 
 // draw_children_rows (sample_rows.h): row r's k children without replacement, their q rows to
-// q[(r * k + c) * vocab ...] and tokens to tokens[r * k + c] (-1 once no token has mass).
-// Asynchronous on `stream`.
+// q[(r * k + c) * vocab ...] and tokens to tokens[r * k + c] (-1 once no token has mass), and
+// (inputs not null) to inputs[r * k + c] with 0 for -1. Asynchronous on `stream`.
 void launch_draw_children_rows(const float* probs, int n_rows, int vocab, int k,
                                const DeviceSampleParams* params, float* q, int32_t* tokens,
-                               CUstream_st* stream);
+                               int32_t* inputs, CUstream_st* stream);
 
 // top_rows (sample_rows.h): row r's k most likely ids with mass into ids[r * k ...], -1 past
 // them, and (mass not null) their probabilities into mass[r * k ...], 0 past them. Asynchronous

@@ -197,17 +197,31 @@ void ModelDrafter::release(const ImageState& image) {
   slots_.erase(it);
 }
 
-void ModelDrafter::run(const StepBatch& b, bool read_logits) {
+void ModelDrafter::run(const StepBatch& b, bool read_logits, std::span<const int32_t> token_moves) {
+  Backend& be = model_.backend();
+  Tensor index, moves;
   if (b.features_on_device) {
-    Backend& be = model_.backend();
     const auto n = static_cast<int64_t>(feature_rows_.size());
     check(n == static_cast<int64_t>(b.slots.size()) * b.n_new,
           "internal: a drafter forward's feature rows");
-    Tensor index = grown_rows(be, feature_index_, DType::I32, n, 1).view({n});
+    index = grown_rows(be, feature_index_, DType::I32, n, 1).view({n});
     be.upload_into(feature_rows_.data(), index);
+  }
+  const auto n_moves = static_cast<int64_t>(token_moves.size()) / 2;
+  if (n_moves > 0) {
+    moves = grown_rows(be, move_index_, DType::I32, 2 * n_moves, 1).view({2 * n_moves});
+    be.upload_into(token_moves.data(), moves);
+  }
+  if (index.data || moves.data) {
     last_ = session_.forward(b, [&](ForwardInputs& in) {
-      Tensor features = *in.features;
-      be.get_rows(feature_from_, index, features);
+      if (index.data) {
+        Tensor features = *in.features;
+        be.get_rows(feature_from_, index, features);
+      }
+      if (moves.data) {
+        Tensor tokens = in.tokens.view({in.tokens.numel(), 1});
+        be.copy_rows(tree_inputs_, moves.rows(0, n_moves), tokens, moves.rows(n_moves, n_moves));
+      }
     });
   } else {
     last_ = session_.forward(b);
@@ -375,7 +389,7 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
       node.parent = d - 2;
       node.depth = d;
       node.token = kTokenOnDevice;
-      node.q_row = step * m + i;
+      node.q_row = node.token_row = step * m + i;
       trees[who[i]].push_back(std::move(node));
     }
 }
@@ -684,11 +698,16 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
       drawn.k = std::max(drawn.k, static_cast<int>(kids.size()));
     int64_t rows = n_out;
     for (int d = 1; d < depth; ++d) rows += static_cast<int64_t>(fed[d - 1].size());
-    grown_rows(model_.backend(), device_q_, DType::F32, rows * m * (drawn.k + (greedy ? 1 : 0)), V);
+    Backend& be = model_.backend();
+    grown_rows(be, device_q_, DType::F32, rows * m * (drawn.k + (greedy ? 1 : 0)), V);
+    drawn.slots = rows * m * drawn.k;
+    grown_rows(be, tree_tokens_, DType::I32, drawn.slots + 1, 1);
+    grown_rows(be, tree_inputs_, DType::I32, drawn.slots, 1);
   }
+  std::vector<int32_t> moves;  // the next forward's tokens on the device loop (run)
   for (int d = 1; d <= depth; ++d) {
     if (d > 1) {
-      run(b, !on_backend);
+      run(b, !on_backend, moves);
       n_out = static_cast<int>(b.output_at.size());
     }
     if (on_backend)
@@ -716,12 +735,14 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
           DraftNode node;
           node.parent = parent;
           node.depth = d;
-          if (on_backend) {  // drawn there: the token back, q in its row
-            const size_t at = row * drawn.k + r;
-            if (drawn.tokens[at] < 0) break;  // no token left with mass: drop the other children
-            node.token = drawn.tokens[at];
+          if (on_backend) {
+            // Drawn there, token and q: every child of the shape is a node, those drawn without a
+            // token left become kTokenMissing with the verdicts (BackendVerifier::complete).
+            const auto at = static_cast<int64_t>(row * drawn.k + r);
+            node.token = kTokenOnDevice;
+            node.token_row = static_cast<int32_t>(drawn.token_base + at);
             // Greedy: child 0's q is P (one-hot), the others none (one-hot at their token).
-            node.q_row = static_cast<int32_t>(!greedy  ? drawn.q_base + static_cast<int64_t>(at)
+            node.q_row = static_cast<int32_t>(!greedy  ? drawn.q_base + at
                                               : r == 0 ? drawn.p_base + static_cast<int64_t>(row)
                                                        : -1);
           } else {
@@ -764,6 +785,19 @@ void ModelDrafter::propose_tree(std::span<ImageState* const> active, std::span<c
       for (int k = 0; k < w; ++k) nodes[i][k] = node_of[i][rows[k]];
     tree_batch(active, who, trees, nodes, d, out_row, n_out, tree_rows, masked, output_row, b);
     rows_of = rows;
+    if (!on_backend) continue;
+    // Their tokens go from where they were drawn into the forward's inputs, both halves: the
+    // sources, then the destinations (as run() takes them).
+    const int R = cfg ? 2 * m : m;
+    std::vector<int32_t> to;
+    moves.clear();
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < w; ++k)
+        if (const int node = nodes[r % m][k]; node >= 0) {
+          moves.push_back(trees[who[r % m]][node].token_row);
+          to.push_back(r * w + k);
+        }
+    moves.insert(moves.end(), to.begin(), to.end());
   }
   // Every node of the trees has a fed_at entry (-1 when it was not fed).
   for (int i = 0; i < m; ++i) slots_.at(active[who[i]]->id).fed_at.resize(trees[who[i]].size(), -1);
@@ -778,11 +812,10 @@ void ModelDrafter::draw_tree_children(std::span<ImageState* const> active,
   const bool cfg = params_.uses_cfg(), greedy = params_.temperature <= 0.0f;
   const int m = static_cast<int>(who.size()), K = drawn.k, N = shape_->nodes();
   const int64_t rows = int64_t{m} * n_out, n_kids = rows * K;
-  if (d == 1) drawn.used = 0;
-  // One buffer: the children's tokens and the error flag (back), then the rows' settings (P's,
-  // the greedy ranking's) and the children's (up).
-  const size_t flag_at = static_cast<size_t>(n_kids) * sizeof(int32_t);
-  const size_t rows_at = aligned_offset(flag_at + sizeof(int32_t));
+  check(drawn.drawn + n_kids <= drawn.slots, "internal: a static tree's token rows");
+  // One upload: a zero word (the round's flag starts from it), the rows' settings (P's, the
+  // greedy ranking's) and the children's.
+  const size_t rows_at = aligned_offset(sizeof(int32_t));
   const size_t row_bytes = static_cast<size_t>(rows) * sizeof(DeviceSampleParams);
   const size_t ranking_at = aligned_offset(rows_at + row_bytes);
   const size_t kids_at = aligned_offset(ranking_at + (greedy ? row_bytes : 0));
@@ -820,7 +853,9 @@ void ModelDrafter::draw_tree_children(std::span<ImageState* const> active,
   auto settings = [&](size_t at, int64_t n) {
     return tree_io_.bytes_as(at, DType::U8, {n * static_cast<int64_t>(sizeof(DeviceSampleParams))});
   };
-  Tensor flag = tree_io_.bytes_as(flag_at, DType::I32, {1});
+  // The round's error flag: the word after its tokens (the verifier reads it there).
+  Tensor flag = tree_tokens_.rows(drawn.slots, 1);
+  if (d == 1) be.copy(tree_io_.bytes_as(0, DType::I32, {1}), flag);
   const Tensor cond = last_.logits.rows(0, rows);
   const Tensor uncond = cfg ? last_.logits.rows(rows, rows) : Tensor{};
   // P: the children's source when sampling; greedy, child 0's q (one-hot) and the ranks come
@@ -837,14 +872,17 @@ void ModelDrafter::draw_tree_children(std::span<ImageState* const> active,
                       settings(ranking_at, rows), p, flag);
   }
   drawn.q_base = drawn.used;
+  drawn.token_base = drawn.drawn;
   Tensor q = device_q_.rows(drawn.used, n_kids);
-  Tensor tokens = tree_io_.bytes_as(0, DType::I32, {n_kids});
-  draw_children_rows(be, p, static_cast<int>(rows), K, settings(kids_at, n_kids), q, tokens);
+  Tensor tokens = tree_tokens_.rows(drawn.drawn, n_kids);
+  Tensor inputs = tree_inputs_.rows(drawn.drawn, n_kids);
+  draw_children_rows(be, p, static_cast<int>(rows), K, settings(kids_at, n_kids), q, tokens,
+                     &inputs);
   drawn.used += n_kids;
-  drawn.tokens.resize(static_cast<size_t>(n_kids) + 1);
-  be.download(tree_io_.bytes_as(0, DType::I32, {n_kids + 1}), drawn.tokens.data());
-  if (drawn.tokens[n_kids] != 0) throw Error(device_sample_failed());
+  drawn.drawn += n_kids;
   device_rows_.q = device_q_.rows(0, drawn.used);
+  device_rows_.tokens = tree_tokens_.rows(0, drawn.slots + 1).view({drawn.slots + 1});
+  device_rows_.inputs = tree_inputs_.rows(0, drawn.slots).view({drawn.slots});
 }
 
 // EAGLE-2's dynamic tree (arXiv:2406.16858 §4.1-4.2; its code `topK_genrate`, notes 4.3):
@@ -1115,7 +1153,8 @@ void ModelDrafter::tree_batch(std::span<ImageState* const> active, const std::ve
       for (int k = 0; k < w; ++k) {
         const int node = nodes[i][k];
         const size_t row = static_cast<size_t>(r) * w + k;
-        b.tokens[row] = node >= 0 ? tree[node].token : 0;
+        // A token still on the device (a static tree's, kTokenOnDevice) is written there (run).
+        b.tokens[row] = node >= 0 ? std::max(tree[node].token, 0) : 0;
         b.positions[row] = pos;
         if (reads_features() && node >= 0) {
           // The predicted feature at the row the node was drawn from (its parent's).

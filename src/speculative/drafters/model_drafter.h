@@ -95,13 +95,17 @@ class ModelDrafter : public Drafter {
   // A static tree's children on the device loop: of each row of the last forward (last_, n_out
   // rows a slot, image i's root at out_row[i] at depth 1, fed node rows_of[k] at row k after),
   // the shape's children drawn without replacement where the logits are (draw_children_rows,
-  // the host tree's uniforms), their q rows left in device_q_ for the walk; the tokens come back.
+  // the host tree's uniforms), their q rows left in device_q_ and their tokens in tree_tokens_
+  // (as inputs in tree_inputs_) for the next depth's forward, the target pass and the walk.
+  // Nothing comes back: the tokens reach the host with the verdicts.
   struct TreeChildren {
-    int k = 1;                    // children a row at most (the shape's widest node)
-    int64_t used = 0;             // device_q_ rows written this round
-    int64_t p_base = 0;           // greedy: the last depth's P rows (child 0's q)
-    int64_t q_base = 0;           // the last depth's children's q rows, row r's c-th at r k + c
-    std::vector<int32_t> tokens;  // the last depth's children's tokens (-1: none), then the flag
+    int k = 1;               // children a row at most (the shape's widest node)
+    int64_t used = 0;        // device_q_ rows written this round
+    int64_t p_base = 0;      // greedy: the last depth's P rows (child 0's q)
+    int64_t q_base = 0;      // the last depth's children's q rows, row r's c-th at r k + c
+    int64_t slots = 0;       // token rows of the round (every depth's rows, k each)
+    int64_t drawn = 0;       // token rows written this round
+    int64_t token_base = 0;  // the last depth's children's token rows, row r's c-th at r k + c
   };
   void draw_tree_children(std::span<ImageState* const> active, const std::vector<int>& who, int d,
                           int n_out, const std::vector<int>& out_row,
@@ -123,7 +127,9 @@ class ModelDrafter : public Drafter {
   // Runs b; reads the logits to the host unless not `read_logits` (they stay in last_). In
   // feature mode b's features are gathered on the backend: row k's from row feature_rows_[k] of
   // feature_from_ (the pending features' table, or the last forward's hidden outputs, f^).
-  void run(const StepBatch& b, bool read_logits = true);
+  // token_moves (n sources, then n destinations): the inputs' token row to[k] is written on the
+  // backend from row from[k] of tree_inputs_ (a static tree's tokens drawn there).
+  void run(const StepBatch& b, bool read_logits = true, std::span<const int32_t> token_moves = {});
   // EAGLE-2's candidates where the logits are (ranking_): the K most likely tokens with their
   // mass of each of the n_out rows per slot of the last forward (last_), image i's rows scored
   // with its sampling at token index t[i] (at temperature 1 when greedy); row k of image i at
@@ -171,9 +177,12 @@ class ModelDrafter : public Drafter {
   Tensor device_q_, device_io_;
   Tensor device_roots_, device_roots_hidden_, roots_index_;
   std::vector<int32_t> roots_host_;
-  Tensor tree_io_, tree_p_;  // static trees: settings up and tokens back; the rows drawn from
-  std::vector<uint8_t> tree_host_;  // the roots' logits and (EAGLE) f^, one row a slot
-  DeviceDraftRows device_rows_;     // views of the last chain's rows of both
+  // Static trees: each depth's settings (up), the rows drawn from, the round's tokens (then the
+  // flag) and the same as inputs, the next forward's token moves (up).
+  Tensor tree_io_, tree_p_, tree_tokens_, tree_inputs_, move_index_;
+  std::vector<uint8_t> tree_host_;
+  std::vector<int32_t> move_host_;
+  DeviceDraftRows device_rows_;  // views of the last chain's rows of both
   std::vector<uint8_t> io_host_;
   GraphCache graphs_;
   // Dynamic trees: candidates ranked where the logits are, when the backend computes rows of this
