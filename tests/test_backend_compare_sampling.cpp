@@ -437,7 +437,8 @@ TEST_P(Sampling, NonFiniteLogitsInDistributionsAreReported) {
 
 // top_rows (Medusa's candidates ranked where the logits are): each row's k ids with mass, best
 // first, ties to the lower id, -1 past them, with their probabilities (0 past them); the same on
-// every backend (no arithmetic, only comparisons), against a sort written here. Rows with many
+// every backend (no arithmetic, only comparisons), against a sort written here; and as a
+// forward's inputs (0 for -1). Rows with many
 // ties, few tokens with mass, none, and vocabularies that are not a multiple of a block.
 TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
   std::mt19937 g(3);
@@ -482,6 +483,14 @@ TEST_P(Sampling, TopRowsRankInArgmaxOrder) {
     b.download(mass, got_mass.data());
     EXPECT_EQ(got, want);
     EXPECT_EQ(got_mass, want_mass);
+    // With the inputs' copy (Medusa's tokens on the device loop): 0 in place of -1.
+    std::vector<int32_t> got_inputs(want.size(), -7);
+    Tensor inputs = b.upload(got_inputs.data(), DType::I32, {static_cast<int64_t>(want.size())});
+    top_rows(b, t, n, k, ids, nullptr, &inputs);
+    b.download(ids, got.data());
+    b.download(inputs, got_inputs.data());
+    EXPECT_EQ(got, want);
+    for (size_t j = 0; j < want.size(); ++j) EXPECT_EQ(got_inputs[j], std::max(want[j], 0)) << j;
     EXPECT_EQ(want[3 * k], -1);
     EXPECT_EQ(want[4 * k], V - 1);
   }

@@ -135,6 +135,10 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
        1.0f},
       {method("eagle"), 1.0f},
       {method("medusa"), 1.0f},
+      // Medusa's trees on the device loop are the whole shape: at top-k 2 every node's third
+      // child has no token (a missing node there, left out on the host).
+      {method("medusa", {}, "kary:3,2"), 1.0f, 2},
+      {method("medusa", {}, "kary:3,2"), 0.0f, 2},
       {[] {
          SpeculativeOptions s = method("medusa", {{"typical.eps", 0.3}, {"typical.alpha", 0.5}});
          s.method = "medusa-typical";
@@ -158,6 +162,9 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   cases.push_back({method("medusa", {{"typical.eps", 0.3}, {"typical.alpha", 0.5}}), 1.0f});
   cases.back().spec.method = "medusa-typical";
   cases.back().spec.resample = "optimal";
+  cases.push_back(
+      {method("medusa", {{"typical.eps", 0.3}, {"typical.alpha", 0.5}}, "kary:3,2"), 1.0f, 2});
+  cases.back().spec.method = "medusa-typical";
   int rejected_rounds = 0, sibling_tests = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec.method + " tree '" + c.spec.tree + "' resample '" + c.spec.resample +
@@ -369,9 +376,9 @@ TEST(DeviceRounds, ARoundReadsBackOnce) {
 
 // Draft heads (Medusa's, Hawk's) read the target's hidden states where they are: a round moves
 // the rows they need on the backend, and the heads' distributions are computed there too
-// (HeadRows): Medusa's round reads back its ranked ids and the verdicts; Hawk's its heads'
-// distributions (a horizontal and a vertical forward per image) and the verdicts. Before, each
-// image's rows came to the host (a wait per half) and went back up, and the heads' logits came
+// (HeadRows): Medusa's round reads back the verdicts only (its ranked ids stay there); Hawk's its
+// heads' distributions (a horizontal and a vertical forward per image) and the verdicts. Before,
+// each image's rows came to the host (a wait per half) and went back up, and the heads' logits came
 // back whole, each after a wait.
 TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
@@ -413,11 +420,13 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
       counting.downloads = counting.syncs = counting.writes = 0;
       ASSERT_TRUE(dec.step());
       EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
-      // Medusa: one heads forward, ranked there, its ids back in one download; Hawk: a
-      // horizontal forward per image (drafting) and a vertical one (finishing the round), each
-      // one's distributions back in one download. Then the verdicts. No wait before any.
+      // Medusa: one heads forward, ranked there, its ids left there for the target pass and the
+      // walk, back with the verdicts; Hawk: a horizontal forward per image (drafting) and a
+      // vertical one (finishing the round), each one's distributions back in one download, then
+      // the verdicts. No wait before any.
       EXPECT_EQ(counting.syncs, 0);
-      EXPECT_EQ(counting.downloads, hawk ? 5 : 2);
+      EXPECT_EQ(counting.downloads, hawk ? 5 : 1);
+      EXPECT_EQ(stats.device_drafted_rounds - before.device_drafted_rounds, hawk ? 0 : 1);
     }
   }
 }

@@ -148,11 +148,13 @@ void draw_rows(Backend& be, const Tensor& probs, int n_rows, Tensor& params,
 #endif
 }
 
-void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, Tensor* mass) {
+void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, Tensor* mass,
+              Tensor* inputs) {
   const int V = static_cast<int>(probs.dim(-1));
   check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V && k >= 1 &&
             ids.dtype == DType::I32 && ids.numel() >= int64_t{n_rows} * k &&
-            (!mass || (mass->dtype == DType::F32 && mass->numel() >= int64_t{n_rows} * k)),
+            (!mass || (mass->dtype == DType::F32 && mass->numel() >= int64_t{n_rows} * k)) &&
+            (!inputs || (inputs->dtype == DType::I32 && inputs->numel() >= int64_t{n_rows} * k)),
         "internal: top_rows shapes");
   if (n_rows == 0) return;
   if (be.host_memory()) {
@@ -167,6 +169,9 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, 
                         [&](int a, int b) { return argmax_prefers(p[a], a, p[b], b); });
       int32_t* out = ids.ptr<int32_t>() + static_cast<size_t>(r) * k;
       for (int j = 0; j < k; ++j) out[j] = j < static_cast<int>(n) ? order[j] : -1;
+      if (inputs)
+        for (int j = 0; j < k; ++j)
+          inputs->ptr<int32_t>()[static_cast<size_t>(r) * k + j] = std::max(out[j], 0);
       if (!mass) continue;
       float* m = mass->ptr<float>() + static_cast<size_t>(r) * k;
       for (int j = 0; j < k; ++j) m[j] = j < static_cast<int>(n) ? p[order[j]] : 0.0f;
@@ -175,7 +180,7 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, 
   }
 #if defined(TESSERA_HAVE_CUDA)
   launch_top_rows(probs.ptr<float>(), n_rows, V, k, ids.ptr<int32_t>(),
-                  mass ? mass->ptr<float>() : nullptr,
+                  mass ? mass->ptr<float>() : nullptr, inputs ? inputs->ptr<int32_t>() : nullptr,
                   static_cast<CUstream_st*>(be.native_stream()));
 #else
   throw Error("internal: top_rows on " + be.name() + " in a build without CUDA");

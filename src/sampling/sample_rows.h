@@ -78,9 +78,11 @@ void draw_rows(Backend& be, const Tensor& probs, int n_rows, Tensor& params,
 // ids I32 [n_rows * k], row r's at [r * k ...], -1 past the row's tokens with mass. Draft heads'
 // deterministic candidates (Medusa's top-k per head, EAGLE-2's expansions) chosen where the
 // logits are, so that k ids per row come back instead of the row. mass (optional, F32 [n_rows *
-// k]): each id's probability, 0 past them (EAGLE-2 scores its candidates by them).
+// k]): each id's probability, 0 past them (EAGLE-2 scores its candidates by them). inputs
+// (optional, I32 like ids): the ids as a forward's inputs take them, 0 for -1 (Medusa's tree on the
+// device loop, whose tokens the target pass reads where they are).
 void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids,
-              Tensor* mass = nullptr);
+              Tensor* mass = nullptr, Tensor* inputs = nullptr);
 
 // A static tree's children drawn without replacement where the distributions are (EAGLE #74's
 // sampling of a node's children, as ModelDrafter's host trees draw them): for each of n_rows rows

@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kTopThreads = 256, kTopWarps = kTopThreads / 32;
 
 __global__ void __launch_bounds__(kTopThreads)
-    top_rows_kernel(const float* probs, int V, int k, int32_t* ids, float* mass) {
+    top_rows_kernel(const float* probs, int V, int k, int32_t* ids, float* mass, int32_t* inputs) {
   __shared__ float warp_v[kTopWarps];
   __shared__ int warp_i[kTopWarps];
   __shared__ float pick_v;
@@ -343,6 +343,7 @@ __global__ void __launch_bounds__(kTopThreads)
   const float* p = probs + static_cast<size_t>(row) * V;
   int32_t* out = ids + static_cast<size_t>(row) * k;
   float* out_mass = mass ? mass + static_cast<size_t>(row) * k : nullptr;
+  int32_t* in = inputs ? inputs + static_cast<size_t>(row) * k : nullptr;
   float last_v = INFINITY;
   int last_i = -1;
   for (int j = 0; j < k; ++j) {
@@ -364,6 +365,7 @@ __global__ void __launch_bounds__(kTopThreads)
       pick_v = v, pick_i = vi;
       out[j] = vi == INT_MAX ? -1 : vi;
       if (out_mass) out_mass[j] = vi == INT_MAX ? 0.0f : v;
+      if (in) in[j] = vi == INT_MAX ? 0 : vi;
     }
     __syncthreads();
     last_v = pick_v, last_i = pick_i;
@@ -372,6 +374,7 @@ __global__ void __launch_bounds__(kTopThreads)
       for (int r = j + 1 + threadIdx.x; r < k; r += kTopThreads) {
         out[r] = -1;
         if (out_mass) out_mass[r] = 0.0f;
+        if (in) in[r] = 0;
       }
       return;
     }
@@ -482,12 +485,12 @@ void launch_draw_rows(const float* probs, int n_rows, int vocab, DeviceSamplePar
 }
 
 void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids, float* mass,
-                     CUstream_st* stream) {
+                     int32_t* inputs, CUstream_st* stream) {
   if (vocab < 1 || n_rows < 0 || k < 1)
     throw Error("device top_rows: vocabulary " + std::to_string(vocab) + ", " +
                 std::to_string(n_rows) + " rows, k " + std::to_string(k));
   if (n_rows == 0) return;
-  top_rows_kernel<<<n_rows, kTopThreads, 0, stream>>>(probs, vocab, k, ids, mass);
+  top_rows_kernel<<<n_rows, kTopThreads, 0, stream>>>(probs, vocab, k, ids, mass, inputs);
   TESSERA_CUDA_LAUNCHED("top_rows_kernel");
 }
 

@@ -47,9 +47,9 @@ void launch_draw_children_rows(const float* probs, int n_rows, int vocab, int k,
                                int32_t* inputs, CUstream_st* stream);
 
 // top_rows (sample_rows.h): row r's k most likely ids with mass into ids[r * k ...], -1 past
-// them, and (mass not null) their probabilities into mass[r * k ...], 0 past them. Asynchronous
-// on `stream`.
+// them, (mass not null) their probabilities into mass[r * k ...], 0 past them, and (inputs not
+// null) the ids into inputs[r * k ...], 0 for -1. Asynchronous on `stream`.
 void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids, float* mass,
-                     CUstream_st* stream);
+                     int32_t* inputs, CUstream_st* stream);
 
 }  // namespace tessera

@@ -59,6 +59,19 @@ const std::vector<int32_t>& HeadRows::top(int K, bool with_mass) {
   return ids_;
 }
 
+const DeviceDraftRows& HeadRows::top_on_device(int K) {
+  const int64_t n_ids = int64_t{n_} * K;
+  grown_rows(be_, down_, DType::I32, n_ids + 1, 1);
+  grown_rows(be_, inputs_, DType::I32, n_ids, 1);
+  Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids, 1);
+  Tensor inputs = inputs_.rows(0, n_ids);
+  top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, ids, nullptr, &inputs);
+  be_.copy(up_.bytes_as(flag_at_, DType::I32, {1}), flag_back);
+  on_device_.tokens = down_.rows(0, n_ids + 1).view({n_ids + 1});
+  on_device_.inputs = inputs.view({n_ids});
+  return on_device_;
+}
+
 const std::vector<float>& HeadRows::read() {
   const int64_t n = int64_t{n_} * V_;
   Tensor flag_back = probs_.bytes_as(static_cast<size_t>(n) * sizeof(float), DType::I32, {1});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sampling/sample_rows.h"
+#include "speculative/draft.h"
 #include "tensor/backend.h"
 
 namespace tessera::speculative {
@@ -31,6 +32,11 @@ class HeadRows {
   // EAGLE-2's scores read them, Medusa's candidates do not, and mass() is then empty).
   const std::vector<int32_t>& top(int K, bool with_mass = true);
   const std::vector<int32_t>& top_ids() const { return ids_; }  // the last top()'s
+  // The same ids left where they are, for a tree whose tokens stay there to the verdicts
+  // (Medusa's on the device loop): tokens (the ids, -1 past those with mass, then the error
+  // flag) and inputs (the ids, 0 for -1), as DeviceDraftRows holds them (no q: one-hot drafts).
+  // Nothing comes back.
+  const DeviceDraftRows& top_on_device(int K);
   const std::vector<float>& mass() const { return mass_; }
   // The last compute's distributions: row i's at [i V, i V + V).
   const std::vector<float>& read();
@@ -40,7 +46,8 @@ class HeadRows {
   int n_ = 0, V_ = 0;
   size_t flag_at_ = 0;
   // Settings and flag; distributions and a flag word; ids, their mass and the flag.
-  Tensor up_, probs_, down_;
+  Tensor up_, probs_, down_, inputs_;
+  DeviceDraftRows on_device_;
   std::vector<uint8_t> up_host_;
   std::vector<int32_t> ids_, down_host_;
   std::vector<float> mass_;

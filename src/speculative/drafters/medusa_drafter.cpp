@@ -55,6 +55,7 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
                             std::vector<DraftTree>& trees) {
   check_images_sampling(active, params_);
   trees.assign(active.size(), {});
+  device_rows_ = {};
   std::vector<int> who;
   int depth = 0;
   for (size_t j = 0; j < active.size(); ++j) {
@@ -87,6 +88,29 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
           ranking, 0, 0, static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d));
   }
   ranking_.compute(logits, m, depth, cfg, settings_);
+  if (device_drafts_) {
+    // Every node of the shape down to the image's depth, its token the rank's id where it is
+    // (head d - 1's row of image i at ((d - 1) m + i) K).
+    device_rows_ = ranking_.top_on_device(K);
+    device_drafts_counted_.rounds++;
+    for (int i = 0; i < m; ++i) {
+      ImageState& im = *active[who[i]];
+      const int deepest = std::min(max_depth[who[i]], depth);
+      im.stats.draft_forwards++;
+      DraftTree& tree = trees[who[i]];
+      for (int u = 0; u < shape_.nodes(); ++u) {
+        const int d = shape_.depth[u];
+        if (d > deepest) break;  // level by level: the nodes kept are a prefix of the shape's
+        DraftNode node;
+        node.parent = shape_.parent[u];  // so a node's tree index is its shape index
+        node.depth = d;
+        node.token = kTokenOnDevice;
+        node.token_row = ((d - 1) * m + i) * K + shape_.rank[u];
+        tree.push_back(std::move(node));
+      }
+    }
+    return;
+  }
   const std::vector<int32_t>& ranked = ranking_.top(K, /*with_mass=*/false);
 
   std::vector<std::vector<int>> top(depth);

@@ -11,9 +11,10 @@
 // states run through the heads), top-k and top-p (at temperature 1 for greedy decoding), so a token
 // the target's sampler cannot draw is never proposed; a rank past the tokens with mass is left out
 // with its subtree. The ranking runs where the heads' logits are (distribution_rows, top_rows): a
-// round reads back the ranked ids, not the logits. Drafts are deterministic (one-hot q, empty
-// DraftNode::q): the exact walk accepts node x with p(x) and removes it from p when rejected, which
-// is lossless for any candidates.
+// round reads back the ranked ids, not the logits, or on the device loop nothing (the tokens stay
+// there for the target pass and the walk, and come back with the verdicts). Drafts are
+// deterministic (one-hot q, empty DraftNode::q): the exact walk accepts node x with p(x) and
+// removes it from p when rejected, which is lossless for any candidates.
 #pragma once
 
 #include <string>
@@ -50,6 +51,14 @@ class MedusaDrafter : public Drafter {
                     const TargetRound& target) override;
   void release(const ImageState& image) override { features_.erase(image.id); }
   int64_t batched_forwards() const override { return forwards_; }
+  // The device loop: the ranked ids stay where they are, the tree is the whole shape with its
+  // tokens there (DraftNode::token_row; a rank past the tokens with mass is a missing node, which
+  // the walk skips), and nothing comes back before the verdicts.
+  void set_device_drafts(bool on) override { device_drafts_ = on; }
+  const DeviceDraftRows* device_rows() const override {
+    return device_rows_.tokens.data ? &device_rows_ : nullptr;
+  }
+  DeviceDrafts device_drafts() const override { return device_drafts_counted_; }
 
  private:
   const MedusaHeads& heads_;
@@ -62,6 +71,9 @@ class MedusaDrafter : public Drafter {
   std::vector<DeviceSampleParams> settings_;
   std::vector<int> ids_;
   int64_t forwards_ = 0;
+  bool device_drafts_ = false;
+  DeviceDraftRows device_rows_;  // the last propose()'s, on the device loop
+  DeviceDrafts device_drafts_counted_;
 };
 
 }  // namespace tessera::speculative
