@@ -191,8 +191,8 @@ timed_row() {
 verify_cost() {
   if [[ $HAS_DEVICE == 1 && ( $(left) -ge 30 || $DRY == 1 ) ]]; then
     if run "$TESSERA" bench -m "${DIR[GPT-XL]}" --cfg 4 --verify-cost --k-range 1:32 -o csv --device cuda; then
-      [[ $DRY == 1 ]] && r="(dry run)" || r=$(awk -F, '$1 ~ /^(2|4|8|16|32)$/ {printf "%sk=%s: %.2fx", (n++ ? ", " : ""), $1, $4}' "$LOG.cur")
-      [[ -n $r || $DRY == 1 ]] && row "GPT-XL verify cost vs k=1 | $r | | | | |" ||
+      [[ $DRY == 1 ]] && r="(dry run)" || r=$(awk -F, '$1 ~ /^(2|4|8|16|32)$/ {printf "%sk=%s: %.2fx, verify %.3f ms (%.2fx)", (n++ ? "; " : ""), $1, $4, 1e3 * $10, $11}' "$LOG.cur")
+      [[ -n $r || $DRY == 1 ]] && row "GPT-XL verify cost vs k=1; the device loop's verification of k - 1 drafts (ms, its share of the forward) | $r | | | | |" ||
         { fail "verify cost output"; row "GPT-XL verify cost | **FAILED: no csv rows** | | | | |"; }
     else fail "verify cost"; row "GPT-XL verify cost | **FAILED** | | | | |"; fi
   elif [[ $HAS_DEVICE == 1 ]]; then row "GPT-XL verify cost | skipped: time budget | | | | |"; fi

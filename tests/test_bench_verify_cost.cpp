@@ -1,5 +1,6 @@
-// `tessera bench --verify-cost`: the forward-cost curve against the roofline, in md, csv and json,
-// and bad k ranges refused with one error line before anything runs.
+// `tessera bench --verify-cost`: the forward-cost curve against the roofline, with the device
+// loop's verification of k - 1 drafts beside it, in md, csv and json, and bad k ranges refused
+// with one error line before anything runs.
 #include "cli_harness.h"
 
 #include <algorithm>
@@ -24,14 +25,14 @@ TEST_F(BenchVerifyCost, CsvColumnsParse) {
   std::getline(in, line);
   EXPECT_EQ(line,
             "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline,"
-            "measurement_error");
+            "measurement_error,verify_seconds,verify_over_forward");
   int k = 0;
   while (std::getline(in, line)) {
     ++k;
     std::istringstream row(line);
     std::vector<double> v;
     for (std::string cell; std::getline(row, cell, ',');) v.push_back(std::stod(cell));
-    ASSERT_EQ(v.size(), 9u) << line;
+    ASSERT_EQ(v.size(), 11u) << line;
     EXPECT_EQ(v[0], k);
     EXPECT_EQ(v[1], 2 * k);  // the fixture samples with CFG: two rows per position
     EXPECT_GT(v[2], 0.0);
@@ -42,14 +43,31 @@ TEST_F(BenchVerifyCost, CsvColumnsParse) {
     EXPECT_GE(v[5], 1.0);  // the bound never falls with k
     EXPECT_GT(v[7], 0.0);
     EXPECT_EQ(v[8], v[7] > 1.1 ? 1.0 : 0.0);
+    // The device loop's verification of k - 1 drafts (none at k = 1), and its share.
+    if (k == 1) {
+      EXPECT_EQ(v[9], 0.0);
+    } else {
+      EXPECT_GT(v[9], 0.0);
+      EXPECT_NEAR(v[10] * v[2], v[9], 1e-6);  // as printed: seconds to 1 us, the share to 1e-4
+    }
   }
   EXPECT_EQ(k, 4);
   // A read bandwidth given far too low (1 kB/s): every row a measurement error, and stderr says so.
   const CliResult g = run({"bench", "--verify-cost", "-m", fixture("c2i_f32"), "--k-range", "1:2",
                            "-r", "1", "-o", "csv", "-q", "--read-gbs", "1e-6"});
   ASSERT_EQ(g.code, 0) << g.err;
-  EXPECT_NE(g.out.find(",1\n2,"), std::string::npos) << g.out;
-  EXPECT_EQ(g.out.substr(g.out.size() - 3), ",1\n") << g.out;
+  std::istringstream flagged(g.out);
+  std::getline(flagged, line);  // the header
+  int rows_flagged = 0;
+  while (std::getline(flagged, line)) {
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    ASSERT_EQ(cells.size(), 11u) << line;
+    EXPECT_EQ(cells[8], "1") << line;  // measurement_error
+    ++rows_flagged;
+  }
+  EXPECT_EQ(rows_flagged, 2) << g.out;
   EXPECT_NE(g.err.find("warning: 2 row(s) at more than 110% of the roofline"), std::string::npos)
       << g.err;
 }
@@ -63,7 +81,9 @@ TEST_F(BenchVerifyCost, JsonAndMarkdown) {
   EXPECT_GT(j["f32_fma_gflops"].get<double>(), 0.0);
   ASSERT_EQ(j["rows"].size(), 2u);
   EXPECT_EQ(j["rows"][0]["k"], 2);
-  EXPECT_EQ(j["rows"][0]["rows"], 2);  // --cfg 1: one row per position
+  EXPECT_EQ(j["rows"][0]["rows"], 2);                            // --cfg 1: one row per position
+  EXPECT_GT(j["rows"][0]["verify_seconds"].get<double>(), 0.0);  // a chain of 1 draft
+  EXPECT_GT(j["rows"][1]["verify_over_forward"].get<double>(), 0.0);
   // The read-with-FMA probe: 1 to 32 rows, each against max(its 1-row read, its FMAs at peak).
   const auto& probe = j["read_with_fma_probe"];
   ASSERT_EQ(probe.size(), 8u);
@@ -85,6 +105,8 @@ TEST_F(BenchVerifyCost, JsonAndMarkdown) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("read bandwidth 0.0 GB/s (given)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| k | rows | ms | ratio to k=1 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| verify ms (k - 1 drafts) | verify / forward |"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("% (!) |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\n(!) more than 110% of the roofline: a measurement error"),
             std::string::npos)

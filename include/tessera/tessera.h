@@ -305,6 +305,12 @@ class Pipeline {
   // when `cfg`), every row returning logits, after half an image in the KV cache: the best of
   // `repeats` each (tessera bench --verify-cost; the calibration of --draft-len auto).
   std::vector<double> forward_seconds(int max_k, bool cfg, int repeats = 3);
+  // Seconds of verifying one image's chain of k = 1..max_k drafts where the target's logits are,
+  // as the speculative device loop does (the round's upload, the k + 1 target distributions, the
+  // walk with a rejection and its residual draw, the verdicts' download), each the best of
+  // `repeats`: the round's target side beside the forward. Empty where the backend cannot
+  // (a vocabulary above a GPU's kMaxDeviceSampleVocab).
+  std::vector<double> verify_seconds(int max_k, bool cfg, int repeats = 3);
   // Floating-point operations of that forward for k: 2 per weight and row in the matrix
   // multiplies, and attention (QK^T and AV) over the context it sees.
   ForwardFlops forward_flops(int k, bool cfg) const;

@@ -19,6 +19,7 @@
 #include "models/vq_decoder.h"
 #include "pipeline/cost_cache.h"
 #include "pipeline/forward_cost.h"
+#include "pipeline/verify_cost.h"
 #include "speculative/drafters/hawk_drafter.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/medusa_drafter.h"
@@ -167,6 +168,14 @@ std::vector<double> LlamaGenFamily::forward_seconds(int max_k, bool cfg, int rep
   s.cfg = cfg;
   s.repeats = repeats;
   return measure_forward_seconds(*d_->gpt, s);
+}
+
+std::vector<double> LlamaGenFamily::verify_seconds(int max_k, bool cfg, int repeats) {
+  VerifyCostSettings s;
+  s.max_k = max_k;
+  s.cfg = cfg;
+  s.repeats = repeats;
+  return measure_verify_seconds(d_->gpt->backend(), d_->gpt->info().vocab_size, s);
 }
 
 ForwardFlops LlamaGenFamily::forward_flops(int k, bool cfg) const {

@@ -43,6 +43,7 @@ class LlamaGenFamily {
   int image_size() const;
   int64_t weight_bytes_per_step() const;
   std::vector<double> forward_seconds(int max_k, bool cfg, int repeats);
+  std::vector<double> verify_seconds(int max_k, bool cfg, int repeats);
   ForwardFlops forward_flops(int k, bool cfg) const;
   std::vector<std::vector<int32_t>> generate(const std::vector<Condition>& conditions,
                                              const GenerateOptions& opts, GenerateStats* stats);

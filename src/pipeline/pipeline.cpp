@@ -188,6 +188,9 @@ int Pipeline::image_size() const {
 std::vector<double> Pipeline::forward_seconds(int max_k, bool cfg, int repeats) {
   return impl_->discrete("forward_seconds").forward_seconds(max_k, cfg, repeats);
 }
+std::vector<double> Pipeline::verify_seconds(int max_k, bool cfg, int repeats) {
+  return impl_->discrete("verify_seconds").verify_seconds(max_k, cfg, repeats);
+}
 ForwardFlops Pipeline::forward_flops(int k, bool cfg) const {
   return impl_->discrete("forward_flops").forward_flops(k, cfg);
 }

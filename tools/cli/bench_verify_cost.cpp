@@ -12,6 +12,16 @@
 
 namespace tessera::cli {
 
+namespace {
+// A number with `digits` decimals, or "-" for none (a verification the backend cannot make).
+std::string fixed_or_dash(double v, int digits) {
+  if (!(v > 0.0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+}  // namespace
+
 void parse_k_range(const std::string& text, int& from, int& to) {
   const size_t colon = text.find(':');
   from = colon == std::string::npos ? 1 : parse_int(text.substr(0, colon), "--k-range");
@@ -51,6 +61,10 @@ void bench_verify_cost(const VerifyCostOptions& o) {
                                                                    : "bf16 dot";
   const double bytes = static_cast<double>(pipe->weight_bytes_per_step());
   const std::vector<double> sec = pipe->forward_seconds(o.k_to, cfg, o.repeat);
+  // The device loop's verification of a chain of k - 1 drafts (the forward's k positions): its
+  // upload, target distributions, walk and download (empty where the backend cannot).
+  const std::vector<double> verify =
+      o.k_to > 1 ? pipe->verify_seconds(o.k_to - 1, cfg, o.repeat) : std::vector<double>{};
   auto compute_seconds = [&](int k) {
     const ForwardFlops f = pipe->forward_flops(k, cfg);
     return f.matmul / (matmul_gflops * 1e9) + f.attention / (peak.f32_fma_gflops * 1e9);
@@ -89,7 +103,11 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   nlohmann::json rows = nlohmann::json::array();
   for (int k = o.k_from; k <= o.k_to; ++k) {
     const double t = sec[k - 1], b = bound(k);
+    // k positions verify k - 1 drafts; k = 1 (no draft) has no walk.
+    const double v = k >= 2 && !verify.empty() ? verify[k - 2] : 0.0;
     rows.push_back({{"k", k},
+                    {"verify_seconds", v},
+                    {"verify_over_forward", v / t},
                     {"rows", k * (cfg ? 2 : 1)},
                     {"seconds", t},
                     {"ratio", t / sec[0]},
@@ -122,7 +140,7 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   if (csv) {
     std::printf(
         "k,rows,seconds,ratio,roofline_seconds,roofline_ratio,gflops,fraction_of_roofline,"
-        "measurement_error\n");
+        "measurement_error,verify_seconds,verify_over_forward\n");
   } else {
     std::printf(
         "model %s (%s, %.1f MB streamed per forward), %d thread(s), %s, linear kernel %s; read "
@@ -135,8 +153,8 @@ void bench_verify_cost(const VerifyCostOptions& o) {
         peak.f32_fma_gflops, peak.bf16_dot_gflops, peak.amx_bf16_gflops, matmul_unit, o.repeat);
     std::printf(
         "| k | rows | ms | ratio to k=1 | roofline ms | roofline ratio | GFLOP/s | of roofline "
-        "|\n");
-    std::printf("|---|---|---|---|---|---|---|---|\n");
+        "| verify ms (k - 1 drafts) | verify / forward |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   }
   // md: a flagged fraction is marked, and a note under the tables says what the mark means.
   auto mark = [](const nlohmann::json& row) {
@@ -144,17 +162,21 @@ void bench_verify_cost(const VerifyCostOptions& o) {
   };
   for (const auto& r : rows) {
     const double t = r["seconds"].get<double>(), b = r["roofline_seconds"].get<double>();
+    const double v = r["verify_seconds"].get<double>();
     if (csv)
-      std::printf("%d,%d,%.6f,%.4f,%.6f,%.4f,%.2f,%.4f,%d\n", r["k"].get<int>(),
+      std::printf("%d,%d,%.6f,%.4f,%.6f,%.4f,%.2f,%.4f,%d,%.9f,%.4f\n", r["k"].get<int>(),
                   r["rows"].get<int>(), t, r["ratio"].get<double>(), b,
                   r["roofline_ratio"].get<double>(), r["gflops"].get<double>(),
                   r["fraction_of_roofline"].get<double>(),
-                  static_cast<int>(r["measurement_error"].get<bool>()));
+                  static_cast<int>(r["measurement_error"].get<bool>()), v,
+                  r["verify_over_forward"].get<double>());
     else
-      std::printf("| %d | %d | %.3f | %.2f | %.3f | %.2f | %.1f | %.0f%%%s |\n", r["k"].get<int>(),
-                  r["rows"].get<int>(), t * 1e3, r["ratio"].get<double>(), b * 1e3,
-                  r["roofline_ratio"].get<double>(), r["gflops"].get<double>(),
-                  100 * r["fraction_of_roofline"].get<double>(), mark(r));
+      std::printf("| %d | %d | %.3f | %.2f | %.3f | %.2f | %.1f | %.0f%%%s | %s | %s |\n",
+                  r["k"].get<int>(), r["rows"].get<int>(), t * 1e3, r["ratio"].get<double>(),
+                  b * 1e3, r["roofline_ratio"].get<double>(), r["gflops"].get<double>(),
+                  100 * r["fraction_of_roofline"].get<double>(), mark(r),
+                  fixed_or_dash(v * 1e3, 3).c_str(),
+                  fixed_or_dash(r["verify_over_forward"].get<double>(), 2).c_str());
   }
   const std::string what =
       "more than " + std::to_string(static_cast<int>(100 * kRooflineMeasurementError + 0.5)) +
