@@ -378,7 +378,8 @@ Command add_bench(CLI::App& app, const ModelDefaults& md) {
               "image, as a ratio to k = 1, against the roofline max(bytes/bandwidth, "
               "flops/peak) from the measured read bandwidth and FMA peak (-o md|csv|json); md "
               "and json add a probe: an overhead-free loop reading weights with 1-32 rows of "
-              "FMAs, against the same kind of bound");
+              "FMAs, against the same kind of bound; beside each k, the speculative device "
+              "loop's verification of k - 1 drafts (upload, distributions, walk, download)");
   b->add_option("--k-range", a->k_range, "--verify-cost: FROM:TO positions per forward")
       ->capture_default_str();
   b->add_option("--concurrent", a->concurrent,
