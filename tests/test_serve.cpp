@@ -200,6 +200,21 @@ TEST(Serve, BadRequestsAre4xxJson) {
       {R"({"prompt": "red apple", "top_p": 1.5})", 400, "top_p", "(0, 1]"},
       {R"({"prompt": "red apple", "top_k": -1})", 400, "top_k", "top_k must be"},
       {R"({"prompt": "red apple", "draft_len": 0})", 400, "draft_len", "draft_len must be"},
+      // draft_costs: a response's tessera.draft_costs, for draft_len "auto" only.
+      {R"({"prompt": "red apple", "draft_costs": {"verify": [0.1]}})", 400, "draft_costs",
+       "applies to draft_len \"auto\""},
+      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": []}})", 400,
+       "draft_costs", "as a response's tessera.draft_costs"},
+      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": [0.1]})", 400, "draft_costs",
+       "as a response's tessera.draft_costs"},
+      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": [0.1, -1]}})", 400,
+       "draft_costs", "positive seconds"},
+      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": [1], "x": 2}})",
+       400, "draft_costs", "as a response's tessera.draft_costs"},
+      // Only the engine knows how many it needs (a cost for each length it may choose).
+      {R"({"prompt": "red apple", "method": "lantern", "draft_len": "auto",
+           "draft_costs": {"draft_step": 0.001, "verify": [0.01, 0.02]}})",
+       400, "draft_costs", "verification costs"},
       {R"({"prompt": "red apple", "stream": 1})", 400, "stream", "true or false"},
       {R"({"prompt": "red apple", "seed": -1})", 400, "seed", "non-negative"},
       {R"({"prompt": "red apple", "class": 3})", 400, "class", "not both"},
@@ -237,7 +252,7 @@ TEST(Serve, BadRequestsAre4xxJson) {
   const httplib::Result m = c.Get("/metrics");
   ASSERT_TRUE(m);
   for (const std::string want :
-       {"tessera_requests_total{code=\"400\"} 22", "tessera_requests_total{code=\"413\"} 1",
+       {"tessera_requests_total{code=\"400\"} 28", "tessera_requests_total{code=\"413\"} 1",
         "tessera_images_total 1", "tessera_tokens_total 256", "tessera_request_seconds_count 1",
         "tessera_mean_accepted_length{method=\"vanilla\"} 1", "tessera_queue_images 0"})
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
@@ -428,6 +443,35 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 1"));  // the request joined that batch
   }
+}
+
+// draft_len "auto": a response gives the costs its batch chose by (the server's calibration), and a
+// request that passes them back runs on them without calibrating (a batch of its own), making the
+// same image for the same seed; a batch with a fixed draft length reports none.
+TEST(Serve, DraftCostsComeBackAndGoBackIn) {
+  auto pipe = load(kFix + "llamagen/c2i_f32");
+  serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
+  o.gen.spec.draft_len = kDraftLenAuto;
+  o.gen.spec.max_auto_len = 3;
+  Running srv(*pipe, o);
+  auto post = [&srv](const json& body) {
+    const httplib::Result r =
+        srv.client().Post("/v1/images/generations", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  const json first = post({{"class", 1}, {"seed", 3}});
+  ASSERT_TRUE(first["tessera"].contains("draft_costs")) << first["tessera"].dump();
+  const json costs = first["tessera"]["draft_costs"];
+  ASSERT_GE(costs["verify"].size(), 4u);  // 1 to max_auto_len + 1 positions
+  EXPECT_GT(costs["draft_step"].get<double>(), 0.0);
+  const json again = post({{"class", 1}, {"seed", 3}, {"draft_costs", costs}});
+  EXPECT_EQ(again["tessera"]["draft_costs"], costs);
+  EXPECT_EQ(again["data"][0]["b64_json"], first["data"][0]["b64_json"]);
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 2"));  // its own batch
+  const json fixed = post({{"class", 1}, {"seed", 3}, {"draft_len", 2}});
+  EXPECT_FALSE(fixed["tessera"].contains("draft_costs"));
 }
 
 // Every served method starts at bind() too (drafter loaded, costs calibrated): lantern, drafting

@@ -63,6 +63,11 @@ double mean_accepted(const ImageStats& s) {
   return s.rounds > 0 ? static_cast<double>(s.tokens - 1) / s.rounds : 1.0;
 }
 
+// As a request passes them back (request.cpp) and a run's stats give them.
+json costs_json(const DraftCosts& c) {
+  return {{"draft_step", c.draft_step}, {"verify", c.verify}};
+}
+
 // One setting's Generation, and the images of it in flight: generation id -> (job, image).
 struct Lane {
   std::unique_ptr<Generation> gen;
@@ -318,8 +323,10 @@ struct Engine::Impl {
       unjoinable.clear();  // they may join this one
       return;
     } catch (const ParameterError& e) {
-      why = e.what();
-      param = e.param();
+      // Named as the request names it: the costs are its draft_costs.
+      auto spell = [](const std::string& s) { return s == "auto_costs" ? "draft_costs" : s; };
+      why = e.message(spell);
+      param = spell(e.param());
     } catch (const Error& e) {
       why = e.what();
     } catch (const std::exception& e) {
@@ -345,6 +352,7 @@ struct Engine::Impl {
       std::lock_guard lock(mu);
       job.tokens[i] = std::move(f.tokens);
       job.stats[i] = f.stats;
+      job.draft_costs = lane.gen->stats().draft_costs;
       job.done++;
       if (job.stream) job.events.push_back({"", static_cast<int>(i)});
       metrics.images++;
@@ -356,28 +364,31 @@ struct Engine::Impl {
     }
   }
 
-  // A streamed image's event: its pixels so far, tokens and acceptance map.
-  json image_event(const Job& job, size_t i, const std::vector<uint8_t>& px,
-                   const ImageStats& s) const {
+  // A streamed image's event: its pixels so far, tokens and acceptance map; a finished one's
+  // with its batch's draft_len "auto" costs (`costs`, when it chose by them).
+  json image_event(const Job& job, size_t i, const std::vector<uint8_t>& px, const ImageStats& s,
+                   const DraftCosts* costs = nullptr) const {
     const int64_t total = static_cast<int64_t>(grid) * grid;
     std::vector<int> depth(s.accepted_depth.begin(), s.accepted_depth.end());
     const bool done = s.tokens >= total;
-    return {{"type", done ? "image_generation.completed" : "image_generation.partial_image"},
-            {"b64_json", base64(png_bytes(px.data(), image_size, image_size))},
-            {"created_at", static_cast<int64_t>(std::time(nullptr))},
-            {"size", std::to_string(image_size) + "x" + std::to_string(image_size)},
-            {"output_format", "png"},
-            {"revised_prompt", job.labels[i]},
-            {"tessera",
-             {{"image", i},
-              {"seed", job.images[i].seed},
-              {"method", job.opts.spec.method},
-              {"tokens", s.tokens},
-              {"total", total},
-              {"accepted_depth", depth},
-              {"target_forwards", s.target_forwards},
-              {"mean_accepted_length", mean_accepted(s)},
-              {"seconds", std::chrono::duration<double>(Clock::now() - job.start).count()}}}};
+    json event = {{"type", done ? "image_generation.completed" : "image_generation.partial_image"},
+                  {"b64_json", base64(png_bytes(px.data(), image_size, image_size))},
+                  {"created_at", static_cast<int64_t>(std::time(nullptr))},
+                  {"size", std::to_string(image_size) + "x" + std::to_string(image_size)},
+                  {"output_format", "png"},
+                  {"revised_prompt", job.labels[i]},
+                  {"tessera",
+                   {{"image", i},
+                    {"seed", job.images[i].seed},
+                    {"method", job.opts.spec.method},
+                    {"tokens", s.tokens},
+                    {"total", total},
+                    {"accepted_depth", depth},
+                    {"target_forwards", s.target_forwards},
+                    {"mean_accepted_length", mean_accepted(s)},
+                    {"seconds", std::chrono::duration<double>(Clock::now() - job.start).count()}}}};
+    if (costs && !costs->verify.empty()) event["tessera"]["draft_costs"] = costs_json(*costs);
+    return event;
   }
 
   // Previews of the streamed images in flight, each at most every kPreviewEvery.
@@ -498,11 +509,11 @@ struct Engine::Impl {
                      {"mean_accepted_length", mean_accepted(s)}});
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - job->start).count();
-    Reply r = reply(
-        200,
-        {{"created", static_cast<int64_t>(std::time(nullptr))},
-         {"data", data},
-         {"tessera", {{"method", job->opts.spec.method}, {"seconds", seconds}, {"images", per}}}});
+    json tessera = {{"method", job->opts.spec.method}, {"seconds", seconds}, {"images", per}};
+    if (!job->draft_costs.verify.empty()) tessera["draft_costs"] = costs_json(job->draft_costs);
+    Reply r = reply(200, {{"created", static_cast<int64_t>(std::time(nullptr))},
+                          {"data", data},
+                          {"tessera", tessera}});
     std::lock_guard g(mu);
     metrics.observe(seconds);
     return r;
@@ -521,6 +532,7 @@ struct Engine::Impl {
     bool end = job->complete() && queued.empty();
     std::vector<std::string> events;
     std::vector<std::pair<size_t, ImageStats>> finished;  // decoded below, unlocked
+    const DraftCosts costs = job->draft_costs;
     for (Job::Event& e : queued)
       if (e.finished >= 0) {
         finished.push_back({static_cast<size_t>(e.finished), job->stats[e.finished]});
@@ -545,7 +557,7 @@ struct Engine::Impl {
       if (e.empty() && next < finished.size()) {
         const auto& [i, stats] = finished[next++];
         e = sse("image_generation.completed",
-                image_event(*job, i, pipe.decode(job->tokens[i], 1), stats));
+                image_event(*job, i, pipe.decode(job->tokens[i], 1), stats, &costs));
       }
     if (events.empty() && !end) events.push_back(": waiting\n\n");
     for (const std::string& e : events)

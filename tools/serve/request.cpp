@@ -145,6 +145,33 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       throw HttpError{400, "draft_len must be an integer in [1, 64] or \"auto\"", "draft_len"};
     }
   }
+  if (const json* v = field("draft_costs")) {
+    // As a response gives them (tessera.draft_costs): the seconds of one draft step and of the
+    // target forwards of 1, 2, ... positions; the batch then skips its calibration.
+    const std::string shape =
+        "draft_costs must be {\"draft_step\": seconds, \"verify\": [seconds of 1, 2, ... "
+        "positions]}, as a response's tessera.draft_costs";
+    if (g.spec.draft_len != kDraftLenAuto)
+      throw HttpError{400, "draft_costs applies to draft_len \"auto\"", "draft_costs"};
+    if (!v->is_object() || !v->contains("verify") || !(*v)["verify"].is_array() ||
+        (*v)["verify"].empty())
+      throw HttpError{400, shape, "draft_costs"};
+    DraftCosts costs;
+    for (const json& x : (*v)["verify"]) {
+      if (!x.is_number() || !(x.get<double>() > 0.0) || !std::isfinite(x.get<double>()))
+        throw HttpError{400, "draft_costs.verify must hold positive seconds", "draft_costs"};
+      costs.verify.push_back(x.get<double>());
+    }
+    if (v->contains("draft_step")) {
+      const json& d = (*v)["draft_step"];
+      if (!d.is_number() || !(d.get<double>() >= 0.0) || !std::isfinite(d.get<double>()))
+        throw HttpError{400, "draft_costs.draft_step must be non-negative seconds", "draft_costs"};
+      costs.draft_step = d.get<double>();
+    }
+    for (const auto& [k, x] : v->items())
+      if (k != "verify" && k != "draft_step") throw HttpError{400, shape, "draft_costs"};
+    g.spec.auto_costs = std::move(costs);
+  }
   // Sampling: guidance, temperature, top-k, top-p; the engine checks the rest of each range.
   SamplingOptions& s = g.sampling;
   s = resolve_sampling(s, c.config.sampling);
@@ -177,11 +204,19 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
   // The batch's key: the method and its parameters, and whether the sampling guides and is
   // greedy (they shape the batch); the sampling values themselves are each image's own, so
   // requests that differ only in them share forwards.
-  job->settings = json{{"method", g.spec.method},       {"draft", g.spec.draft_model},
-                       {"draft_len", g.spec.draft_len}, {"tree", g.spec.tree},
-                       {"resample", g.spec.resample},   {"params", params},
-                       {"guided", s.cfg_scale > 1.0f},  {"greedy", s.temperature <= 0.0f}}
-                      .dump();
+  job->settings = json{
+      {"method", g.spec.method},
+      {"draft", g.spec.draft_model},
+      {"draft_len", g.spec.draft_len},
+      {"draft_costs",
+       {{"draft_step", g.spec.auto_costs.draft_step}, {"verify", g.spec.auto_costs.verify}}},
+      {"tree", g.spec.tree},
+      {"resample", g.spec.resample},
+      {"params", params},
+      {"guided", s.cfg_scale > 1.0f},
+      {"greedy",
+       s.temperature <=
+           0.0f}}.dump();
 
   int class_id = -1;
   std::string label;

@@ -34,6 +34,9 @@ struct Job {
   std::vector<std::vector<int32_t>> tokens;  // each finished image's grid (decoded by its
                                              // HTTP thread, not the engine's)
   std::vector<ImageStats> stats;
+  // The draft_len "auto" costs its batch chose by (calibrated once per batch, or the request's):
+  // answered so that a client can pass them back and skip the calibration.
+  DraftCosts draft_costs;
   size_t added = 0, done = 0;
   bool cancelled = false, failed = false;
   int error_status = 500;
