@@ -203,13 +203,20 @@ TEST(Serve, BadRequestsAre4xxJson) {
       // draft_costs: a response's tessera.draft_costs, for draft_len "auto" only.
       {R"({"prompt": "red apple", "draft_costs": {"verify": [0.1]}})", 400, "draft_costs",
        "applies to draft_len \"auto\""},
-      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": []}})", 400,
+      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": [0.1]}})", 400,
        "draft_costs", "as a response's tessera.draft_costs"},
+      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": [], "draft_step": 0}})",
+       400, "draft_costs", "as a response's tessera.draft_costs"},
       {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": [0.1]})", 400, "draft_costs",
        "as a response's tessera.draft_costs"},
-      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": [0.1, -1]}})", 400,
-       "draft_costs", "positive seconds"},
-      {R"({"prompt": "red apple", "draft_len": "auto", "draft_costs": {"verify": [1], "x": 2}})",
+      {R"({"prompt": "red apple", "draft_len": "auto",
+           "draft_costs": {"verify": [0.1, -1], "draft_step": 0}})",
+       400, "draft_costs", "positive seconds"},
+      {R"({"prompt": "red apple", "draft_len": "auto",
+           "draft_costs": {"verify": [1], "draft_step": -1}})",
+       400, "draft_costs", "non-negative seconds"},
+      {R"({"prompt": "red apple", "draft_len": "auto",
+           "draft_costs": {"verify": [1], "draft_step": 0, "x": 2}})",
        400, "draft_costs", "as a response's tessera.draft_costs"},
       // Only the engine knows how many it needs (a cost for each length it may choose).
       {R"({"prompt": "red apple", "method": "lantern", "draft_len": "auto",
@@ -252,7 +259,7 @@ TEST(Serve, BadRequestsAre4xxJson) {
   const httplib::Result m = c.Get("/metrics");
   ASSERT_TRUE(m);
   for (const std::string want :
-       {"tessera_requests_total{code=\"400\"} 28", "tessera_requests_total{code=\"413\"} 1",
+       {"tessera_requests_total{code=\"400\"} 30", "tessera_requests_total{code=\"413\"} 1",
         "tessera_images_total 1", "tessera_tokens_total 256", "tessera_request_seconds_count 1",
         "tessera_mean_accepted_length{method=\"vanilla\"} 1", "tessera_queue_images 0"})
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;

@@ -15,15 +15,12 @@ std::vector<double> measure_verify_seconds(Backend& backend, int vocab,
   check(s.max_k >= 1 && s.repeats >= 1, "verify cost: k and repeats must be at least 1");
   if (!can_sample_rows(backend, vocab)) return {};
   const int K = s.max_k, V = vocab, halves = s.cfg ? 2 : 1;
-  // Flat logits, but each draft's token far below the rest: the target all but never draws it.
-  // Both halves' rows sit in one tensor, [halves (K + 1), V]; a chain of k reads its first
-  // halves (k + 1) rows (the conditional ones, then the unconditional ones).
+  // Per chain of k drafts: k + 1 conditional rows, flat but for each draft's token far below
+  // the rest (the target all but never draws it), then as many flat unconditional ones.
   std::vector<int32_t> token(K);
   for (int j = 0; j < K; ++j) token[j] = static_cast<int32_t>((7919LL * j + 1) % V);
-  std::vector<float> logits(static_cast<size_t>(halves) * (K + 1) * V, 0.0f);
-  for (int r = 0; r < halves * (K + 1); ++r)
-    logits[static_cast<size_t>(r) * V + token[r % K]] = -30.0f;
-  const Tensor target = backend.upload(logits.data(), DType::F32, {halves * (K + 1), V});
+  std::vector<float> logits;
+  Tensor target = backend.empty(DType::F32, {halves * (K + 1), V});
   // q one-hot at each draft's token, as rows on the backend (a device-drafted chain's).
   std::vector<float> q(static_cast<size_t>(K) * V, 0.0f);
   for (int j = 0; j < K; ++j) q[static_cast<size_t>(j) * V + token[j]] = 1.0f;
@@ -50,10 +47,14 @@ std::vector<double> measure_verify_seconds(Backend& backend, int vocab,
       c.seed = 1;
       c.round = r * K + k;
       c.draft_len = k;
+      logits.assign(static_cast<size_t>(halves) * (k + 1) * V, 0.0f);
+      for (int j = 0; j < k; ++j) logits[static_cast<size_t>(j) * V + token[j]] = -30.0f;
+      Tensor used = target.rows(0, int64_t{halves} * (k + 1));
+      backend.upload_into(logits.data(), used);
+      backend.synchronize();  // the upload is not the verification's
       const double t0 = now_s();
       verifier.stage(k + 1, {&c, 1}, false, &rows, halves);
-      const speculative::DraftVerdict v =
-          verifier.verify(target.rows(0, int64_t{halves} * (k + 1)), s.cfg).at(0);
+      const speculative::DraftVerdict v = verifier.verify(used, s.cfg).at(0);
       const double dt = now_s() - t0;
       check(v.accepted == 0 && v.rejected, "internal: the verify cost's first draft was accepted");
       if (r > 0) seconds[k - 1] = std::min(seconds[k - 1], dt);

@@ -211,8 +211,9 @@ void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, con
         const bool mass = c > 0
                               ? normalise(row)  // q_0 = P as it is
                               : std::any_of(row.begin(), row.end(), [](float x) { return x > 0; });
-        if (!mass) {  // no token left with mass: the rest are -1
+        if (!mass) {  // no token left with mass: the rest are -1, their q rows 0
           std::fill(out + c, out + k, -1);
+          std::fill(qc, qc + static_cast<size_t>(k - c) * V, 0.0f);
           break;
         }
         const DeviceSampleParams& d = ps[static_cast<size_t>(r) * k + c];

@@ -90,7 +90,7 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids,
 // q_0 = P (as it is) and q_c = q_{c-1} without child c-1's token, renormalised; child c's
 // token is sample_index(q_c, its params' uniform), or q_c's argmax when its params are greedy.
 // Writes q_c to q[r * k + c] ([n_rows * k, vocab] F32) and the token to tokens[r * k + c] (I32);
-// once no token has mass the row's remaining tokens are -1 (their q rows undefined). On the CPU
+// once no token has mass the row's remaining tokens are -1 (their q rows 0). On the CPU
 // the host trees' tokens bit for bit; a device sums in another order. An all-zero P (a device's
 // flagged non-finite logits) gives -1 tokens too. inputs (optional, I32 like tokens): the tokens
 // as a forward's inputs take them, 0 for -1 (a padding row's token), so that the next depth's

@@ -39,6 +39,14 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
         "internal: draft rows on a device without the drafter's tensor");
   check(device_tokens == 0 || device->tokens.data,
         "internal: draft tokens on a device without the drafter's tensor");
+  // Tokens rows are the tokens' words before the flag's; inputs, when given, mirror them.
+  const int64_t token_rows = device_tokens > 0 ? device->tokens.numel() - 1 : 0;
+  check(device_tokens == 0 || !device->inputs.data || device->inputs.numel() >= token_rows,
+        "internal: draft inputs shorter than the drafter's tokens");
+  for (const DraftToVerify& c : drafts)
+    for (const DraftNode& node : *c.tree)
+      check(node.token != kTokenOnDevice || node.token_row < token_rows,
+            "internal: a draft token's row past the drafter's tokens");
   tokens_on_device_ = device_tokens > 0;
   any_carry_ =
       std::any_of(drafts.begin(), drafts.end(), [](const DraftToVerify& c) { return c.carry; });

@@ -85,8 +85,8 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
       if (nodes[c].parent != node) continue;
       const WalkNode nc = nodes[c];
       const int32_t x = nc.token;
-      // A device-drawn static tree's child past the tokens with mass (draw_children_rows' -1):
-      // it and its later siblings are not in the tree.
+      // A device loop's static or Medusa tree's child past the tokens with mass
+      // (draw_children_rows' or top_rows' -1): it and its later siblings are not in the tree.
       if (x < 0) break;
       const float* own_q =
           q && !(nc.flags & WalkNode::kOneHot) ? q + static_cast<int64_t>(c) * V : nullptr;

@@ -154,7 +154,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
     if (g.spec.draft_len != kDraftLenAuto)
       throw HttpError{400, "draft_costs applies to draft_len \"auto\"", "draft_costs"};
     if (!v->is_object() || !v->contains("verify") || !(*v)["verify"].is_array() ||
-        (*v)["verify"].empty())
+        (*v)["verify"].empty() || !v->contains("draft_step"))
       throw HttpError{400, shape, "draft_costs"};
     DraftCosts costs;
     for (const json& x : (*v)["verify"]) {
@@ -162,12 +162,11 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
         throw HttpError{400, "draft_costs.verify must hold positive seconds", "draft_costs"};
       costs.verify.push_back(x.get<double>());
     }
-    if (v->contains("draft_step")) {
-      const json& d = (*v)["draft_step"];
-      if (!d.is_number() || !(d.get<double>() >= 0.0) || !std::isfinite(d.get<double>()))
-        throw HttpError{400, "draft_costs.draft_step must be non-negative seconds", "draft_costs"};
-      costs.draft_step = d.get<double>();
-    }
+    // Required: a draft step left at 0 would make drafting look free (the longest drafts).
+    const json& d = (*v)["draft_step"];
+    if (!d.is_number() || !(d.get<double>() >= 0.0) || !std::isfinite(d.get<double>()))
+      throw HttpError{400, "draft_costs.draft_step must be non-negative seconds", "draft_costs"};
+    costs.draft_step = d.get<double>();
     for (const auto& [k, x] : v->items())
       if (k != "verify" && k != "draft_step") throw HttpError{400, shape, "draft_costs"};
     g.spec.auto_costs = std::move(costs);

@@ -433,11 +433,13 @@ __global__ void __launch_bounds__(kThreads)
       part += v;
     }
     const double total = block_sum(part, s.d);
-    if (!(total > 0.0)) {  // no token left with mass: the rest are -1 (inputs: 0)
+    if (!(total > 0.0)) {  // no token left with mass: the rest are -1 (inputs: 0), their q 0
       for (int r = c + tid; r < k; r += kThreads) {
         out[r] = -1;
         if (in) in[r] = 0;
       }
+      for (int r = c + 1; r < k; ++r)  // row c is q_{c-1} without its last token: all 0 already
+        for (int i = begin; i < end; ++i) q[(static_cast<size_t>(row) * k + r) * V + i] = 0.0f;
       return;
     }
     if (c > 0) {
@@ -452,7 +454,7 @@ __global__ void __launch_bounds__(kThreads)
                                         : block_draw(qc, begin, end, part, p, s);
     if (tid == 0) {
       out[c] = t;
-      if (in) in[c] = t;
+      if (in) in[c] = t < 0 ? 0 : t;
       previous = t;
     }
     __syncthreads();
