@@ -127,6 +127,8 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
       {method("sd", {}, "kary:3,2"), 1.0f, 2},
       {method("sd", {}, "kary:3,2"), 0.0f, 2},
       {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}, "kary:3,2"), 1.0f, 2},
+      {method("eagle", {}, "kary:3,2"), 1.0f, 2},
+      {method("eagle", {}, "kary:3,2"), 0.0f, 2},
       {method("sd", {}, "dynamic:2,3,8"), 1.0f},
       {method("sd", {}, "dynamic:2,3,8"), 0.0f},
       {method("eagle", {}, "dynamic:2,3,8"), 1.0f},
