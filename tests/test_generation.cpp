@@ -496,6 +496,30 @@ INSTANTIATE_TEST_SUITE_P(Drafters, GenerationMethods,
                            return n;
                          });
 
+// --draft-len auto: a request giving the costs the generation chooses by (those it calibrated)
+// drafts alike and joins; other costs do not ("other auto_costs"), nor does a request without
+// costs beside a generation given some (it would calibrate its own).
+TEST(GenerationApiLifecycle, AutoDraftLengthsJoinOnTheSameCosts) {
+  auto pipe = c2i();
+  GenerateOptions o = options("sd", 2);
+  o.spec.draft_len = kDraftLenAuto;
+  o.spec.max_auto_len = 3;
+  auto gen = pipe->start_generation(o);
+  const DraftCosts calibrated = gen->stats().draft_costs;
+  ASSERT_FALSE(calibrated.verify.empty());
+  SpeculativeOptions s = o.spec;
+  s.auto_costs = calibrated;
+  EXPECT_TRUE(gen->joins({Condition::label(1), 1, 0, std::nullopt, s}));
+  s.auto_costs.draft_step *= 2;
+  EXPECT_FALSE(gen->joins({Condition::label(1), 1, 0, std::nullopt, s}));
+  o.spec.auto_costs = calibrated;
+  auto given = pipe->start_generation(o);
+  EXPECT_TRUE(given->joins({Condition::label(1), 1, 0, std::nullopt, o.spec}));
+  SpeculativeOptions none = o.spec;
+  none.auto_costs = {};
+  EXPECT_FALSE(given->joins({Condition::label(1), 1, 0, std::nullopt, none}));
+}
+
 // A method that drafts otherwise (another draft length, drafter or tree; vanilla beside a
 // speculative method and the reverse) does not join: joins() says so and add() refuses it naming
 // "method"; a method the model refuses is refused as Pipeline::generate refuses it; a lossy

@@ -453,8 +453,9 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
 }
 
 // draft_len "auto": a response gives the costs its batch chose by (the server's calibration), and a
-// request that passes them back runs on them without calibrating (a batch of its own), making the
-// same image for the same seed; a batch with a fixed draft length reports none.
+// request that passes them back runs on them without calibrating: the same costs as that batch's,
+// so it joins it, and makes the same image for the same seed. Other costs get a batch of their
+// own; a batch with a fixed draft length reports none.
 TEST(Serve, DraftCostsComeBackAndGoBackIn) {
   auto pipe = load(kFix + "llamagen/c2i_f32");
   serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
@@ -476,7 +477,13 @@ TEST(Serve, DraftCostsComeBackAndGoBackIn) {
   const json again = post({{"class", 1}, {"seed", 3}, {"draft_costs", costs}});
   EXPECT_EQ(again["tessera"]["draft_costs"], costs);
   EXPECT_EQ(again["data"][0]["b64_json"], first["data"][0]["b64_json"]);
-  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 2"));  // its own batch
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 1"));
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_joined_settings 1"));  // it joined the batch
+  json other = costs;
+  for (json& v : other["verify"]) v = v.get<double>() * 2;  // twice the cost at every length
+  const json twice = post({{"class", 1}, {"seed", 3}, {"draft_costs", other}});
+  EXPECT_EQ(twice["tessera"]["draft_costs"], other);
+  EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 2"));  // a batch of its own
   const json fixed = post({{"class", 1}, {"seed", 3}, {"draft_len", 2}});
   EXPECT_FALSE(fixed["tessera"].contains("draft_costs"));
 }

@@ -303,6 +303,7 @@ struct LlamaGenFamily::Run final : GenerationRun {
   Prepared prep;
   std::unique_ptr<speculative::Drafter> drafter;
   std::optional<speculative::DraftLengthPolicy> policy;
+  DraftCosts costs;  // --draft-len auto: the costs its policy chooses by (given or calibrated)
   std::unique_ptr<Decoder> decoder_;
   speculative::SpeculativeDecoder* speculative = nullptr;  // decoder_, when the method drafts
   // Other methods asked for, prepared once: prep is null for one that drafts otherwise (why).
@@ -365,7 +366,10 @@ struct LlamaGenFamily::Run final : GenerationRun {
     if (spec.max_rounds != opts.spec.max_rounds)
       return "max_rounds " + std::to_string(spec.max_rounds) + ", not " +
              std::to_string(opts.spec.max_rounds);
-    if (spec.auto_costs != opts.spec.auto_costs) return "other auto_costs";
+    // Costs given as this run chooses by (as given, or as it calibrated them) draft alike; none
+    // given would calibrate anew.
+    if (spec.auto_costs != opts.spec.auto_costs && spec.auto_costs != costs)
+      return "other auto_costs";
     return "";
   }
 };
@@ -458,6 +462,7 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
       check_param(v > 0.0, "auto_costs", "has a verification cost that is not positive");
     rc.verify = costs.verify;
     rc.draft_step = costs.draft_step;
+    run->costs = costs;
     st.draft_costs = std::move(costs);
     run->policy.emplace(std::move(rc), depth, drafter->carries_drafts());
     ls.policy = &*run->policy;
