@@ -560,9 +560,10 @@ TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
     EXPECT_EQ(got, want);
     for (size_t c = 0; c < want.size(); ++c) EXPECT_EQ(got_inputs[c], std::max(want[c], 0)) << c;
     // A child without a token has a zero q row (the walk never reads it; defined all the same).
-    for (size_t c = 0; c < want.size(); ++c)
-      if (want[c] < 0)
-        for (int y = 0; y < V; ++y) ASSERT_EQ(got_q[c * V + y], 0.0f) << "child " << c;
+    for (size_t c = 0; c < want.size(); ++c) {
+      if (want[c] >= 0) continue;
+      for (int y = 0; y < V; ++y) ASSERT_EQ(got_q[c * V + y], 0.0f) << "child " << c;
+    }
     for (int r = 0; r < n; ++r)
       for (int c = 0; c < k && want[r * k + c] >= 0; ++c) {
         for (int y = 0; y < V; ++y)
