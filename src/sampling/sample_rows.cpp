@@ -171,7 +171,7 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, 
       for (int j = 0; j < k; ++j) out[j] = j < static_cast<int>(n) ? order[j] : -1;
       if (inputs)
         for (int j = 0; j < k; ++j)
-          inputs->ptr<int32_t>()[static_cast<size_t>(r) * k + j] = std::max(out[j], 0);
+          inputs->ptr<int32_t>()[static_cast<size_t>(r) * k + j] = token_as_input(out[j]);
       if (!mass) continue;
       float* m = mass->ptr<float>() + static_cast<size_t>(r) * k;
       for (int j = 0; j < k; ++j) m[j] = j < static_cast<int>(n) ? p[order[j]] : 0.0f;
@@ -224,7 +224,7 @@ void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, con
       }
       if (inputs)
         for (int c = 0; c < k; ++c)
-          inputs->ptr<int32_t>()[static_cast<size_t>(r) * k + c] = std::max(out[c], 0);
+          inputs->ptr<int32_t>()[static_cast<size_t>(r) * k + c] = token_as_input(out[c]);
     }
     return;
   }

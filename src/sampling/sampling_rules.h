@@ -33,6 +33,12 @@ TESSERA_HD inline float temperature_divisor(float temperature) {
   return temperature > 1e-5f ? temperature : 1e-5f;
 }
 
+// A drawn or ranked id as the next forward takes it: -1 (no token left with mass) becomes 0, a
+// padding row's token, so that a device tree's next depth reads its inputs as they lie.
+TESSERA_HD inline int32_t token_as_input(int32_t id) {
+  return id < 0 ? 0 : id;
+}
+
 TESSERA_HD inline bool finite_logit(float x) {
   return x - x == 0.0f;
 }  // false for NaN and +-Inf

@@ -22,6 +22,8 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   any_q_ = false;
   bool on_device = false;
   int64_t device_tokens = 0;
+  // Tokens rows are the tokens' words before the flag's; inputs, when given, mirror them.
+  const int64_t token_rows = device && device->tokens.data ? device->tokens.numel() - 1 : 0;
   for (const DraftToVerify& c : drafts) {
     check(c.tree && static_cast<int>(c.tree->size()) <= width,
           "internal: BackendVerifier verifies drafts of at most the round's width");
@@ -30,23 +32,17 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
       any_q_ = any_q_ || !node.q.empty() || node.q_row >= 0;
       on_device = on_device || node.q_row >= 0;
       if (node.token == kTokenOnDevice) {
-        check(node.token_row >= 0, "internal: a token on the device without its row");
+        check(token_rows > 0, "internal: draft tokens on a device without the drafter's tensor");
+        check(node.token_row >= 0 && node.token_row < token_rows,
+              "internal: a draft token's row outside the drafter's tokens");
         ++device_tokens;
       }
     }
   }
   check(!on_device || (device && device->q.data),
         "internal: draft rows on a device without the drafter's tensor");
-  check(device_tokens == 0 || device->tokens.data,
-        "internal: draft tokens on a device without the drafter's tensor");
-  // Tokens rows are the tokens' words before the flag's; inputs, when given, mirror them.
-  const int64_t token_rows = device_tokens > 0 ? device->tokens.numel() - 1 : 0;
   check(device_tokens == 0 || !device->inputs.data || device->inputs.numel() >= token_rows,
         "internal: draft inputs shorter than the drafter's tokens");
-  for (const DraftToVerify& c : drafts)
-    for (const DraftNode& node : *c.tree)
-      check(node.token != kTokenOnDevice || node.token_row < token_rows,
-            "internal: a draft token's row past the drafter's tokens");
   tokens_on_device_ = device_tokens > 0;
   any_carry_ =
       std::any_of(drafts.begin(), drafts.end(), [](const DraftToVerify& c) { return c.carry; });

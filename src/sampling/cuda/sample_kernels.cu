@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(kTopThreads)
       pick_v = v, pick_i = vi;
       out[j] = vi == INT_MAX ? -1 : vi;
       if (out_mass) out_mass[j] = vi == INT_MAX ? 0.0f : v;
-      if (in) in[j] = vi == INT_MAX ? 0 : vi;
+      if (in) in[j] = token_as_input(out[j]);
     }
     __syncthreads();
     last_v = pick_v, last_i = pick_i;
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(kTopThreads)
       for (int r = j + 1 + threadIdx.x; r < k; r += kTopThreads) {
         out[r] = -1;
         if (out_mass) out_mass[r] = 0.0f;
-        if (in) in[r] = 0;
+        if (in) in[r] = token_as_input(-1);
       }
       return;
     }
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!(total > 0.0)) {  // no token left with mass: the rest are -1 (inputs: 0), their q 0
       for (int r = c + tid; r < k; r += kThreads) {
         out[r] = -1;
-        if (in) in[r] = 0;
+        if (in) in[r] = token_as_input(-1);
       }
       for (int r = c + 1; r < k; ++r)  // row c is q_{c-1} without its last token: all 0 already
         for (int i = begin; i < end; ++i) q[(static_cast<size_t>(row) * k + r) * V + i] = 0.0f;
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kThreads)
                                         : block_draw(qc, begin, end, part, p, s);
     if (tid == 0) {
       out[c] = t;
-      if (in) in[c] = t < 0 ? 0 : t;
+      if (in) in[c] = token_as_input(t);
       previous = t;
     }
     __syncthreads();

@@ -88,53 +88,40 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
           ranking, 0, 0, static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + d));
   }
   ranking_.compute(logits, m, depth, cfg, settings_);
+  // The nodes of the shape down to each image's depth, shape order (parents first, level by
+  // level), node u's id at rank shape_.rank[u] of head d - 1's row of image i, at
+  // ((d - 1) m + i) K. On the device loop the ids stay there and every node is kept (a rank past
+  // the ids with mass is a missing node, BackendVerifier::complete's); on the host a node whose
+  // rank found no id is left out, and its subtree with it.
+  const int32_t* ranked = nullptr;
   if (device_drafts_) {
-    // Every node of the shape down to the image's depth, its token the rank's id where it is
-    // (head d - 1's row of image i at ((d - 1) m + i) K).
     device_rows_ = ranking_.top_on_device(K);
     device_drafts_counted_.rounds++;
-    for (int i = 0; i < m; ++i) {
-      ImageState& im = *active[who[i]];
-      const int deepest = std::min(max_depth[who[i]], depth);
-      im.stats.draft_forwards++;
-      DraftTree& tree = trees[who[i]];
-      for (int u = 0; u < shape_.nodes(); ++u) {
-        const int d = shape_.depth[u];
-        if (d > deepest) break;  // level by level: the nodes kept are a prefix of the shape's
-        DraftNode node;
-        node.parent = shape_.parent[u];  // so a node's tree index is its shape index
-        node.depth = d;
-        node.token = kTokenOnDevice;
-        node.token_row = ((d - 1) * m + i) * K + shape_.rank[u];
-        tree.push_back(std::move(node));
-      }
-    }
-    return;
+  } else {
+    ranked = ranking_.top(K, /*with_mass=*/false).data();
   }
-  const std::vector<int32_t>& ranked = ranking_.top(K, /*with_mass=*/false);
-
-  std::vector<std::vector<int>> top(depth);
   std::vector<int> node_of(shape_.nodes());
   for (int i = 0; i < m; ++i) {
     ImageState& im = *active[who[i]];
     const int deepest = std::min(max_depth[who[i]], depth);
     im.stats.draft_forwards++;
-    for (int d = 1; d <= deepest; ++d) {
-      const int32_t* row = ranked.data() + static_cast<size_t>((d - 1) * m + i) * K;
-      top[d - 1].clear();
-      for (int r = 0; r < top_needed_[d - 1] && row[r] >= 0; ++r) top[d - 1].push_back(row[r]);
-    }
     DraftTree& tree = trees[who[i]];
     for (int u = 0; u < shape_.nodes(); ++u) {
       node_of[u] = -1;
       const int d = shape_.depth[u], p = shape_.parent[u];
-      if (d > deepest || (p >= 0 && node_of[p] < 0)) continue;
-      const std::vector<int>& cand = top[d - 1];
-      if (shape_.rank[u] >= static_cast<int>(cand.size())) continue;
-      DraftNode node;
+      if (d > deepest) break;
+      if (p >= 0 && node_of[p] < 0) continue;
+      const int at = ((d - 1) * m + i) * K + shape_.rank[u];
+      DraftNode node;  // q stays empty: a deterministic draft
       node.parent = p < 0 ? -1 : node_of[p];
       node.depth = d;
-      node.token = cand[shape_.rank[u]];  // q stays empty: a deterministic draft
+      if (ranked) {
+        node.token = ranked[at];
+        if (node.token < 0) continue;
+      } else {
+        node.token = kTokenOnDevice;
+        node.token_row = at;
+      }
       node_of[u] = static_cast<int>(tree.size());
       tree.push_back(std::move(node));
     }

@@ -239,9 +239,8 @@ int ModelDrafter::keep_roots(int m, int n_out, std::vector<int>& out_row) {
   const int R = params_.uses_cfg() ? 2 * m : m;
   roots_host_.resize(R);
   for (int r = 0; r < R; ++r) roots_host_[r] = r * n_out + out_row[r % m];
-  const Tensor index = grown_rows(be, roots_index_, DType::I32, R, 1).view({R});
-  Tensor up = index;
-  be.upload_into(roots_host_.data(), up);
+  Tensor index = grown_rows(be, roots_index_, DType::I32, R, 1).view({R});
+  be.upload_into(roots_host_.data(), index);
   Tensor logits = grown_rows(be, device_roots_, DType::F32, R, model_.info().vocab_size);
   be.get_rows(last_.logits, index, logits);
   last_.logits = logits;
