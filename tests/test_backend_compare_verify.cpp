@@ -8,13 +8,17 @@
 // differ only where a uniform falls within that of a threshold).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
+#include <numeric>
 #include <optional>
 
 #include <random>
 #include <vector>
 
 #include "backends_under_test.h"
+#include "speculative/dynamic_frontier.h"
 #include "speculative/verify_images.h"
 
 using namespace tessera;
@@ -293,6 +297,132 @@ TEST_P(Verify, TypicalDraftsVerifyAsTheCpu) {
   const Compared c = compare_walks(backend(), ref(), 45, rules, 11, false);
   EXPECT_GT(c.rejected, 100);
   EXPECT_GT(c.bonus, 100);
+}
+
+namespace {
+
+// One round of a dynamic tree's frontier on backend b (dynamic_frontier.h): the root's ranked rows,
+// then an expansion per depth, each fed first; every feed's tokens, feature rows and mask rows,
+// and the download (images, best lists) at the end.
+struct FrontierRound {
+  std::vector<int32_t> tokens, feature_rows;
+  std::vector<uint8_t> masks, down;
+};
+
+FrontierRound run_frontier(Backend& b, const DynamicLayout& L, const std::vector<uint8_t>& up,
+                           const std::vector<std::vector<int32_t>>& ids,
+                           const std::vector<std::vector<float>>& mass, int halves, int stride) {
+  FrontierRound out;
+  Tensor state = b.empty(DType::U8, {L.end});
+  Tensor images = state.bytes_as(0, DType::U8, {L.best});
+  b.upload_into(up.data(), images);
+  const int32_t zero = 0;
+  const Tensor flag = b.upload(&zero, DType::I32, {1});
+  const int64_t rows = int64_t{halves} * L.m * L.K;
+  for (size_t e = 0; e < ids.size(); ++e) {
+    const int depth = static_cast<int>(e) + 1;
+    if (depth > 1) {  // feed the frontier of depth - 1, then rank its rows
+      const int d = depth - 1, tree_rows = (d - 1) * L.K, prev_rows = d == 1 ? 1 : L.K;
+      Tensor tokens = b.empty(DType::I32, {rows}), feature = b.empty(DType::I32, {rows});
+      Tensor mask = b.empty(DType::U8, {rows * stride});
+      feed_frontiers(b, state, L, halves, d, tree_rows, prev_rows, tokens, &feature, mask, stride);
+      std::vector<int32_t> t(rows), f(rows);
+      std::vector<uint8_t> mk(rows * stride);
+      b.download(tokens, t.data());
+      b.download(feature, f.data());
+      b.download(mask, mk.data());
+      out.tokens.insert(out.tokens.end(), t.begin(), t.end());
+      out.feature_rows.insert(out.feature_rows.end(), f.begin(), f.end());
+      out.masks.insert(out.masks.end(), mk.begin(), mk.end());
+    }
+    const Tensor i = b.upload(ids[e].data(), DType::I32, {static_cast<int64_t>(ids[e].size())});
+    const Tensor m = b.upload(mass[e].data(), DType::F32, {static_cast<int64_t>(mass[e].size())});
+    expand_frontiers(b, state, L, i, m, flag, depth);
+  }
+  best_candidates(b, state, L);
+  out.down.resize(static_cast<size_t>(L.download()));
+  b.download(state.bytes_as(0, DType::U8, {L.download()}), out.down.data());
+  return out;
+}
+
+}  // namespace
+
+// The dynamic tree's frontier kernels (a block per image on a GPU) give the CPU's candidates,
+// frontiers, feeds (tokens, f^ rows, tree-mask rows) and best lists: 5 images, K = 4, three
+// expansions, random ranked rows (distinct ids, masses descending, some rows cut short by ids
+// without mass), one image stopping at depth 2. Scores are sums of double logs: the device's log
+// may differ from glibc's in the last place, so they are compared to 1e-12 relative and the
+// candidates' order (from distinct random masses) must not change; bit-equal on the second CPU.
+TEST_P(Verify, DynamicFrontiersAreTheCpus) {
+  std::mt19937 g(17);
+  const int m = 5, K = 4, depth = 4, total = 20, halves = 2, V = 200;
+  const DynamicLayout L = dynamic_layout(m, K, depth, total);
+  std::vector<uint8_t> up(static_cast<size_t>(L.best), 0);
+  const int tree_base[m] = {7, 3, 12, 9, 5}, max_depth[m] = {4, 2, 4, 3, 4};
+  int stride = 0;
+  for (int i = 0; i < m; ++i) {
+    DynamicImage im;
+    im.tree_base = tree_base[i];
+    im.max_depth = max_depth[i];
+    std::memcpy(up.data() + i * sizeof im, &im, sizeof im);
+    stride = std::max(stride, tree_base[i] + (depth - 1) * K);
+  }
+  std::vector<std::vector<int32_t>> ids(depth);
+  std::vector<std::vector<float>> mass(depth);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int e = 0; e < depth; ++e) {
+    const int rows = m * (e == 0 ? 1 : K);
+    for (int r = 0; r < rows; ++r) {
+      std::vector<int32_t> tok(V);
+      std::iota(tok.begin(), tok.end(), 0);
+      std::shuffle(tok.begin(), tok.end(), g);
+      std::vector<float> w(K);
+      for (float& x : w) x = u(g);
+      std::sort(w.rbegin(), w.rend());
+      const int cut = r % 3 == 1 ? 2 : K;  // rows with fewer tokens with mass
+      for (int k = 0; k < K; ++k) {
+        ids[e].push_back(k < cut ? tok[k] : -1);
+        mass[e].push_back(k < cut ? w[k] : 0.0f);
+      }
+    }
+  }
+  const FrontierRound want = run_frontier(ref(), L, up, ids, mass, halves, stride);
+  const FrontierRound got = run_frontier(backend(), L, up, ids, mass, halves, stride);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.feature_rows, want.feature_rows);
+  EXPECT_EQ(got.masks, want.masks);
+  ASSERT_EQ(got.down.size(), want.down.size());
+  for (int i = 0; i < m; ++i) {
+    SCOPED_TRACE("image " + std::to_string(i));
+    DynamicImage a, w;
+    std::memcpy(&a, got.down.data() + i * sizeof a, sizeof a);
+    std::memcpy(&w, want.down.data() + i * sizeof w, sizeof w);
+    EXPECT_EQ(a.best, w.best);
+    EXPECT_EQ(a.expansions, w.expansions);
+    EXPECT_EQ(a.failed, 0);
+    EXPECT_EQ(w.expansions, max_depth[i]);  // the root's, then one a fed depth
+    EXPECT_EQ(w.best, i == 1 ? 8 : total);  // image 1: 2 roots (a short row), 6 children
+    for (int k = 0; k < w.best; ++k) {
+      DynamicCandidate x, y;
+      const size_t at = L.best + (static_cast<size_t>(i) * total + k) * sizeof x;
+      std::memcpy(&x, got.down.data() + at, sizeof x);
+      std::memcpy(&y, want.down.data() + at, sizeof y);
+      EXPECT_EQ(x.token, y.token) << k;
+      EXPECT_EQ(x.parent, y.parent) << k;
+      EXPECT_EQ(x.depth, y.depth) << k;
+      EXPECT_EQ(x.rank, y.rank) << k;
+      EXPECT_EQ(x.fed, y.fed) << k;
+      EXPECT_LE(y.depth, max_depth[i]) << k;
+      if (exact())
+        EXPECT_EQ(x.score, y.score) << k;
+      else
+        EXPECT_NEAR(x.score, y.score, 1e-12 * std::abs(y.score)) << k;
+    }
+  }
+  // Some tree rows were fed (f^ rows past the roots') and some mask columns past the committed ones
+  // set: the round went past its first feed.
+  EXPECT_TRUE(std::any_of(want.feature_rows.begin(), want.feature_rows.end(),
+                          [&](int32_t r) { return r >= halves * m; }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);

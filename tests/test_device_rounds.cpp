@@ -441,8 +441,9 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
 // tokens. Never the rows of logits, which the host loop reads (the catch-up's and every later
 // forward's). MakeTheHostLoopsImages checks that both make the same trees. The EAGLE drafter's
 // features (the target's for committed pairs, its own f^ for drafted nodes) stay on the backend
-// either way: a device round waits for nothing and reads back once (a static tree) or once an
-// expansion and the verdicts (a dynamic tree).
+// either way: a device round waits for nothing and reads back once (a static tree: the verdicts,
+// which bring the tokens) or twice (a dynamic tree: the best candidates after the last expansion,
+// whose tokens and structure the target pass needs, then the verdicts).
 TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const int V = tc.gpt.vocab_size;
@@ -496,10 +497,10 @@ TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
           const int read = spec[0] == 'd' ? 3 : 2;
           EXPECT_EQ(stats.device_drafted_rounds - drafted, where == DeviceLoop::On ? 1 : 0);
           if (where == DeviceLoop::On) {
-            // A dynamic tree: K ids and masses a row per expansion, then the verdicts. A static
-            // tree: the verdicts only (its tokens come back with them).
+            // A dynamic tree: its best candidates, then the verdicts. A static tree: the
+            // verdicts only (its tokens come back with them).
             EXPECT_EQ(counting.syncs, 0);
-            EXPECT_EQ(counting.downloads, spec[0] == 'd' ? read + 1 : 1);
+            EXPECT_EQ(counting.downloads, spec[0] == 'd' ? 2 : 1);
           }
           EXPECT_GE(drafter.batched_forwards() - forwards, read);
           EXPECT_EQ(counting.watched_downloads,

@@ -211,7 +211,9 @@ ForwardInputs Session::prepare(const StepBatch& b) {
     if (!b.features_on_device) be.upload_into(b.features.data(), features_);
     in.features = &features_;
   }
-  if (tree || !b.mask.empty()) {
+  check(!b.mask_on_device || (!tree && b.mask.empty() && b.mask_stride >= n_new),
+        "internal: a forward mask on the device");
+  if (tree || !b.mask.empty() || b.mask_on_device) {
     // A tree's mask is expanded from its parents where the backend runs (rows ints cross to a
     // device, not rows x slots bytes); an explicit mask is uploaded as given.
     int stride = b.mask_stride;
@@ -221,7 +223,8 @@ ForwardInputs Session::prepare(const StepBatch& b) {
         stride = std::max(stride, staging_[2 * rows + n_seq + r] + n_new);
     }
     const int64_t size = static_cast<int64_t>(rows) * stride;
-    check(tree || static_cast<int64_t>(b.mask.size()) == size, "internal: forward mask size");
+    check(tree || b.mask_on_device || static_cast<int64_t>(b.mask.size()) == size,
+          "internal: forward mask size");
     const int64_t max_mask =
         static_cast<int64_t>(workspace_->max_rows()) * capacity();  // rows x slots of a sequence
     check(size <= max_mask, "internal: forward mask too large");
@@ -231,7 +234,7 @@ ForwardInputs Session::prepare(const StepBatch& b) {
     if (tree) {
       const Tensor parents = used.rows(parents_at, rows);
       be.expand_tree_mask(parents, in.attn.past, n_new, stride, in.attn.mask);
-    } else {
+    } else if (!b.mask_on_device) {
       be.upload_into(b.mask.data(), in.attn.mask);
     }
   }

@@ -38,6 +38,9 @@ struct StepBatch {
   std::vector<int32_t> output_at;  // indices j in [0, n_new) whose outputs each slot returns
   std::vector<uint8_t> mask;       // optional [slots][n_new][mask_stride] (tree attention)
   int mask_stride = 0;
+  // Or the mask ([slots][n_new][mask_stride], mask empty) is written where the model runs, by
+  // forward()'s edit (a dynamic tree's frontier on the device loop).
+  bool mask_on_device = false;
   // Optional tree attention in compact form (instead of `mask`): per row, the index j' < j of
   // the row (of the same sequence) it hangs below, or -1. A row sees the sequence's cached
   // slots, its ancestors and itself; the session expands this into the mask.

@@ -72,6 +72,16 @@ const DeviceDraftRows& HeadRows::top_on_device(int K) {
   return on_device_;
 }
 
+HeadRows::Ranked HeadRows::top_with_mass_on_device(int K) {
+  const int64_t n_ids = int64_t{n_} * K;
+  grown_rows(be_, down_, DType::I32, 2 * n_ids, 1);
+  Ranked r{down_.rows(0, n_ids).view({n_ids}),
+           down_.bytes_as(static_cast<size_t>(n_ids) * sizeof(int32_t), DType::F32, {n_ids}),
+           up_.bytes_as(flag_at_, DType::I32, {1})};
+  top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, r.ids, &r.mass);
+  return r;
+}
+
 const std::vector<float>& HeadRows::read() {
   const int64_t n = int64_t{n_} * V_;
   Tensor flag_back = probs_.bytes_as(static_cast<size_t>(n) * sizeof(float), DType::I32, {1});

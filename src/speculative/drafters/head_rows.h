@@ -37,6 +37,13 @@ class HeadRows {
   // flag) and inputs (the ids, 0 for -1), as DeviceDraftRows holds them (no q: one-hot drafts).
   // Nothing comes back.
   const DeviceDraftRows& top_on_device(int K);
+  // The ids with their mass left where they are (EAGLE-2's candidates on the device loop,
+  // dynamic_frontier.h): ids I32 [n K], mass F32 [n K], and the rows' error flag I32 [1] (nonzero:
+  // a non-finite logit), valid until the next compute. Nothing comes back.
+  struct Ranked {
+    Tensor ids, mass, flag;
+  };
+  Ranked top_with_mass_on_device(int K);
   const std::vector<float>& mass() const { return mass_; }
   // The last compute's distributions: row i's at [i V, i V + V).
   const std::vector<float>& read();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "decode/guidance.h"
@@ -906,132 +907,30 @@ void ModelDrafter::draw_tree_children(std::span<ImageState* const> active,
 void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
                                    std::span<const int> max_depth, std::vector<DraftTree>& trees) {
   const DynamicTree& dt = *dynamic_;
-  const ArModelInfo& info = model_.info();
-  const int V = info.vocab_size, K = dt.top_k;
-  const bool cfg = params_.uses_cfg();
   trees.assign(active.size(), {});
   int depth = 0;
   const std::vector<int> who = drafting(max_depth, depth);
   if (who.empty()) return;
   depth = std::min(depth, dt.max_depth());
   const int m = static_cast<int>(who.size());
-  struct Candidate {
-    int32_t token;
-    int parent;  // candidate index; -1 = the root
-    int depth, rank;
-    double score;
-  };
-  std::vector<std::vector<Candidate>> cand(m);
-  // Best first: higher score, then the earlier candidate.
-  auto better = [](const std::vector<Candidate>& c) {
-    return [&c](int a, int b) {
-      return c[a].score > c[b].score || (c[a].score == c[b].score && a < b);
-    };
-  };
-  // Candidates come from the backend's ranking on the device loop (ranking_: every row of a
-  // forward ranked where its logits are, K ids and their mass back) or, on the host loop or for a
-  // vocabulary the device cannot take, from the logits read to the host. Both give the same ids and
-  // masses: the guided distribution (guided_distribution's, distribution_rows'), ranked in argmax's
-  // order.
-  const bool on_backend = ranking_.has_value() && device_drafts_;
-  const int k = std::min(K, V);
-  std::vector<float> dist(on_backend ? 0 : V), host_mass(on_backend ? 0 : k);
-  std::vector<int> order(on_backend ? 0 : V);
-  std::vector<int32_t> host_ids(on_backend ? 0 : k);
-  // Appends the top_k tokens of the distribution at `row` of the last forward as children of
-  // candidate `parent` of image i.
-  auto expand = [&](int i, int parent, int d, size_t row, int n_out) {
-    const size_t at = static_cast<size_t>(i) * n_out + row;
-    const int32_t* ids = nullptr;
-    const float* mass = nullptr;
-    if (on_backend) {
-      ids = ranking_->top_ids().data() + at * K;
-      mass = ranking_->mass().data() + at * K;
-    } else {
-      const float* cond = logits_.data() + at * V;
-      const float* uncond =
-          cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
-      const ImageState& im = *active[who[i]];
-      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index
-      guided_distribution(cond, uncond, V, ranking_params(im.sampling), t, dist);
-      std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
-        return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
-      });
-      for (int r = 0; r < k; ++r) {
-        host_ids[r] = order[r];
-        host_mass[r] = dist[order[r]];
-      }
-      ids = host_ids.data();
-      mass = host_mass.data();
-    }
-    const double base = parent < 0 ? 0.0 : cand[i][parent].score;
-    for (int r = 0; r < k && ids[r] >= 0 && mass[r] > 0.0f; ++r)
-      cand[i].push_back({ids[r], parent, d, r, base + std::log(static_cast<double>(mass[r]))});
-  };
-  StepBatch b;
-  std::vector<int> out_row;
-  int n_out = catch_up(active, who, b, out_row, on_backend);
-  if (on_backend) {
-    n_out = keep_roots(m, n_out, out_row);
-    device_drafts_counted_.rounds++;
-    rank_on_backend(active, who, n_out, 1, K);
-  }
-  start_tree(active, who);
-  std::vector<std::vector<int>> frontier(m);  // candidate indices, best first
-  for (int i = 0; i < m; ++i) {
-    active[who[i]]->stats.draft_forwards++;
-    expand(i, -1, 1, static_cast<size_t>(out_row[i]), n_out);
-    for (int c = 0; c < static_cast<int>(cand[i].size()); ++c) frontier[i].push_back(c);
-  }
-  // Image i's tree index of candidate c once fed (the tree is built as it is fed; the rerank
-  // below rebuilds it), and the output rows of the fed nodes.
-  std::vector<DraftTree> fed_tree(active.size());
-  std::vector<std::vector<int>> fed_node(m), output_row(m);
-  std::vector<std::vector<int>> fed_cand(m);  // fed tree node -> candidate
-  int tree_rows = 0;
-  for (int d = 1; d < depth; ++d) {
-    // Feed the frontier of depth d.
-    std::vector<std::vector<int>> nodes(m, std::vector<int>(K, -1));
-    for (int i = 0; i < m; ++i) {
-      if (d >= max_depth[who[i]]) frontier[i].clear();  // its candidates stop at depth d
-      for (size_t k = 0; k < frontier[i].size(); ++k) {
-        const Candidate& c = cand[i][frontier[i][k]];
-        DraftNode node;
-        node.token = c.token;
-        node.depth = d;
-        node.parent = c.parent < 0 ? -1 : fed_node[i][c.parent];
-        nodes[i][k] = static_cast<int>(fed_tree[who[i]].size());
-        fed_tree[who[i]].push_back(node);
-        fed_cand[i].push_back(frontier[i][k]);
-        fed_node[i].resize(cand[i].size(), -1);
-        fed_node[i][frontier[i][k]] = nodes[i][k];
-      }
-    }
-    tree_batch(active, who, fed_tree, nodes, d, out_row, n_out, tree_rows, true, output_row, b);
-    run(b, !on_backend);
-    n_out = K;
-    if (on_backend) rank_on_backend(active, who, n_out, d + 1, K);
-    for (int i = 0; i < m; ++i) {
-      if (frontier[i].empty()) continue;
-      active[who[i]]->stats.draft_forwards++;
-      const int first = static_cast<int>(cand[i].size());
-      for (size_t k = 0; k < frontier[i].size(); ++k) expand(i, frontier[i][k], d + 1, k, n_out);
-      std::vector<int> next(cand[i].size() - first);
-      std::iota(next.begin(), next.end(), first);
-      const size_t keep = std::min(next.size(), static_cast<size_t>(K));
-      std::partial_sort(next.begin(), next.begin() + keep, next.end(), better(cand[i]));
-      next.resize(keep);
-      frontier[i] = next;
-    }
-  }
+  // The device loop keeps the candidates where the logits are (dynamic_frontier.h) when the
+  // backend ranks this vocabulary there and an image's candidates stay few enough for a block to
+  // place them all (O(C^2) comparisons); else the host keeps them, from logits read back.
+  const bool on_backend = ranking_.has_value() && device_drafts_ &&
+                          dynamic_layout(1, dt.top_k, depth, dt.total).C <= kMaxDeviceCandidates;
+  std::vector<std::vector<DynamicCandidate>> cand(m);
+  if (on_backend)
+    expand_dynamic_on_device(active, who, max_depth, depth, cand);
+  else
+    expand_dynamic_on_host(active, who, max_depth, depth, cand);
   // Rerank: the best `total` candidates, laid out by depth, parent (tree index), rank.
   for (int i = 0; i < m; ++i) {
-    const std::vector<Candidate>& c = cand[i];
+    const std::vector<DynamicCandidate>& c = cand[i];
     std::vector<int> best(c.size());
     std::iota(best.begin(), best.end(), 0);
     size_t keep = std::min(best.size(), static_cast<size_t>(dt.total));
-    std::partial_sort(best.begin(), best.begin() + keep, best.end(), better(c));
+    std::partial_sort(best.begin(), best.begin() + keep, best.end(),
+                      [&c](int a, int b) { return candidate_better(c.data(), a, b); });
     best.resize(keep);
     // --draft-len auto: of the best candidates, as many as pay for their verification. Every
     // prefix of `best` is a tree (a child's score is at most its parent's, ties go to the parent).
@@ -1067,8 +966,7 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
         node.value = std::exp(c[a].score);
         tree_index[a] = static_cast<int>(tree.size());
         // The fed candidates' cache rows, for finish_round's compaction.
-        if (a < static_cast<int>(fed_node[i].size()) && fed_node[i][a] >= 0)
-          fed_at[tree_index[a]] = s.fed_at[fed_node[i][a]];
+        if (c[a].fed >= 0) fed_at[tree_index[a]] = s.tree_base + c[a].fed;
         tree.push_back(std::move(node));
       }
     }
@@ -1076,8 +974,196 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
   }
 }
 
-void ModelDrafter::rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who,
-                                   int n_out, int d, int K) {
+// The host's expansions: each forward's logits read back, each row's guided distribution ranked
+// there, the candidates and frontiers kept in `cand` (the functions of dynamic_frontier.h's
+// order, written out on host vectors).
+void ModelDrafter::expand_dynamic_on_host(std::span<ImageState* const> active,
+                                          const std::vector<int>& who,
+                                          std::span<const int> max_depth, int depth,
+                                          std::vector<std::vector<DynamicCandidate>>& cand) {
+  const DynamicTree& dt = *dynamic_;
+  const int V = model_.info().vocab_size, K = dt.top_k, k = std::min(K, V);
+  const bool cfg = params_.uses_cfg();
+  const int m = static_cast<int>(who.size());
+  std::vector<float> dist(V);
+  std::vector<int> order(V);
+  // Appends the top_k tokens of the distribution at `row` of the last forward as children of
+  // candidate `parent` of image i.
+  auto expand = [&](int i, int parent, int d, size_t row, int n_out) {
+    const size_t at = static_cast<size_t>(i) * n_out + row;
+    const float* cond = logits_.data() + at * V;
+    const float* uncond =
+        cfg ? logits_.data() + (static_cast<size_t>(m + i) * n_out + row) * V : nullptr;
+    const ImageState& im = *active[who[i]];
+    const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index
+    guided_distribution(cond, uncond, V, ranking_params(im.sampling), t, dist);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+      return dist[a] > dist[b] || (dist[a] == dist[b] && a < b);
+    });
+    const double base = parent < 0 ? 0.0 : cand[i][parent].score;
+    for (int r = 0; r < k && dist[order[r]] > 0.0f; ++r) {
+      DynamicCandidate c;
+      c.token = order[r];
+      c.parent = parent;
+      c.depth = d;
+      c.rank = r;
+      c.score = base + std::log(static_cast<double>(dist[order[r]]));
+      cand[i].push_back(c);
+    }
+  };
+  StepBatch b;
+  std::vector<int> out_row;
+  int n_out = catch_up(active, who, b, out_row);
+  start_tree(active, who);
+  std::vector<std::vector<int>> frontier(m);  // candidate indices, best first
+  for (int i = 0; i < m; ++i) {
+    active[who[i]]->stats.draft_forwards++;
+    expand(i, -1, 1, static_cast<size_t>(out_row[i]), n_out);
+    for (int c = 0; c < static_cast<int>(cand[i].size()); ++c) frontier[i].push_back(c);
+  }
+  // Image i's tree index of candidate c once fed (the tree is built as it is fed, for the tree
+  // mask; the rerank rebuilds it), and the output rows of the fed nodes.
+  std::vector<DraftTree> fed_tree(active.size());
+  std::vector<std::vector<int>> fed_node(m), output_row(m);
+  int tree_rows = 0;
+  for (int d = 1; d < depth; ++d) {
+    // Feed the frontier of depth d.
+    std::vector<std::vector<int>> nodes(m, std::vector<int>(K, -1));
+    for (int i = 0; i < m; ++i) {
+      if (d >= max_depth[who[i]]) frontier[i].clear();  // its candidates stop at depth d
+      for (size_t f = 0; f < frontier[i].size(); ++f) {
+        DynamicCandidate& c = cand[i][frontier[i][f]];
+        DraftNode node;
+        node.token = c.token;
+        node.depth = d;
+        node.parent = c.parent < 0 ? -1 : fed_node[i][c.parent];
+        nodes[i][f] = static_cast<int>(fed_tree[who[i]].size());
+        fed_tree[who[i]].push_back(node);
+        fed_node[i].resize(cand[i].size(), -1);
+        fed_node[i][frontier[i][f]] = nodes[i][f];
+        c.fed = tree_rows + static_cast<int>(f);
+      }
+    }
+    tree_batch(active, who, fed_tree, nodes, d, out_row, n_out, tree_rows, true, output_row, b);
+    run(b);
+    n_out = K;
+    for (int i = 0; i < m; ++i) {
+      if (frontier[i].empty()) continue;
+      active[who[i]]->stats.draft_forwards++;
+      const int first = static_cast<int>(cand[i].size());
+      for (size_t f = 0; f < frontier[i].size(); ++f) expand(i, frontier[i][f], d + 1, f, K);
+      std::vector<int> next(cand[i].size() - first);
+      std::iota(next.begin(), next.end(), first);
+      const size_t keep = std::min(next.size(), static_cast<size_t>(K));
+      const DynamicCandidate* c = cand[i].data();
+      std::partial_sort(next.begin(), next.begin() + keep, next.end(),
+                        [c](int a, int b) { return candidate_better(c, a, b); });
+      next.resize(keep);
+      frontier[i] = next;
+    }
+  }
+}
+
+// The device loop's expansions (issue 42, item 3): the catch-up's roots and every expansion's rows
+// ranked where the logits are (HeadRows), the candidates, frontiers and each feed's tokens,
+// feature rows and tree mask written there (dynamic_frontier.h), one download of each image's best
+// `total` candidates after the last. Nothing else comes back; nothing waits before it.
+void ModelDrafter::expand_dynamic_on_device(std::span<ImageState* const> active,
+                                            const std::vector<int>& who,
+                                            std::span<const int> max_depth, int depth,
+                                            std::vector<std::vector<DynamicCandidate>>& cand) {
+  const DynamicTree& dt = *dynamic_;
+  const ArModelInfo& info = model_.info();
+  Backend& be = model_.backend();
+  const int K = dt.top_k, m = static_cast<int>(who.size());
+  const bool cfg = params_.uses_cfg();
+  const int halves = cfg ? 2 : 1, R = halves * m;
+  StepBatch b;
+  std::vector<int> out_row;
+  int n_out = catch_up(active, who, b, out_row, true);
+  n_out = keep_roots(m, n_out, out_row);
+  check(n_out == 1, "internal: a dynamic tree's roots, one row a slot");
+  device_drafts_counted_.rounds++;
+  start_tree(active, who);
+  const DynamicLayout L = dynamic_layout(m, K, depth, dt.total);
+  Tensor state = grown_rows(be, dynamic_state_, DType::U8, L.end, 1);
+  // Up: each image's tree base and deepest draft, its counts 0.
+  dynamic_host_.assign(static_cast<size_t>(L.download()), 0);
+  for (int i = 0; i < m; ++i) {
+    DynamicImage im;
+    im.tree_base = slots_.at(active[who[i]]->id).tree_base;
+    im.max_depth = max_depth[who[i]];
+    std::memcpy(dynamic_host_.data() + L.images + i * sizeof(DynamicImage), &im, sizeof im);
+  }
+  Tensor images = state.bytes_as(0, DType::U8, {L.best});
+  be.upload_into(dynamic_host_.data(), images);
+  HeadRows::Ranked ranked = rank_on_backend(active, who, n_out, 1, K);
+  expand_frontiers(be, state, L, ranked.ids, ranked.mass, ranked.flag, 1);
+  int tree_rows = 0;
+  for (int d = 1; d < depth; ++d) {
+    // Feed the frontier of depth d: the host knows the rows' slots, positions and the mask's
+    // stride; their tokens, f^ rows and mask rows are written on the backend.
+    b.n_new = K;
+    b.tokens.assign(static_cast<size_t>(R) * K, 0);
+    b.positions.resize(b.tokens.size());
+    b.output_at.resize(K);
+    std::iota(b.output_at.begin(), b.output_at.end(), 0);
+    b.mask.clear();
+    b.mask_on_device = true;
+    b.mask_stride = 0;
+    b.output_hidden = reads_features();
+    b.features_on_device = reads_features();
+    for (int r = 0; r < R; ++r) {
+      const ImageState& im = *active[who[r % m]];
+      const Slots& s = slots_.at(im.id);
+      check(session_.length(b.slots[r]) == s.tree_base + tree_rows,
+            "internal: draft tree rows out of step");
+      b.mask_stride = std::max(b.mask_stride, session_.length(b.slots[r]) + K);
+      const int t = static_cast<int>(im.tokens.size()) - 1 + d;  // token index of the fed nodes
+      std::fill_n(b.positions.begin() + static_cast<ptrdiff_t>(r) * K, K,
+                  model_.token_position(std::min(t, info.n_tokens - 1)));
+    }
+    const int prev_rows = d == 1 ? n_out : K;  // the last forward's rows a slot
+    Tensor rows;
+    if (reads_features()) {
+      feature_from_ = last_.hidden;
+      rows = grown_rows(be, dynamic_feature_rows_, DType::I32, int64_t{R} * K, 1)
+                 .view({int64_t{R} * K});
+    }
+    last_ = session_.forward(b, [&](ForwardInputs& in) {
+      Tensor tokens = in.tokens;
+      feed_frontiers(be, state, L, halves, d, tree_rows, prev_rows, tokens,
+                     rows.data ? &rows : nullptr, in.attn.mask, in.attn.mask_stride);
+      if (rows.data) {
+        Tensor features = *in.features;
+        be.get_rows(feature_from_, rows, features);
+      }
+    });
+    b.mask_on_device = false;
+    tree_rows += K;
+    ranked = rank_on_backend(active, who, K, d + 1, K);
+    expand_frontiers(be, state, L, ranked.ids, ranked.mass, ranked.flag, d + 1);
+  }
+  best_candidates(be, state, L);
+  be.download(state.bytes_as(0, DType::U8, {L.download()}), dynamic_host_.data());
+  for (int i = 0; i < m; ++i) {
+    DynamicImage im;
+    std::memcpy(&im, dynamic_host_.data() + L.images + i * sizeof(DynamicImage), sizeof im);
+    if (im.failed != 0) throw Error(device_sample_failed());
+    check(im.best >= 1 && im.best <= L.total, "internal: a dynamic tree's best candidates");
+    active[who[i]]->stats.draft_forwards += im.expansions;
+    cand[i].resize(static_cast<size_t>(im.best));
+    std::memcpy(
+        cand[i].data(),
+        dynamic_host_.data() + L.best + static_cast<size_t>(i) * L.total * sizeof(DynamicCandidate),
+        cand[i].size() * sizeof(DynamicCandidate));
+  }
+}
+
+HeadRows::Ranked ModelDrafter::rank_on_backend(std::span<ImageState* const> active,
+                                               const std::vector<int>& who, int n_out, int d,
+                                               int K) {
   const int m = static_cast<int>(who.size());
   rank_settings_.resize(static_cast<size_t>(m) * n_out);
   for (int i = 0; i < m; ++i) {
@@ -1089,7 +1175,7 @@ void ModelDrafter::rank_on_backend(std::span<ImageState* const> active, const st
   // The forward's rows are slot-major (cond slots, then uncond), n_out a slot: image i's row k
   // at i n_out + k of each half.
   ranking_->compute(last_.logits, m * n_out, 1, params_.uses_cfg(), rank_settings_);
-  ranking_->top(K);
+  return ranking_->top_with_mass_on_device(K);
 }
 
 // After the catch-up: the tree's rows start at the cache's end (finish_round compacts to them).

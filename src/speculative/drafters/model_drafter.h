@@ -30,6 +30,7 @@
 #include "speculative/drafters/drafter.h"
 #include "speculative/drafters/head_rows.h"
 #include "speculative/drafters/pending_features.h"
+#include "speculative/dynamic_frontier.h"
 #include "speculative/tree_spec.h"
 
 namespace tessera::speculative {
@@ -91,6 +92,14 @@ class ModelDrafter : public Drafter {
                     std::vector<DraftTree>& trees);
   void propose_dynamic(std::span<ImageState* const> active, std::span<const int> max_depth,
                        std::vector<DraftTree>& trees);
+  // A dynamic tree's catch-up and expansions, each image's candidates into cand[i] (on the
+  // device: its best `total`, best first, parents renumbered), their fed rows recorded.
+  void expand_dynamic_on_host(std::span<ImageState* const> active, const std::vector<int>& who,
+                              std::span<const int> max_depth, int depth,
+                              std::vector<std::vector<DynamicCandidate>>& cand);
+  void expand_dynamic_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
+                                std::span<const int> max_depth, int depth,
+                                std::vector<std::vector<DynamicCandidate>>& cand);
   void start_tree(std::span<ImageState* const> active, const std::vector<int>& who);
   // A static tree's children on the device loop: of each row of the last forward (last_, n_out
   // rows a slot, image i's root at out_row[i] at depth 1, fed node rows_of[k] at row k after),
@@ -132,10 +141,10 @@ class ModelDrafter : public Drafter {
   void run(const StepBatch& b, bool read_logits = true, std::span<const int32_t> token_moves = {});
   // EAGLE-2's candidates where the logits are (ranking_): the K most likely tokens with their
   // mass of each of the n_out rows per slot of the last forward (last_), image i's rows scored
-  // with its sampling at token index t[i] (at temperature 1 when greedy); row k of image i at
-  // ranking_->top()'s [(i n_out + k) K, ...).
-  void rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who, int n_out,
-                       int d, int K);
+  // with its sampling at the token index of depth d (at temperature 1 when greedy); row k of
+  // image i at [(i n_out + k) K, ...) of the ids and masses, left there.
+  HeadRows::Ranked rank_on_backend(std::span<ImageState* const> active, const std::vector<int>& who,
+                                   int n_out, int d, int K);
   // The device loop, after the catch-up (n_out rows a slot in last_, image i's root at
   // out_row[i]): when it gave a slot several rows (images catching up unevenly, an EAGLE catch-up
   // feeding several pairs) or the model reads features, the roots' rows gathered to one a slot
@@ -189,6 +198,10 @@ class ModelDrafter : public Drafter {
   // vocabulary (any on the CPU; on a GPU up to kMaxDeviceSampleVocab, else on the host).
   std::optional<HeadRows> ranking_;
   std::vector<DeviceSampleParams> rank_settings_;
+  // The device loop's dynamic trees: the round's candidates and frontiers (dynamic_frontier.h),
+  // each feed's f^ rows, and the host side of the round's one upload and one download.
+  Tensor dynamic_state_, dynamic_feature_rows_;
+  std::vector<uint8_t> dynamic_host_;
   int64_t device_forwards_ = 0;  // forwards run from prepared inputs (not counted by the session)
   DeviceDrafts device_drafts_counted_;
 };
