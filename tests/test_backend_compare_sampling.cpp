@@ -576,6 +576,42 @@ TEST_P(Sampling, DrawChildrenRowsDrawWithoutReplacement) {
   }
 }
 
+// row_square_sums (Hawk's node confidences, Σ q² of each slot's row) gives the CPU's sums: rows
+// spread and peaked, a one-hot and an all-zero one, at vocabularies up to the device kernel's
+// largest; within 1e-12 relative (a block-wide double sum against the CPU's sum in order),
+// bit-equal on the second CPU backend.
+TEST_P(Sampling, RowSquareSumsAreTheCpus) {
+  std::mt19937 g(23);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (const int V : {7, 1000, kMaxDeviceSampleVocab}) {
+    SCOPED_TRACE("vocabulary " + std::to_string(V));
+    const int n = 5;
+    std::vector<float> rows(static_cast<size_t>(n) * V, 0.0f);
+    for (int r = 0; r < 3; ++r) {
+      float* q = rows.data() + static_cast<size_t>(r) * V;
+      double total = 0.0;
+      for (int y = 0; y < V; ++y) total += q[y] = r == 2 ? std::pow(u(g), 12.0f) : u(g);
+      for (int y = 0; y < V; ++y) q[y] = static_cast<float>(q[y] / total);
+    }
+    rows[static_cast<size_t>(3) * V + V / 2] = 1.0f;  // one-hot; row 4 all zero
+    std::vector<double> got(n), want(n);
+    for (Backend* be : {&ref(), &backend()}) {
+      const Tensor probs = be->upload(rows.data(), DType::F32, {n, V});
+      Tensor sums = be->empty(DType::F64, {n});
+      row_square_sums(*be, probs, n, sums);
+      be->download(sums, (be == &ref() ? want : got).data());
+    }
+    EXPECT_EQ(want[3], 1.0);
+    EXPECT_EQ(want[4], 0.0);
+    for (int r = 0; r < n; ++r) {
+      if (exact())
+        EXPECT_EQ(got[r], want[r]) << "row " << r;
+      else
+        EXPECT_NEAR(got[r], want[r], 1e-12 * want[r]) << "row " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Sampling, ::testing::ValuesIn(kBackendNames),
                          backend_param_name);
 

@@ -17,6 +17,7 @@
 #include "models/eagle_drafter.h"
 #include "models/llamagen.h"
 #include "models/medusa_heads.h"
+#include "speculative/draft_length.h"
 #include "speculative/drafters/hawk_drafter.h"
 #include "speculative/drafters/jacobi_drafter.h"
 #include "speculative/drafters/medusa_drafter.h"
@@ -167,6 +168,16 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   cases.push_back(
       {method("medusa", {{"typical.eps", 0.3}, {"typical.alpha", 0.5}}, "kary:3,2"), 1.0f, 2});
   cases.back().spec.method = "medusa-typical";
+  // Hawk: sampled candidates drawn where the cache's rows are (greedy: one-hot rows), under
+  // --draft-len auto too (the slots' Σ q² come back for the node budget); its deterministic
+  // candidates (host rounds on the device loop, chosen from the slots' rows read back); two
+  // samples a pool member.
+  cases.push_back({method("hawk"), 0.0f});
+  cases.push_back({method("hawk"), 1.0f});
+  cases.back().spec.draft_len = kDraftLenAuto;
+  for (int k = 1; k <= 13; ++k) cases.back().spec.auto_costs.verify.push_back(1.0 + 0.25 * k);
+  cases.push_back({method("hawk", {{"hawk.candidates", "top"}}), 1.0f});
+  cases.push_back({method("hawk", {{"hawk.samples", int64_t{2}}}), 1.0f});
   int rejected_rounds = 0, sibling_tests = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec.method + " tree '" + c.spec.tree + "' resample '" + c.spec.resample +
@@ -378,14 +389,20 @@ TEST(DeviceRounds, ARoundReadsBackOnce) {
 
 // Draft heads (Medusa's, Hawk's) read the target's hidden states where they are: a round moves
 // the rows they need on the backend, and the heads' distributions are computed there too
-// (HeadRows): Medusa's round reads back the verdicts only (its ranked ids stay there); Hawk's its
-// heads' distributions (a horizontal and a vertical forward per image) and the verdicts. Before,
-// each image's rows came to the host (a wait per half) and went back up, and the heads' logits came
-// back whole, each after a wait.
+// (HeadRows). Medusa's round reads back the verdicts only (its ranked ids stay there). So does
+// Hawk's with sampled candidates: its speculation cache keeps its q rows there, each slot's token
+// is drawn there and the walk reads the rows there; under --draft-len auto the slots' Σ q² (the
+// nodes' values the budget reads) come back first. Hawk's deterministic candidates (--hawk-top)
+// are chosen on the host from the slots' rows, read back with the heads' flag. Before, each
+// image's rows came to the host (a wait per half), and Hawk's heads' distributions came back
+// whole, a horizontal and a vertical forward's per image.
 TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
-  for (const bool hawk : {false, true}) {
-    SCOPED_TRACE(hawk ? "hawk" : "medusa");
+  enum Heads { kMedusa, kHawk, kHawkAuto, kHawkTop };
+  for (const Heads heads_of : {kMedusa, kHawk, kHawkAuto, kHawkTop}) {
+    const bool hawk = heads_of != kMedusa;
+    const char* const names[] = {"medusa", "hawk", "hawk auto", "hawk top"};
+    SCOPED_TRACE(names[heads_of]);
     test::CountingBackend counting;
     LlamaGen target(tc, counting);
     const MedusaHeads heads(
@@ -397,16 +414,20 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
     std::unique_ptr<speculative::Drafter> drafter;
     if (hawk)
       drafter = std::make_unique<speculative::HawkDrafter>(
-          heads, p, speculative::HawkOptions{2, 1, 1}, speculative::load_tree_shape("kary:2,2"),
-          target.info().n_tokens);
+          heads, p, speculative::HawkOptions{2, 1, 1, heads_of == kHawkTop},
+          speculative::load_tree_shape("kary:2,2"), target.info().n_tokens);
     else
       drafter = std::make_unique<speculative::MedusaDrafter>(
           heads, p, speculative::load_tree_shape("chain:3"), 2);
     const auto rule = speculative::make_exact_rule();
+    speculative::RoundCosts costs;
+    for (int k = 1; k <= 8; ++k) costs.verify.push_back(1.0 + 0.01 * (k - 1));
+    const speculative::DraftLengthPolicy policy(costs, 2);
     speculative::LoopSettings loop;
     loop.rule = rule.get();
     loop.drafter = drafter.get();
     loop.draft_len = hawk ? 2 : 3;
+    if (heads_of == kHawkAuto) loop.policy = &policy;
     DecoderSettings d;
     d.sampling = p;
     d.seed = 4;
@@ -422,13 +443,12 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
       counting.downloads = counting.syncs = counting.writes = 0;
       ASSERT_TRUE(dec.step());
       EXPECT_EQ(stats.device_rounds - before.device_rounds, 1);
-      // Medusa: one heads forward, ranked there, its ids left there for the target pass and the
-      // walk, back with the verdicts; Hawk: a horizontal forward per image (drafting) and a
-      // vertical one (finishing the round), each one's distributions back in one download, then
-      // the verdicts. No wait before any.
+      // No wait before any download; the verdicts last.
       EXPECT_EQ(counting.syncs, 0);
-      EXPECT_EQ(counting.downloads, hawk ? 5 : 1);
-      EXPECT_EQ(stats.device_drafted_rounds - before.device_drafted_rounds, hawk ? 0 : 1);
+      const int downloads[] = {1, 1, 2, 3};  // hawk top: the flag, the slots' rows, the verdicts
+      EXPECT_EQ(counting.downloads, downloads[heads_of]);
+      EXPECT_EQ(stats.device_drafted_rounds - before.device_drafted_rounds,
+                heads_of == kHawkTop ? 0 : 1);
     }
   }
 }

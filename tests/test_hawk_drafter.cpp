@@ -9,6 +9,7 @@
 
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include "delegating_drafter.h"
 
@@ -27,14 +28,111 @@ using namespace tessera::spec_test;
 
 namespace {
 
-// Checks (and with `swap`, mutates) each round's tree of the Hawk drafter it wraps.
-class CheckedHawk : public test::DelegatingDrafter {
+// Checks every vertical node's q against distributions computed here, independently of the
+// drafter: where a proposal is made (the prefill's last prefix row, for tokens d W; each
+// finish_round's rows that predicted its committed tokens, for the tokens d rows below), the
+// vertical heads run on the target's rows and their logits are guided on the host
+// (target_distribution, at the proposed token's index). A later node proposing that token from
+// depth d's head must carry that distribution, which must also be the cache's row.
+class VerticalCheck : public test::DelegatingDrafter {
  public:
-  CheckedHawk(speculative::HawkDrafter& inner, int row_width, bool swap)
-      : DelegatingDrafter(inner), hawk_(inner), W_(row_width), swap_(swap) {}
+  VerticalCheck(speculative::HawkDrafter& inner, const MedusaHeads& heads, const SamplingParams& p,
+                int row_width, int depths)
+      : DelegatingDrafter(inner), hawk_(inner), heads_(heads), p_(p), W_(row_width), D_(depths) {}
+  void start(std::span<ImageState* const> images,
+             const speculative::TargetPrefill& prefill) override {
+    const int n = static_cast<int>(images.size()), rows = prefill.rows;
+    for (int i = 0; i < n; ++i)  // the last prefix row predicted token 0
+      record(images[i]->id, prefill.hidden, {int64_t{i} * rows + rows - 1},
+             {int64_t{n + i} * rows + rows - 1}, prefill.hidden, 0);
+    inner_.start(images, prefill);
+  }
+  void finish_round(ImageState& im, const speculative::DraftTree& tree,
+                    const speculative::VerifyOutcome& out,
+                    const speculative::TargetRound& target) override {
+    // The rows that predicted this round's committed tokens (the root's, each accepted node's);
+    // row r predicted token first + r.
+    std::vector<int64_t> rows = {0};
+    for (int a : out.accepted) rows.push_back(a + 1);
+    record(im.id, target.hidden, rows, rows, target.hidden_uncond,
+           static_cast<int>(im.tokens.size()) - static_cast<int>(rows.size()));
+    accepting_rounds += rows.size() > 1;
+    inner_.finish_round(im, tree, out, target);
+  }
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
     inner_.propose(active, max_depth, trees);
+    for (size_t j = 0; j < active.size(); ++j) {
+      const int t = static_cast<int>(active[j]->tokens.size()) - 1;
+      for (const speculative::DraftNode& n : trees[j]) {
+        if (n.vertical == 0) continue;
+        const int P = t + n.depth;
+        // The node's q: its own, or on the device loop its row of the drafter's device rows.
+        std::vector<float> q = n.q;
+        if (q.empty()) {
+          ASSERT_TRUE(n.q_row >= 0 && hawk_.device_rows());
+          q.resize(static_cast<size_t>(heads_.vocab_size()));
+          heads_.backend().download(hawk_.device_rows()->q.rows(n.q_row, 1), q.data());
+        }
+        EXPECT_EQ(q, hawk_.cached_q(active[j]->id, P, n.vertical)) << "token " << P;
+        const auto want = expected_.find({active[j]->id, P, n.vertical});
+        ASSERT_NE(want, expected_.end()) << "a proposal made where none was: token " << P;
+        ASSERT_EQ(want->second.size(), q.size());
+        for (size_t y = 0; y < q.size(); ++y)
+          EXPECT_NEAR(q[y], want->second[y], 1e-6) << "token " << P << " id " << y;
+        ++(P - n.vertical * W_ == 0 ? prefill_made : round_made);
+      }
+    }
+  }
+  int prefill_made = 0, round_made = 0;  // vertical nodes checked, by where they were proposed
+  int accepting_rounds = 0;              // rounds that committed several rows' proposals
+
+ private:
+  // The vertical heads on rows `cond_rows` of cond (and uncond_rows of uncond), row r having
+  // predicted token first + r: head d's distribution is the proposal for token first + r + d W.
+  void record(int id, const Tensor& cond, const std::vector<int64_t>& cond_rows,
+              const std::vector<int64_t>& uncond_rows, const Tensor& uncond, int first) {
+    const int k = static_cast<int>(cond_rows.size()), R = p_.uses_cfg() ? 2 * k : k;
+    const int V = heads_.vocab_size();
+    Backend& be = heads_.backend();
+    MedusaHeads::Workspace ws = heads_.make_workspace(R);
+    for (int r = 0; r < k; ++r) {
+      Tensor to = ws.features.rows(r, 1);
+      be.copy(cond.rows(cond_rows[r], 1), to);
+      if (!p_.uses_cfg()) continue;
+      Tensor to_uncond = ws.features.rows(k + r, 1);
+      be.copy(uncond.rows(uncond_rows[r], 1), to_uncond);
+    }
+    const Tensor logits = heads_.forward(ws, R, heads_.num_heads(), D_);
+    std::vector<float> host(static_cast<size_t>(D_) * R * V), probs(V);
+    be.download(logits.rows(0, int64_t{D_} * R), host.data());
+    for (int d = 1; d <= D_; ++d)
+      for (int r = 0; r < k; ++r) {
+        const int token = first + r + d * W_;
+        const float* at = host.data() + static_cast<size_t>((d - 1) * R + r) * V;
+        std::span<const float> u;
+        if (p_.uses_cfg() && p_.guided(token)) u = std::span<const float>(at + size_t{k} * V, V);
+        target_distribution(std::span<const float>(at, V), u, p_.cfg_scale, p_, probs);
+        expected_[{id, token, d}] = probs;
+      }
+  }
+  speculative::HawkDrafter& hawk_;
+  const MedusaHeads& heads_;
+  SamplingParams p_;
+  int W_, D_;
+  std::map<std::tuple<int, int, int>, std::vector<float>> expected_;  // (id, token, depth) -> q
+};
+
+// Checks (and with `swap`, mutates) each round's tree of the Hawk drafter it wraps (the micro
+// heads: one vertical depth), after VerticalCheck's checks.
+class CheckedHawk : public VerticalCheck {
+ public:
+  CheckedHawk(speculative::HawkDrafter& inner, const MedusaHeads& heads, const SamplingParams& p,
+              int row_width, bool swap)
+      : VerticalCheck(inner, heads, p, row_width, 1), hawk_(inner), W_(row_width), swap_(swap) {}
+  void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
+               std::vector<speculative::DraftTree>& trees) override {
+    VerticalCheck::propose(active, max_depth, trees);
     for (size_t j = 0; j < active.size(); ++j) {
       const ImageState& im = *active[j];
       const int t = static_cast<int>(im.tokens.size()) - 1;
@@ -55,11 +153,12 @@ class CheckedHawk : public test::DelegatingDrafter {
         ASSERT_EQ(pool.size(), vertical ? 1u : 0u) << "token " << P;
         ASSERT_EQ(sib.size(), vertical ? 2u : 1u);
         if (vertical && rank == 0) {
-          EXPECT_TRUE(std::equal(n.q.begin(), n.q.end(), pool[0].q.begin()));
           EXPECT_EQ(pool[0].depth, 1);
+          EXPECT_EQ(n.vertical, 1);
           ++vertical_nodes;
         } else {
-          EXPECT_FALSE(vertical && std::equal(n.q.begin(), n.q.end(), pool[0].q.begin()));
+          EXPECT_EQ(n.vertical, 0);
+          EXPECT_FALSE(vertical && n.q == hawk_.cached_q(im.id, P, 1));
           ++horizontal_nodes;
         }
       }
@@ -90,7 +189,7 @@ class HawkLoop : public MicroModels {
     const SamplingParams p = to_sampling_params(o.sampling);
     const int N = gpt.info().n_tokens;
     speculative::HawkDrafter hawk(heads, p, {2, 1, 1}, speculative::load_tree_shape("kary:2,2"), N);
-    CheckedHawk checked(hawk, gpt.info().row_width, swap);
+    CheckedHawk checked(hawk, heads, p, gpt.info().row_width, swap);
     const auto rule = speculative::make_exact_rule();
     speculative::LoopSettings ls;
     ls.rule = rule.get();
@@ -109,6 +208,7 @@ class HawkLoop : public MicroModels {
     }
     EXPECT_GT(checked.vertical_nodes, 0);
     EXPECT_GT(checked.horizontal_nodes, 0);
+    EXPECT_EQ(checked.prefill_made + checked.round_made, checked.vertical_nodes);
     if (vertical_nodes) *vertical_nodes = checked.vertical_nodes;
     return out;
   }
@@ -205,6 +305,49 @@ TEST_F(HawkLoop, TheNodeBudgetKeepsTheBestNodesWithTheirParents) {
     GenerateStats st;
     speculative::generate_speculative(gpt, conds, idx, p, o.seed, ls, nullptr, st);
     EXPECT_GT(budgeted.budgeted, 10);
+  }
+}
+
+// The speculation cache holds what the vertical heads proposed, where each proposal was made
+// (VerticalCheck), on the c2i fixture (4x4 grid, guidance, two vertical depths): proposals made
+// by the prefill and by rounds (each round's committed rows, several at once when drafts are
+// accepted) reach the drafts of later rounds, on the host loop and the device loop, whose rows
+// the drafter keeps on the backend. The fixture's heads are random, so a lenient rule (amplify,
+// k = 1e6, top-k off: almost every draft accepted) makes rounds commit several rows.
+TEST(HawkVertical, CachedProposalsAreTheHeadsDistributions) {
+  const std::string fix = std::string(TESSERA_FIXTURES);
+  const LlamaGen gpt(load_model_config(fix + "/llamagen/c2i_f32"), cpu_backend());
+  const MedusaHeads heads(load_model_config(fix + "/spec/tiny_hawk"), gpt);
+  SamplingOptions so;
+  so.cfg_scale = 3.0f;
+  so.top_k = 0;
+  const SamplingParams p = to_sampling_params(so);
+  for (const DeviceLoop where : {DeviceLoop::Off, DeviceLoop::On}) {
+    SCOPED_TRACE(where == DeviceLoop::On ? "device loop" : "host loop");
+    speculative::HawkDrafter hawk(heads, p, {2, 2, 1}, speculative::load_tree_shape("kary:3,3"),
+                                  gpt.info().n_tokens);
+    VerticalCheck checked(hawk, heads, p, gpt.info().row_width, 2);
+    const auto rule = speculative::make_amplify_rule(1e6f);
+    speculative::LoopSettings ls;
+    ls.rule = rule.get();
+    ls.drafter = &checked;
+    ls.draft_len = 2;
+    const Condition c = Condition::label(3);
+    std::vector<const Condition*> conds(6, &c);
+    std::vector<uint64_t> idx(conds.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    DecoderSettings d;
+    d.sampling = p;
+    d.seed = 9;
+    d.device_loop = where;
+    GenerateStats st;
+    speculative::SpeculativeDecoder dec(gpt, static_cast<int>(conds.size()), d, ls, st);
+    for (size_t i = 0; i < conds.size(); ++i) dec.add(*conds[i], idx[i]);
+    while (dec.step()) {
+    }
+    EXPECT_GT(checked.prefill_made, 5);
+    EXPECT_GT(checked.round_made, 20);
+    EXPECT_GT(checked.accepting_rounds, 10);
   }
 }
 

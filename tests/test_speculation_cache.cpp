@@ -3,6 +3,8 @@
 // made d rows up (the nearest row first), and the cache never holds more than W·D(D+1)/2.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <random>
 
 #include "speculative/drafters/speculation_cache.h"
@@ -76,6 +78,39 @@ TEST(SpeculationCache, RefusesWhatHawkCannotHold) {
   cache.clear();
   EXPECT_EQ(cache.size(), 0);
   EXPECT_TRUE(cache.pool(4).empty());
+}
+
+// Hawk's device loop keeps the q rows on the backend: put_row hands out rows of a tensor of
+// capacity() rows, one an entry, each freed by eviction and taken again; the pool names them.
+TEST(SpeculationCache, RowsStayWithinTheCapacityAndAreReused) {
+  const int W = 4, D = 2, N = 64;
+  SpeculationCache cache(W, D, 3);
+  std::map<std::pair<int, int>, int> row_of;  // (token, depth) -> row
+  for (int from = 0; from + 1 < N; ++from) {
+    // As Hawk's finish_round: the row predicting token `from` runs once `from` is committed.
+    const int next = from + 1;
+    cache.evict_before(next);
+    for (auto it = row_of.begin(); it != row_of.end();)
+      it = it->first.first < next ? row_of.erase(it) : std::next(it);
+    for (int d = 1; d <= D; ++d) {
+      const int row = cache.put_row(from, d, N);
+      if (from + d * W >= N) {
+        EXPECT_EQ(row, -1) << "past the image";
+        continue;
+      }
+      ASSERT_GE(row, 0);
+      EXPECT_LT(row, cache.capacity());
+      for (const auto& [key, taken] : row_of) EXPECT_NE(taken, row) << "a row held twice";
+      row_of[{from + d * W, d}] = row;
+    }
+    for (const auto& [key, row] : row_of)
+      for (const SpeculationCache::Entry& e : cache.pool(key.first))
+        if (e.depth == key.second) {
+          EXPECT_EQ(e.row, row);
+          EXPECT_TRUE(e.q.empty()) << "put_row keeps no q";
+        }
+  }
+  EXPECT_EQ(cache.size(), static_cast<int64_t>(row_of.size()));
 }
 
 }  // namespace

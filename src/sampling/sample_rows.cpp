@@ -187,6 +187,29 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids, 
 #endif
 }
 
+void row_square_sums(Backend& be, const Tensor& probs, int n_rows, Tensor& sums) {
+  const int V = static_cast<int>(probs.dim(-1));
+  check(probs.dtype == DType::F32 && probs.numel() >= int64_t{n_rows} * V &&
+            sums.dtype == DType::F64 && sums.numel() >= n_rows,
+        "internal: row_square_sums shapes");
+  if (n_rows == 0) return;
+  if (be.host_memory()) {
+    for (int r = 0; r < n_rows; ++r) {
+      const float* q = probs.ptr<float>() + static_cast<size_t>(r) * V;
+      double total = 0.0;
+      for (int y = 0; y < V; ++y) total += static_cast<double>(q[y]) * q[y];
+      sums.ptr<double>()[r] = total;
+    }
+    return;
+  }
+#if defined(TESSERA_HAVE_CUDA)
+  launch_row_square_sums(probs.ptr<float>(), n_rows, V, sums.ptr<double>(),
+                         static_cast<CUstream_st*>(be.native_stream()));
+#else
+  throw Error("internal: row_square_sums on " + be.name() + " in a build without CUDA");
+#endif
+}
+
 void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, const Tensor& params,
                         Tensor& q, Tensor& tokens, Tensor* inputs) {
   const int V = static_cast<int>(probs.dim(-1));

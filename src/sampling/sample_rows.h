@@ -98,6 +98,11 @@ void top_rows(Backend& be, const Tensor& probs, int n_rows, int k, Tensor& ids,
 void draw_children_rows(Backend& be, const Tensor& probs, int n_rows, int k, const Tensor& params,
                         Tensor& q, Tensor& tokens, Tensor* inputs = nullptr);
 
+// Each row's Σ_y q(y)² (the chance two draws from q agree: a sampled draft's expected
+// acceptance by q itself, Hawk's node confidence) as a double, summed in order from y = 0 on the
+// CPU and block-wide on a device: sums F64 [n_rows] from probs [n_rows, vocab] F32.
+void row_square_sums(Backend& be, const Tensor& probs, int n_rows, Tensor& sums);
+
 // Error's text for a set error_flag.
 const char* device_sample_failed();
 

@@ -8,7 +8,15 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8, F64 };  // F64: .npy files only
+enum class DType : uint8_t {
+  F32,
+  F16,
+  BF16,
+  I32,
+  I64,
+  U8,
+  F64
+};  // F64: .npy files and raw buffers
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);          // "f32", "f16", ...

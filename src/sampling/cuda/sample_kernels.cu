@@ -461,6 +461,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    row_square_sums_kernel(const float* __restrict__ probs, int V, double* __restrict__ sums) {
+  __shared__ double slot[kWarps];
+  const float* q = probs + static_cast<size_t>(blockIdx.x) * V;
+  double part = 0.0;
+  for (int i = threadIdx.x; i < V; i += kThreads) part += static_cast<double>(q[i]) * q[i];
+  const double total = block_sum(part, slot);
+  if (threadIdx.x == 0) sums[blockIdx.x] = total;
+}
+
 }  // namespace
 
 void launch_draw_children_rows(const float* probs, int n_rows, int vocab, int k,
@@ -529,6 +539,13 @@ void launch_distribution_rows(const float* cond, const float* uncond, int n_rows
   distribution_rows_kernel<<<n_rows, kThreads, shared, stream>>>(cond, uncond, vocab, params, probs,
                                                                  error_flag);
   TESSERA_CUDA_LAUNCHED("distribution_rows_kernel");
+}
+
+void launch_row_square_sums(const float* probs, int n_rows, int vocab, double* sums,
+                            CUstream_st* stream) {
+  if (n_rows <= 0) return;
+  row_square_sums_kernel<<<n_rows, kThreads, 0, stream>>>(probs, vocab, sums);
+  TESSERA_CUDA_LAUNCHED("row_square_sums_kernel");
 }
 
 }  // namespace tessera

@@ -52,4 +52,9 @@ void launch_draw_children_rows(const float* probs, int n_rows, int vocab, int k,
 void launch_top_rows(const float* probs, int n_rows, int vocab, int k, int32_t* ids, float* mass,
                      int32_t* inputs, CUstream_st* stream);
 
+// row_square_sums (sample_rows.h): sums[r] = Σ_y probs[r, y]², a block a row, in double.
+// Asynchronous on `stream`.
+void launch_row_square_sums(const float* probs, int n_rows, int vocab, double* sums,
+                            CUstream_st* stream);
+
 }  // namespace tessera

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "sampling/sample_rows.h"
+#include "speculative/streams.h"
+
 #include "tessera/error.h"
 
 namespace tessera::speculative {
@@ -72,29 +75,57 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
     for (int r = 0; r < rows; ++r)
       settings_[static_cast<size_t>(k) * rows + r] =
           device_sample_params(p, 0, 0, static_cast<uint32_t>(token(r, k)));
-  rows_.compute(logits, rows, count, cfg, settings_);
-  dists_ = rows_.read();
+  rows_.compute(logits, rows, count, cfg, settings_, &flag_);
+}
+
+void HawkDrafter::cache_rows(State& s, int k, int first) {
+  Backend& be = heads_.backend();
+  const Tensor dists = rows_.distributions();
+  for (int d = 0; d < opt_.vertical; ++d)
+    for (int r = 0; r < k; ++r) {
+      const int row = s.cache.put_row(first + r, d + 1, n_tokens_);
+      if (row < 0) continue;
+      Tensor to = s.rows.rows(row, 1);
+      be.copy(dists.rows(static_cast<int64_t>(d) * k + r, 1), to);
+    }
+}
+
+std::vector<float> HawkDrafter::cached_q(int image_id, int token, int depth) const {
+  const State& s = state_.at(image_id);
+  for (const SpeculationCache::Entry& e : s.cache.pool(token))
+    if (e.depth == depth) {
+      std::vector<float> q(static_cast<size_t>(heads_.vocab_size()));
+      heads_.backend().download(s.rows.rows(e.row, 1), q.data());
+      return q;
+    }
+  return {};
 }
 
 void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill& prefill) {
   // The prefill's last prefix row of each slot predicted the image's first token (the first
   // root): the horizontal heads' input for round 1, and the vertical heads' proposals for the
   // tokens d rows below token 0.
+  Backend& be = heads_.backend();
+  if (!flag_.data) {
+    const int32_t zero = 0;
+    flag_ = be.upload(&zero, DType::I32, {1});
+    zero_ = be.upload(&zero, DType::I32, {1});
+  }
   const int n = static_cast<int>(images.size()), rows = prefill.rows;
   const int W = heads_.config().row_width, V = heads_.vocab_size();
   for (int i = 0; i < n; ++i) {
     const int id = images[i]->id;
-    State& s = state_.try_emplace(id, State{{std::max(W, 1), opt_.vertical, V}}).first->second;
+    State& s = state_.try_emplace(id, State{{std::max(W, 1), opt_.vertical, V}, {}}).first->second;
     s.cache.clear();
     features_.put(id, prefill.hidden, static_cast<int64_t>(i) * rows + rows - 1, &prefill.hidden,
                   static_cast<int64_t>(n + i) * rows + rows - 1);
     if (opt_.vertical == 0) continue;
+    if (!s.rows.data) s.rows = be.empty(DType::F32, {s.cache.capacity(), V});
     features_.gather(std::span(&id, 1), ws_.features);
     head_distributions(
         1, heads_.num_heads(), opt_.vertical, [&](int, int k) { return (k + 1) * W; },
         images[i]->sampling);
-    for (int k = 0; k < opt_.vertical; ++k)
-      s.cache.put(0, k + 1, dists_.subspan(static_cast<size_t>(k) * V, V), n_tokens_);
+    cache_rows(s, 1, 0);
   }
 }
 
@@ -102,95 +133,172 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
                           std::vector<DraftTree>& trees) {
   check_images_sampling(active, params_);
   trees.assign(active.size(), {});
+  device_rows_ = {};
+  Backend& be = heads_.backend();
   const int V = heads_.vocab_size();
-  std::vector<int> node_of(shape_.nodes());
-  std::vector<std::vector<std::span<const float>>> slots;
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<int>> verticals;  // per depth: the vertical slots' head depths
+  // Eq. 5's pools: for each drafting image and depth, the cached vertical proposals, nearest row
+  // first, then the horizontal one; each member `samples` times. Every slot's q is copied into a
+  // row of round_q_ (slot order: image, depth, pool index), where its token is drawn.
+  struct Slot {
+    int image, depth, k;
+    int cache_row;  // the proposal's row in the image's cache; -1: horizontal head depth - 1
+    int vertical;   // the vertical head's depth (0: horizontal)
+  };
+  std::vector<Slot> slot;
+  std::vector<int> depth_of(active.size(), 0), first_slot(active.size() + 1, 0);
   for (size_t j = 0; j < active.size(); ++j) {
-    ImageState& im = *active[j];
+    first_slot[j] = static_cast<int>(slot.size());
+    const ImageState& im = *active[j];
     const int depth = std::min(max_depth[j], draft_depth(max_depth[j]));
     if (depth <= 0) continue;
-    State& s = state_.at(im.id);
+    depth_of[j] = depth;
+    const State& s = state_.at(im.id);
     const int t = static_cast<int>(im.tokens.size()) - 1;  // the root's token index
-    // HorizSpec (Eq. 4): the horizontal heads on the root's predicting row, depth k + 1's q.
     const int H = std::min(opt_.horizontal, depth);
+    for (int d = 1; d <= depth && t + d < n_tokens_; ++d) {
+      int k = 0;
+      for (const SpeculationCache::Entry& e : s.cache.pool(t + d))
+        if (e.depth <= opt_.vertical)
+          for (int a = 0; a < opt_.samples; ++a)
+            slot.push_back({static_cast<int>(j), d, k++, e.row, e.depth});
+      if (d <= H)
+        for (int a = 0; a < opt_.samples; ++a) slot.push_back({static_cast<int>(j), d, k++, -1, 0});
+    }
+  }
+  first_slot[active.size()] = static_cast<int>(slot.size());
+  const int n = static_cast<int>(slot.size());
+  Tensor q = n > 0 ? grown_rows(be, round_q_, DType::F32, n, V).rows(0, n) : Tensor{};
+  for (size_t j = 0; j < active.size(); ++j) {
+    if (depth_of[j] == 0) continue;
+    ImageState& im = *active[j];
+    const State& s = state_.at(im.id);
+    // HorizSpec (Eq. 4): the horizontal heads on the root's predicting row, depth k + 1's q.
+    const int t = static_cast<int>(im.tokens.size()) - 1,
+              H = std::min(opt_.horizontal, depth_of[j]);
     if (H > 0) {
       features_.gather(std::span(&im.id, 1), ws_.features);
       head_distributions(
           1, 0, H, [&](int, int k) { return t + 1 + k; }, im.sampling);
       im.stats.draft_forwards++;
     }
-    // Eq. 5's pool per depth: the cached vertical proposals, nearest row first, then the
-    // horizontal one; each member `samples` times, each slot one draw from its q.
-    slots.assign(depth, {});
-    tokens.assign(depth, {});
-    verticals.assign(depth, {});
-    for (int d = 1; d <= depth && t + d < n_tokens_; ++d) {
-      const int P = t + d;
-      std::vector<std::span<const float>>& pool = slots[d - 1];
-      for (const SpeculationCache::Entry& e : s.cache.pool(P))
-        if (e.depth <= opt_.vertical)
-          for (int a = 0; a < opt_.samples; ++a) {
-            pool.push_back(e.q);
-            verticals[d - 1].push_back(e.depth);
-          }
-      if (d <= H)
-        for (int a = 0; a < opt_.samples; ++a)
-          pool.push_back(dists_.subspan(static_cast<size_t>(d - 1) * V, V));
+    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x) {
+      Tensor to = q.rows(x, 1);
+      be.copy(slot[x].cache_row < 0 ? rows_.distributions().rows(slot[x].depth - 1, 1)
+                                    : s.rows.rows(slot[x].cache_row, 1),
+              to);
+    }
+  }
+  if (n == 0) return;
+  // The round's flag: the heads' since the last round (finish_round's vertical heads too), then
+  // the draws'; it travels after the tokens, where the verifier (or the host, below) reads it.
+  Tensor tokens = grown_rows(be, tokens_, DType::I32, n + 1, 1).rows(0, n + 1).view({n + 1});
+  Tensor flag = tokens.rows(n, 1);
+  be.copy(flag_, flag);
+  be.copy(zero_, flag_);
+  const bool device = device_drafts_ && !opt_.top;
+  std::vector<double> confidence(n, 0.0);  // a sampled slot's Σ q², a top one's q(x)
+  std::vector<int32_t> drawn;              // the host's tokens (host rounds)
+  if (!opt_.top) {
+    // Each slot's token drawn from its q where it is, with the host draw's uniform (token P,
+    // stream (Draft, round, its pool index)).
+    settings_.resize(n);
+    for (int x = 0; x < n; ++x) {
+      const ImageState& im = *active[slot[x].image];
+      const auto P = static_cast<uint32_t>(static_cast<int>(im.tokens.size()) - 1 + slot[x].depth);
+      settings_[x] = device_sample_params(im.sampling, im.rng.seed(), im.rng.image_index(), P);
+      settings_[x].stream = stream_id(Stream::Draft, im.round, slot[x].k);
+    }
+    Tensor up =
+        grown_rows(be, settings_up_, DType::U8,
+                   static_cast<int64_t>(n) * static_cast<int64_t>(sizeof(DeviceSampleParams)), 1)
+            .view({static_cast<int64_t>(n) * static_cast<int64_t>(sizeof(DeviceSampleParams))});
+    be.upload_into(settings_.data(), up);
+    SampleRowsOut out;
+    out.tokens = tokens.rows(0, n);
+    draw_rows(be, q, n, up, out, flag);
+  }
+  if (device) {
+    device_rows_ = {q, tokens, {}};
+    device_drafts_counted_.rounds++;
+    if (budget_) {  // the nodes' values, which the budget reads: one small download
+      Tensor sums = grown_rows(be, sums_, DType::F64, n, 1).rows(0, n).view({n});
+      row_square_sums(be, q, n, sums);
+      be.download(sums, confidence.data());
+    }
+  } else {
+    // A host round: the slots' tokens with the flag (top: the flag) and q rows come back.
+    drawn.resize(n + 1);
+    if (opt_.top)
+      be.download(flag, &drawn[n]);
+    else
+      be.download(tokens, drawn.data());
+    if (drawn[n] != 0) throw Error(device_sample_failed());
+    q_host_.resize(static_cast<size_t>(n) * V);
+    be.download(q, q_host_.data());
+  }
+  auto q_of = [&](int x) {
+    return std::span<const float>(q_host_.data() + static_cast<size_t>(x) * V,
+                                  static_cast<size_t>(V));
+  };
+  std::vector<int> node_of(shape_.nodes());
+  for (size_t j = 0; j < active.size(); ++j) {
+    const int depth = depth_of[j];
+    if (depth == 0) continue;
+    // Depth d's candidates: their slots (rows of q) and, on the host, tokens.
+    std::vector<std::vector<int>> at(depth);
+    std::vector<std::vector<int32_t>> token(depth);
+    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x) {
+      const int d = slot[x].depth;
       if (!opt_.top) {
-        for (size_t k = 0; k < pool.size(); ++k)
-          tokens[d - 1].push_back(sample_index(
-              pool[k], im.rng.uniform(P, stream_id(Stream::Draft, im.round, static_cast<int>(k)))));
+        at[d - 1].push_back(x);
+        token[d - 1].push_back(device ? kTokenOnDevice : drawn[x]);
+        if (!device)
+          for (float v : q_of(x)) confidence[x] += static_cast<double>(v) * v;
         continue;
       }
       // Deterministic candidates: each member's next most likely token not yet in the pool
-      // (a repeat would be rejected for sure once its twin is), verified as one-hot drafts.
-      std::vector<std::span<const float>> kept;
-      std::vector<int> kept_vertical;
-      for (size_t k = 0; k < pool.size(); ++k) {
-        const std::span<const float> q = pool[k];
-        int best = -1;
-        for (int y = 0; y < V; ++y) {
-          if (q[y] <= 0.0f ||
-              std::find(tokens[d - 1].begin(), tokens[d - 1].end(), y) != tokens[d - 1].end())
-            continue;
-          if (best < 0 || q[y] > q[best]) best = y;
-        }
-        if (best < 0) continue;
-        tokens[d - 1].push_back(best);
-        kept.push_back(q);
-        kept_vertical.push_back(k < verticals[d - 1].size() ? verticals[d - 1][k] : 0);
+      // (a repeat would be rejected for sure once its twin is), verified as one-hot drafts; a
+      // member without one is left out.
+      const std::span<const float> qx = q_of(x);
+      int best = -1;
+      for (int y = 0; y < V; ++y) {
+        if (qx[y] <= 0.0f ||
+            std::find(token[d - 1].begin(), token[d - 1].end(), y) != token[d - 1].end())
+          continue;
+        if (best < 0 || qx[y] > qx[best]) best = y;
       }
-      pool = std::move(kept);
-      verticals[d - 1] = std::move(kept_vertical);
+      if (best < 0) continue;
+      at[d - 1].push_back(x);
+      token[d - 1].push_back(best);
+      confidence[x] = qx[best];
     }
     // The Cartesian product of the pools, cut to the static shape over slots.
+    ImageState& im = *active[j];
     DraftTree& tree = trees[j];
     for (int u = 0; u < shape_.nodes(); ++u) {
       node_of[u] = -1;
       const int d = shape_.depth[u], p = shape_.parent[u], r = shape_.rank[u];
       if (d > depth || (p >= 0 && node_of[p] < 0)) continue;
-      if (r >= static_cast<int>(slots[d - 1].size())) continue;
+      if (r >= static_cast<int>(at[d - 1].size())) continue;
+      const int x = at[d - 1][r];
       DraftNode node;
       node.parent = p < 0 ? -1 : node_of[p];
       node.depth = d;
-      node.token = tokens[d - 1][r];
+      node.token = token[d - 1][r];
       if (!opt_.top) {
-        node.q.assign(slots[d - 1][r].begin(), slots[d - 1][r].end());
         node.with_replacement = true;  // tested against its own q (Eq. 6)
+        if (device) {
+          node.q_row = node.token_row = x;
+        } else {
+          const std::span<const float> qx = q_of(x);
+          node.q.assign(qx.begin(), qx.end());
+        }
       }  // top: one-hot q (empty), accepted with p(x) and removed from p when rejected
-      if (r < static_cast<int>(verticals[d - 1].size())) node.vertical = verticals[d - 1][r];
+      node.vertical = slot[x].vertical;
       // The node's value (EAGLE-2's path confidence): the product along its path of each slot's
       // confidence, q(x) for a top candidate and E_{x~q} q(x) = Σ q² for a sampled one, read
       // from q and never from the draw, so that the budget below keeps the walk exact.
-      const std::span<const float> q = slots[d - 1][r];
-      double confidence = 0.0;
-      if (opt_.top)
-        confidence = q[node.token];
-      else
-        for (float v : q) confidence += static_cast<double>(v) * v;
-      node.value = confidence * (node.parent < 0 ? 1.0 : tree[node.parent].value);
+      node.value = confidence[x] * (node.parent < 0 ? 1.0 : tree[node.parent].value);
       node_of[u] = static_cast<int>(tree.size());
       tree.push_back(std::move(node));
     }
@@ -237,7 +345,6 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   // The last row is the next round's horizontal input; all of them, moved where the heads read
   // them, are the vertical heads' (never through the host).
   features_.put(image.id, target.hidden, rows.back(), &target.hidden_uncond, rows.back());
-  const int V = heads_.vocab_size();
   // The next round drafts from token image.tokens.size() on: earlier proposals are spent.
   s.cache.evict_before(static_cast<int>(image.tokens.size()));
   if (opt_.vertical == 0) return;
@@ -247,10 +354,8 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   head_distributions(
       k, heads_.num_heads(), opt_.vertical, [&](int r, int d) { return first + r + (d + 1) * W; },
       image.sampling);
-  for (int d = 0; d < opt_.vertical; ++d)
-    for (int r = 0; r < k; ++r)
-      s.cache.put(first + r, d + 1, dists_.subspan((static_cast<size_t>(d) * k + r) * V, V),
-                  n_tokens_);
+  // Their distributions go into the image's cache rows where they are: nothing comes back.
+  cache_rows(s, k, first);
 }
 
 }  // namespace tessera::speculative

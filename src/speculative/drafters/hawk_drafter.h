@@ -69,21 +69,36 @@ class HawkDrafter : public Drafter {
   // verification (DraftLengthPolicy::choose_nodes).
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
   int64_t batched_forwards() const override { return forwards_; }
+  // Sampled candidates (not --hawk-top's) are drawn where the heads' distributions are: the
+  // speculation cache keeps its q rows there (always), and on the device loop a round's tokens
+  // and q rows stay there for the walk; a host round reads them back.
+  void set_device_drafts(bool on) override { device_drafts_ = on; }
+  const DeviceDraftRows* device_rows() const override {
+    return device_rows_.q.data ? &device_rows_ : nullptr;
+  }
+  DeviceDrafts device_drafts() const override { return device_drafts_counted_; }
 
-  // The image's speculation cache (tests).
+  // The image's speculation cache (tests), and its proposal for `token` at `depth`: the q row,
+  // read back from the heads' backend (empty when there is none).
   const SpeculationCache& cache(int image_id) const { return state_.at(image_id).cache; }
+  std::vector<float> cached_q(int image_id, int token, int depth) const;
 
  private:
   struct State {
     SpeculationCache cache;
+    Tensor rows;  // the cache's q rows, on the heads' backend ([capacity, V])
   };
+  // The last head_distributions' rows of the vertical heads (k feature rows, head d's row r at
+  // d k + r, the proposals made at the rows predicting tokens first + r) into s's cache rows.
+  void cache_rows(State& s, int k, int first);
   // The budget's best nodes of `tree` (by value), in tree order.
   void keep_best(const ImageState& im, DraftTree& tree);
   // Rows `rows` of backend tensor t ([rows, dim]) to rows at, at + 1, ... of the heads' input.
   void copy_rows_in(const Tensor& t, std::span<const int> rows, int64_t at);
   // The guided distributions of heads first..first+count-1 for `rows` feature rows in the heads'
-  // input, cond rows then (with CFG) as many uncond rows: dists_[(k * rows + r) * V ...], the
-  // token index of row r and head k given by token(r, k).
+  // input, cond rows then (with CFG) as many uncond rows, left where they are (rows_'s
+  // distributions(), head k's row r at k rows + r), the token index of row r and head k given by
+  // token(r, k); a non-finite logit sets flag_.
   template <class TokenOf>
   void head_distributions(int rows, int first, int count, TokenOf token, const SamplingParams& p);
   const MedusaHeads& heads_;
@@ -96,7 +111,14 @@ class HawkDrafter : public Drafter {
   FeatureRows features_;        // the row that predicted each image's root, by image id
   HeadRows rows_;               // the heads' distributions, computed where their logits are
   std::vector<DeviceSampleParams> settings_;
-  std::span<const float> dists_;  // the last head_distributions, in rows_
+  // The heads' error flag, gathered from every compute until a round reads it, and a zero word
+  // that resets it; a round's slot rows (q), tokens (then the flag), draw settings, Σ q²; the
+  // host side of a host round's rows.
+  Tensor flag_, zero_, round_q_, tokens_, settings_up_, sums_;
+  std::vector<float> q_host_;
+  bool device_drafts_ = false;
+  DeviceDraftRows device_rows_;  // the last propose()'s, on the device loop
+  DeviceDrafts device_drafts_counted_;
   int64_t forwards_ = 0;
   NodeBudget budget_;  // --draft-len auto (unset: every node of the product down to the depth)
 };

@@ -14,7 +14,7 @@ HeadRows::HeadRows(Backend& backend, int vocab, const std::string& method) : be_
 }
 
 void HeadRows::compute(const Tensor& logits, int rows, int count, bool cfg,
-                       std::span<const DeviceSampleParams> params) {
+                       std::span<const DeviceSampleParams> params, const Tensor* flag_into) {
   const int R = cfg ? 2 * rows : rows;
   V_ = static_cast<int>(logits.dim(-1));
   n_ = rows * count;
@@ -29,7 +29,8 @@ void HeadRows::compute(const Tensor& logits, int rows, int count, bool cfg,
   be_.upload_into(up_host_.data(), up);
   // The distributions, then a word for the flag, so that read() takes both in one download.
   grown_rows(be_, probs_, DType::F32, int64_t{n_} * V_ + 1, 1);
-  Tensor flag = up_.bytes_as(flag_at_, DType::I32, {1});
+  flag_ = flag_into ? *flag_into : up_.bytes_as(flag_at_, DType::I32, {1});
+  Tensor flag = flag_;
   const size_t row_bytes = static_cast<size_t>(rows) * sizeof(DeviceSampleParams);
   for (int k = 0; k < count; ++k) {
     const Tensor cond = logits.rows(int64_t{k} * R, rows);
@@ -49,7 +50,7 @@ const std::vector<int32_t>& HeadRows::top(int K, bool with_mass) {
   Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids + n_mass, 1);
   Tensor mass = down_.bytes_as(static_cast<size_t>(n_ids) * sizeof(int32_t), DType::F32, {n_mass});
   top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, ids, with_mass ? &mass : nullptr);
-  be_.copy(up_.bytes_as(flag_at_, DType::I32, {1}), flag_back);
+  be_.copy(flag_, flag_back);
   down_host_.resize(static_cast<size_t>(n_down));
   be_.download(down_.rows(0, n_down), down_host_.data());
   if (down_host_[n_ids + n_mass] != 0) throw Error(device_sample_failed());
@@ -66,7 +67,7 @@ const DeviceDraftRows& HeadRows::top_on_device(int K) {
   Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids, 1);
   Tensor inputs = inputs_.rows(0, n_ids);
   top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, ids, nullptr, &inputs);
-  be_.copy(up_.bytes_as(flag_at_, DType::I32, {1}), flag_back);
+  be_.copy(flag_, flag_back);
   on_device_.tokens = down_.rows(0, n_ids + 1).view({n_ids + 1});
   on_device_.inputs = inputs.view({n_ids});
   return on_device_;
@@ -77,7 +78,7 @@ HeadRows::Ranked HeadRows::top_with_mass_on_device(int K) {
   grown_rows(be_, down_, DType::I32, 2 * n_ids, 1);
   Ranked r{down_.rows(0, n_ids).view({n_ids}),
            down_.bytes_as(static_cast<size_t>(n_ids) * sizeof(int32_t), DType::F32, {n_ids}),
-           up_.bytes_as(flag_at_, DType::I32, {1})};
+           flag_};
   top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, r.ids, &r.mass);
   return r;
 }
@@ -85,7 +86,7 @@ HeadRows::Ranked HeadRows::top_with_mass_on_device(int K) {
 const std::vector<float>& HeadRows::read() {
   const int64_t n = int64_t{n_} * V_;
   Tensor flag_back = probs_.bytes_as(static_cast<size_t>(n) * sizeof(float), DType::I32, {1});
-  be_.copy(up_.bytes_as(flag_at_, DType::I32, {1}), flag_back);
+  be_.copy(flag_, flag_back);
   rows_.resize(static_cast<size_t>(n) + 1);
   be_.download(probs_.rows(0, n + 1), rows_.data());
   int32_t failed = 0;

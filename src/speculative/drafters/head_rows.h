@@ -24,9 +24,13 @@ class HeadRows {
   HeadRows(Backend& backend, int vocab, const std::string& method);
   // Heads' logits [count * R, V]: head k's conditional rows at k R + [0, rows) and, with CFG
   // (R = 2 rows), its unconditional ones right after. params[k * rows + r]: the settings of head
-  // k's row r (its image's sampling and token index). Queues the distributions.
+  // k's row r (its image's sampling and token index). Queues the distributions. A non-finite
+  // logit sets a flag that the reads below check: one of this compute's (zeroed), or flag_into
+  // (I32 [1]), which is not zeroed, so that several computes gather into it (Hawk's device loop).
   void compute(const Tensor& logits, int rows, int count, bool cfg,
-               std::span<const DeviceSampleParams> params);
+               std::span<const DeviceSampleParams> params, const Tensor* flag_into = nullptr);
+  // The last compute's distributions where they are: F32 [n, V], valid until the next compute.
+  Tensor distributions() const { return probs_.bytes_as(0, DType::F32, {n_, V_}); }
   // The last compute's rows' K most likely ids with mass (top_rows): row i's at [i K, i K + K),
   // -1 past them; with_mass, their probabilities in mass(), 0 past them (the same download;
   // EAGLE-2's scores read them, Medusa's candidates do not, and mass() is then empty).
@@ -54,6 +58,7 @@ class HeadRows {
   size_t flag_at_ = 0;
   // Settings and flag; distributions and a flag word; ids, their mass and the flag.
   Tensor up_, probs_, down_, inputs_;
+  Tensor flag_;  // the flag the last compute set
   DeviceDraftRows on_device_;
   std::vector<uint8_t> up_host_;
   std::vector<int32_t> ids_, down_host_;

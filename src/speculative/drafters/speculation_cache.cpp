@@ -18,11 +18,22 @@ int64_t SpeculationCache::capacity() const {
 }
 
 void SpeculationCache::put(int from, int depth, std::span<const float> q, int n_tokens) {
-  check(depth >= 1 && depth <= depths_ && static_cast<int>(q.size()) == vocab_,
-        "internal: a vertical proposal of depth " + std::to_string(depth) + " for a cache of " +
-            std::to_string(depths_));
+  check(static_cast<int>(q.size()) == vocab_,
+        "internal: a vertical proposal over " + std::to_string(q.size()) +
+            " tokens for a cache of " + std::to_string(vocab_));
+  const int row = put_row(from, depth, n_tokens);
+  if (row < 0) return;
+  const size_t at = static_cast<size_t>(row) * vocab_;
+  if (qs_.size() < at + vocab_) qs_.resize(at + vocab_);
+  std::copy(q.begin(), q.end(), qs_.begin() + static_cast<std::ptrdiff_t>(at));
+}
+
+int SpeculationCache::put_row(int from, int depth, int n_tokens) {
+  check(depth >= 1 && depth <= depths_, "internal: a vertical proposal of depth " +
+                                            std::to_string(depth) + " for a cache of " +
+                                            std::to_string(depths_));
   const int token = from + depth * row_width_;
-  if (token >= n_tokens || token < next_) return;
+  if (token >= n_tokens || token < next_) return -1;
   auto key = [](const Slot& s) { return std::pair(s.token, s.depth); };
   const auto it =
       std::lower_bound(entries_.begin(), entries_.end(), std::pair(token, depth),
@@ -30,21 +41,21 @@ void SpeculationCache::put(int from, int depth, std::span<const float> q, int n_
   check(it == entries_.end() || key(*it) != std::pair(token, depth),
         "internal: token " + std::to_string(token) + " already has a depth-" +
             std::to_string(depth) + " vertical proposal");
-  size_t at;
+  // Eq. 2: the rows that can still be reached hold at most W·D(D+1)/2 proposals; more means an
+  // entry outlived its token (a caller that did not evict). Rows are reused, so every row stays
+  // below that bound too.
+  check(size() < capacity(),
+        "internal: the speculation cache holds " + std::to_string(size() + 1) +
+            " proposals, more than Hawk's W·D(D+1)/2 = " + std::to_string(capacity()));
+  int row;
   if (!free_.empty()) {
-    at = free_.back();
+    row = free_.back();
     free_.pop_back();
   } else {
-    at = qs_.size();
-    qs_.resize(qs_.size() + static_cast<size_t>(vocab_));
+    row = rows_++;
   }
-  std::copy(q.begin(), q.end(), qs_.begin() + static_cast<std::ptrdiff_t>(at));
-  entries_.insert(it, Slot{token, depth, at});
-  // Eq. 2: the rows that can still be reached hold at most W·D(D+1)/2 proposals; more means an
-  // entry outlived its token (a caller that did not evict).
-  check(size() <= capacity(),
-        "internal: the speculation cache holds " + std::to_string(size()) +
-            " proposals, more than Hawk's W·D(D+1)/2 = " + std::to_string(capacity()));
+  entries_.insert(it, Slot{token, depth, row});
+  return row;
 }
 
 std::vector<SpeculationCache::Entry> SpeculationCache::pool(int token) const {
@@ -53,7 +64,11 @@ std::vector<SpeculationCache::Entry> SpeculationCache::pool(int token) const {
                              [](const Slot& s, int t) { return s.token < t; });
   for (; it != entries_.end() && it->token == token; ++it)
     out.push_back({it->token, it->depth,
-                   std::span<const float>(qs_.data() + it->at, static_cast<size_t>(vocab_))});
+                   static_cast<size_t>(it->row + 1) * vocab_ <= qs_.size()
+                       ? std::span<const float>(qs_.data() + static_cast<size_t>(it->row) * vocab_,
+                                                static_cast<size_t>(vocab_))
+                       : std::span<const float>(),
+                   it->row});
   return out;
 }
 
@@ -61,7 +76,7 @@ void SpeculationCache::evict_before(int next) {
   next_ = std::max(next_, next);
   auto end = std::lower_bound(entries_.begin(), entries_.end(), next,
                               [](const Slot& s, int t) { return s.token < t; });
-  for (auto it = entries_.begin(); it != end; ++it) free_.push_back(it->at);
+  for (auto it = entries_.begin(); it != end; ++it) free_.push_back(it->row);
   entries_.erase(entries_.begin(), end);
 }
 
@@ -70,6 +85,7 @@ void SpeculationCache::clear() {
   next_ = 0;
   qs_.clear();
   free_.clear();
+  rows_ = 0;
 }
 
 }  // namespace tessera::speculative

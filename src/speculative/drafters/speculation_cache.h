@@ -37,11 +37,16 @@ class SpeculationCache {
   // past the image's `n_tokens`). Throws on a second entry for the same (token, depth) or a depth
   // outside 1..D.
   void put(int from, int depth, std::span<const float> q, int n_tokens);
+  // The same entry with q kept elsewhere (Hawk's device loop: rows of a backend tensor of
+  // capacity() rows): returns the row it takes, in [0, capacity()), or -1 when it is dropped. A
+  // row is reused once its entry is evicted.
+  int put_row(int from, int depth, int n_tokens);
 
   // Eq. 3's vertical pool of `token`: its entries by ascending depth (the nearest row first).
   struct Entry {
     int token = 0, depth = 0;  // the proposed token's index, and the head's depth
-    std::span<const float> q;  // valid until the next put or evict
+    std::span<const float> q;  // valid until the next put or evict (empty: put_row's entry)
+    int row = 0;               // its row (put_row's)
   };
   std::vector<Entry> pool(int token) const;
 
@@ -52,13 +57,14 @@ class SpeculationCache {
  private:
   struct Slot {
     int token, depth;
-    size_t at;  // offset into qs_
+    int row;  // its row (of qs_ for put's entries)
   };
   int row_width_, depths_, vocab_;
   int next_ = 0;               // the image's next token (evict_before)
   std::vector<Slot> entries_;  // sorted by (token, depth)
-  std::vector<float> qs_;      // entries' distributions, vocab_ floats each
-  std::vector<size_t> free_;   // reusable offsets into qs_
+  std::vector<float> qs_;      // put's entries' distributions, vocab_ floats a row
+  std::vector<int> free_;      // rows of evicted entries
+  int rows_ = 0;               // rows ever taken (the rest are free_'s)
 };
 
 }  // namespace tessera::speculative
