@@ -311,13 +311,13 @@ struct FrontierRound {
 
 FrontierRound run_frontier(Backend& b, const DynamicLayout& L, const std::vector<uint8_t>& up,
                            const std::vector<std::vector<int32_t>>& ids,
-                           const std::vector<std::vector<float>>& mass, int halves, int stride) {
+                           const std::vector<std::vector<float>>& mass, int halves, int stride,
+                           int32_t flag_value = 0) {
   FrontierRound out;
   Tensor state = b.empty(DType::U8, {L.end});
   Tensor images = state.bytes_as(0, DType::U8, {L.best});
   b.upload_into(up.data(), images);
-  const int32_t zero = 0;
-  const Tensor flag = b.upload(&zero, DType::I32, {1});
+  const Tensor flag = b.upload(&flag_value, DType::I32, {1});
   const int64_t rows = int64_t{halves} * L.m * L.K;
   for (size_t e = 0; e < ids.size(); ++e) {
     const int depth = static_cast<int>(e) + 1;
@@ -418,6 +418,14 @@ TEST_P(Verify, DynamicFrontiersAreTheCpus) {
       else
         EXPECT_NEAR(x.score, y.score, 1e-12 * std::abs(y.score)) << k;
     }
+  }
+  // A ranking's error flag (a non-finite logit) reaches every image's `failed`, which the drafter
+  // turns into an error.
+  const FrontierRound flagged = run_frontier(backend(), L, up, ids, mass, halves, stride, 1);
+  for (int i = 0; i < m; ++i) {
+    DynamicImage im;
+    std::memcpy(&im, flagged.down.data() + i * sizeof im, sizeof im);
+    EXPECT_EQ(im.failed, 1) << "image " << i;
   }
   // Some tree rows were fed (f^ rows past the roots') and some mask columns past the committed ones
   // set: the round went past its first feed.

@@ -28,15 +28,16 @@ using namespace tessera::spec_test;
 
 namespace {
 
-// Checks every vertical node's q against distributions computed here, independently of the
-// drafter: where a proposal is made (the prefill's last prefix row, for tokens d W; each
-// finish_round's rows that predicted its committed tokens, for the tokens d rows below), the
-// vertical heads run on the target's rows and their logits are guided on the host
-// (target_distribution, at the proposed token's index). A later node proposing that token from
-// depth d's head must carry that distribution, which must also be the cache's row.
-class VerticalCheck : public test::DelegatingDrafter {
+// Checks every node's q against distributions computed here, independently of the drafter: where
+// a proposal is made (the prefill's last prefix row; each finish_round's rows that predicted its
+// committed tokens), the heads run on the target's rows and their logits are guided on the host
+// (target_distribution, at the proposed token's index). Vertical head d on the row that predicted
+// token i proposes token i + d W, and a later node proposing that token from depth d's head must
+// carry that distribution, which must also be the cache's row; horizontal head h on the row that
+// predicted the root t proposes token t + 1 + h, the next round's depth h + 1.
+class ProposalCheck : public test::DelegatingDrafter {
  public:
-  VerticalCheck(speculative::HawkDrafter& inner, const MedusaHeads& heads, const SamplingParams& p,
+  ProposalCheck(speculative::HawkDrafter& inner, const MedusaHeads& heads, const SamplingParams& p,
                 int row_width, int depths)
       : DelegatingDrafter(inner), hawk_(inner), heads_(heads), p_(p), W_(row_width), D_(depths) {}
   void start(std::span<ImageState* const> images,
@@ -65,7 +66,6 @@ class VerticalCheck : public test::DelegatingDrafter {
     for (size_t j = 0; j < active.size(); ++j) {
       const int t = static_cast<int>(active[j]->tokens.size()) - 1;
       for (const speculative::DraftNode& n : trees[j]) {
-        if (n.vertical == 0) continue;
         const int P = t + n.depth;
         // The node's q: its own, or on the device loop its row of the drafter's device rows.
         std::vector<float> q = n.q;
@@ -74,26 +74,34 @@ class VerticalCheck : public test::DelegatingDrafter {
           q.resize(static_cast<size_t>(heads_.vocab_size()));
           heads_.backend().download(hawk_.device_rows()->q.rows(n.q_row, 1), q.data());
         }
-        EXPECT_EQ(q, hawk_.cached_q(active[j]->id, P, n.vertical)) << "token " << P;
+        if (n.vertical > 0) {
+          EXPECT_EQ(q, hawk_.cached_q(active[j]->id, P, n.vertical)) << "token " << P;
+        }
         const auto want = expected_.find({active[j]->id, P, n.vertical});
         ASSERT_NE(want, expected_.end()) << "a proposal made where none was: token " << P;
         ASSERT_EQ(want->second.size(), q.size());
         for (size_t y = 0; y < q.size(); ++y)
           EXPECT_NEAR(q[y], want->second[y], 1e-6) << "token " << P << " id " << y;
-        ++(P - n.vertical * W_ == 0 ? prefill_made : round_made);
+        if (n.vertical == 0)
+          ++horizontal_checked;
+        else
+          ++(P - n.vertical * W_ == 0 ? prefill_made : round_made);
       }
     }
   }
   int prefill_made = 0, round_made = 0;  // vertical nodes checked, by where they were proposed
-  int accepting_rounds = 0;              // rounds that committed several rows' proposals
+  int horizontal_checked = 0;
+  int accepting_rounds = 0;  // rounds that committed several rows' proposals
 
  private:
-  // The vertical heads on rows `cond_rows` of cond (and uncond_rows of uncond), row r having
-  // predicted token first + r: head d's distribution is the proposal for token first + r + d W.
+  // The heads on rows `cond_rows` of cond (and uncond_rows of uncond), row r having predicted
+  // token first + r: vertical head d's distribution is the proposal for token first + r + d W
+  // (key depth d), horizontal head h's on the last row the next round's for the token h + 1 past
+  // it (key depth 0).
   void record(int id, const Tensor& cond, const std::vector<int64_t>& cond_rows,
               const std::vector<int64_t>& uncond_rows, const Tensor& uncond, int first) {
     const int k = static_cast<int>(cond_rows.size()), R = p_.uses_cfg() ? 2 * k : k;
-    const int V = heads_.vocab_size();
+    const int V = heads_.vocab_size(), H = heads_.num_heads(), heads = H + D_;
     Backend& be = heads_.backend();
     MedusaHeads::Workspace ws = heads_.make_workspace(R);
     for (int r = 0; r < k; ++r) {
@@ -103,36 +111,44 @@ class VerticalCheck : public test::DelegatingDrafter {
       Tensor to_uncond = ws.features.rows(k + r, 1);
       be.copy(uncond.rows(uncond_rows[r], 1), to_uncond);
     }
-    const Tensor logits = heads_.forward(ws, R, heads_.num_heads(), D_);
-    std::vector<float> host(static_cast<size_t>(D_) * R * V), probs(V);
-    be.download(logits.rows(0, int64_t{D_} * R), host.data());
+    const Tensor logits = heads_.forward(ws, R, 0, heads);  // horizontal heads, then vertical
+    std::vector<float> host(static_cast<size_t>(heads) * R * V), probs(V);
+    be.download(logits.rows(0, int64_t{heads} * R), host.data());
+    auto distribution = [&](int head, int r, int token) {
+      const float* at = host.data() + static_cast<size_t>(head * R + r) * V;
+      std::span<const float> u;
+      if (p_.uses_cfg() && p_.guided(token))
+        u = std::span<const float>(at + static_cast<size_t>(k) * V, V);
+      target_distribution(std::span<const float>(at, V), u, p_.cfg_scale, p_, probs);
+      return probs;
+    };
     for (int d = 1; d <= D_; ++d)
       for (int r = 0; r < k; ++r) {
         const int token = first + r + d * W_;
-        const float* at = host.data() + static_cast<size_t>((d - 1) * R + r) * V;
-        std::span<const float> u;
-        if (p_.uses_cfg() && p_.guided(token)) u = std::span<const float>(at + size_t{k} * V, V);
-        target_distribution(std::span<const float>(at, V), u, p_.cfg_scale, p_, probs);
-        expected_[{id, token, d}] = probs;
+        expected_[{id, token, d}] = distribution(H + d - 1, r, token);
       }
+    const int root = first + k - 1;
+    for (int h = 0; h < H; ++h)
+      expected_[{id, root + 1 + h, 0}] = distribution(h, k - 1, root + 1 + h);
   }
   speculative::HawkDrafter& hawk_;
   const MedusaHeads& heads_;
   SamplingParams p_;
   int W_, D_;
-  std::map<std::tuple<int, int, int>, std::vector<float>> expected_;  // (id, token, depth) -> q
+  // (image id, token, depth of the vertical head or 0 for the horizontal ones) -> q
+  std::map<std::tuple<int, int, int>, std::vector<float>> expected_;
 };
 
 // Checks (and with `swap`, mutates) each round's tree of the Hawk drafter it wraps (the micro
-// heads: one vertical depth), after VerticalCheck's checks.
-class CheckedHawk : public VerticalCheck {
+// heads: one vertical depth), after ProposalCheck's checks.
+class CheckedHawk : public ProposalCheck {
  public:
   CheckedHawk(speculative::HawkDrafter& inner, const MedusaHeads& heads, const SamplingParams& p,
               int row_width, bool swap)
-      : VerticalCheck(inner, heads, p, row_width, 1), hawk_(inner), W_(row_width), swap_(swap) {}
+      : ProposalCheck(inner, heads, p, row_width, 1), hawk_(inner), W_(row_width), swap_(swap) {}
   void propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                std::vector<speculative::DraftTree>& trees) override {
-    VerticalCheck::propose(active, max_depth, trees);
+    ProposalCheck::propose(active, max_depth, trees);
     for (size_t j = 0; j < active.size(); ++j) {
       const ImageState& im = *active[j];
       const int t = static_cast<int>(im.tokens.size()) - 1;
@@ -209,6 +225,7 @@ class HawkLoop : public MicroModels {
     EXPECT_GT(checked.vertical_nodes, 0);
     EXPECT_GT(checked.horizontal_nodes, 0);
     EXPECT_EQ(checked.prefill_made + checked.round_made, checked.vertical_nodes);
+    EXPECT_EQ(checked.horizontal_checked, checked.horizontal_nodes);
     if (vertical_nodes) *vertical_nodes = checked.vertical_nodes;
     return out;
   }
@@ -308,13 +325,14 @@ TEST_F(HawkLoop, TheNodeBudgetKeepsTheBestNodesWithTheirParents) {
   }
 }
 
-// The speculation cache holds what the vertical heads proposed, where each proposal was made
-// (VerticalCheck), on the c2i fixture (4x4 grid, guidance, two vertical depths): proposals made
-// by the prefill and by rounds (each round's committed rows, several at once when drafts are
-// accepted) reach the drafts of later rounds, on the host loop and the device loop, whose rows
-// the drafter keeps on the backend. The fixture's heads are random, so a lenient rule (amplify,
-// k = 1e6, top-k off: almost every draft accepted) makes rounds commit several rows.
-TEST(HawkVertical, CachedProposalsAreTheHeadsDistributions) {
+// Every draft carries what the heads proposed where the proposal was made (ProposalCheck), on the
+// c2i fixture (4x4 grid, guidance, two vertical depths): vertical proposals made by the prefill
+// and by rounds (each round's committed rows, several at once when drafts are accepted) reach the
+// drafts of later rounds through the speculation cache, horizontal ones the next round's, on the
+// host loop and the device loop, whose rows the drafter keeps on the backend. The fixture's heads
+// are random, so a lenient rule (amplify, k = 1e6, top-k off: almost every draft accepted) makes
+// rounds commit several rows.
+TEST(HawkHeads, ProposalsAreTheHeadsDistributions) {
   const std::string fix = std::string(TESSERA_FIXTURES);
   const LlamaGen gpt(load_model_config(fix + "/llamagen/c2i_f32"), cpu_backend());
   const MedusaHeads heads(load_model_config(fix + "/spec/tiny_hawk"), gpt);
@@ -326,7 +344,7 @@ TEST(HawkVertical, CachedProposalsAreTheHeadsDistributions) {
     SCOPED_TRACE(where == DeviceLoop::On ? "device loop" : "host loop");
     speculative::HawkDrafter hawk(heads, p, {2, 2, 1}, speculative::load_tree_shape("kary:3,3"),
                                   gpt.info().n_tokens);
-    VerticalCheck checked(hawk, heads, p, gpt.info().row_width, 2);
+    ProposalCheck checked(hawk, heads, p, gpt.info().row_width, 2);
     const auto rule = speculative::make_amplify_rule(1e6f);
     speculative::LoopSettings ls;
     ls.rule = rule.get();
@@ -348,6 +366,7 @@ TEST(HawkVertical, CachedProposalsAreTheHeadsDistributions) {
     EXPECT_GT(checked.prefill_made, 5);
     EXPECT_GT(checked.round_made, 20);
     EXPECT_GT(checked.accepting_rounds, 10);
+    EXPECT_GT(checked.horizontal_checked, 50);
   }
 }
 

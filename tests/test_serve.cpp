@@ -200,6 +200,11 @@ TEST(Serve, BadRequestsAre4xxJson) {
       {R"({"prompt": "red apple", "top_p": 1.5})", 400, "top_p", "(0, 1]"},
       {R"({"prompt": "red apple", "top_k": -1})", 400, "top_k", "top_k must be"},
       {R"({"prompt": "red apple", "draft_len": 0})", 400, "draft_len", "draft_len must be"},
+      // This server's default method is vanilla, which drafts nothing (with or without costs).
+      {R"({"prompt": "red apple", "draft_len": 3})", 400, "draft_len", "drafts nothing"},
+      {R"({"prompt": "red apple", "draft_len": "auto",
+           "draft_costs": {"verify": [0.1, 0.2], "draft_step": 0.01}})",
+       400, "draft_len", "drafts nothing"},
       // draft_costs: a response's tessera.draft_costs, for draft_len "auto" only.
       {R"({"prompt": "red apple", "draft_costs": {"verify": [0.1]}})", 400, "draft_costs",
        "applies to draft_len \"auto\""},
@@ -259,7 +264,7 @@ TEST(Serve, BadRequestsAre4xxJson) {
   const httplib::Result m = c.Get("/metrics");
   ASSERT_TRUE(m);
   for (const std::string want :
-       {"tessera_requests_total{code=\"400\"} 30", "tessera_requests_total{code=\"413\"} 1",
+       {"tessera_requests_total{code=\"400\"} 32", "tessera_requests_total{code=\"413\"} 1",
         "tessera_images_total 1", "tessera_tokens_total 256", "tessera_request_seconds_count 1",
         "tessera_mean_accepted_length{method=\"vanilla\"} 1", "tessera_queue_images 0"})
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;

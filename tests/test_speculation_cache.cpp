@@ -103,12 +103,16 @@ TEST(SpeculationCache, RowsStayWithinTheCapacityAndAreReused) {
       for (const auto& [key, taken] : row_of) EXPECT_NE(taken, row) << "a row held twice";
       row_of[{from + d * W, d}] = row;
     }
-    for (const auto& [key, row] : row_of)
+    for (const auto& [key, row] : row_of) {
+      int found = 0;
       for (const SpeculationCache::Entry& e : cache.pool(key.first))
         if (e.depth == key.second) {
+          ++found;
           EXPECT_EQ(e.row, row);
           EXPECT_TRUE(e.q.empty()) << "put_row keeps no q";
         }
+      EXPECT_EQ(found, 1) << "token " << key.first << " depth " << key.second;
+    }
   }
   EXPECT_EQ(cache.size(), static_cast<int64_t>(row_of.size()));
 }

@@ -211,8 +211,10 @@ ForwardInputs Session::prepare(const StepBatch& b) {
     if (!b.features_on_device) be.upload_into(b.features.data(), features_);
     in.features = &features_;
   }
-  check(!b.mask_on_device || (!tree && b.mask.empty() && b.mask_stride >= n_new),
-        "internal: a forward mask on the device");
+  check(!b.mask_on_device || (!tree && b.mask.empty()), "internal: a forward mask on the device");
+  for (int r = 0; r < n_seq && b.mask_on_device; ++r)  // every row's past and its new rows fit
+    check(b.mask_stride >= staging_[2 * rows + n_seq + r] + n_new,
+          "internal: a forward mask on the device narrower than its rows");
   if (tree || !b.mask.empty() || b.mask_on_device) {
     // A tree's mask is expanded from its parents where the backend runs (rows ints cross to a
     // device, not rows x slots bytes); an explicit mask is uploaded as given.

@@ -171,6 +171,11 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       if (k != "verify" && k != "draft_step") throw HttpError{400, shape, "draft_costs"};
     g.spec.auto_costs = std::move(costs);
   }
+  // As the CLI refuses --draft-len there: a method that drafts nothing has no draft length.
+  if (field("draft_len") && find_method(g.spec.method)->drafts == DraftSource::None)
+    throw HttpError{
+        400, "draft_len is for speculative methods; method " + g.spec.method + " drafts nothing",
+        "draft_len"};
   // Sampling: guidance, temperature, top-k, top-p; the engine checks the rest of each range.
   SamplingOptions& s = g.sampling;
   s = resolve_sampling(s, c.config.sampling);

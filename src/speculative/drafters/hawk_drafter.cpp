@@ -78,16 +78,28 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
   rows_.compute(logits, rows, count, cfg, settings_, &flag_);
 }
 
-void HawkDrafter::cache_rows(State& s, int k, int first) {
+void HawkDrafter::copy_rows_to(const Tensor& src, Tensor& dst, std::span<const int32_t> pairs) {
+  const auto n = static_cast<int64_t>(pairs.size()) / 2;
+  if (n == 0) return;
   Backend& be = heads_.backend();
-  const Tensor dists = rows_.distributions();
+  Tensor index = grown_rows(be, move_index_, DType::I32, 2 * n, 1).rows(0, 2 * n).view({2 * n});
+  be.upload_into(pairs.data(), index);
+  be.copy_rows(src, index.rows(0, n), dst, index.rows(n, n));
+}
+
+void HawkDrafter::cache_rows(State& s, int k, int first) {
+  std::vector<int32_t>& from = pairs_;
+  std::vector<int32_t> to;
+  from.clear();
   for (int d = 0; d < opt_.vertical; ++d)
     for (int r = 0; r < k; ++r) {
       const int row = s.cache.put_row(first + r, d + 1, n_tokens_);
       if (row < 0) continue;
-      Tensor to = s.rows.rows(row, 1);
-      be.copy(dists.rows(static_cast<int64_t>(d) * k + r, 1), to);
+      from.push_back(d * k + r);
+      to.push_back(row);
     }
+  from.insert(from.end(), to.begin(), to.end());
+  copy_rows_to(rows_.distributions(), s.rows, from);
 }
 
 std::vector<float> HawkDrafter::cached_q(int image_id, int token, int depth) const {
@@ -181,11 +193,16 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
           1, 0, H, [&](int, int k) { return t + 1 + k; }, im.sampling);
       im.stats.draft_forwards++;
     }
-    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x) {
-      Tensor to = q.rows(x, 1);
-      be.copy(slot[x].cache_row < 0 ? rows_.distributions().rows(slot[x].depth - 1, 1)
-                                    : s.rows.rows(slot[x].cache_row, 1),
-              to);
+    // The slots' rows into q, a copy_rows from the image's cache and one from the heads' rows.
+    for (const bool horizontal : {false, true}) {
+      std::vector<int32_t>& pairs = pairs_;
+      pairs.clear();
+      for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
+        if ((slot[x].cache_row < 0) == horizontal)
+          pairs.push_back(horizontal ? slot[x].depth - 1 : slot[x].cache_row);
+      for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
+        if ((slot[x].cache_row < 0) == horizontal) pairs.push_back(x);
+      copy_rows_to(horizontal ? rows_.distributions() : s.rows, q, pairs);
     }
   }
   if (n == 0) return;
@@ -303,6 +320,16 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
       tree.push_back(std::move(node));
     }
     if (budget_ && tree.size() > 1) keep_best(im, tree);
+  }
+  // The verifier reads the flag after the tokens only when a node's token is there. A round whose
+  // slots made no node (every depth-1 pool empty: vertical heads only, in the image's first row)
+  // hands the flag on to the next round instead of dropping it.
+  if (device && std::none_of(trees.begin(), trees.end(), [](const DraftTree& t) {
+        return std::any_of(t.begin(), t.end(),
+                           [](const DraftNode& n) { return n.token == kTokenOnDevice; });
+      })) {
+    be.copy(flag, flag_);
+    device_rows_ = {};
   }
 }
 

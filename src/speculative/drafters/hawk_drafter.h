@@ -91,6 +91,9 @@ class HawkDrafter : public Drafter {
   // The last head_distributions' rows of the vertical heads (k feature rows, head d's row r at
   // d k + r, the proposals made at the rows predicting tokens first + r) into s's cache rows.
   void cache_rows(State& s, int k, int first);
+  // dst's rows pairs[n + i] = src's rows pairs[i] (n pairs), one Backend::copy_rows after one
+  // small upload of the pairs.
+  void copy_rows_to(const Tensor& src, Tensor& dst, std::span<const int32_t> pairs);
   // The budget's best nodes of `tree` (by value), in tree order.
   void keep_best(const ImageState& im, DraftTree& tree);
   // Rows `rows` of backend tensor t ([rows, dim]) to rows at, at + 1, ... of the heads' input.
@@ -114,7 +117,8 @@ class HawkDrafter : public Drafter {
   // The heads' error flag, gathered from every compute until a round reads it, and a zero word
   // that resets it; a round's slot rows (q), tokens (then the flag), draw settings, Σ q²; the
   // host side of a host round's rows.
-  Tensor flag_, zero_, round_q_, tokens_, settings_up_, sums_;
+  Tensor flag_, zero_, round_q_, tokens_, settings_up_, sums_, move_index_;
+  std::vector<int32_t> pairs_;  // copy_rows_to's pairs, reused
   std::vector<float> q_host_;
   bool device_drafts_ = false;
   DeviceDraftRows device_rows_;  // the last propose()'s, on the device loop

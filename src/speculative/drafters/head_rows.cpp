@@ -42,21 +42,17 @@ void HeadRows::compute(const Tensor& logits, int rows, int count, bool cfg,
   }
 }
 
-const std::vector<int32_t>& HeadRows::top(int K, bool with_mass) {
-  // Down: the ids, their mass, the flag; one download.
-  const int64_t n_ids = int64_t{n_} * K, n_mass = with_mass ? n_ids : 0;
-  const int64_t n_down = n_ids + n_mass + 1;
-  grown_rows(be_, down_, DType::I32, n_down, 1);
-  Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids + n_mass, 1);
-  Tensor mass = down_.bytes_as(static_cast<size_t>(n_ids) * sizeof(int32_t), DType::F32, {n_mass});
-  top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, ids, with_mass ? &mass : nullptr);
+const std::vector<int32_t>& HeadRows::top(int K) {
+  // Down: the ids, then the flag; one download.
+  const int64_t n_ids = int64_t{n_} * K;
+  grown_rows(be_, down_, DType::I32, n_ids + 1, 1);
+  Tensor ids = down_.rows(0, n_ids), flag_back = down_.rows(n_ids, 1);
+  top_rows(be_, probs_.bytes_as(0, DType::F32, {n_, V_}), n_, K, ids);
   be_.copy(flag_, flag_back);
-  down_host_.resize(static_cast<size_t>(n_down));
-  be_.download(down_.rows(0, n_down), down_host_.data());
-  if (down_host_[n_ids + n_mass] != 0) throw Error(device_sample_failed());
+  down_host_.resize(static_cast<size_t>(n_ids) + 1);
+  be_.download(down_.rows(0, n_ids + 1), down_host_.data());
+  if (down_host_[n_ids] != 0) throw Error(device_sample_failed());
   ids_.assign(down_host_.begin(), down_host_.begin() + n_ids);
-  mass_.resize(static_cast<size_t>(n_mass));
-  if (with_mass) std::memcpy(mass_.data(), down_host_.data() + n_ids, mass_.size() * sizeof(float));
   return ids_;
 }
 

@@ -31,11 +31,9 @@ class HeadRows {
                std::span<const DeviceSampleParams> params, const Tensor* flag_into = nullptr);
   // The last compute's distributions where they are: F32 [n, V], valid until the next compute.
   Tensor distributions() const { return probs_.bytes_as(0, DType::F32, {n_, V_}); }
-  // The last compute's rows' K most likely ids with mass (top_rows): row i's at [i K, i K + K),
-  // -1 past them; with_mass, their probabilities in mass(), 0 past them (the same download;
-  // EAGLE-2's scores read them, Medusa's candidates do not, and mass() is then empty).
-  const std::vector<int32_t>& top(int K, bool with_mass = true);
-  const std::vector<int32_t>& top_ids() const { return ids_; }  // the last top()'s
+  // The last compute's rows' K most likely ids (top_rows): row i's at [i K, i K + K), -1 past
+  // the ids with mass (Medusa's candidates on the host loop); one download.
+  const std::vector<int32_t>& top(int K);
   // The same ids left where they are, for a tree whose tokens stay there to the verdicts
   // (Medusa's on the device loop): tokens (the ids, -1 past those with mass, then the error
   // flag) and inputs (the ids, 0 for -1), as DeviceDraftRows holds them (no q: one-hot drafts).
@@ -48,7 +46,6 @@ class HeadRows {
     Tensor ids, mass, flag;
   };
   Ranked top_with_mass_on_device(int K);
-  const std::vector<float>& mass() const { return mass_; }
   // The last compute's distributions: row i's at [i V, i V + V).
   const std::vector<float>& read();
 
@@ -62,7 +59,6 @@ class HeadRows {
   DeviceDraftRows on_device_;
   std::vector<uint8_t> up_host_;
   std::vector<int32_t> ids_, down_host_;
-  std::vector<float> mass_;
   std::vector<float> rows_;
 };
 

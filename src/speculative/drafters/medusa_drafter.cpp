@@ -98,7 +98,7 @@ void MedusaDrafter::propose(std::span<ImageState* const> active, std::span<const
     device_rows_ = ranking_.top_on_device(K);
     device_drafts_counted_.rounds++;
   } else {
-    ranked = ranking_.top(K, /*with_mass=*/false).data();
+    ranked = ranking_.top(K).data();
   }
   std::vector<int> node_of(shape_.nodes());
   for (int i = 0; i < m; ++i) {

@@ -944,7 +944,8 @@ void ModelDrafter::propose_dynamic(std::span<ImageState* const> active,
     std::vector<int> tree_index(c.size(), -1);
     for (int a : best) tree_index[a] = 0;  // kept
     for (int a : best)
-      check(c[a].parent < 0 || tree_index[c[a].parent] == 0,
+      check(c[a].parent < 0 ||
+                (c[a].parent < static_cast<int>(c.size()) && tree_index[c[a].parent] == 0),
             "internal: a dynamic tree keeps a node without its parent");
     DraftTree& tree = trees[who[i]];
     Slots& s = slots_.at(active[who[i]]->id);
