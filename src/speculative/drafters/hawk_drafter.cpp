@@ -64,9 +64,9 @@ void HawkDrafter::copy_rows_in(const Tensor& t, std::span<const int> rows, int64
   }
 }
 
-template <class TokenOf>
+template <class TokenOf, class SamplingOf>
 void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf token,
-                                     const SamplingParams& p) {
+                                     SamplingOf sampling) {
   const bool cfg = params_.uses_cfg();
   const Tensor logits = heads_.forward(ws_, cfg ? 2 * rows : rows, first, count);
   forwards_++;
@@ -74,7 +74,7 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
   for (int k = 0; k < count; ++k)
     for (int r = 0; r < rows; ++r)
       settings_[static_cast<size_t>(k) * rows + r] =
-          device_sample_params(p, 0, 0, static_cast<uint32_t>(token(r, k)));
+          device_sample_params(sampling(r), 0, 0, static_cast<uint32_t>(token(r, k)));
   rows_.compute(logits, rows, count, cfg, settings_, &flag_);
 }
 
@@ -136,7 +136,7 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
     features_.gather(std::span(&id, 1), ws_.features);
     head_distributions(
         1, heads_.num_heads(), opt_.vertical, [&](int, int k) { return (k + 1) * W; },
-        images[i]->sampling);
+        [&](int) -> const SamplingParams& { return images[i]->sampling; });
     cache_rows(s, 1, 0);
   }
 }
@@ -180,30 +180,47 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
   first_slot[active.size()] = static_cast<int>(slot.size());
   const int n = static_cast<int>(slot.size());
   Tensor q = n > 0 ? grown_rows(be, round_q_, DType::F32, n, V).rows(0, n) : Tensor{};
+  // The cached vertical proposals' rows into q, a copy_rows from each image's cache.
+  std::vector<int32_t>& pairs = pairs_;
   for (size_t j = 0; j < active.size(); ++j) {
-    if (depth_of[j] == 0) continue;
-    ImageState& im = *active[j];
-    const State& s = state_.at(im.id);
-    // HorizSpec (Eq. 4): the horizontal heads on the root's predicting row, depth k + 1's q.
-    const int t = static_cast<int>(im.tokens.size()) - 1,
-              H = std::min(opt_.horizontal, depth_of[j]);
-    if (H > 0) {
-      features_.gather(std::span(&im.id, 1), ws_.features);
-      head_distributions(
-          1, 0, H, [&](int, int k) { return t + 1 + k; }, im.sampling);
-      im.stats.draft_forwards++;
-    }
-    // The slots' rows into q, a copy_rows from the image's cache and one from the heads' rows.
-    for (const bool horizontal : {false, true}) {
-      std::vector<int32_t>& pairs = pairs_;
-      pairs.clear();
-      for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
-        if ((slot[x].cache_row < 0) == horizontal)
-          pairs.push_back(horizontal ? slot[x].depth - 1 : slot[x].cache_row);
-      for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
-        if ((slot[x].cache_row < 0) == horizontal) pairs.push_back(x);
-      copy_rows_to(horizontal ? rows_.distributions() : s.rows, q, pairs);
-    }
+    pairs.clear();
+    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
+      if (slot[x].cache_row >= 0) pairs.push_back(slot[x].cache_row);
+    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
+      if (slot[x].cache_row >= 0) pairs.push_back(x);
+    if (!pairs.empty()) copy_rows_to(state_.at(active[j]->id).rows, q, pairs);
+  }
+  // HorizSpec (Eq. 4): the horizontal heads on each image's root's predicting row, depth h + 1's
+  // q at head h's row; every drafting image's in one forward (row r: image horizontal_of[r]),
+  // then their slots' rows into q in one copy_rows.
+  std::vector<int> horizontal_of, row_of(active.size(), -1);
+  int H = 0;
+  for (size_t j = 0; j < active.size(); ++j) {
+    const int h = std::min(opt_.horizontal, depth_of[j]);
+    if (h <= 0) continue;
+    row_of[j] = static_cast<int>(horizontal_of.size());
+    horizontal_of.push_back(static_cast<int>(j));
+    H = std::max(H, h);
+    active[j]->stats.draft_forwards++;
+  }
+  if (H > 0) {
+    const int m = static_cast<int>(horizontal_of.size());
+    if (ws_.rows < 2 * m) ws_ = heads_.make_workspace(2 * m);
+    ids_.clear();
+    for (int j : horizontal_of) ids_.push_back(active[j]->id);
+    features_.gather(ids_, ws_.features);
+    head_distributions(
+        m, 0, H,
+        [&](int r, int h) {
+          return static_cast<int>(active[horizontal_of[r]]->tokens.size()) + h;  // t + 1 + h
+        },
+        [&](int r) -> const SamplingParams& { return active[horizontal_of[r]]->sampling; });
+    pairs.clear();
+    for (int x = 0; x < n; ++x)
+      if (slot[x].cache_row < 0) pairs.push_back((slot[x].depth - 1) * m + row_of[slot[x].image]);
+    for (int x = 0; x < n; ++x)
+      if (slot[x].cache_row < 0) pairs.push_back(x);
+    copy_rows_to(rows_.distributions(), q, pairs);
   }
   if (n == 0) return;
   // The round's flag: the heads' since the last round (finish_round's vertical heads too), then
@@ -380,7 +397,7 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   if (params_.uses_cfg()) copy_rows_in(target.hidden_uncond, rows, k);
   head_distributions(
       k, heads_.num_heads(), opt_.vertical, [&](int r, int d) { return first + r + (d + 1) * W; },
-      image.sampling);
+      [&](int) -> const SamplingParams& { return image.sampling; });
   // Their distributions go into the image's cache rows where they are: nothing comes back.
   cache_rows(s, k, first);
 }

@@ -47,8 +47,9 @@ std::string hawk_default_tree(const HawkOptions& o);
 
 class HawkDrafter : public Drafter {
  public:
-  // options: resolved (no kAll); n_tokens: the image's tokens. The heads run per image, so the
-  // drafter's buffers do not depend on how many images are in flight.
+  // options: resolved (no kAll); n_tokens: the image's tokens. The horizontal heads run for
+  // every drafting image in one forward (the workspace grows to the most images seen), the
+  // vertical ones per image as it finishes its round.
   HawkDrafter(const MedusaHeads& heads, const SamplingParams& params, HawkOptions options,
               TreeShape shape, int n_tokens);
   std::string name() const override { return "Hawk heads"; }
@@ -101,9 +102,9 @@ class HawkDrafter : public Drafter {
   // The guided distributions of heads first..first+count-1 for `rows` feature rows in the heads'
   // input, cond rows then (with CFG) as many uncond rows, left where they are (rows_'s
   // distributions(), head k's row r at k rows + r), the token index of row r and head k given by
-  // token(r, k); a non-finite logit sets flag_.
-  template <class TokenOf>
-  void head_distributions(int rows, int first, int count, TokenOf token, const SamplingParams& p);
+  // token(r, k) and row r's sampling settings by sampling(r); a non-finite logit sets flag_.
+  template <class TokenOf, class SamplingOf>
+  void head_distributions(int rows, int first, int count, TokenOf token, SamplingOf sampling);
   const MedusaHeads& heads_;
   SamplingParams params_;
   HawkOptions opt_;
@@ -119,6 +120,7 @@ class HawkDrafter : public Drafter {
   // host side of a host round's rows.
   Tensor flag_, zero_, round_q_, tokens_, settings_up_, sums_, move_index_;
   std::vector<int32_t> pairs_;  // copy_rows_to's pairs, reused
+  std::vector<int> ids_;        // the images whose horizontal heads run this round
   std::vector<float> q_host_;
   bool device_drafts_ = false;
   DeviceDraftRows device_rows_;  // the last propose()'s, on the device loop
