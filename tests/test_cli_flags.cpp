@@ -205,6 +205,17 @@ TEST_F(CliFlags, ImageFormatFollowsTheExtension) {
   EXPECT_NE(webp.find("XMP "), std::string::npos);
   EXPECT_NE(webp.find("tessera:parameters=\""), std::string::npos);
   EXPECT_NE(webp.find("seed=0;"), std::string::npos);
+  // --from-png reads its settings back from either (the readers, on the cheap model).
+  for (const char* ext : {"jpg", "webp"}) {
+    const std::string again = tmp(std::string("y.") + ext);
+    const CliResult r = run({"generate", "--from-png", tmp(std::string("x.") + ext), "-m",
+                             fixture("c2i_f32"), "-o", again});
+    ASSERT_EQ(r.code, 0) << ext << ": " << r.err;
+    EXPECT_TRUE(slurp(again) == slurp(tmp(std::string("x.") + ext))) << ext;
+  }
+  spit(tmp("none.txt"), "hello");
+  expect_error({"generate", "--from-png", tmp("none.txt"), "-o", tmp("z.png")},
+               {"not a PNG, JPEG or WebP image"});
   expect_error(fixture_run({"-o", tmp("x.bmp")}), {".bmp", "png", "jpg", "webp"});
   EXPECT_FALSE(fs::exists(tmp("x.bmp")));
 }
