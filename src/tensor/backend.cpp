@@ -27,6 +27,15 @@ Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, i
   return buffer.rows(0, rows);
 }
 
+RowPairs upload_row_pairs(Backend& backend, Tensor& buffer, std::span<const int32_t> pairs) {
+  check(pairs.size() % 2 == 0, "internal: row pairs of odd length");
+  const auto n = static_cast<int64_t>(pairs.size()) / 2;
+  if (n == 0) return {};
+  Tensor index = grown_rows(backend, buffer, DType::I32, 2 * n, 1).view({2 * n});
+  backend.upload_into(pairs.data(), index);
+  return {index.rows(0, n), index.rows(n, n)};
+}
+
 int64_t double_rows(Backend& backend, Tensor& store) {
   const int64_t held = store.dim(0);
   Tensor bigger = backend.empty(store.dtype, {2 * held, store.dim(-1)});

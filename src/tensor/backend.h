@@ -211,6 +211,16 @@ Tensor upload_ids(Backend& backend, std::span<const int32_t> ids);
 // fewer: a scratch tensor reused across steps whose sizes vary.
 Tensor grown_rows(Backend& backend, Tensor& buffer, DType dtype, int64_t rows, int64_t width);
 
+// Row pairs for Backend::copy_rows: `pairs` holds n source rows, then their n destination rows;
+// uploaded into `buffer` (grown as grown_rows does, without waiting) and returned as the two
+// [n] I32 index tensors, undefined when n is 0. Moves rows between tensors on the backend with
+// one small upload (drafts into a forward's inputs, distributions into a cache).
+struct RowPairs {
+  Tensor from, to;
+  bool empty() const { return !from.data; }
+};
+RowPairs upload_row_pairs(Backend& backend, Tensor& buffer, std::span<const int32_t> pairs);
+
 // Doubles the rows of `store` ([rows, width], allocated), its rows copied to the front of the new
 // one (row indices into it stay valid); returns the old row count. A store of rows that grows
 // as it fills (drafters' feature rows).

@@ -9,6 +9,9 @@
 #include "tessera/error.h"
 
 namespace tessera::speculative {
+namespace {
+constexpr int32_t kNoError = 0;  // the heads' error flag, clear
+}  // namespace
 
 std::string hawk_default_tree(const HawkOptions& o) {
   const int slots = std::max(1, o.samples * (o.vertical + (o.horizontal > 0 ? 1 : 0)));
@@ -28,8 +31,8 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
       opt_(options),
       shape_(std::move(shape)),
       n_tokens_(n_tokens),
-      // Feature rows of one forward: a round's committed rows (at most the tree's depth + 1) of
-      // one image, both halves.
+      // Feature rows of one forward, both halves: to begin with, one image's committed rows of a
+      // round (at most the tree's depth + 1); grown to the most rows a forward has had.
       ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))),
       features_(heads.backend(), heads.dim(), params.uses_cfg(), 1),
       rows_(heads.backend(), heads.vocab_size(), "hawk") {
@@ -53,17 +56,6 @@ int HawkDrafter::max_nodes(int draft_len) const {
       std::count_if(shape_.depth.begin(), shape_.depth.end(), [&](int d) { return d <= depth; }));
 }
 
-void HawkDrafter::copy_rows_in(const Tensor& t, std::span<const int> rows, int64_t at) {
-  check(t.data && t.dtype == DType::F32 && t.dim(1) == heads_.dim(),
-        "internal: the Hawk drafter needs the target's post-norm hidden states");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    check(rows[i] >= 0 && rows[i] < t.dim(0),
-          "internal: a hidden-state row outside the target's outputs");
-    Tensor to = ws_.features.rows(at + static_cast<int64_t>(i), 1);
-    heads_.backend().copy(t.rows(rows[i], 1), to);
-  }
-}
-
 template <class TokenOf, class SamplingOf>
 void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf token,
                                      SamplingOf sampling) {
@@ -79,23 +71,78 @@ void HawkDrafter::head_distributions(int rows, int first, int count, TokenOf tok
 }
 
 void HawkDrafter::copy_rows_to(const Tensor& src, Tensor& dst, std::span<const int32_t> pairs) {
-  const auto n = static_cast<int64_t>(pairs.size()) / 2;
-  if (n == 0) return;
   Backend& be = heads_.backend();
-  Tensor index = grown_rows(be, move_index_, DType::I32, 2 * n, 1).rows(0, 2 * n).view({2 * n});
-  be.upload_into(pairs.data(), index);
-  be.copy_rows(src, index.rows(0, n), dst, index.rows(n, n));
+  const RowPairs p = upload_row_pairs(be, move_index_, pairs);
+  if (!p.empty()) be.copy_rows(src, p.from, dst, p.to);
 }
 
-void HawkDrafter::cache_rows(State& s, int k, int first) {
+void HawkDrafter::queue_vertical(const ImageState& image, int first, const Tensor& cond,
+                                 std::span<const int32_t> cond_rows, const Tensor* uncond,
+                                 std::span<const int32_t> uncond_rows) {
+  const bool cfg = params_.uses_cfg();
+  const auto k = static_cast<int>(cond_rows.size());
+  auto valid = [&](const Tensor* t, std::span<const int32_t> rows) {
+    return t && t->data && t->dtype == DType::F32 && t->dim(1) == heads_.dim() &&
+           std::all_of(rows.begin(), rows.end(),
+                       [&](int32_t r) { return r >= 0 && r < t->dim(0); });
+  };
+  check(valid(&cond, cond_rows) &&
+            (!cfg || (valid(uncond, uncond_rows) && uncond_rows.size() == cond_rows.size())),
+        "internal: the Hawk drafter needs the target's post-norm hidden states");
+  Backend& be = heads_.backend();
+  // The rows to the end of the queue (grown, its rows kept), each half with one copy_rows.
+  auto append = [&](Tensor& queue, const Tensor& src, std::span<const int32_t> rows) {
+    if (!queue.data) queue = be.empty(DType::F32, {2 * (shape_.max_depth() + 1), heads_.dim()});
+    while (queue.dim(0) < queued_rows_ + k) double_rows(be, queue);
+    pairs_.assign(rows.begin(), rows.end());
+    for (int r = 0; r < k; ++r) pairs_.push_back(queued_rows_ + r);
+    copy_rows_to(src, queue, pairs_);
+  };
+  append(queued_cond_, cond, cond_rows);
+  if (cfg) append(queued_uncond_, *uncond, uncond_rows);
+  queued_.push_back({image.id, k, first, queued_rows_, image.sampling});
+  queued_rows_ += k;
+}
+
+void HawkDrafter::run_vertical_heads() {
+  if (queued_.empty()) return;
+  // Eqs. 1-3: vertical head d on the row that predicted token i proposes token i + d W. Every
+  // queued row of every image in one forward (row r of the queue: image owner[r]'s).
+  const int R = queued_rows_, W = heads_.config().row_width;
+  if (ws_.rows < 2 * R) ws_ = heads_.make_workspace(2 * R);
+  Backend& be = heads_.backend();
+  Tensor cond = ws_.features.rows(0, R);
+  be.copy(queued_cond_.rows(0, R), cond);
+  if (params_.uses_cfg()) {
+    Tensor uncond = ws_.features.rows(R, R);
+    be.copy(queued_uncond_.rows(0, R), uncond);
+  }
+  std::vector<int> owner(static_cast<size_t>(R));
+  for (size_t e = 0; e < queued_.size(); ++e)
+    std::fill_n(owner.begin() + queued_[e].row0, queued_[e].k, static_cast<int>(e));
+  head_distributions(
+      R, heads_.num_heads(), opt_.vertical,
+      [&](int r, int d) {
+        const Queued& e = queued_[owner[r]];
+        return e.first + (r - e.row0) + (d + 1) * W;
+      },
+      [&](int r) -> const SamplingParams& { return queued_[owner[r]].sampling; });
+  // Their distributions go into each image's cache rows where they are: nothing comes back.
+  for (const Queued& e : queued_)
+    if (e.id >= 0) cache_rows(state_.at(e.id), e, R);
+  queued_.clear();
+  queued_rows_ = 0;
+}
+
+void HawkDrafter::cache_rows(State& s, const Queued& e, int rows) {
   std::vector<int32_t>& from = pairs_;
   std::vector<int32_t> to;
   from.clear();
   for (int d = 0; d < opt_.vertical; ++d)
-    for (int r = 0; r < k; ++r) {
-      const int row = s.cache.put_row(first + r, d + 1, n_tokens_);
+    for (int r = 0; r < e.k; ++r) {
+      const int row = s.cache.put_row(e.first + r, d + 1, n_tokens_);
       if (row < 0) continue;
-      from.push_back(d * k + r);
+      from.push_back(d * rows + e.row0 + r);
       to.push_back(row);
     }
   from.insert(from.end(), to.begin(), to.end());
@@ -118,32 +165,27 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
   // root): the horizontal heads' input for round 1, and the vertical heads' proposals for the
   // tokens d rows below token 0.
   Backend& be = heads_.backend();
-  if (!flag_.data) {
-    const int32_t zero = 0;
-    flag_ = be.upload(&zero, DType::I32, {1});
-    zero_ = be.upload(&zero, DType::I32, {1});
-  }
+  if (!flag_.data) flag_ = be.upload(&kNoError, DType::I32, {1});
   const int n = static_cast<int>(images.size()), rows = prefill.rows;
   const int W = heads_.config().row_width, V = heads_.vocab_size();
   for (int i = 0; i < n; ++i) {
     const int id = images[i]->id;
     State& s = state_.try_emplace(id, State{{std::max(W, 1), opt_.vertical, V}, {}}).first->second;
     s.cache.clear();
-    features_.put(id, prefill.hidden, static_cast<int64_t>(i) * rows + rows - 1, &prefill.hidden,
-                  static_cast<int64_t>(n + i) * rows + rows - 1);
+    const int32_t cond_row = i * rows + rows - 1, uncond_row = (n + i) * rows + rows - 1;
+    features_.put(id, prefill.hidden, cond_row, &prefill.hidden, uncond_row);
     if (opt_.vertical == 0) continue;
     if (!s.rows.data) s.rows = be.empty(DType::F32, {s.cache.capacity(), V});
-    features_.gather(std::span(&id, 1), ws_.features);
-    head_distributions(
-        1, heads_.num_heads(), opt_.vertical, [&](int, int k) { return (k + 1) * W; },
-        [&](int) -> const SamplingParams& { return images[i]->sampling; });
-    cache_rows(s, 1, 0);
+    // The vertical heads run in the next propose(), every image's rows in one forward.
+    queue_vertical(*images[i], 0, prefill.hidden, std::span(&cond_row, 1), &prefill.hidden,
+                   std::span(&uncond_row, 1));
   }
 }
 
 void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const int> max_depth,
                           std::vector<DraftTree>& trees) {
   check_images_sampling(active, params_);
+  run_vertical_heads();  // the last finish_round()s' and start()s' proposals into the caches
   trees.assign(active.size(), {});
   device_rows_ = {};
   Backend& be = heads_.backend();
@@ -180,16 +222,20 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
   first_slot[active.size()] = static_cast<int>(slot.size());
   const int n = static_cast<int>(slot.size());
   Tensor q = n > 0 ? grown_rows(be, round_q_, DType::F32, n, V).rows(0, n) : Tensor{};
+  // Slots x0..x1-1 of one kind (vertical: from an image's cache; else horizontal) into q with one
+  // copy_rows from `src`, slot x's row there being row_in_src(x).
+  auto copy_slots = [&](const Tensor& src, int x0, int x1, bool vertical, auto row_in_src) {
+    pairs_.clear();
+    for (int x = x0; x < x1; ++x)
+      if ((slot[x].cache_row >= 0) == vertical) pairs_.push_back(row_in_src(x));
+    for (int x = x0; x < x1; ++x)
+      if ((slot[x].cache_row >= 0) == vertical) pairs_.push_back(x);
+    copy_rows_to(src, q, pairs_);
+  };
   // The cached vertical proposals' rows into q, a copy_rows from each image's cache.
-  std::vector<int32_t>& pairs = pairs_;
-  for (size_t j = 0; j < active.size(); ++j) {
-    pairs.clear();
-    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
-      if (slot[x].cache_row >= 0) pairs.push_back(slot[x].cache_row);
-    for (int x = first_slot[j]; x < first_slot[j + 1]; ++x)
-      if (slot[x].cache_row >= 0) pairs.push_back(x);
-    if (!pairs.empty()) copy_rows_to(state_.at(active[j]->id).rows, q, pairs);
-  }
+  for (size_t j = 0; j < active.size(); ++j)
+    copy_slots(state_.at(active[j]->id).rows, first_slot[j], first_slot[j + 1], true,
+               [&](int x) { return slot[x].cache_row; });
   // HorizSpec (Eq. 4): the horizontal heads on each image's root's predicting row, depth h + 1's
   // q at head h's row; every drafting image's in one forward (row r: image horizontal_of[r]),
   // then their slots' rows into q in one copy_rows.
@@ -215,12 +261,8 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
           return static_cast<int>(active[horizontal_of[r]]->tokens.size()) + h;  // t + 1 + h
         },
         [&](int r) -> const SamplingParams& { return active[horizontal_of[r]]->sampling; });
-    pairs.clear();
-    for (int x = 0; x < n; ++x)
-      if (slot[x].cache_row < 0) pairs.push_back((slot[x].depth - 1) * m + row_of[slot[x].image]);
-    for (int x = 0; x < n; ++x)
-      if (slot[x].cache_row < 0) pairs.push_back(x);
-    copy_rows_to(rows_.distributions(), q, pairs);
+    copy_slots(rows_.distributions(), 0, n, false,
+               [&](int x) { return (slot[x].depth - 1) * m + row_of[slot[x].image]; });
   }
   if (n == 0) return;
   // The round's flag: the heads' since the last round (finish_round's vertical heads too), then
@@ -228,7 +270,7 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
   Tensor tokens = grown_rows(be, tokens_, DType::I32, n + 1, 1).rows(0, n + 1).view({n + 1});
   Tensor flag = tokens.rows(n, 1);
   be.copy(flag_, flag);
-  be.copy(zero_, flag_);
+  be.upload_into(&kNoError, flag_);
   const bool device = device_drafts_ && !opt_.top;
   std::vector<double> confidence(n, 0.0);  // a sampled slot's Σ q², a top one's q(x)
   std::vector<int32_t> drawn;              // the host's tokens (host rounds)
@@ -381,7 +423,7 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
                                const TargetRound& target) {
   // The rows that predicted this round's committed tokens: the root's (row 0) and every accepted
   // node's; the last of them predicted the next root.
-  std::vector<int> rows = {0};
+  std::vector<int32_t> rows = {0};
   for (int a : outcome.accepted) rows.push_back(a + 1);
   const int k = static_cast<int>(rows.size());
   const int first = static_cast<int>(image.tokens.size()) - k;  // the token row 0 predicted
@@ -391,15 +433,10 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   features_.put(image.id, target.hidden, rows.back(), &target.hidden_uncond, rows.back());
   // The next round drafts from token image.tokens.size() on: earlier proposals are spent.
   s.cache.evict_before(static_cast<int>(image.tokens.size()));
-  if (opt_.vertical == 0) return;
-  const int W = heads_.config().row_width;
-  copy_rows_in(target.hidden, rows, 0);
-  if (params_.uses_cfg()) copy_rows_in(target.hidden_uncond, rows, k);
-  head_distributions(
-      k, heads_.num_heads(), opt_.vertical, [&](int r, int d) { return first + r + (d + 1) * W; },
-      [&](int) -> const SamplingParams& { return image.sampling; });
-  // Their distributions go into the image's cache rows where they are: nothing comes back.
-  cache_rows(s, k, first);
+  // The vertical heads' rows wait for the next propose(), where every image's run in one forward
+  // (target.hidden is rewritten by the next target forward: the copies are queued before it).
+  if (opt_.vertical > 0)
+    queue_vertical(image, first, target.hidden, rows, &target.hidden_uncond, rows);
 }
 
 }  // namespace tessera::speculative

@@ -28,6 +28,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/medusa_heads.h"
 #include "sampling/sampler.h"
@@ -47,9 +48,10 @@ std::string hawk_default_tree(const HawkOptions& o);
 
 class HawkDrafter : public Drafter {
  public:
-  // options: resolved (no kAll); n_tokens: the image's tokens. The horizontal heads run for
-  // every drafting image in one forward (the workspace grows to the most images seen), the
-  // vertical ones per image as it finishes its round.
+  // options: resolved (no kAll); n_tokens: the image's tokens. Each head kind runs for every
+  // image in one forward a round (the workspace grows to the most rows seen): the horizontal heads
+  // on the drafting images' roots, the vertical ones, at the next propose(), on the rows that
+  // start() and finish_round() queued.
   HawkDrafter(const MedusaHeads& heads, const SamplingParams& params, HawkOptions options,
               TreeShape shape, int n_tokens);
   std::string name() const override { return "Hawk heads"; }
@@ -65,6 +67,8 @@ class HawkDrafter : public Drafter {
   void release(const ImageState& image) override {
     state_.erase(image.id);
     features_.erase(image.id);
+    for (Queued& e : queued_)  // its queued rows still run (the forward's layout), uncached
+      if (e.id == image.id) e.id = -1;
   }
   // --draft-len auto: each round keeps the nodes of the product whose values pay for their
   // verification (DraftLengthPolicy::choose_nodes).
@@ -89,16 +93,28 @@ class HawkDrafter : public Drafter {
     SpeculationCache cache;
     Tensor rows;  // the cache's q rows, on the heads' backend ([capacity, V])
   };
-  // The last head_distributions' rows of the vertical heads (k feature rows, head d's row r at
-  // d k + r, the proposals made at the rows predicting tokens first + r) into s's cache rows.
-  void cache_rows(State& s, int k, int first);
+  // An image's hidden-state rows queued for the vertical heads: k rows from queue row row0 on,
+  // row r having predicted token first + r.
+  struct Queued {
+    int id, k, first, row0;
+    SamplingParams sampling;
+  };
+  // Queues rows cond_rows of cond and, with CFG, uncond_rows of *uncond (backend tensors,
+  // [rows, dim]) as the image's next entry (copied on the backend now: the tensors may be
+  // rewritten before the heads run).
+  void queue_vertical(const ImageState& image, int first, const Tensor& cond,
+                      std::span<const int32_t> cond_rows, const Tensor* uncond,
+                      std::span<const int32_t> uncond_rows);
+  // The vertical heads on every queued row in one forward, their proposals into the caches.
+  void run_vertical_heads();
+  // The last head_distributions' rows of the vertical heads for entry e (of a forward over `rows`
+  // feature rows, head d's row r at d rows + r) into s's cache rows.
+  void cache_rows(State& s, const Queued& e, int rows);
   // dst's rows pairs[n + i] = src's rows pairs[i] (n pairs), one Backend::copy_rows after one
   // small upload of the pairs.
   void copy_rows_to(const Tensor& src, Tensor& dst, std::span<const int32_t> pairs);
   // The budget's best nodes of `tree` (by value), in tree order.
   void keep_best(const ImageState& im, DraftTree& tree);
-  // Rows `rows` of backend tensor t ([rows, dim]) to rows at, at + 1, ... of the heads' input.
-  void copy_rows_in(const Tensor& t, std::span<const int> rows, int64_t at);
   // The guided distributions of heads first..first+count-1 for `rows` feature rows in the heads'
   // input, cond rows then (with CFG) as many uncond rows, left where they are (rows_'s
   // distributions(), head k's row r at k rows + r), the token index of row r and head k given by
@@ -115,13 +131,16 @@ class HawkDrafter : public Drafter {
   FeatureRows features_;        // the row that predicted each image's root, by image id
   HeadRows rows_;               // the heads' distributions, computed where their logits are
   std::vector<DeviceSampleParams> settings_;
-  // The heads' error flag, gathered from every compute until a round reads it, and a zero word
-  // that resets it; a round's slot rows (q), tokens (then the flag), draw settings, Σ q²; the
-  // host side of a host round's rows.
-  Tensor flag_, zero_, round_q_, tokens_, settings_up_, sums_, move_index_;
+  // The heads' error flag, gathered from every compute until a round reads it; a round's slot
+  // rows (q), tokens (then the flag), draw settings, Σ q²; copy_rows_to's index.
+  Tensor flag_, round_q_, tokens_, settings_up_, sums_, move_index_;
+  // The vertical heads' queue: its entries and the rows they hold of each half.
+  std::vector<Queued> queued_;
+  Tensor queued_cond_, queued_uncond_;
+  int queued_rows_ = 0;
   std::vector<int32_t> pairs_;  // copy_rows_to's pairs, reused
   std::vector<int> ids_;        // the images whose horizontal heads run this round
-  std::vector<float> q_host_;
+  std::vector<float> q_host_;   // a host round's slot rows
   bool device_drafts_ = false;
   DeviceDraftRows device_rows_;  // the last propose()'s, on the device loop
   DeviceDrafts device_drafts_counted_;

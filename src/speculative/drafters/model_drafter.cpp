@@ -200,7 +200,7 @@ void ModelDrafter::release(const ImageState& image) {
 
 void ModelDrafter::run(const StepBatch& b, bool read_logits, std::span<const int32_t> token_moves) {
   Backend& be = model_.backend();
-  Tensor index, moves;
+  Tensor index;
   if (b.features_on_device) {
     const auto n = static_cast<int64_t>(feature_rows_.size());
     check(n == static_cast<int64_t>(b.slots.size()) * b.n_new,
@@ -208,20 +208,16 @@ void ModelDrafter::run(const StepBatch& b, bool read_logits, std::span<const int
     index = grown_rows(be, feature_index_, DType::I32, n, 1).view({n});
     be.upload_into(feature_rows_.data(), index);
   }
-  const auto n_moves = static_cast<int64_t>(token_moves.size()) / 2;
-  if (n_moves > 0) {
-    moves = grown_rows(be, move_index_, DType::I32, 2 * n_moves, 1).view({2 * n_moves});
-    be.upload_into(token_moves.data(), moves);
-  }
-  if (index.data || moves.data) {
+  const RowPairs moves = upload_row_pairs(be, move_index_, token_moves);
+  if (index.data || !moves.empty()) {
     last_ = session_.forward(b, [&](ForwardInputs& in) {
       if (index.data) {
         Tensor features = *in.features;
         be.get_rows(feature_from_, index, features);
       }
-      if (moves.data) {
+      if (!moves.empty()) {
         Tensor tokens = in.tokens.view({in.tokens.numel(), 1});
-        be.copy_rows(tree_inputs_, moves.rows(0, n_moves), tokens, moves.rows(n_moves, n_moves));
+        be.copy_rows(tree_inputs_, moves.from, tokens, moves.to);
       }
     });
   } else {
