@@ -4,8 +4,9 @@
 // LANTERN's forms, sampled and greedy: each image's verdict (the path accepted, the token that
 // ends the round, rejected or not) must equal the CPU backend's, which tests/test_verify_rows.cpp
 // checks against the engine's verify_draft. The device walks with the same function, so the
-// verdicts are equal, not close (COOL-SD's ω uses exp, within 1 ulp on the device: a verdict could
-// differ only where a uniform falls within that of a threshold).
+// verdicts are equal, not close: a GPU block sums a row's chunks in its own fixed order (~1e-16
+// relative, in double, cuda/block_lanes.cuh) and COOL-SD's ω uses exp (within 1 ulp on the
+// device), so a verdict could differ only where a uniform falls within that of a threshold.
 #include <gtest/gtest.h>
 
 #include <algorithm>

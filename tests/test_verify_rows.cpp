@@ -7,6 +7,8 @@
 // descriptors: which rules have one, and what it holds.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 #include "speculative/verify.h"
 #include "speculative/verify_images.h"
 #include "speculative/verify_rows.h"
+#include "speculative/walk_lanes.h"
 #include "tensor/cpu/cpu_backend.h"
 
 using namespace tessera;
@@ -168,6 +171,64 @@ VerifyOutcome host_walk(const AcceptanceRule& rule, const DraftTree& tree, const
 
 }  // namespace
 
+// A GPU block's lanes (speculative/cuda/block_lanes.cuh) run in one thread: the same contiguous
+// chunks (lane_chunk), chunk sums, chunk argmaxes and chunk draws, combined lane by lane in lane
+// order (a block combines the same partial results in its fixed warp order). The walk's verdicts
+// must not depend on how its passes are split.
+template <int Lanes>
+struct ChunkedLanes {
+  template <class F>
+  void each(int n, F&& f) const {
+    for (int t = 0; t < Lanes; ++t)  // a block's strided assignment
+      for (int i = t; i < n; i += Lanes) f(i);
+  }
+  template <class F>
+  void one(F&& f) const {
+    f();
+  }
+  template <class F>
+  double single(F&& f) const {
+    return f();
+  }
+  double sum(const float* v, int n) const {
+    double total = 0.0;
+    for (int t = 0, b, e; t < Lanes; ++t) {
+      lane_chunk(t, Lanes, n, &b, &e);
+      total += chunk_sum(v, b, e);
+    }
+    return total;
+  }
+  int argmax(const float* v, int n) const {
+    float best = -INFINITY;
+    int best_index = INT_MAX;
+    for (int t = 0, b, e; t < Lanes; ++t) {
+      lane_chunk(t, Lanes, n, &b, &e);
+      float chunk_best = -INFINITY;
+      int chunk_index = INT_MAX;
+      chunk_argmax(v, b, e, &chunk_best, &chunk_index);
+      if (chunk_best > best) best = chunk_best, best_index = chunk_index;
+    }
+    return best_index == INT_MAX ? 0 : best_index;
+  }
+  int draw(const float* v, int n, double u) const {
+    std::vector<double> part(Lanes);
+    double total = 0.0;
+    for (int t = 0, b, e; t < Lanes; ++t) {
+      lane_chunk(t, Lanes, n, &b, &e);
+      total += part[t] = chunk_sum(v, b, e);
+    }
+    double before = 0.0;
+    int last = -1;
+    for (int t = 0, b, e; t < Lanes; ++t) {
+      lane_chunk(t, Lanes, n, &b, &e);
+      const int hit = draw_in_chunk(v + b, e - b, b, before, u * total, &last);
+      if (hit >= 0) return hit;
+      before += part[t];
+    }
+    return last;
+  }
+};
+
 TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   constexpr int V = 24;
   std::mt19937 g(2026);
@@ -213,6 +274,22 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
             ASSERT_EQ(out.rejected, want.rejected);
             ASSERT_EQ(got_stats.proposed, want_stats.proposed);
             ASSERT_EQ(got_stats.accepted, want_stats.accepted);
+            // The same walk with its passes split as a block of 5 lanes splits them (chunks of 5
+            // of V = 24, the last one short) and as a block with more lanes than entries.
+            for (const auto& [lanes, chunked] :
+                 {std::pair{
+                      5, verify_rows_on(ChunkedLanes<5>{}, descriptor, r.p.data(),
+                                        all_one_hot ? nullptr : r.q.data(), r.nodes.data(), n, L, V,
+                                        greedy, seed, image, base, round, scratch.data())},
+                  std::pair{32,
+                            verify_rows_on(ChunkedLanes<32>{}, descriptor, r.p.data(),
+                                           all_one_hot ? nullptr : r.q.data(), r.nodes.data(), n, L,
+                                           V, greedy, seed, image, base, round, scratch.data())}}) {
+              ASSERT_EQ(chunked.accepted, got.accepted) << lanes << " lanes";
+              ASSERT_EQ(chunked.last, got.last) << lanes << " lanes";
+              ASSERT_EQ(chunked.next_token, got.next_token) << lanes << " lanes";
+              ASSERT_EQ(chunked.rejected, got.rejected) << lanes << " lanes";
+            }
             rejections += got.rejected;
             bonus += !got.rejected;
             // A rejected sibling before the accepted one, or more than one rejected at the end.

@@ -2,8 +2,8 @@
 // speculative device loop's BackendVerifier): the round's one upload, the k + 1 target
 // distributions, the walk and the verdicts' download, each draft's q a row on the backend as a
 // chain drafted there leaves it. Beside measure_forward_seconds (forward_cost.h) it splits a
-// round's target side into the forward and its verification: on a GPU the walk runs one thread
-// per image (verify_images), an O(V) residual at the rejection that ends the round.
+// round's target side into the forward and its verification: on a GPU the walk runs a block per
+// image (verify_images), its O(V) residual at the rejection that ends the round spread over it.
 #pragma once
 
 #include <vector>

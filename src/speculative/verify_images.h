@@ -1,8 +1,8 @@
 // A round's drafts verified where the target's distributions are (issue 42, item 2): every
 // image's chain or tree walked with its rule's descriptor (a ratio rule or LANTERN) by verify_rows
 // (verify_rows.h), on the CPU backend in a loop, on a CUDA backend by
-// speculative/cuda/verify_kernels.cu (one thread per image, the same function), so that a round's
-// acceptance needs no host copy of the distributions.
+// speculative/cuda/verify_kernels.cu (a block per image, the same function over a block's lanes:
+// walk_lanes.h), so that a round's acceptance needs no host copy of the distributions.
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include "sampling/sampling_rules.h"
 #include "speculative/rules/walk_rule.h"
 #include "speculative/streams.h"
+#include "speculative/walk_lanes.h"
 
 namespace tessera::speculative {
 
@@ -44,33 +45,41 @@ TESSERA_HD inline int64_t verify_scratch(int V) {
 // out[V], as optimal_residual (acceptance_rule.h) computes it: f(y), the rule's acceptance had y
 // been drafted, only where q(y) > 0 (q null: one-hot at x, q(x) = 1); p(y) elsewhere. Typical
 // acceptance's threshold depends on p alone, so it is computed once.
-TESSERA_HD inline void optimal_residual_row(const WalkRule& rule, const float* p, const float* q,
-                                            int x, int V, float* out) {
+template <class Lanes>
+TESSERA_HD void optimal_residual_row(const Lanes& lanes, const WalkRule& rule, const float* p,
+                                     const float* q, int x, int V, float* out) {
   const bool typical = rule.kind == WalkRule::Kind::Typical;
-  const double threshold =
-      typical ? typical_threshold_row(p, V, rule.typical.eps, rule.typical.alpha) : 0.0;
-  for (int y = 0; y < V; ++y) out[y] = p[y];
-  for (int y = q ? 0 : x; y < (q ? V : x + 1); ++y) {
-    const float qy = q ? q[y] : 1.0f;
-    if (qy <= 0.0f) continue;
+  const double threshold = typical ? lanes.single([&] {
+    return typical_threshold_row(p, V, rule.typical.eps, rule.typical.alpha);
+  })
+                                   : 0.0;
+  lanes.each(V, [&](int y) {
+    const float qy = q ? q[y] : (y == x ? 1.0f : 0.0f);
+    if (qy <= 0.0f) {
+      out[y] = p[y];
+      return;
+    }
     const double f = typical ? (static_cast<double>(p[y]) > threshold ? 1.0 : 0.0)
                              : lantern_accept_probability(rule.lantern, p, y, qy);
     const double d = sub_rn(static_cast<double>(p[y]), mul_rn(static_cast<double>(qy), f));
     out[y] = static_cast<float>(d > 0.0 ? d : 0.0);
-  }
+  });
 }
 
-// One image's round. p: n + 1 rows of V (row 0: the root's target distribution, row c + 1: node
-// c's, as verify_draft's dist); q: n rows of V (row c: the distribution node c was drawn from, read
-// unless the node is kOneHot), or null for an image whose drafts are all one-hot; nodes: the n
-// drafts. L: the round's maximum depth (COOL-SD's schedule); (seed, image): the image's stream;
-// base_token: the index in the image of the root's next token. scratch: verify_scratch(V) floats.
-// Greedy: a draft survives iff it is
-// the argmax of its row (of the relaxed row under LANTERN).
-TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p, const float* q,
-                                           const WalkNode* nodes, int n, int L, int V, bool greedy,
-                                           uint64_t seed, uint64_t image, uint32_t base_token,
-                                           int64_t round, float* scratch) {
+// One image's round on `lanes` (walk_lanes.h: every lane follows the same walk; each pass over a
+// row is spread over them). p: n + 1 rows of V (row 0: the root's target distribution, row c + 1:
+// node c's, as verify_draft's dist); q: n rows of V (row c: the distribution node c was drawn
+// from, read unless the node is kOneHot), or null for an image whose drafts are all one-hot;
+// nodes: the n drafts. L: the round's maximum depth (COOL-SD's schedule); (seed, image): the
+// image's stream; base_token: the index in the image of the root's next token. scratch:
+// verify_scratch(V) floats. Greedy: a draft survives iff it is the argmax of its row (of the
+// relaxed row under LANTERN).
+template <class Lanes>
+TESSERA_HD inline DraftVerdict verify_rows_on(const Lanes& lanes, const WalkRule& rule,
+                                              const float* p, const float* q, const WalkNode* nodes,
+                                              int n, int L, int V, bool greedy, uint64_t seed,
+                                              uint64_t image, uint32_t base_token, int64_t round,
+                                              float* scratch) {
   DraftVerdict v;
   const bool lantern = rule.kind == WalkRule::Kind::Lantern, gsd = rule.kind == WalkRule::Kind::Gsd,
              typical = rule.kind == WalkRule::Kind::Typical;
@@ -94,41 +103,43 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
       bool ok;
       if (greedy) {
         // verify_draft's greedy walk never modifies p: dist is a row of p, scratch is free.
-        ok = lantern ? lantern_greedy_accept(rule.lantern, dist, x, V, scratch)
-                     : x == argmax_row(dist, V);
+        ok = lantern ? lantern_greedy_accept(lanes, rule.lantern, dist, x, V, scratch)
+                     : x == lanes.argmax(dist, V);
       } else {
         const double u = counter_uniform(seed, image, base_token + static_cast<uint32_t>(depth - 1),
                                          stream_id(Stream::Accept, round, sibling));
         const double omega = ratio_omega(rule.ratio, depth, L);
         const float qx = qc ? qc[x] : 1.0f;
-        ok = u < (lantern   ? lantern_accept_probability(rule.lantern, dist, x, qx)
-                  : gsd     ? gsd_accept_probability(rule.gsd, dist, qc, x, V)
-                  : typical ? typical_accept_probability(rule.typical, dist, x, V)
-                            : ratio_accept_probability(rule.ratio, omega, dist[x], qx));
+        const double f =
+            lantern ? lantern_accept_probability(rule.lantern, dist, x, qx)
+            : gsd   ? lanes.single([&] { return gsd_accept_probability(rule.gsd, dist, qc, x, V); })
+            : typical
+                ? lanes.single([&] { return typical_accept_probability(rule.typical, dist, x, V); })
+                : ratio_accept_probability(rule.ratio, omega, dist[x], qx);
+        ok = u < f;
         if (!ok) {
           // p <- G (the rule's resampling distribution), normalised; p where G has no mass.
           float* residual = dist == scratch ? scratch + V : scratch;
           if ((lantern || typical) && rule.optimal) {
-            optimal_residual_row(rule, dist, qc, x, V, residual);
+            optimal_residual_row(lanes, rule, dist, qc, x, V, residual);
           } else if (lantern) {
-            lantern_residual(rule.lantern, dist, qc, x, V, residual);
+            lantern_residual(lanes, rule.lantern, dist, qc, x, V, residual);
           } else if (typical) {  // Medusa resamples from the target itself
-            for (int y = 0; y < V; ++y) residual[y] = dist[y];
+            lanes.each(V, [&](int y) { residual[y] = dist[y]; });
           } else {
-            for (int y = 0; y < V; ++y)
+            lanes.each(V, [&](int y) {
               residual[y] =
                   ratio_residual(rule.ratio, omega, dist[y], qc ? qc[y] : (y == x ? 1.0f : 0.0f));
+            });
           }
-          if (normalise_row(residual, V)) dist = residual;
+          if (normalise_on(lanes, residual, V)) dist = residual;
           // The next sibling was drawn from q without this token (without replacement); one-hot
           // drafts and drafts drawn with replacement carry their own q.
           if (own_q && !(nc.flags & WalkNode::kWithReplacement)) {
-            if (!q_worked)
-              for (int y = 0; y < V; ++y) q_work[y] = own_q[y];
+            if (!q_worked) lanes.each(V, [&](int y) { q_work[y] = own_q[y]; });
             q_worked = true;
-            q_work[x] = 0.0f;
-            if (!normalise_row(q_work, V))
-              for (int y = 0; y < V; ++y) q_work[y] = 0.0f;
+            lanes.one([&] { q_work[x] = 0.0f; });
+            if (!normalise_on(lanes, q_work, V)) lanes.each(V, [&](int y) { q_work[y] = 0.0f; });
           }
         }
       }
@@ -150,12 +161,21 @@ TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p,
   }
   const uint32_t token_index = base_token + static_cast<uint32_t>(v.accepted);
   if (greedy) {
-    v.next_token = argmax_row(p + static_cast<int64_t>(v.last + 1) * V, V);
+    v.next_token = lanes.argmax(p + static_cast<int64_t>(v.last + 1) * V, V);
   } else {
-    v.next_token = draw_row(
+    v.next_token = lanes.draw(
         dist, V, counter_uniform(seed, image, token_index, stream_id(Stream::Resample, round)));
   }
   return v;
+}
+
+// The walk in one thread (the CPU's).
+TESSERA_HD inline DraftVerdict verify_rows(const WalkRule& rule, const float* p, const float* q,
+                                           const WalkNode* nodes, int n, int L, int V, bool greedy,
+                                           uint64_t seed, uint64_t image, uint32_t base_token,
+                                           int64_t round, float* scratch) {
+  return verify_rows_on(SerialLanes{}, rule, p, q, nodes, n, L, V, greedy, seed, image, base_token,
+                        round, scratch);
 }
 
 }  // namespace tessera::speculative

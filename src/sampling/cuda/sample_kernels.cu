@@ -12,6 +12,7 @@
 #include "sampling/cuda/sample_kernels.h"
 #include "sampling/philox.h"
 #include "sampling/sampling_rules.h"
+#include "tensor/cuda/block_order.cuh"
 #include "tensor/cuda/cuda_check.h"
 #include "tessera/error.h"
 
@@ -35,72 +36,24 @@ struct BlockScratch {
   int flag;
 };
 
-// Warp sums with __shfl_down_sync: lane 0 gets a result in a fixed order (xor butterflies would
-// give lanes differently rounded sums).
+// The block's fixed-order reductions (tensor/cuda/block_order.cuh) at this block size.
 template <typename T>
 __device__ T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
+  return cuda::ordered_warp_sum(v);
 }
-
-// Block sum, the same value to every thread. `slot` is a kWarps array in shared memory.
 template <typename T>
 __device__ T block_sum(T v, T* slot) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  if (lane == 0) slot[warp] = v;
-  __syncthreads();
-  T total = T(0);
-  for (int w = 0; w < kWarps; ++w) total += slot[w];
-  __syncthreads();
-  return total;
+  return cuda::ordered_block_sum<kWarps>(v, slot);
 }
-
 __device__ float block_max(float v, float* slot) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, o));
-  if (lane == 0) slot[warp] = v;
-  __syncthreads();
-  float m = slot[0];
-  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, slot[w]);
-  __syncthreads();
-  return m;
+  return cuda::ordered_block_max<kWarps>(v, slot);
 }
-
-// Min (want_min) or max of an int over the block.
 __device__ int block_extreme(int v, bool want_min, int* slot) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) {
-    const int other = __shfl_down_sync(0xffffffffu, v, o);
-    v = want_min ? min(v, other) : max(v, other);
-  }
-  if (lane == 0) slot[warp] = v;
-  __syncthreads();
-  int m = slot[0];
-  for (int w = 1; w < kWarps; ++w) m = want_min ? min(m, slot[w]) : max(m, slot[w]);
-  __syncthreads();
-  return m;
+  return cuda::ordered_block_extreme<kWarps>(v, want_min, slot);
 }
-
-// Exclusive prefix sum over threads in thread order; *total gets the block's sum.
 template <typename T>
 __device__ T block_exclusive_scan(T v, T* slot, T* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  T inclusive = v;
-  for (int o = 1; o < 32; o <<= 1) {
-    const T up = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += up;
-  }
-  if (lane == 31) slot[warp] = inclusive;
-  __syncthreads();
-  T before = T(0), all = T(0);
-  for (int w = 0; w < kWarps; ++w) {
-    if (w < warp) before += slot[w];
-    all += slot[w];
-  }
-  __syncthreads();
-  *total = all;
-  return before + inclusive - v;
+  return cuda::ordered_block_exclusive_scan<kWarps>(v, slot, total);
 }
 
 // The 16-bin histograms of one radix pass summed over the block into s.count / s.mass.

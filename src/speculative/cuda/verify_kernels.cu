@@ -1,10 +1,13 @@
-// One thread per image walks its chain or tree with verify_rows: a round verifies a few to a few
-// hundred images, each a serial walk over its drafts with an O(V) residual at each rejection, so
-// a thread per image costs microseconds and keeps the CPU's order of every sum.
+// A block per image walks its chain or tree with verify_rows_on: the walk is serial (siblings in
+// order, each test deciding the next), so every thread of the block follows it, and each of its
+// passes over a row of V (a residual, a normalisation, a draw, an argmax) is spread over the
+// threads (block_lanes.cuh). One thread per image, as before session 42, made each pass V serial
+// steps: at LlamaGen's V = 16384 a rejection's few passes took a good part of a target step.
 #include <cuda_runtime.h>
 
 #include <string>
 
+#include "speculative/cuda/block_lanes.cuh"
 #include "speculative/cuda/verify_kernels.h"
 #include "speculative/drafters/jacobi_carry.h"
 #include "tensor/cuda/cuda_check.h"
@@ -14,21 +17,25 @@ namespace tessera::speculative {
 
 namespace {
 
-constexpr int kThreads = 64;
+constexpr int kThreads = 64;       // the carry-over draws: a thread per node row
+constexpr int kWalkThreads = 256;  // the walk: a block per image
+using WalkLanes = BlockLanes<kWalkThreads>;
 
-__global__ void verify_images_kernel(const float* p, const float* q, const WalkNode* nodes,
-                                     const RoundImage* images, int n_images, int width, int vocab,
-                                     bool greedy, float* scratch, DraftVerdict* verdicts) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n_images) return;
+__global__ void __launch_bounds__(kWalkThreads)
+    verify_images_kernel(const float* p, const float* q, const WalkNode* nodes,
+                         const RoundImage* images, int width, int vocab, bool greedy,
+                         float* scratch, DraftVerdict* verdicts) {
+  __shared__ WalkLanes::Shared shared;
+  const int i = blockIdx.x;
   const RoundImage im = images[i];
   const int n = im.drafts < 0 ? 0 : (im.drafts > width ? width : im.drafts);
-  verdicts[i] =
-      verify_rows(im.rule, p + static_cast<int64_t>(i) * (width + 1) * vocab,
-                  q && !im.one_hot ? q + static_cast<int64_t>(i) * width * vocab : nullptr,
-                  nodes + static_cast<int64_t>(i) * width, n, im.draft_len, vocab, greedy, im.seed,
-                  im.image_index, im.base_token, im.round,
-                  scratch + static_cast<int64_t>(i) * verify_scratch(vocab));
+  const DraftVerdict v =
+      verify_rows_on(WalkLanes{&shared}, im.rule, p + static_cast<int64_t>(i) * (width + 1) * vocab,
+                     q && !im.one_hot ? q + static_cast<int64_t>(i) * width * vocab : nullptr,
+                     nodes + static_cast<int64_t>(i) * width, n, im.draft_len, vocab, greedy,
+                     im.seed, im.image_index, im.base_token, im.round,
+                     scratch + static_cast<int64_t>(i) * verify_scratch(vocab));
+  if (threadIdx.x == 0) verdicts[i] = v;
 }
 
 // The Jacobi carry-over draws, one thread per (image, node row): each an O(V) scan, independent
@@ -56,9 +63,8 @@ void launch_verify_images(const float* p, const float* q, const WalkNode* nodes,
     throw Error("device verification: vocabulary " + std::to_string(vocab) + ", width " +
                 std::to_string(width) + ", " + std::to_string(n_images) + " images");
   if (n_images == 0) return;
-  const int blocks = (n_images + kThreads - 1) / kThreads;
-  verify_images_kernel<<<blocks, kThreads, 0, stream>>>(p, q, nodes, images, n_images, width, vocab,
-                                                        greedy, scratch, verdicts);
+  verify_images_kernel<<<n_images, kWalkThreads, 0, stream>>>(p, q, nodes, images, width, vocab,
+                                                              greedy, scratch, verdicts);
   TESSERA_CUDA_LAUNCHED("verify_images_kernel");
   const int64_t rows = static_cast<int64_t>(n_images) * width;
   if (!carried || rows == 0) return;

@@ -1,6 +1,8 @@
-// Chains and trees verified on the device (issue 42, item 2): one thread per image runs verify_rows
-// (speculative/verify_rows.h), the CPU's walk, so both draw the same uniforms and apply the same
-// formulas. Compiles without CUDA headers: the stream is the runtime's opaque CUstream_st.
+// Chains and trees verified on the device (issue 42, item 2): one block per image runs
+// verify_rows_on (speculative/verify_rows.h), the CPU's walk with each pass over a row spread over
+// the block's threads, so both draw the same uniforms and apply the same formulas (the block's
+// sums in a fixed order of their own). Compiles without CUDA headers: the stream is the runtime's
+// opaque CUstream_st.
 #pragma once
 
 #include <cstdint>

@@ -57,52 +57,60 @@ TESSERA_HD inline double lantern_accept_probability(const LanternRuleData& r, co
   return ratio_accept(static_cast<double>(p[x]) + s, static_cast<double>(q_x));
 }
 
-// The residual after rejecting x~, unnormalised, into out[V]. q: the draft's row, or null for a
-// one-hot draft. Paper: [p_{k,δ} - q]+ with p_{k,δ} = p with A's mass moved onto x~ (Alg. 1).
-// Code: [p - q]+ with p unmodified, then, when A is non-empty, the k + 1 nearest codes keep their
-// full target mass (q zeroed there, static trees), or for a one-hot draft x~ and those codes get
-// none (dynamic trees).
-TESSERA_HD inline void lantern_residual(const LanternRuleData& r, const float* p, const float* q,
-                                        int x, int V, float* out) {
-  int members = 0;
+// The residual after rejecting x~, unnormalised, into out[V], a pass on `lanes` (walk_lanes.h).
+// q: the draft's row, or null for a one-hot draft. Paper: [p_{k,δ} - q]+ with p_{k,δ} = p with
+// A's mass moved onto x~ (Alg. 1). Code: [p - q]+ with p unmodified, then, when A is non-empty,
+// the k + 1 nearest codes keep their full target mass (q zeroed there, static trees), or for a
+// one-hot draft x~ and those codes get none (dynamic trees).
+template <class Lanes>
+TESSERA_HD void lantern_residual(const Lanes& lanes, const LanternRuleData& r, const float* p,
+                                 const float* q, int x, int V, float* out) {
+  int members = 0;  // every lane walks A (reads only, O(k))
   const double s = lantern_set(r, p, x, &members);
   const int32_t* nearest = r.table + static_cast<int64_t>(x) * r.table_k;
-  for (int y = 0; y < V; ++y) {
+  lanes.each(V, [&](int y) {
     const double qy = q ? static_cast<double>(q[y]) : (y == x ? 1.0 : 0.0);
     const double d = static_cast<double>(p[y]) - qy;
     out[y] = static_cast<float>(d > 0.0 ? d : 0.0);
-  }
+  });
   if (!r.reference) {
     // p_{k,δ}: A's members hold 0, x~ holds p(x~) + S.
-    for (int n = 0; n < members; ++n) {
-      const int b = nearest[n];
-      const double d = 0.0 - (q ? static_cast<double>(q[b]) : 0.0);
-      out[b] = static_cast<float>(d > 0.0 ? d : 0.0);
-    }
-    const double d = static_cast<double>(static_cast<float>(static_cast<double>(p[x]) + s)) -
-                     (q ? static_cast<double>(q[x]) : 1.0);
-    out[x] = static_cast<float>(d > 0.0 ? d : 0.0);
+    lanes.one([&] {
+      for (int n = 0; n < members; ++n) {
+        const int b = nearest[n];
+        const double d = 0.0 - (q ? static_cast<double>(q[b]) : 0.0);
+        out[b] = static_cast<float>(d > 0.0 ? d : 0.0);
+      }
+      const double d = static_cast<double>(static_cast<float>(static_cast<double>(p[x]) + s)) -
+                       (q ? static_cast<double>(q[x]) : 1.0);
+      out[x] = static_cast<float>(d > 0.0 ? d : 0.0);
+    });
     return;
   }
   if (members == 0) return;
   const int zeroed = r.zeroed < r.table_k ? r.zeroed : r.table_k;
-  if (!q) out[x] = 0.0f;
-  for (int n = 0; n < zeroed; ++n) out[nearest[n]] = q ? p[nearest[n]] : 0.0f;
+  lanes.one([&] {
+    if (!q) out[x] = 0.0f;
+    for (int n = 0; n < zeroed; ++n) out[nearest[n]] = q ? p[nearest[n]] : 0.0f;
+  });
 }
 
 // Greedy: accept iff x~ is the argmax of p_{k,δ} (paper) or of p with p(x~) raised to p(x~) + S
 // (the code, which leaves A's entries in place), the first index winning ties. scratch: V floats.
-TESSERA_HD inline bool lantern_greedy_accept(const LanternRuleData& r, const float* p, int x, int V,
-                                             float* scratch) {
+template <class Lanes>
+TESSERA_HD bool lantern_greedy_accept(const Lanes& lanes, const LanternRuleData& r, const float* p,
+                                      int x, int V, float* scratch) {
   int members = 0;
   const double s = lantern_set(r, p, x, &members);
-  for (int y = 0; y < V; ++y) scratch[y] = p[y];
-  if (!r.reference) {
-    const int32_t* nearest = r.table + static_cast<int64_t>(x) * r.table_k;
-    for (int n = 0; n < members; ++n) scratch[nearest[n]] = 0.0f;
-  }
-  scratch[x] = static_cast<float>(static_cast<double>(p[x]) + s);
-  return argmax_row(scratch, V) == x;
+  lanes.each(V, [&](int y) { scratch[y] = p[y]; });
+  lanes.one([&] {
+    if (!r.reference) {
+      const int32_t* nearest = r.table + static_cast<int64_t>(x) * r.table_k;
+      for (int n = 0; n < members; ++n) scratch[nearest[n]] = 0.0f;
+    }
+    scratch[x] = static_cast<float>(static_cast<double>(p[x]) + s);
+  });
+  return lanes.argmax(scratch, V) == x;
 }
 
 }  // namespace tessera::speculative

@@ -1,0 +1,113 @@
+// A walk's lanes (speculative/walk_lanes.h) as the threads of one CUDA block: every thread
+// follows the same walk, and each pass over a row is spread over them, each thread owning a
+// contiguous chunk so that thread order is index order. Reductions and scans run in a fixed order
+// (tensor/cuda/block_order.cuh): a replay gives the same bits, and a sum differs from the CPU's
+// sequential one by rounding only (~1e-16 relative, in double), so a draw or a test differs from
+// the CPU's only when a uniform lies that close to a boundary, or a normalised entry that close to
+// a float's rounding boundary.
+// Host code never runs these members: they exist on the host only so that the TESSERA_HD walk
+// compiles there.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+
+#include "sampling/sampling_rules.h"
+#include "speculative/walk_lanes.h"
+#include "tensor/cuda/block_order.cuh"
+
+namespace tessera::speculative {
+
+template <int Threads>
+struct BlockLanes {
+  static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps");
+  static constexpr int kWarps = Threads / 32;
+  struct Shared {
+    double d[kWarps];
+    float f[kWarps];
+    int i[kWarps];
+    double value;  // single()'s result
+  };
+  Shared* s;  // in the block's shared memory
+
+  template <class F>
+  TESSERA_HD void each(int n, F&& f) const {
+#if defined(__CUDA_ARCH__)
+    for (int i = threadIdx.x; i < n; i += Threads) f(i);
+    __syncthreads();
+#else
+    (void)n, (void)f;
+#endif
+  }
+  template <class F>
+  TESSERA_HD void one(F&& f) const {
+#if defined(__CUDA_ARCH__)
+    if (threadIdx.x == 0) f();
+    __syncthreads();
+#else
+    (void)f;
+#endif
+  }
+  template <class F>
+  TESSERA_HD double single(F&& f) const {
+#if defined(__CUDA_ARCH__)
+    if (threadIdx.x == 0) s->value = f();
+    __syncthreads();
+    const double v = s->value;
+    __syncthreads();
+    return v;
+#else
+    (void)f;
+    return 0.0;
+#endif
+  }
+  TESSERA_HD double sum(const float* v, int n) const {
+#if defined(__CUDA_ARCH__)
+    int begin, end;
+    lane_chunk(threadIdx.x, Threads, n, &begin, &end);
+    return cuda::ordered_block_sum<kWarps>(chunk_sum(v, begin, end), s->d);
+#else
+    (void)v, (void)n;
+    return 0.0;
+#endif
+  }
+  // The first index of the largest value: each chunk's by argmax's rule, then the block's.
+  TESSERA_HD int argmax(const float* v, int n) const {
+#if defined(__CUDA_ARCH__)
+    int begin, end;
+    lane_chunk(threadIdx.x, Threads, n, &begin, &end);
+    float best = -INFINITY;
+    int best_i = INT_MAX;
+    chunk_argmax(v, begin, end, &best, &best_i);
+    const float mx = cuda::ordered_block_max<kWarps>(best, s->f);
+    const int first =
+        cuda::ordered_block_extreme<kWarps>(best == mx ? best_i : INT_MAX, true, s->i);
+    return first == INT_MAX ? 0 : first;  // an all -inf or NaN row: argmax_row's 0
+#else
+    (void)v, (void)n;
+    return 0;
+#endif
+  }
+  // draw_row: the chunks' sums scanned in index order, the first index whose cumulative mass
+  // exceeds u times the total; the last positive index when rounding leaves it unmet.
+  TESSERA_HD int draw(const float* v, int n, double u) const {
+#if defined(__CUDA_ARCH__)
+    int begin, end;
+    lane_chunk(threadIdx.x, Threads, n, &begin, &end);
+    double total;
+    const double before =
+        cuda::ordered_block_exclusive_scan<kWarps>(chunk_sum(v, begin, end), s->d, &total);
+    int last = -1;
+    const int hit = draw_in_chunk(v + begin, end - begin, begin, before, u * total, &last);
+    const int first_hit = cuda::ordered_block_extreme<kWarps>(hit >= 0 ? hit : INT_MAX, true, s->i);
+    const int last_positive = cuda::ordered_block_extreme<kWarps>(last, false, s->i);
+    return first_hit != INT_MAX ? first_hit : last_positive;
+#else
+    (void)v, (void)n, (void)u;
+    return -1;
+#endif
+  }
+};
+
+}  // namespace tessera::speculative
