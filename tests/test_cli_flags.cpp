@@ -270,6 +270,28 @@ TEST_F(CliFlags, FromPngReproducesAnImageExactly) {
   EXPECT_NE(slurp(tmp("c.png")), slurp(tmp("a_0001.png")));
 }
 
+// A sheet of images (--grid) is one run: --from-png regenerates it whole, and refuses a sheet
+// whose images are not of one run (the README's sheet example, here on the small fixture model so
+// that it runs under the sanitizers too).
+TEST_F(CliFlags, FromPngReadsASheetAsOneRun) {
+  ASSERT_EQ(run(fixture_run({"-n", "3", "--grid", "-s", "5", "-o", tmp("s.png")})).code, 0);
+  const CliResult r =
+      run({"generate", "--from-png", tmp("s.png"), "-m", fixture("c2i_f32"), "-o", tmp("t.png")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("images=3"), std::string::npos) << r.err;
+  EXPECT_TRUE(slurp(tmp("s.png")) == slurp(tmp("t.png")));
+  std::string sheet = png_text(tmp("s.png"), "parameters");
+  const size_t at = sheet.rfind("seed=5");
+  ASSERT_NE(at, std::string::npos) << sheet;
+  sheet.replace(at, 6, "seed=6");  // the last image is not of the same run
+  int w = 0, h = 0;
+  const std::vector<uint8_t> px = read_png(tmp("s.png"), w, h);
+  write_png(tmp("bad.png"), px.data(), w, h, {{"parameters", sheet}});
+  expect_error(
+      {"generate", "--from-png", tmp("bad.png"), "-m", fixture("c2i_f32"), "-o", tmp("x.png")},
+      {"not one run", "image 2"});
+}
+
 // Waits until `needle` shows in the file (true) or the time is up.
 bool wait_for(const std::string& path, const std::string& needle, double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

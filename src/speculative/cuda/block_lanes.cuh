@@ -72,7 +72,9 @@ struct BlockLanes {
     return 0.0;
 #endif
   }
-  // The first index of the largest value: each chunk's by argmax's rule, then the block's.
+  // The first index of the largest value: each chunk's by argmax's rule, then the block's. Rows
+  // are NaN-free (distributions; a non-finite logit is flagged before any walk): argmax_row
+  // returns 0 for a NaN at 0, where this skips NaNs.
   TESSERA_HD int argmax(const float* v, int n) const {
 #if defined(__CUDA_ARCH__)
     int begin, end;
