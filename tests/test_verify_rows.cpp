@@ -198,6 +198,15 @@ struct ChunkedLanes {
     }
     return total;
   }
+  template <class F>
+  double sum_of(int n, F&& f) const {
+    double total = 0.0;
+    for (int t = 0, b, e; t < Lanes; ++t) {
+      lane_chunk(t, Lanes, n, &b, &e);
+      total += chunk_sum_of(f, b, e);
+    }
+    return total;
+  }
   int argmax(const float* v, int n) const {
     float best = -INFINITY;
     int best_index = INT_MAX;

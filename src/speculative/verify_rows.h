@@ -44,22 +44,18 @@ TESSERA_HD inline int64_t verify_scratch(int V) {
 // G* = [p - q f]+ (COOL-SD §3.2, Eq. 5) for LANTERN or typical acceptance, unnormalised, into
 // out[V], as optimal_residual (acceptance_rule.h) computes it: f(y), the rule's acceptance had y
 // been drafted, only where q(y) > 0 (q null: one-hot at x, q(x) = 1); p(y) elsewhere. Typical
-// acceptance's threshold depends on p alone, so it is computed once.
+// acceptance's threshold depends on p alone: the caller's, from its test of x on the same p.
 template <class Lanes>
 TESSERA_HD void optimal_residual_row(const Lanes& lanes, const WalkRule& rule, const float* p,
-                                     const float* q, int x, int V, float* out) {
+                                     const float* q, int x, int V, double threshold, float* out) {
   const bool typical = rule.kind == WalkRule::Kind::Typical;
-  const double threshold = typical ? lanes.single([&] {
-    return typical_threshold_row(p, V, rule.typical.eps, rule.typical.alpha);
-  })
-                                   : 0.0;
   lanes.each(V, [&](int y) {
     const float qy = q ? q[y] : (y == x ? 1.0f : 0.0f);
     if (qy <= 0.0f) {
       out[y] = p[y];
       return;
     }
-    const double f = typical ? (static_cast<double>(p[y]) > threshold ? 1.0 : 0.0)
+    const double f = typical ? typical_accept_above(p[y], threshold)
                              : lantern_accept_probability(rule.lantern, p, y, qy);
     const double d = sub_rn(static_cast<double>(p[y]), mul_rn(static_cast<double>(qy), f));
     out[y] = static_cast<float>(d > 0.0 ? d : 0.0);
@@ -110,18 +106,21 @@ TESSERA_HD inline DraftVerdict verify_rows_on(const Lanes& lanes, const WalkRule
                                          stream_id(Stream::Accept, round, sibling));
         const double omega = ratio_omega(rule.ratio, depth, L);
         const float qx = qc ? qc[x] : 1.0f;
+        // Typical acceptance's threshold on this p, for the test and G* alike.
+        const double threshold =
+            typical ? typical_threshold_on(lanes, dist, V, rule.typical.eps, rule.typical.alpha)
+                    : 0.0;
         const double f =
             lantern ? lantern_accept_probability(rule.lantern, dist, x, qx)
             : gsd   ? lanes.single([&] { return gsd_accept_probability(rule.gsd, dist, qc, x, V); })
-            : typical
-                ? lanes.single([&] { return typical_accept_probability(rule.typical, dist, x, V); })
-                : ratio_accept_probability(rule.ratio, omega, dist[x], qx);
+            : typical ? typical_accept_above(dist[x], threshold)
+                      : ratio_accept_probability(rule.ratio, omega, dist[x], qx);
         ok = u < f;
         if (!ok) {
           // p <- G (the rule's resampling distribution), normalised; p where G has no mass.
           float* residual = dist == scratch ? scratch + V : scratch;
           if ((lantern || typical) && rule.optimal) {
-            optimal_residual_row(lanes, rule, dist, qc, x, V, residual);
+            optimal_residual_row(lanes, rule, dist, qc, x, V, threshold, residual);
           } else if (lantern) {
             lantern_residual(lanes, rule.lantern, dist, qc, x, V, residual);
           } else if (typical) {  // Medusa resamples from the target itself

@@ -6,8 +6,9 @@
 //   each(n, f)     f(i) for every i < n; its writes are visible to every lane afterwards
 //   one(f)         f() once (a sparse write); visible to every lane afterwards
 //   single(f)      f()'s double, computed once and given to every lane (a helper with a serial
-//                  O(V) loop of its own: GSD's cluster, typical acceptance's entropy)
+//                  O(V) loop of its own: GSD's cluster)
 //   sum(v, n)      Σ v[i] in double
+//   sum_of(n, f)   Σ f(i) in double (f a double of entry i: typical acceptance's entropy terms)
 //   argmax(v, n)   the first index of the largest v[i]
 //   draw(v, n, u)  the inverse-CDF draw in index order (draw_row; -1 for an all-zero row)
 #pragma once
@@ -33,6 +34,14 @@ TESSERA_HD inline double chunk_sum(const float* v, int begin, int end) {
   return part;
 }
 
+// A chunk's Σ f(i) in double, in index order.
+template <class F>
+TESSERA_HD double chunk_sum_of(F&& f, int begin, int end) {
+  double part = 0.0;
+  for (int i = begin; i < end; ++i) part += f(i);
+  return part;
+}
+
 // A chunk's first largest value by argmax's rule into (*best, *best_index), which start at
 // (-inf, INT_MAX): the block's argmax is then the smallest index holding the largest best.
 TESSERA_HD inline void chunk_argmax(const float* v, int begin, int end, float* best,
@@ -55,6 +64,10 @@ struct SerialLanes {
     return f();
   }
   TESSERA_HD double sum(const float* v, int n) const { return chunk_sum(v, 0, n); }
+  template <class F>
+  TESSERA_HD double sum_of(int n, F&& f) const {
+    return chunk_sum_of(f, 0, n);
+  }
   TESSERA_HD int argmax(const float* v, int n) const { return argmax_row(v, n); }
   TESSERA_HD int draw(const float* v, int n, double u) const { return draw_row(v, n, u); }
 };

@@ -31,6 +31,18 @@ struct BlockLanes {
   };
   Shared* s;  // in the block's shared memory
 
+  // This thread's chunk of a pass over n entries.
+  struct Chunk {
+    int begin, end;
+  };
+#if defined(__CUDA_ARCH__)
+  __device__ Chunk chunk(int n) const {
+    Chunk c;
+    lane_chunk(threadIdx.x, Threads, n, &c.begin, &c.end);
+    return c;
+  }
+#endif
+
   template <class F>
   TESSERA_HD void each(int n, F&& f) const {
 #if defined(__CUDA_ARCH__)
@@ -64,11 +76,20 @@ struct BlockLanes {
   }
   TESSERA_HD double sum(const float* v, int n) const {
 #if defined(__CUDA_ARCH__)
-    int begin, end;
-    lane_chunk(threadIdx.x, Threads, n, &begin, &end);
-    return cuda::ordered_block_sum<kWarps>(chunk_sum(v, begin, end), s->d);
+    const Chunk c = chunk(n);
+    return cuda::ordered_block_sum<kWarps>(chunk_sum(v, c.begin, c.end), s->d);
 #else
     (void)v, (void)n;
+    return 0.0;
+#endif
+  }
+  template <class F>
+  TESSERA_HD double sum_of(int n, F&& f) const {
+#if defined(__CUDA_ARCH__)
+    const Chunk c = chunk(n);
+    return cuda::ordered_block_sum<kWarps>(chunk_sum_of(f, c.begin, c.end), s->d);
+#else
+    (void)n, (void)f;
     return 0.0;
 #endif
   }
@@ -77,11 +98,10 @@ struct BlockLanes {
   // returns 0 for a NaN at 0, where this skips NaNs.
   TESSERA_HD int argmax(const float* v, int n) const {
 #if defined(__CUDA_ARCH__)
-    int begin, end;
-    lane_chunk(threadIdx.x, Threads, n, &begin, &end);
+    const Chunk c = chunk(n);
     float best = -INFINITY;
     int best_i = INT_MAX;
-    chunk_argmax(v, begin, end, &best, &best_i);
+    chunk_argmax(v, c.begin, c.end, &best, &best_i);
     const float mx = cuda::ordered_block_max<kWarps>(best, s->f);
     const int first =
         cuda::ordered_block_extreme<kWarps>(best == mx ? best_i : INT_MAX, true, s->i);
@@ -95,13 +115,12 @@ struct BlockLanes {
   // exceeds u times the total; the last positive index when rounding leaves it unmet.
   TESSERA_HD int draw(const float* v, int n, double u) const {
 #if defined(__CUDA_ARCH__)
-    int begin, end;
-    lane_chunk(threadIdx.x, Threads, n, &begin, &end);
+    const Chunk c = chunk(n);
     double total;
     const double before =
-        cuda::ordered_block_exclusive_scan<kWarps>(chunk_sum(v, begin, end), s->d, &total);
+        cuda::ordered_block_exclusive_scan<kWarps>(chunk_sum(v, c.begin, c.end), s->d, &total);
     int last = -1;
-    const int hit = draw_in_chunk(v + begin, end - begin, begin, before, u * total, &last);
+    const int hit = draw_in_chunk(v + c.begin, c.end - c.begin, c.begin, before, u * total, &last);
     const int first_hit = cuda::ordered_block_extreme<kWarps>(hit >= 0 ? hit : INT_MAX, true, s->i);
     const int last_positive = cuda::ordered_block_extreme<kWarps>(last, false, s->i);
     return first_hit != INT_MAX ? first_hit : last_positive;

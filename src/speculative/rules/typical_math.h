@@ -10,6 +10,7 @@
 
 #include "common/host_device.h"
 #include "common/rounding.h"
+#include "speculative/walk_lanes.h"
 
 namespace tessera::speculative {
 
@@ -19,22 +20,34 @@ struct TypicalRuleData {
 };
 
 // min(ε, α exp(-H(p))), H(p) = -Σ_y p(y) log(p(y) + 1e-5) (the code's 1e-5 inside the log), for a
-// row of V probabilities.
-TESSERA_HD inline double typical_threshold_row(const float* p, int V, float eps, float alpha) {
-  double h = 0.0;
-  for (int y = 0; y < V; ++y) {
+// row of V probabilities, its sum spread over `lanes` (walk_lanes.h); with SerialLanes in index
+// order (the CPU rule's and the CPU walk's bits). The sum is -H: adding each term rounds as
+// subtracting it from H would (rounding to nearest is symmetric).
+template <class Lanes>
+TESSERA_HD double typical_threshold_on(const Lanes& lanes, const float* p, int V, float eps,
+                                       float alpha) {
+  const double minus_h = lanes.sum_of(V, [&](int y) {
     const double v = p[y];
-    h = sub_rn(h, mul_rn(v, log(v + 1e-5)));
-  }
-  const double t = mul_rn(static_cast<double>(alpha), exp(-h));
+    return mul_rn(v, log(v + 1e-5));
+  });
+  const double t = mul_rn(static_cast<double>(alpha), exp(minus_h));
   const double e = eps;
   return t < e ? t : e;
 }
 
-// f(x~): 1 iff p(x~) is above the threshold, else 0 (deterministic).
+TESSERA_HD inline double typical_threshold_row(const float* p, int V, float eps, float alpha) {
+  return typical_threshold_on(SerialLanes{}, p, V, eps, alpha);
+}
+
+// f(x~) given p(x~) and the row's threshold: 1 iff p(x~) is above it, else 0 (deterministic).
+TESSERA_HD inline double typical_accept_above(float px, double threshold) {
+  return static_cast<double>(px) > threshold ? 1.0 : 0.0;
+}
+
+// f(x~) on a row of V probabilities.
 TESSERA_HD inline double typical_accept_probability(const TypicalRuleData& r, const float* p, int x,
                                                     int V) {
-  return static_cast<double>(p[x]) > typical_threshold_row(p, V, r.eps, r.alpha) ? 1.0 : 0.0;
+  return typical_accept_above(p[x], typical_threshold_row(p, V, r.eps, r.alpha));
 }
 
 }  // namespace tessera::speculative
