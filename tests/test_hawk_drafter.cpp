@@ -341,10 +341,15 @@ TEST(HawkHeads, ProposalsAreTheHeadsDistributions) {
   so.top_k = 0;
   SamplingParams p = to_sampling_params(so);
   p.cfg_interval = 7.0f;  // guided up to token 8 of 16: each row's token index matters
-  for (const DeviceLoop where : {DeviceLoop::Off, DeviceLoop::On}) {
-    SCOPED_TRACE(where == DeviceLoop::On ? "device loop" : "host loop");
+  // chunk: the vertical forwards' rows a half (0: the default bound, which this batch is far
+  // below; 3: one image's round, so that the queue runs in several forwards of whole entries).
+  for (const auto& [where, chunk] : {std::pair{DeviceLoop::Off, 0}, std::pair{DeviceLoop::On, 0},
+                                     std::pair{DeviceLoop::On, 3}, std::pair{DeviceLoop::Off, 3}}) {
+    SCOPED_TRACE(std::string(where == DeviceLoop::On ? "device loop" : "host loop") + " chunk " +
+                 std::to_string(chunk));
     speculative::HawkDrafter hawk(heads, p, {2, 2, 1}, speculative::load_tree_shape("kary:3,3"),
                                   gpt.info().n_tokens);
+    if (chunk > 0) hawk.set_vertical_chunk_rows(chunk);
     ProposalCheck checked(hawk, heads, p, gpt.info().row_width, 2);
     const auto rule = speculative::make_amplify_rule(1e6f);
     speculative::LoopSettings ls;
@@ -367,7 +372,17 @@ TEST(HawkHeads, ProposalsAreTheHeadsDistributions) {
     // Each head kind runs once a round for every image: the vertical heads on the rows queued
     // since the last round (all six images' prefills, then their committed rows), the
     // horizontal ones on the roots; one image at a time would be 7 forwards a round.
-    EXPECT_LE(hawk.batched_forwards(), 2 * (steps + 1));
+    // The horizontal heads' forward holds 6 images x 2 halves x 2 heads (head, row) pairs.
+    const int horizontal_pairs = 6 * 2 * 2;
+    if (chunk == 0) {
+      EXPECT_LE(hawk.batched_forwards(), 2 * (steps + 1));
+      EXPECT_GT(hawk.workspace_head_rows(), horizontal_pairs)
+          << "the vertical queue in one forward";
+    } else {
+      // The six prefills' rows take two forwards, a round's committed rows one or more.
+      EXPECT_GT(hawk.batched_forwards(), 2 * (steps + 1));
+      EXPECT_EQ(hawk.workspace_head_rows(), horizontal_pairs) << "vertical forwards of 3 rows";
+    }
     EXPECT_GT(checked.prefill_made, 5);
     EXPECT_GT(checked.round_made, 20);
     EXPECT_GT(checked.accepting_rounds, 10);

@@ -46,19 +46,19 @@ MedusaHeads::MedusaHeads(const ModelConfig& mc, const AutoregressiveModel& targe
   w.finish();
 }
 
-MedusaHeads::Workspace MedusaHeads::make_workspace(int max_rows) const {
+MedusaHeads::Workspace MedusaHeads::make_workspace(int max_rows, int max_head_rows) const {
   Workspace ws;
   ws.rows = std::max(max_rows, 1);
-  const int64_t R = ws.rows, K = total_heads();
-  ws.features = backend_.empty(DType::F32, {R, cfg_.dim});
-  ws.hidden = backend_.empty(DType::F32, {K * R, cfg_.dim});
-  ws.logits = backend_.empty(DType::F32, {K * R, cfg_.vocab_size});
+  ws.head_rows = max_head_rows > 0 ? max_head_rows : total_heads() * ws.rows;
+  ws.features = backend_.empty(DType::F32, {ws.rows, cfg_.dim});
+  ws.hidden = backend_.empty(DType::F32, {ws.head_rows, cfg_.dim});
+  ws.logits = backend_.empty(DType::F32, {ws.head_rows, cfg_.vocab_size});
   return ws;
 }
 
 Tensor MedusaHeads::forward(Workspace& ws, int rows, int first, int count) const {
   check(rows >= 1 && rows <= ws.rows && first >= 0 && count >= 1 &&
-            first + count <= total_heads(),
+            first + count <= total_heads() && static_cast<int64_t>(count) * rows <= ws.head_rows,
         "internal: a draft-head forward exceeds its workspace or heads");
   Backend& be = backend_;
   const Tensor h = ws.features.rows(0, rows);

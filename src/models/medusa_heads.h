@@ -36,14 +36,18 @@ class MedusaHeads {
   Backend& backend() const { return backend_; }
 
   struct Workspace {
-    int rows = 0;
-    Tensor features;  // [rows, dim]: the caller writes the hidden states here
-    Tensor hidden;    // [heads * rows, dim]
-    Tensor logits;    // [heads * rows, vocab]
+    int rows = 0;       // feature rows
+    int head_rows = 0;  // (head, feature row) pairs one forward may compute
+    Tensor features;    // [rows, dim]: the caller writes the hidden states here
+    Tensor hidden;      // [head_rows, dim]
+    Tensor logits;      // [head_rows, vocab]
   };
-  Workspace make_workspace(int max_rows) const;
+  // For forwards of at most max_rows feature rows and max_head_rows (head, row) pairs (count *
+  // rows; default: every head on max_rows rows).
+  Workspace make_workspace(int max_rows, int max_head_rows = 0) const;
 
-  // Logits of heads first..first+count-1 for the first `rows` rows of ws.features:
+  // Logits of heads first..first+count-1 for the first `rows` rows of ws.features (count * rows
+  // at most ws.head_rows):
   // [count * rows, vocab], head first + k's for feature row r at row k * rows + r. A view into
   // ws, valid until its next forward.
   Tensor forward(Workspace& ws, int rows, int first, int count) const;

@@ -1,6 +1,7 @@
 #include "speculative/drafters/hawk_drafter.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "sampling/sample_rows.h"
@@ -11,6 +12,10 @@
 namespace tessera::speculative {
 namespace {
 constexpr int32_t kNoError = 0;  // the heads' error flag, clear
+// The vertical heads' logits one forward may hold (and as many bytes of distributions): a larger
+// queue runs in several forwards. 64 images at depth 4 with guidance at V = 16384 would otherwise
+// hold 640 rows of every vertical head at once.
+constexpr int64_t kVerticalLogitsBytes = int64_t{64} << 20;
 }  // namespace
 
 std::string hawk_default_tree(const HawkOptions& o) {
@@ -32,8 +37,11 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
       shape_(std::move(shape)),
       n_tokens_(n_tokens),
       // Feature rows of one forward, both halves: to begin with, one image's committed rows of a
-      // round (at most the tree's depth + 1); grown to the most rows a forward has had.
-      ws_(heads.make_workspace(2 * (shape_.max_depth() + 1))),
+      // round (at most the tree's depth + 1) under each head kind used; grown to the most rows
+      // and (head, row) pairs a forward has had.
+      ws_(heads.make_workspace(
+          2 * (shape_.max_depth() + 1),
+          2 * (shape_.max_depth() + 1) * std::max({opt_.horizontal, opt_.vertical, 1}))),
       features_(heads.backend(), heads.dim(), params.uses_cfg(), 1),
       rows_(heads.backend(), heads.vocab_size(), "hawk") {
   check(opt_.horizontal >= 0 && opt_.horizontal <= heads.num_heads() && opt_.vertical >= 0 &&
@@ -44,6 +52,20 @@ HawkDrafter::HawkDrafter(const MedusaHeads& heads, const SamplingParams& params,
             std::to_string(heads.num_heads()) + " and " + std::to_string(heads.vertical_heads()));
   check(opt_.vertical == 0 || heads.config().row_width >= 1,
         "internal: vertical heads without a row width");
+  const int64_t row_bytes = int64_t{heads.vocab_size()} * static_cast<int64_t>(sizeof(float)) *
+                            std::max(opt_.vertical, 1) * (params_.uses_cfg() ? 2 : 1);
+  vertical_chunk_ = static_cast<int>(std::clamp<int64_t>(
+      kVerticalLogitsBytes / row_bytes, shape_.max_depth() + 1, std::numeric_limits<int>::max()));
+}
+
+void HawkDrafter::set_vertical_chunk_rows(int rows) {
+  check(rows >= 1, "internal: Hawk's vertical forwards of no row");
+  vertical_chunk_ = rows;
+}
+
+void HawkDrafter::fit_workspace(int rows, int head_rows) {
+  if (ws_.rows >= rows && ws_.head_rows >= head_rows) return;
+  ws_ = heads_.make_workspace(std::max(ws_.rows, rows), std::max(ws_.head_rows, head_rows));
 }
 
 int HawkDrafter::draft_depth(int draft_len) const {
@@ -105,36 +127,47 @@ void HawkDrafter::queue_vertical(const ImageState& image, int first, const Tenso
 }
 
 void HawkDrafter::run_vertical_heads() {
-  if (queued_.empty()) return;
-  // Eqs. 1-3: vertical head d on the row that predicted token i proposes token i + d W. Every
-  // queued row of every image in one forward (row r of the queue: image owner[r]'s).
-  const int R = queued_rows_, W = heads_.config().row_width;
-  if (ws_.rows < 2 * R) ws_ = heads_.make_workspace(2 * R);
-  Backend& be = heads_.backend();
-  Tensor cond = ws_.features.rows(0, R);
-  be.copy(queued_cond_.rows(0, R), cond);
-  if (params_.uses_cfg()) {
-    Tensor uncond = ws_.features.rows(R, R);
-    be.copy(queued_uncond_.rows(0, R), uncond);
+  // Every queued row of every image, in as few forwards as the bound on their logits allows
+  // (vertical_chunk_ rows each half, whole entries): one a round unless the batch is large.
+  for (size_t e0 = 0, e1; e0 < queued_.size(); e0 = e1) {
+    int rows = queued_[e0].k;
+    for (e1 = e0 + 1; e1 < queued_.size() && rows + queued_[e1].k <= vertical_chunk_; ++e1)
+      rows += queued_[e1].k;
+    run_vertical_chunk(e0, e1, rows);
   }
-  std::vector<int> owner(static_cast<size_t>(R));
-  for (size_t e = 0; e < queued_.size(); ++e)
-    std::fill_n(owner.begin() + queued_[e].row0, queued_[e].k, static_cast<int>(e));
-  head_distributions(
-      R, heads_.num_heads(), opt_.vertical,
-      [&](int r, int d) {
-        const Queued& e = queued_[owner[r]];
-        return e.first + (r - e.row0) + (d + 1) * W;
-      },
-      [&](int r) -> const SamplingParams& { return queued_[owner[r]].sampling; });
-  // Their distributions go into each image's cache rows where they are: nothing comes back.
-  for (const Queued& e : queued_)
-    if (e.id >= 0) cache_rows(state_.at(e.id), e, R);
   queued_.clear();
   queued_rows_ = 0;
 }
 
-void HawkDrafter::cache_rows(State& s, const Queued& e, int rows) {
+void HawkDrafter::run_vertical_chunk(size_t e0, size_t e1, int R) {
+  // Eqs. 1-3: vertical head d on the row that predicted token i proposes token i + d W. Queue
+  // rows row0..row0+R-1 in one forward (chunk row r: entry owner[r]'s).
+  const int row0 = queued_[e0].row0, W = heads_.config().row_width;
+  const bool cfg = params_.uses_cfg();
+  fit_workspace(2 * R, (cfg ? 2 * R : R) * opt_.vertical);
+  Backend& be = heads_.backend();
+  Tensor cond = ws_.features.rows(0, R);
+  be.copy(queued_cond_.rows(row0, R), cond);
+  if (cfg) {
+    Tensor uncond = ws_.features.rows(R, R);
+    be.copy(queued_uncond_.rows(row0, R), uncond);
+  }
+  std::vector<int> owner(static_cast<size_t>(R));
+  for (size_t e = e0; e < e1; ++e)
+    std::fill_n(owner.begin() + (queued_[e].row0 - row0), queued_[e].k, static_cast<int>(e));
+  head_distributions(
+      R, heads_.num_heads(), opt_.vertical,
+      [&](int r, int d) {
+        const Queued& e = queued_[owner[r]];
+        return e.first + (r - (e.row0 - row0)) + (d + 1) * W;
+      },
+      [&](int r) -> const SamplingParams& { return queued_[owner[r]].sampling; });
+  // Their distributions go into each image's cache rows where they are: nothing comes back.
+  for (size_t e = e0; e < e1; ++e)
+    if (queued_[e].id >= 0) cache_rows(state_.at(queued_[e].id), queued_[e], R, row0);
+}
+
+void HawkDrafter::cache_rows(State& s, const Queued& e, int rows, int row0) {
   std::vector<int32_t>& from = pairs_;
   std::vector<int32_t> to;
   from.clear();
@@ -142,7 +175,7 @@ void HawkDrafter::cache_rows(State& s, const Queued& e, int rows) {
     for (int r = 0; r < e.k; ++r) {
       const int row = s.cache.put_row(e.first + r, d + 1, n_tokens_);
       if (row < 0) continue;
-      from.push_back(d * rows + e.row0 + r);
+      from.push_back(d * rows + (e.row0 - row0) + r);
       to.push_back(row);
     }
   from.insert(from.end(), to.begin(), to.end());
@@ -251,7 +284,7 @@ void HawkDrafter::propose(std::span<ImageState* const> active, std::span<const i
   }
   if (H > 0) {
     const int m = static_cast<int>(horizontal_of.size());
-    if (ws_.rows < 2 * m) ws_ = heads_.make_workspace(2 * m);
+    fit_workspace(2 * m, (params_.uses_cfg() ? 2 * m : m) * H);
     ids_.clear();
     for (int j : horizontal_of) ids_.push_back(active[j]->id);
     features_.gather(ids_, ws_.features);

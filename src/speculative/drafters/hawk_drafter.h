@@ -52,7 +52,8 @@ class HawkDrafter : public Drafter {
   // options: resolved (no kAll); n_tokens: the image's tokens. Each head kind runs for every
   // image in one forward a round (the workspace grows to the most rows seen): the horizontal heads
   // on the drafting images' roots, the vertical ones, at the next propose(), on the rows that
-  // start() and finish_round() queued.
+  // start() and finish_round() queued (in several forwards when their logits would outgrow
+  // set_vertical_chunk_rows' bound).
   HawkDrafter(const MedusaHeads& heads, const SamplingParams& params, HawkOptions options,
               TreeShape shape, int n_tokens);
   std::string name() const override { return "Hawk heads"; }
@@ -84,6 +85,12 @@ class HawkDrafter : public Drafter {
   }
   DeviceDrafts device_drafts() const override { return device_drafts_counted_; }
 
+  // The most queued rows (each half) one vertical forward takes: by default as many as keep its
+  // logits within 64 MiB (at least one image's round); tests set fewer.
+  void set_vertical_chunk_rows(int rows);
+  // The heads' workspace: (head, feature row) pairs its forwards may hold (tests).
+  int workspace_head_rows() const { return ws_.head_rows; }
+
   // The image's speculation cache (tests), and its proposal for `token` at `depth`: the q row,
   // read back from the heads' backend (empty when there is none).
   const SpeculationCache& cache(int image_id) const { return state_.at(image_id).cache; }
@@ -106,11 +113,16 @@ class HawkDrafter : public Drafter {
   void queue_vertical(const ImageState& image, int first, const Tensor& cond,
                       std::span<const int32_t> cond_rows, const Tensor* uncond,
                       std::span<const int32_t> uncond_rows);
-  // The vertical heads on every queued row in one forward, their proposals into the caches.
+  // The vertical heads on every queued row, in forwards of at most vertical_chunk_ rows (whole
+  // entries), their proposals into the caches.
   void run_vertical_heads();
+  // Queue entries e0..e1-1, R rows from entry e0's row0 on, in one forward.
+  void run_vertical_chunk(size_t e0, size_t e1, int R);
   // The last head_distributions' rows of the vertical heads for entry e (of a forward over `rows`
-  // feature rows, head d's row r at d rows + r) into s's cache rows.
-  void cache_rows(State& s, const Queued& e, int rows);
+  // feature rows from queue row row0 on, head d's row r at d rows + r) into s's cache rows.
+  void cache_rows(State& s, const Queued& e, int rows, int row0);
+  // Grows ws_ to hold forwards of `rows` feature rows and `head_rows` (head, row) pairs.
+  void fit_workspace(int rows, int head_rows);
   // dst's rows pairs[n + i] = src's rows pairs[i] (n pairs), one Backend::copy_rows after one
   // small upload of the pairs.
   void copy_rows_to(const Tensor& src, Tensor& dst, std::span<const int32_t> pairs);
@@ -139,6 +151,7 @@ class HawkDrafter : public Drafter {
   std::vector<Queued> queued_;
   Tensor queued_cond_, queued_uncond_;
   int queued_rows_ = 0;
+  int vertical_chunk_ = 1;      // set_vertical_chunk_rows
   std::vector<int32_t> pairs_;  // copy_rows_to's pairs, reused
   std::vector<int> ids_;        // the images whose horizontal heads run this round
   std::vector<float> q_host_;   // a host round's slot rows
