@@ -186,9 +186,15 @@ struct ChunkedLanes {
   void one(F&& f) const {
     f();
   }
-  template <class F>
-  double single(F&& f) const {
-    return f();
+  template <class Keep, class Better>
+  int best(int n, Keep&& keep, Better&& better) const {
+    int found = -1;
+    for (int t = 0, b, e; t < Lanes; ++t) {
+      lane_chunk(t, Lanes, n, &b, &e);
+      const int chunk = chunk_best(keep, better, b, e, -1);
+      if (chunk >= 0 && (found < 0 || better(chunk, found))) found = chunk;
+    }
+    return found;
   }
   double sum(const float* v, int n) const {
     double total = 0.0;

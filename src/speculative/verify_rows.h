@@ -110,11 +110,10 @@ TESSERA_HD inline DraftVerdict verify_rows_on(const Lanes& lanes, const WalkRule
         const double threshold =
             typical ? typical_threshold_on(lanes, dist, V, rule.typical.eps, rule.typical.alpha)
                     : 0.0;
-        const double f =
-            lantern ? lantern_accept_probability(rule.lantern, dist, x, qx)
-            : gsd   ? lanes.single([&] { return gsd_accept_probability(rule.gsd, dist, qc, x, V); })
-            : typical ? typical_accept_above(dist[x], threshold)
-                      : ratio_accept_probability(rule.ratio, omega, dist[x], qx);
+        const double f = lantern   ? lantern_accept_probability(rule.lantern, dist, x, qx)
+                         : gsd     ? gsd_accept_probability_on(lanes, rule.gsd, dist, qc, x, V)
+                         : typical ? typical_accept_above(dist[x], threshold)
+                                   : ratio_accept_probability(rule.ratio, omega, dist[x], qx);
         ok = u < f;
         if (!ok) {
           // p <- G (the rule's resampling distribution), normalised; p where G has no mass.

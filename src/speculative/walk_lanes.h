@@ -5,12 +5,13 @@
 // every thread following the same walk from the same broadcast results. A Lanes type provides:
 //   each(n, f)     f(i) for every i < n; its writes are visible to every lane afterwards
 //   one(f)         f() once (a sparse write); visible to every lane afterwards
-//   single(f)      f()'s double, computed once and given to every lane (a helper with a serial
-//                  O(V) loop of its own: GSD's cluster)
 //   sum(v, n)      Σ v[i] in double
 //   sum_of(n, f)   Σ f(i) in double (f a double of entry i: typical acceptance's entropy terms)
 //   argmax(v, n)   the first index of the largest v[i]
 //   draw(v, n, u)  the inverse-CDF draw in index order (draw_row; -1 for an all-zero row)
+//   best(n, keep, better)  the i < n with keep(i) that no other kept j is better than (better: a
+//                  strict total order, so the result is the same however the pass is split), or
+//                  -1 when none is kept (GSD's neighbours in its ranking)
 #pragma once
 
 #include "common/host_device.h"
@@ -42,6 +43,14 @@ TESSERA_HD double chunk_sum_of(F&& f, int begin, int end) {
   return part;
 }
 
+// best()'s pass over a chunk, from `found` (an index or -1).
+template <class Keep, class Better>
+TESSERA_HD int chunk_best(Keep&& keep, Better&& better, int begin, int end, int found) {
+  for (int i = begin; i < end; ++i)
+    if (keep(i) && (found < 0 || better(i, found))) found = i;
+  return found;
+}
+
 // A chunk's first largest value by argmax's rule into (*best, *best_index), which start at
 // (-inf, INT_MAX): the block's argmax is then the smallest index holding the largest best.
 TESSERA_HD inline void chunk_argmax(const float* v, int begin, int end, float* best,
@@ -59,10 +68,6 @@ struct SerialLanes {
   TESSERA_HD void one(F&& f) const {
     f();
   }
-  template <class F>
-  TESSERA_HD double single(F&& f) const {
-    return f();
-  }
   TESSERA_HD double sum(const float* v, int n) const { return chunk_sum(v, 0, n); }
   template <class F>
   TESSERA_HD double sum_of(int n, F&& f) const {
@@ -70,6 +75,10 @@ struct SerialLanes {
   }
   TESSERA_HD int argmax(const float* v, int n) const { return argmax_row(v, n); }
   TESSERA_HD int draw(const float* v, int n, double u) const { return draw_row(v, n, u); }
+  template <class Keep, class Better>
+  TESSERA_HD int best(int n, Keep&& keep, Better&& better) const {
+    return chunk_best(keep, better, 0, n, -1);
+  }
 };
 
 // normalise_row on lanes: v divided by its double total; false, v untouched, when the total is

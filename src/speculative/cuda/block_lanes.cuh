@@ -27,7 +27,6 @@ struct BlockLanes {
     double d[kWarps];
     float f[kWarps];
     int i[kWarps];
-    double value;  // single()'s result
   };
   Shared* s;  // in the block's shared memory
 
@@ -59,19 +58,6 @@ struct BlockLanes {
     __syncthreads();
 #else
     (void)f;
-#endif
-  }
-  template <class F>
-  TESSERA_HD double single(F&& f) const {
-#if defined(__CUDA_ARCH__)
-    if (threadIdx.x == 0) s->value = f();
-    __syncthreads();
-    const double v = s->value;
-    __syncthreads();
-    return v;
-#else
-    (void)f;
-    return 0.0;
 #endif
   }
   TESSERA_HD double sum(const float* v, int n) const {
@@ -126,6 +112,29 @@ struct BlockLanes {
     return first_hit != INT_MAX ? first_hit : last_positive;
 #else
     (void)v, (void)n, (void)u;
+    return -1;
+#endif
+  }
+  // Each chunk's best, then the warp's (shuffles) and the block's (warp order): under a strict
+  // total order the best is one index however they combine.
+  template <class Keep, class Better>
+  TESSERA_HD int best(int n, Keep&& keep, Better&& better) const {
+#if defined(__CUDA_ARCH__)
+    const Chunk c = chunk(n);
+    int v = chunk_best(keep, better, c.begin, c.end, -1);
+    for (int o = 16; o > 0; o >>= 1) {
+      const int other = __shfl_down_sync(0xffffffffu, v, o);
+      if (other >= 0 && (v < 0 || better(other, v))) v = other;
+    }
+    if ((threadIdx.x & 31) == 0) s->i[threadIdx.x >> 5] = v;
+    __syncthreads();
+    int found = -1;
+    for (int w = 0; w < kWarps; ++w)
+      if (s->i[w] >= 0 && (found < 0 || better(s->i[w], found))) found = s->i[w];
+    __syncthreads();
+    return found;
+#else
+    (void)n, (void)keep, (void)better;
     return -1;
 #endif
   }

@@ -1,8 +1,9 @@
 // GSD's grouped acceptance (So et al., 2025, §4, Eq. 4, Alg. 3; published code junhyukso/GSD) as
-// plain data and a TESSERA_HD function on a raw row: the cluster C(x~) around the drafted token
+// plain data and TESSERA_HD functions on a raw row: the cluster C(x~) around the drafted token
 // in the target's probability ranking, filtered by probability gap and embedding distance, and
-// f = min(1, p(C)/q(C)). The CPU rule (gsd_rule.cpp) and the device loop's walk
-// (speculative/verify_rows.h) both call it, so both sum the same terms in the same order.
+// f = min(1, p(C)/q(C)). The CPU rule (gsd_rule.cpp) finds C in one pass, the device loop's walk
+// (speculative/verify_rows.h) in passes spread over its lanes; both find the same members in the
+// same order and sum them with gsd_cluster_ratio.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "common/host_device.h"
 #include "common/rounding.h"
 #include "speculative/rules/ratio_rule.h"
+#include "speculative/walk_lanes.h"
 
 namespace tessera::speculative {
 
@@ -32,12 +34,40 @@ TESSERA_HD inline bool gsd_below(const float* p, int y, int z) {
   return p[y] < p[z] || (p[y] == p[z] && y < z);
 }
 
+// f(x~) = min(1, p(C)/q(C)) from C's members other than x~ (the tokens just below x~ in the
+// ranking, nearest first: down[0..nd); then those just above, nearest first: up[0..nu)), each
+// kept iff its gap |p(y) - p(x~)| <= δ and its squared distance to x~'s embedding <= d (the code:
+// < both); x~ always is. Every caller sums the same terms in the same order.
+TESSERA_HD inline double gsd_cluster_ratio(const GsdRuleData& r, const float* p, const float* q,
+                                           int x, const int* down, int nd, const int* up, int nu) {
+  const double px = p[x], delta = r.delta, dmax = r.d;
+  const float* ex = r.embedding + static_cast<int64_t>(x) * r.dim;
+  double pc = px, qc = q ? static_cast<double>(q[x]) : 1.0;
+  for (int k = 0; k < nd + nu; ++k) {
+    const int y = k < nd ? down[k] : up[k - nd];
+    // Alg. 3 lines 9-10: pop if |p(y) - p(x~)| > δ or M_d[x~, y] > d (the code keeps y only if
+    // both are strictly below).
+    const double gap_signed = sub_rn(static_cast<double>(p[y]), px);
+    const double gap = gap_signed < 0.0 ? -gap_signed : gap_signed;
+    if (r.reference ? !(gap < delta) : gap > delta) continue;
+    const float* ey = r.embedding + static_cast<int64_t>(y) * r.dim;
+    double d2 = 0.0;
+    for (int c = 0; c < r.dim; ++c) {
+      const double diff = sub_rn(static_cast<double>(ex[c]), static_cast<double>(ey[c]));
+      d2 = d2 + mul_rn(diff, diff);
+    }
+    if (r.reference ? !(d2 < dmax) : d2 > dmax) continue;
+    pc = pc + static_cast<double>(p[y]);
+    if (q) qc = qc + static_cast<double>(q[y]);
+  }
+  return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
+}
+
 // f(x~) for the drafted token x of row p (V entries), q its draft distribution or null (one-hot at
 // x, Jacobi's fresh drafts). The slice [r - G//2, r + G//2) around x~'s rank r holds the G//2
-// tokens just below it and the G//2 - 1 just above (fewer at the ends); each is kept iff its gap
-// |p(y) - p(x~)| <= δ and its squared distance to x~'s embedding <= d (the code: < both), and x~
-// always is. The reference form rejects when the code's slice start r - 7 is negative (Python's
-// empty slice: 0/0). Requires G//2 <= kGsdMaxHalf.
+// tokens just below it and the G//2 - 1 just above (fewer at the ends). The reference form rejects
+// when the code's slice start r - 7 is negative (Python's empty slice: 0/0). Requires G//2 <=
+// kGsdMaxHalf. One pass over the row keeping both lists sorted (the host rule's).
 TESSERA_HD inline double gsd_accept_probability(const GsdRuleData& r, const float* p,
                                                 const float* q, int x, int V) {
   const int half = r.g / 2 > 0 ? r.g / 2 : 0;
@@ -60,27 +90,37 @@ TESSERA_HD inline double gsd_accept_probability(const GsdRuleData& r, const floa
     }
   }
   if (r.reference && nd < n_down) return 0.0;  // the code's negative slice start: NaN, rejected
-  const double px = p[x], delta = r.delta, dmax = r.d;
-  const float* ex = r.embedding + static_cast<int64_t>(x) * r.dim;
-  double pc = px, qc = q ? static_cast<double>(q[x]) : 1.0;
-  for (int k = 0; k < nd + nu; ++k) {
-    const int y = k < nd ? down[k] : up[k - nd];
-    // Alg. 3 lines 9-10: pop if |p(y) - p(x~)| > δ or M_d[x~, y] > d (the code keeps y only if
-    // both are strictly below).
-    const double gap_signed = sub_rn(static_cast<double>(p[y]), px);
-    const double gap = gap_signed < 0.0 ? -gap_signed : gap_signed;
-    if (r.reference ? !(gap < delta) : gap > delta) continue;
-    const float* ey = r.embedding + static_cast<int64_t>(y) * r.dim;
-    double d2 = 0.0;
-    for (int c = 0; c < r.dim; ++c) {
-      const double diff = sub_rn(static_cast<double>(ex[c]), static_cast<double>(ey[c]));
-      d2 = d2 + mul_rn(diff, diff);
-    }
-    if (r.reference ? !(d2 < dmax) : d2 > dmax) continue;
-    pc = pc + static_cast<double>(p[y]);
-    if (q) qc = qc + static_cast<double>(q[y]);
+  return gsd_cluster_ratio(r, p, q, x, down, nd, up, nu);
+}
+
+// The same f(x~) on `lanes` (walk_lanes.h), the device walk's: each neighbour found by one
+// lanes.best pass over the row (the nearest below x~ not yet taken, then the next; likewise above),
+// G - 1 passes in all, each spread over the lanes where the one-pass form runs on one.
+template <class Lanes>
+TESSERA_HD double gsd_accept_probability_on(const Lanes& lanes, const GsdRuleData& r,
+                                            const float* p, const float* q, int x, int V) {
+  const int half = r.g / 2 > 0 ? r.g / 2 : 0;
+  const int n_down = half, n_up = half > 0 ? half - 1 : 0;
+  int down[kGsdMaxHalf], up[kGsdMaxHalf];
+  int nd = 0, nu = 0;
+  while (nd < n_down) {
+    const int last = nd > 0 ? down[nd - 1] : x;  // below every token taken so far
+    const int y = lanes.best(
+        V, [&](int y) { return y != x && gsd_below(p, y, last); },
+        [&](int a, int b) { return gsd_below(p, b, a); });  // the highest first
+    if (y < 0) break;
+    down[nd++] = y;
   }
-  return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
+  if (r.reference && nd < n_down) return 0.0;  // the code's negative slice start: NaN, rejected
+  while (nu < n_up) {
+    const int last = nu > 0 ? up[nu - 1] : x;  // above every token taken so far
+    const int y = lanes.best(
+        V, [&](int y) { return y != x && gsd_below(p, last, y); },
+        [&](int a, int b) { return gsd_below(p, a, b); });  // the lowest first
+    if (y < 0) break;
+    up[nu++] = y;
+  }
+  return gsd_cluster_ratio(r, p, q, x, down, nd, up, nu);
 }
 
 }  // namespace tessera::speculative
