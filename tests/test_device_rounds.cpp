@@ -207,20 +207,22 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   EXPECT_GT(sibling_tests, 50) << "siblings tested after a rejection";
 }
 
-// Rules without a walk descriptor (GSD with a window past gsd_math.h's arrays, GSD under G*,
-// whose residual would run the grouping at every token): those rounds verify on the host under
-// --device-loop on, with the host loop's images.
+// Rules without a walk descriptor (GSD under G*, whose residual would run the grouping at every
+// token): those rounds verify on the host under --device-loop on, with the host loop's images.
+// GSD with a window wider than the one-pass form holds (gsd_math.h) verifies on the device.
 TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
-  // GSD with a window wider than the shared function holds (gsd_math.h).
-  SpeculativeOptions gsd = method("gsd", {{"gsd.g", int64_t{2 * speculative::kGsdMaxHalf + 2}}});
+  SpeculativeOptions wide = method("gsd", {{"gsd.g", int64_t{2 * speculative::kGsdMaxHalf + 2}}});
   SpeculativeOptions gsd_g = method("gsd");
   gsd_g.resample = "optimal";
-  for (const SpeculativeOptions& spec : {gsd, gsd_g}) {
-    SCOPED_TRACE(spec.method);
+  for (const SpeculativeOptions& spec : {wide, gsd_g}) {
+    SCOPED_TRACE(spec.method + " resample '" + spec.resample + "'");
     const Generated host = run(spec, DeviceLoop::Off, 1.0f);
     const Generated device = run(spec, DeviceLoop::On, 1.0f);
     expect_same(device, host);
-    EXPECT_EQ(device.stats.device_rounds, 0);
+    if (spec.resample == "optimal")
+      EXPECT_EQ(device.stats.device_rounds, 0);
+    else
+      EXPECT_GT(device.stats.device_rounds, 0);
   }
 }
 

@@ -81,6 +81,12 @@ std::vector<Case> gsd_rules(int V) {
   c.push_back({"gsd g 4", make_gsd_rule({.g = 4, .d = 1e9f, .delta = 1.0f}, emb, 3)});
   c.push_back({"gsd reference",
                make_gsd_rule({.g = 14, .d = 4.0f, .delta = 0.1f, .reference = true}, emb, 3)});
+  // Windows wider than the one-pass form holds (kGsdMaxHalf): the host rule's heaps, the walk's
+  // passes. A half of 70 covers the 24 tokens (the reference form: its slice starts below 0, so
+  // it rejects every draft).
+  c.push_back({"gsd wide", make_gsd_rule({.g = 140, .d = 4.0f, .delta = 0.3f}, emb, 3)});
+  c.push_back({"gsd wide reference",
+               make_gsd_rule({.g = 140, .d = 4.0f, .delta = 0.3f, .reference = true}, emb, 3)});
   return c;
 }
 
@@ -318,6 +324,54 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   EXPECT_GT(sibling_rejections, 300) << "rounds that test a sibling after a rejection";
 }
 
+// GSD's f in the walk's passes form (gsd_accept_probability_on: one lanes.best pass a neighbour)
+// equals the host rule's bit for bit: its one-pass form up to kGsdMaxHalf, its heaps beyond, on
+// rows long enough that the heaps fill and evict, with ties in p (the ranking breaks them by id),
+// both forms, sampled and one-hot q, serial and split as blocks of 7 and 32 lanes.
+TEST(VerifyRows, GsdWindowsAreTheHostRules) {
+  constexpr int V = 300, dim = 3;
+  std::mt19937 g(4242);
+  std::normal_distribution<float> normal;
+  auto emb = std::make_shared<std::vector<float>>(static_cast<size_t>(V) * dim);
+  for (float& x : *emb) x = normal(g);
+  int accepted = 0, partial = 0, trials = 0;
+  for (const int group : {2, 10, 2 * kGsdMaxHalf, 2 * kGsdMaxHalf + 2, 260, 700})
+    for (const bool reference : {false, true}) {
+      const auto rule =
+          make_gsd_rule({.g = group, .d = 6.0f, .delta = 0.004f, .reference = reference}, emb, dim);
+      const WalkRule w = rule->walk_rule()->rule;
+      for (int trial = 0; trial < 60; ++trial) {
+        SCOPED_TRACE("G " + std::to_string(group) + (reference ? " reference" : "") + " trial " +
+                     std::to_string(trial));
+        // Logits rounded to a coarse grid: many tokens share a probability.
+        std::vector<float> p(V), q(V);
+        for (float* row : {p.data(), q.data()}) {
+          double total = 0.0;
+          for (int y = 0; y < V; ++y)
+            total += row[y] = std::exp(std::round(2.0f * normal(g)) / 2.0f);
+          for (int y = 0; y < V; ++y) row[y] = static_cast<float>(row[y] / total);
+        }
+        const int x = static_cast<int>(g() % V);
+        for (const bool one_hot : {false, true}) {
+          NodeView n;
+          n.token = x;
+          n.p = p;
+          if (!one_hot) n.q = q;
+          const float* qp = one_hot ? nullptr : q.data();
+          const double want = rule->accept_probability(n);
+          EXPECT_EQ(gsd_accept_probability_on(SerialLanes{}, w.gsd, p.data(), qp, x, V), want);
+          EXPECT_EQ(gsd_accept_probability_on(ChunkedLanes<7>{}, w.gsd, p.data(), qp, x, V), want);
+          EXPECT_EQ(gsd_accept_probability_on(ChunkedLanes<32>{}, w.gsd, p.data(), qp, x, V), want);
+          accepted += want == 1.0;
+          partial += want > 0.0 && want < 1.0;
+          ++trials;
+        }
+      }
+    }
+  EXPECT_GT(accepted, trials / 10);
+  EXPECT_GT(partial, trials / 10);
+}
+
 // A device loop's static tree holds the children drawn without a token left (a suffix of a
 // node's children, draw_children_rows' -1) and the nodes below them: the walk stops at the first
 // such child as if the node had no more, and outcome() counts the tests as verify_draft does on
@@ -442,7 +496,8 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(gsd->rule.gsd.g, 12);
   EXPECT_EQ(gsd->rule.gsd.reference, 1);
   EXPECT_EQ(gsd->rule.gsd.rows, 24);
-  EXPECT_FALSE(make_gsd_rule({.g = 2 * kGsdMaxHalf + 2}, emb, 2)->walk_rule());
+  // A window wider than the one-pass form's arrays: the walk's passes have no bound.
+  EXPECT_TRUE(make_gsd_rule({.g = 2 * kGsdMaxHalf + 2}, emb, 2)->walk_rule());
   EXPECT_FALSE(with_optimal_resampling(make_gsd_rule({.g = 12}, emb, 2))->walk_rule());
 }
 

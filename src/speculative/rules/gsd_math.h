@@ -2,8 +2,8 @@
 // plain data and TESSERA_HD functions on a raw row: the cluster C(x~) around the drafted token
 // in the target's probability ranking, filtered by probability gap and embedding distance, and
 // f = min(1, p(C)/q(C)). The CPU rule (gsd_rule.cpp) finds C in one pass, the device loop's walk
-// (speculative/verify_rows.h) in passes spread over its lanes; both find the same members in the
-// same order and sum them with gsd_cluster_ratio.
+// (speculative/verify_rows.h) in passes spread over its lanes; both add the same members in the
+// same order (gsd_add_member).
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@ struct GsdRuleData {
   int32_t rows = 0, dim = 0;
 };
 
-// The largest G//2 the shared function holds (its rankings live in fixed arrays); a rule with a
-// larger G verifies on the host only.
+// The largest G//2 the one-pass form holds (its rankings live in fixed arrays); the host rule
+// finds a wider window with heaps (gsd_rule.cpp), the walk's passes form has no bound.
 inline constexpr int kGsdMaxHalf = 64;
 
 // y sorts below z in GSD's ascending ranking (Alg. 3 line 2; ties by smaller id first, a strict
@@ -34,33 +34,26 @@ TESSERA_HD inline bool gsd_below(const float* p, int y, int z) {
   return p[y] < p[z] || (p[y] == p[z] && y < z);
 }
 
-// f(x~) = min(1, p(C)/q(C)) from C's members other than x~ (the tokens just below x~ in the
-// ranking, nearest first: down[0..nd); then those just above, nearest first: up[0..nu)), each
-// kept iff its gap |p(y) - p(x~)| <= δ and its squared distance to x~'s embedding <= d (the code:
-// < both); x~ always is. Every caller sums the same terms in the same order.
-TESSERA_HD inline double gsd_cluster_ratio(const GsdRuleData& r, const float* p, const float* q,
-                                           int x, const int* down, int nd, const int* up, int nu) {
-  const double px = p[x], delta = r.delta, dmax = r.d;
+// Adds member y of C(x~) to the cluster's masses (*pc, *qc) iff its gap |p(y) - p(x~)| <= δ and
+// its squared distance to x~'s embedding <= d (the code: < both). x~ itself starts them.
+TESSERA_HD inline void gsd_add_member(const GsdRuleData& r, const float* p, const float* q, int x,
+                                      int y, double* pc, double* qc) {
+  // Alg. 3 lines 9-10: pop if |p(y) - p(x~)| > δ or M_d[x~, y] > d (the code keeps y only if both
+  // are strictly below).
+  const double px = p[x];
+  const double gap_signed = sub_rn(static_cast<double>(p[y]), px);
+  const double gap = gap_signed < 0.0 ? -gap_signed : gap_signed;
+  if (r.reference ? !(gap < r.delta) : gap > r.delta) return;
   const float* ex = r.embedding + static_cast<int64_t>(x) * r.dim;
-  double pc = px, qc = q ? static_cast<double>(q[x]) : 1.0;
-  for (int k = 0; k < nd + nu; ++k) {
-    const int y = k < nd ? down[k] : up[k - nd];
-    // Alg. 3 lines 9-10: pop if |p(y) - p(x~)| > δ or M_d[x~, y] > d (the code keeps y only if
-    // both are strictly below).
-    const double gap_signed = sub_rn(static_cast<double>(p[y]), px);
-    const double gap = gap_signed < 0.0 ? -gap_signed : gap_signed;
-    if (r.reference ? !(gap < delta) : gap > delta) continue;
-    const float* ey = r.embedding + static_cast<int64_t>(y) * r.dim;
-    double d2 = 0.0;
-    for (int c = 0; c < r.dim; ++c) {
-      const double diff = sub_rn(static_cast<double>(ex[c]), static_cast<double>(ey[c]));
-      d2 = d2 + mul_rn(diff, diff);
-    }
-    if (r.reference ? !(d2 < dmax) : d2 > dmax) continue;
-    pc = pc + static_cast<double>(p[y]);
-    if (q) qc = qc + static_cast<double>(q[y]);
+  const float* ey = r.embedding + static_cast<int64_t>(y) * r.dim;
+  double d2 = 0.0;
+  for (int c = 0; c < r.dim; ++c) {
+    const double diff = sub_rn(static_cast<double>(ex[c]), static_cast<double>(ey[c]));
+    d2 = d2 + mul_rn(diff, diff);
   }
-  return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
+  if (r.reference ? !(d2 < r.d) : d2 > r.d) return;
+  *pc = *pc + static_cast<double>(p[y]);
+  if (q) *qc = *qc + static_cast<double>(q[y]);
 }
 
 // f(x~) for the drafted token x of row p (V entries), q its draft distribution or null (one-hot at
@@ -90,7 +83,11 @@ TESSERA_HD inline double gsd_accept_probability(const GsdRuleData& r, const floa
     }
   }
   if (r.reference && nd < n_down) return 0.0;  // the code's negative slice start: NaN, rejected
-  return gsd_cluster_ratio(r, p, q, x, down, nd, up, nu);
+  // The members nearest first, those below x~ before those above (every caller's order).
+  double pc = p[x], qc = q ? static_cast<double>(q[x]) : 1.0;
+  for (int k = 0; k < nd + nu; ++k)
+    gsd_add_member(r, p, q, x, k < nd ? down[k] : up[k - nd], &pc, &qc);
+  return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
 }
 
 // The same f(x~) on `lanes` (walk_lanes.h), the device walk's: each neighbour found by one
@@ -101,26 +98,28 @@ TESSERA_HD double gsd_accept_probability_on(const Lanes& lanes, const GsdRuleDat
                                             const float* p, const float* q, int x, int V) {
   const int half = r.g / 2 > 0 ? r.g / 2 : 0;
   const int n_down = half, n_up = half > 0 ? half - 1 : 0;
-  int down[kGsdMaxHalf], up[kGsdMaxHalf];
-  int nd = 0, nu = 0;
-  while (nd < n_down) {
-    const int last = nd > 0 ? down[nd - 1] : x;  // below every token taken so far
+  double pc = p[x], qc = q ? static_cast<double>(q[x]) : 1.0;
+  // Each member added as it is found: nothing is stored, and G is not bounded here.
+  for (int k = 0, last = x; k < n_down; ++k) {  // last: below every token taken so far
     const int y = lanes.best(
-        V, [&](int y) { return y != x && gsd_below(p, y, last); },
+        V, [&](int y) { return gsd_below(p, y, last); },
         [&](int a, int b) { return gsd_below(p, b, a); });  // the highest first
-    if (y < 0) break;
-    down[nd++] = y;
+    if (y < 0) {
+      if (r.reference) return 0.0;  // the code's negative slice start: NaN, rejected
+      break;
+    }
+    gsd_add_member(r, p, q, x, y, &pc, &qc);
+    last = y;
   }
-  if (r.reference && nd < n_down) return 0.0;  // the code's negative slice start: NaN, rejected
-  while (nu < n_up) {
-    const int last = nu > 0 ? up[nu - 1] : x;  // above every token taken so far
+  for (int k = 0, last = x; k < n_up; ++k) {  // last: above every token taken so far
     const int y = lanes.best(
-        V, [&](int y) { return y != x && gsd_below(p, last, y); },
+        V, [&](int y) { return gsd_below(p, last, y); },
         [&](int a, int b) { return gsd_below(p, a, b); });  // the lowest first
     if (y < 0) break;
-    up[nu++] = y;
+    gsd_add_member(r, p, q, x, y, &pc, &qc);
+    last = y;
   }
-  return gsd_cluster_ratio(r, p, q, x, down, nd, up, nu);
+  return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
 }
 
 }  // namespace tessera::speculative

@@ -28,13 +28,18 @@ class GsdRule final : public AcceptanceRule {
       return gsd_accept_probability(data(), n.p.data(), n.q.empty() ? nullptr : n.q.data(), n.token,
                                     static_cast<int>(n.p.size()));
     }
-    const std::vector<int> c = cluster(n.p, n.token);
-    if (c.empty()) return 0.0;  // reference form, negative slice start: NaN, rejected
-    double pc = 0.0, qc = 0.0;
-    for (int y : c) {
-      pc += n.p[y];
-      qc += n.q_of(y);  // one-hot q: q(C) = 1 since x~ is in C
-    }
+    // A wider window: bounded heaps, then the members in the order every form adds them.
+    std::vector<int> down, up;
+    window(n.p, n.token, down, up);
+    // junhyukso/GSD slices logit_sort[r-7 : r+7]: for r < G//2 the start is negative, Python's
+    // slice is empty, p'(C)/q'(C) = 0/0 = NaN and the draft is rejected (r < NaN is false). The
+    // paper's slice is clipped at 0 instead.
+    if (params_.reference && static_cast<int>(down.size()) < params_.g / 2) return 0.0;
+    const GsdRuleData r = data();
+    const float* q = n.q.empty() ? nullptr : n.q.data();  // one-hot: q(C) = q(x~) = 1
+    double pc = n.p[n.token], qc = q ? static_cast<double>(q[n.token]) : 1.0;
+    for (int y : down) gsd_add_member(r, n.p.data(), q, n.token, y, &pc, &qc);
+    for (int y : up) gsd_add_member(r, n.p.data(), q, n.token, y, &pc, &qc);
     return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
   }
 
@@ -43,7 +48,6 @@ class GsdRule final : public AcceptanceRule {
 
   // The device walk: GSD's acceptance with the exact rule's residual.
   std::optional<WalkRuleSource> walk_rule() const override {
-    if (params_.g / 2 > kGsdMaxHalf) return std::nullopt;
     WalkRuleSource s;
     s.rule.kind = WalkRule::Kind::Gsd;
     s.rule.gsd = data();
@@ -68,9 +72,10 @@ class GsdRule final : public AcceptanceRule {
       throw Error("GSD: the embedding has " + std::to_string(rows_) +
                   " rows but the target distribution has " + std::to_string(V) + " tokens");
   }
-  // C(x~): the window of the ascending ranking around x~, filtered (Alg. 3 lines 2-11); x~ first.
-  // Empty (f = 0) only in the reference form, when the code's slice start is negative.
-  std::vector<int> cluster(std::span<const float> p, int token) const {
+  // The window of the ascending ranking around x~ (Alg. 3 lines 2-4), unfiltered: down, the tokens
+  // just below x~ nearest (highest) first; up, those just above nearest (lowest) first.
+  void window(std::span<const float> p, int token, std::vector<int>& down,
+              std::vector<int>& up) const {
     check_rows(p.size());
     const int V = static_cast<int>(p.size());
     const int half = std::max(0, params_.g / 2);  // G//2
@@ -80,10 +85,11 @@ class GsdRule final : public AcceptanceRule {
     // [r - G//2, r + G//2) holds the min(G//2, r) tokens sorted just below x~ (less probable) and
     // the min(G//2 - 1, V - r - 1) just above (more probable). One pass with two bounded heaps
     // finds both without sorting V (r itself is never needed).
-    auto below = [&p](int y, int z) { return p[y] < p[z] || (p[y] == p[z] && y < z); };
+    auto below = [&p](int y, int z) { return gsd_below(p.data(), y, z); };
     const size_t n_down = static_cast<size_t>(half);
     const size_t n_up = static_cast<size_t>(std::max(0, half - 1));
-    std::vector<int> down, up;
+    down.clear();
+    up.clear();
     down.reserve(n_down + 1);
     up.reserve(n_up + 1);
     auto down_cmp = [&](int a, int b) { return below(b, a); };  // heap top = lowest-sorted
@@ -112,35 +118,8 @@ class GsdRule final : public AcceptanceRule {
         }
       }
     }
-    // junhyukso/GSD slices logit_sort[r-7 : r+7]: for r < G//2 the start is negative, Python's
-    // slice is empty, p'(C)/q'(C) = 0/0 = NaN and the draft is rejected (r < NaN is false). The
-    // paper's slice is clipped at 0 instead.
-    if (params_.reference && down.size() < n_down) return {};
-    // x~ is always in C, even when the slice [r - G/2, r + G/2) would miss it (G/2 = 0).
-    std::vector<int> c{token};
-    const double px = p[token];
-    const float* ex = emb_->data() + static_cast<size_t>(token) * dim_;
-    const bool strict = params_.reference;
-    auto keep = [&](int y) {
-      // Alg. 3 lines 9-10: pop if |p(y) - p(x~)| > δ or M_d[x~, y] > d (squared Euclidean, as the
-      // published code's ‖a‖² + ‖b‖² - 2ab, computed directly in double). The code keeps y only
-      // if the gap < δ and the distance < d (strict).
-      const double gap = std::abs(static_cast<double>(p[y]) - px);
-      const double delta = params_.delta;
-      if (strict ? !(gap < delta) : gap > delta) return false;
-      const float* ey = emb_->data() + static_cast<size_t>(y) * dim_;
-      double d2 = 0.0;
-      for (int k = 0; k < dim_; ++k) {
-        const double diff = static_cast<double>(ex[k]) - static_cast<double>(ey[k]);
-        d2 += diff * diff;
-      }
-      return strict ? d2 < static_cast<double>(params_.d) : d2 <= static_cast<double>(params_.d);
-    };
-    for (int y : down)
-      if (keep(y)) c.push_back(y);
-    for (int y : up)
-      if (keep(y)) c.push_back(y);
-    return c;
+    std::sort(down.begin(), down.end(), [&](int a, int b) { return below(b, a); });
+    std::sort(up.begin(), up.end(), below);
   }
 
  private:

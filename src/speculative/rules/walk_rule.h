@@ -2,7 +2,7 @@
 // data: a ratio rule (ratio_rule.h), LANTERN over its neighbour table (lantern_math.h) or GSD's
 // grouping over its embedding (gsd_math.h) or Medusa's typical acceptance (typical_math.h). A rule
 // gives its descriptor through AcceptanceRule::walk_rule(); rules without one (GSD under G*, whose
-// G* would run the grouping at every token, or with G//2 > kGsdMaxHalf) verify on the host.
+// G* would run the grouping at every token) verify on the host.
 #pragma once
 
 #include <cstdint>
