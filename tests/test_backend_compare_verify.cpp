@@ -249,8 +249,9 @@ TEST_P(Verify, LanternDraftsVerifyAsTheCpu) {
   EXPECT_GT(c.bonus, 200);
 }
 
-// GSD's drafts (its embedding uploaded to the backend), in both forms and windows up to the shared
-// function's largest, with Jacobi's carry-over draws made beside the walk.
+// GSD's drafts (its embedding uploaded to the backend), in both forms and windows up to the
+// one-pass form's largest and past it (the walk's passes have no bound), with Jacobi's carry-over
+// draws made beside the walk.
 TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
   std::vector<WalkRule> rules;
   auto add = [&](int group, float d, float delta, bool reference) {
@@ -266,6 +267,7 @@ TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
   add(4, 1e9f, 1.0f, false);
   add(14, 2.0f, 0.2f, true);
   add(2 * kGsdMaxHalf, 1e9f, 1.0f, false);
+  add(2 * kGsdMaxHalf + 12, 2.0f, 0.2f, false);
   constexpr int dim = 3;
   const Compared c = compare_walks(backend(), ref(), 44, rules, 7, true,
                                    [](int V, std::mt19937& g, RuleAssets& assets, WalkRule& rule) {
@@ -284,8 +286,8 @@ TEST_P(Verify, GsdDraftsAndJacobiCarryOverVerifyAsTheCpu) {
 
 // Medusa's typical acceptance (p itself the resampling distribution), thresholds that accept some
 // drafts and reject others, the last under G*. A device's log and exp may differ from the CPU's by
-// an ulp, which would flip a test only with p(x~) within ~1e-16 of the threshold; none of these
-// is.
+// an ulp, and its block sums the entropy in another order, which would flip a test only with
+// p(x~) within ~1e-16 of the threshold; none of these is.
 TEST_P(Verify, TypicalDraftsVerifyAsTheCpu) {
   std::vector<WalkRule> rules;
   for (const TypicalRuleData& t :

@@ -327,7 +327,8 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
 // GSD's f in the walk's passes form (gsd_accept_probability_on: one lanes.best pass a neighbour)
 // equals the host rule's bit for bit: its one-pass form up to kGsdMaxHalf, its heaps beyond, on
 // rows long enough that the heaps fill and evict, with ties in p (the ranking breaks them by id),
-// both forms, sampled and one-hot q, serial and split as blocks of 7 and 32 lanes.
+// both forms, sampled and one-hot q; the passes on one lane and split as blocks of 7 and 32 lanes
+// (SerialLanes itself takes the one-pass form up to kGsdMaxHalf).
 TEST(VerifyRows, GsdWindowsAreTheHostRules) {
   constexpr int V = 300, dim = 3;
   std::mt19937 g(4242);
@@ -360,6 +361,7 @@ TEST(VerifyRows, GsdWindowsAreTheHostRules) {
           const float* qp = one_hot ? nullptr : q.data();
           const double want = rule->accept_probability(n);
           EXPECT_EQ(gsd_accept_probability_on(SerialLanes{}, w.gsd, p.data(), qp, x, V), want);
+          EXPECT_EQ(gsd_accept_probability_on(ChunkedLanes<1>{}, w.gsd, p.data(), qp, x, V), want);
           EXPECT_EQ(gsd_accept_probability_on(ChunkedLanes<7>{}, w.gsd, p.data(), qp, x, V), want);
           EXPECT_EQ(gsd_accept_probability_on(ChunkedLanes<32>{}, w.gsd, p.data(), qp, x, V), want);
           accepted += want == 1.0;

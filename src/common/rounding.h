@@ -1,6 +1,7 @@
-// Sums, differences and products rounded one by one, as the CPU rounds them: g++ in ISO mode does
-// not contract a * b + c into an fma (-ffp-contract=off), nvcc would by default, so TESSERA_HD
-// formulas that must give the CPU's bits on a device spell their roundings out with these.
+// Sums, differences and products rounded one by one, as the CPU rounds them: the build turns
+// contraction off for C++ (-ffp-contract=off in CMakeLists.txt; GCC would fuse a * b + c into an
+// fma from -O2), nvcc would fuse by default, so TESSERA_HD formulas that must give the CPU's bits
+// on a device spell their roundings out with these.
 #pragma once
 
 #include "common/host_device.h"

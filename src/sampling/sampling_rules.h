@@ -13,7 +13,7 @@
 
 namespace tessera {
 
-// uncond + (cond - uncond) * scale, rounded after the multiply: g++ in ISO mode does not contract
+// uncond + (cond - uncond) * scale, rounded after the multiply: the C++ build does not contract
 // (-ffp-contract=off), nvcc would fuse into an fma by default, so the device spells out the
 // roundings.
 TESSERA_HD inline float guided_logit(float cond, float uncond, float scale) {

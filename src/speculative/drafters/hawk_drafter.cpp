@@ -209,7 +209,8 @@ void HawkDrafter::start(std::span<ImageState* const> images, const TargetPrefill
     features_.put(id, prefill.hidden, cond_row, &prefill.hidden, uncond_row);
     if (opt_.vertical == 0) continue;
     if (!s.rows.data) s.rows = be.empty(DType::F32, {s.cache.capacity(), V});
-    // The vertical heads run in the next propose(), every image's rows in one forward.
+    // The vertical heads run in the next propose(), every image's rows in one forward (or a few:
+    // run_vertical_heads).
     queue_vertical(*images[i], 0, prefill.hidden, std::span(&cond_row, 1), &prefill.hidden,
                    std::span(&uncond_row, 1));
   }
@@ -467,6 +468,7 @@ void HawkDrafter::finish_round(ImageState& image, const DraftTree&, const Verify
   // The next round drafts from token image.tokens.size() on: earlier proposals are spent.
   s.cache.evict_before(static_cast<int>(image.tokens.size()));
   // The vertical heads' rows wait for the next propose(), where every image's run in one forward
+  // (or a few)
   // (target.hidden is rewritten by the next target forward: the copies are queued before it).
   if (opt_.vertical > 0)
     queue_vertical(image, first, target.hidden, rows, &target.hidden_uncond, rows);

@@ -5,7 +5,8 @@
 // - Horizontal heads (Medusa's) on the hidden state of the row that predicted the root propose
 //   tokens t + 1 .. t + K (HorizSpec, Eq. 4).
 // - Vertical heads ran on the hidden state of the row that predicted each committed token (in the
-//   next round's propose, every image's rows in one forward) and left their proposals for the
+//   next round's propose, every image's rows in one forward, or a few when the batch is large)
+//   and left their proposals for the
 //   tokens d rows below in the speculation cache (Eqs. 1-3); the cached proposals for t + j are
 //   its vertical pool (VertSpec, Eq. 3).
 // - Depth j's pool is the vertical proposals, nearest row first, then the horizontal one (Eq. 5);

@@ -63,8 +63,8 @@ class AcceptanceRule {
   virtual std::optional<RatioRule> ratio() const { return std::nullopt; }
 
   // The rule as the device loop's walk applies it (walk_rule.h): a ratio rule's descriptor,
-  // or LANTERN's with its neighbour table; nullopt for rules that verify on the host only (GSD,
-  // typical acceptance, LANTERN under G*).
+  // LANTERN's with its neighbour table, GSD's with its embedding, typical acceptance's; nullopt
+  // for rules that verify on the host only (GSD under G*).
   virtual std::optional<WalkRuleSource> walk_rule() const {
     const std::optional<RatioRule> r = ratio();
     if (!r) return std::nullopt;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/host_device.h"
 #include "common/rounding.h"
@@ -96,6 +97,9 @@ TESSERA_HD inline double gsd_accept_probability(const GsdRuleData& r, const floa
 template <class Lanes>
 TESSERA_HD double gsd_accept_probability_on(const Lanes& lanes, const GsdRuleData& r,
                                             const float* p, const float* q, int x, int V) {
+  // One thread: the one-pass form (the same members in the same order) makes one pass, not G - 1.
+  if constexpr (std::is_same_v<std::decay_t<Lanes>, SerialLanes>)
+    if (r.g / 2 <= kGsdMaxHalf) return gsd_accept_probability(r, p, q, x, V);
   const int half = r.g / 2 > 0 ? r.g / 2 : 0;
   const int n_down = half, n_up = half > 0 ? half - 1 : 0;
   double pc = p[x], qc = q ? static_cast<double>(q[x]) : 1.0;
