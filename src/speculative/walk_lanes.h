@@ -28,19 +28,17 @@ TESSERA_HD inline void lane_chunk(int t, int lanes, int n, int* begin, int* end)
   *end = b + per < n ? b + per : n;
 }
 
-// A chunk's Σ v[i] in double, in index order.
-TESSERA_HD inline double chunk_sum(const float* v, int begin, int end) {
-  double part = 0.0;
-  for (int i = begin; i < end; ++i) part += v[i];
-  return part;
-}
-
 // A chunk's Σ f(i) in double, in index order.
 template <class F>
 TESSERA_HD double chunk_sum_of(F&& f, int begin, int end) {
   double part = 0.0;
   for (int i = begin; i < end; ++i) part += f(i);
   return part;
+}
+
+// A chunk's Σ v[i] in double, in index order.
+TESSERA_HD inline double chunk_sum(const float* v, int begin, int end) {
+  return chunk_sum_of([v](int i) { return static_cast<double>(v[i]); }, begin, end);
 }
 
 // best()'s pass over a chunk, from `found` (an index or -1).

@@ -61,13 +61,7 @@ struct BlockLanes {
 #endif
   }
   TESSERA_HD double sum(const float* v, int n) const {
-#if defined(__CUDA_ARCH__)
-    const Chunk c = chunk(n);
-    return cuda::ordered_block_sum<kWarps>(chunk_sum(v, c.begin, c.end), s->d);
-#else
-    (void)v, (void)n;
-    return 0.0;
-#endif
+    return sum_of(n, [v](int i) { return static_cast<double>(v[i]); });
   }
   template <class F>
   TESSERA_HD double sum_of(int n, F&& f) const {
