@@ -256,8 +256,10 @@ for r in d["methods"]:
     top1 = f"{q['value']:.2f} [{q['lo']:.2f}, {q['hi']:.2f}]" if q else "-"
     # Rounds after the prefills (batch 1: one per image), and those the device loop verified.
     spec_rounds = max(0, r["batched_target_forwards"] - r["images"])
-    # Verified on the device / all; drafted there (those whose forwards replayed a graph).
-    device = (f"{r.get('device_rounds', 0)}/{spec_rounds}; drafted {r.get('device_drafted_rounds', 0)}"
+    # Verified on the device / all (those whose target pass and walk replayed a graph); drafted
+    # there (those whose forwards replayed a graph).
+    device = (f"{r.get('device_rounds', 0)}/{spec_rounds} ({r.get('replayed_verify_rounds', 0)});"
+              f" drafted {r.get('device_drafted_rounds', 0)}"
               f" ({r.get('replayed_draft_rounds', 0)})") if r["method"] != "vanilla" else "-"
     print(f"| {r['method']}{tag} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
           f"{r['mean_accepted_length']:.2f} | {ms['draft']:.3f} / {ms['target']:.3f} / "
@@ -317,7 +319,7 @@ for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
   if [[ ${#MROWS[@]} -gt 0 ]]; then
     echo "speculative methods on the emoji model (bench --methods, 4 images, batch 1; quality: top-1 with its 95% interval$MNOTE)"
     echo
-    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | rounds on the device: verified/all; drafted (graph) | top-1 |"
+    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | rounds on the device: verified/all (graph); drafted (graph) | top-1 |"
     echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${MROWS[@]}"
     echo

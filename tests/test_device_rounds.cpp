@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -264,6 +266,19 @@ struct Drafted {
   int64_t drafting_rounds = 0;
 };
 
+// Images of labels 0..n-1, image index i for label i, through `dec`.
+std::vector<std::vector<int32_t>> generate_labels(Decoder& dec, int n, GenerateStats& stats) {
+  std::vector<Condition> conds;
+  std::vector<const Condition*> ptrs;
+  std::vector<uint64_t> index;
+  for (int i = 0; i < n; ++i) conds.push_back(Condition::label(i));
+  for (int i = 0; i < n; ++i) {
+    ptrs.push_back(&conds[i]);
+    index.push_back(static_cast<uint64_t>(i));
+  }
+  return generate_all(dec, ptrs, index, stats);
+}
+
 // Four images of the tiny fixture, sd with a draft model (chains of 3), through the loop. The
 // tiny draft is rejected at once; the target drafting for itself is accepted.
 Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/spec/tiny_draft") {
@@ -289,15 +304,7 @@ Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/sp
   d.device_loop = where;
   Drafted out;
   speculative::SpeculativeDecoder dec(target, kImages, d, loop, out.stats);
-  std::vector<Condition> conds;
-  for (int i = 0; i < kImages; ++i) conds.push_back(Condition::label(i));
-  std::vector<const Condition*> ptrs;
-  std::vector<uint64_t> index;
-  for (int i = 0; i < kImages; ++i) {
-    ptrs.push_back(&conds[i]);
-    index.push_back(static_cast<uint64_t>(i));
-  }
-  out.images = generate_all(dec, ptrs, index, out.stats);
+  out.images = generate_labels(dec, kImages, out.stats);
   out.on_device = counting.on_device;
   out.on_host = counting.on_host;
   out.drafting_rounds = counting.drafting_rounds;
@@ -738,5 +745,75 @@ TEST(DeviceRounds, DraftChainGraphKeysNeverCollide) {
           ++shapes;
         }
     EXPECT_EQ(static_cast<int>(keys.size()), shapes) << n_tokens << " tokens";
+  }
+}
+
+namespace {
+
+// Three whole images of the fixture through the speculative loop on `be`: a draft model's chains
+// ("chain") or static trees ("tree"), EAGLE's chains ("eagle", reading the target pass's hidden
+// states) or Jacobi's windows ("sjd", carrying draws over), exact rule, guided.
+Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where) {
+  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+  LlamaGen target(tc, be);
+  std::unique_ptr<AutoregressiveModel> draft;
+  speculative::FeatureInputs features;
+  if (kind == "eagle") {
+    auto e =
+        std::make_unique<EagleDrafterModel>(load_model_config(kFix + "/spec/tiny_eagle"), target);
+    features = {e->feature(), e->prefix_token()};
+    draft = std::move(e);
+  } else {
+    draft = std::make_unique<LlamaGen>(load_model_config(kFix + "/spec/tiny_draft"), be);
+  }
+  SamplingOptions so;
+  so.cfg_scale = 3.0f;
+  so.top_k = 50;
+  const SamplingParams p = to_sampling_params(so);
+  constexpr int kImages = 3;
+  std::optional<speculative::TreeSpec> tree;
+  if (kind == "tree") tree = speculative::load_tree_spec("kary:2,2");
+  speculative::ModelDrafter model_drafter(*draft, p, 3, kImages, tree, features);
+  speculative::JacobiDrafter jacobi(tc.gpt.vocab_size, p);
+  const auto rule = speculative::make_exact_rule();
+  speculative::LoopSettings loop;
+  loop.rule = rule.get();
+  loop.drafter = kind == "sjd" ? static_cast<speculative::Drafter*>(&jacobi) : &model_drafter;
+  loop.draft_len = kind == "sjd" ? 5 : 3;
+  DecoderSettings d;
+  d.sampling = p;
+  d.seed = 6;
+  d.device_loop = where;
+  Generated out;
+  speculative::SpeculativeDecoder dec(target, kImages, d, loop, out.stats);
+  out.images = generate_labels(dec, kImages, out.stats);
+  return out;
+}
+
+}  // namespace
+
+// The device loop's target pass and walk run as one graph per launch (issue 42, item 3: a graph
+// for verification, as for the draft steps): its inputs, the verifier's buffers and their sizes
+// key it, and each round's uploads go to the same buffers before it replays. With a backend that
+// records a graph at its first round and replays those ops with the values they were captured
+// with (as a GPU replays its kernels), whole images are the host loop's, for chains, trees (their
+// mask's stride fixed, so that a tree's launch does not change as the cache grows), EAGLE's
+// chains (the drafter reads the pass's hidden states, where the replay wrote them) and Jacobi's
+// windows, and most rounds replay a graph: one shape is captured once.
+TEST(DeviceRounds, TargetPassesReplayTheirGraphs) {
+  for (const std::string kind : {"chain", "tree", "eagle", "sjd"}) {
+    SCOPED_TRACE(kind);
+    const Generated host = whole_images(kind, cpu_backend(), DeviceLoop::Off);
+    test::CountingBackend recording;
+    recording.record_graphs = true;
+    const Generated device = whole_images(kind, recording, DeviceLoop::On);
+    expect_same(device, host);
+    EXPECT_EQ(host.stats.replayed_verify_rounds, 0);
+    EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - 1);
+    // Every round ran as a graph (here captured, then replayed). Shapes change as images finish
+    // and drafts shorten near the end, so a few are captured (4 to 6 of them here, the draft
+    // chains' included), not one a round.
+    EXPECT_EQ(device.stats.replayed_verify_rounds, device.stats.device_rounds);
+    EXPECT_LT(recording.captures, device.stats.device_rounds / 2);
   }
 }

@@ -182,6 +182,8 @@ struct GenerateStats {
   int64_t device_rounds = 0;          // speculative rounds verified by the device loop (DeviceLoop)
   int64_t device_drafted_rounds = 0;  // ... whose draft model's chain was drawn on the device
   int64_t replayed_draft_rounds = 0;  // ... of them with the chain's forwards a replayed graph
+  // Device-loop rounds whose target pass and verification replayed a captured graph (a GPU).
+  int64_t replayed_verify_rounds = 0;
   std::vector<ImageStats> per_image;  // in the order of the conditions
   // One-line notes for the user about the run (a lossy method outside the model's validated
   // settings, docs/quality.md); front-ends print them.

@@ -127,6 +127,16 @@ ForwardOutputs Session::forward(const StepBatch& b,
   return out;
 }
 
+void Session::add_to(GraphKey& key, const ForwardInputs& in) {
+  key.add(in.attn.n_seq).add(in.attn.n_new).add(in.attn.mask_stride);
+  for (const Tensor* t :
+       {&in.tokens, &in.positions, &in.attn.seq, &in.attn.past, &in.output_rows, &in.attn.mask})
+    key.add(*t);
+  for (const Tensor* t : {in.embeddings, in.features, in.attn.key_visible})
+    key.add(t ? *t : Tensor{});
+  key.add(in.output_hidden).add(in.hidden_after_norm);
+}
+
 ForwardOutputs Session::run(const ForwardInputs& in) {
   return model_.forward(in, cache_, *workspace_);
 }
@@ -218,12 +228,9 @@ ForwardInputs Session::prepare(const StepBatch& b) {
   if (tree || !b.mask.empty() || b.mask_on_device) {
     // A tree's mask is expanded from its parents where the backend runs (rows ints cross to a
     // device, not rows x slots bytes); an explicit mask is uploaded as given.
-    int stride = b.mask_stride;
-    if (tree) {
-      stride = 0;
-      for (int r = 0; r < n_seq; ++r)
-        stride = std::max(stride, staging_[2 * rows + n_seq + r] + n_new);
-    }
+    // A tree's stride is the capacity, the same every round, so that the forward's launch (and
+    // a graph of it) does not change with the cached lengths.
+    const int stride = tree ? capacity() : b.mask_stride;
     const int64_t size = static_cast<int64_t>(rows) * stride;
     check(tree || b.mask_on_device || static_cast<int64_t>(b.mask.size()) == size,
           "internal: forward mask size");

@@ -78,15 +78,19 @@ class Session {
   // Uploads the batch's inputs (one transfer per buffer), runs the model, advances the slots.
   ForwardOutputs forward(const StepBatch& batch);
   // The same, with `edit` run on the uploaded inputs before the model (inputs the device writes
-  // itself: the speculative device loop's drafted tokens, BackendVerifier::write_drafts).
+  // itself: a drafter's fed tokens and features, gathered where they are).
   ForwardOutputs forward(const StepBatch& batch, const std::function<void(ForwardInputs&)>& edit);
-  // forward() in three parts, for steps that advance on the device (VanillaDecoder's device
-  // loop): prepare uploads the batch's inputs and returns them, views of the session's buffers
-  // whose addresses depend only on the batch's shape; run runs the model on them (once, or
-  // captured and replayed); advance records n more cached positions for each slot.
+  // forward() in three parts, for steps run as captured graphs (VanillaDecoder's device loop, the
+  // speculative device loop's passes): prepare uploads the batch's inputs and returns them, views
+  // of the session's buffers whose addresses depend only on the batch's shape (a tree's mask
+  // included: its stride is the capacity); run runs the model on them (once, or captured and
+  // replayed); advance records n more cached positions for each slot.
   ForwardInputs prepare(const StepBatch& batch);
   ForwardOutputs run(const ForwardInputs& in);
   void advance(std::span<const int32_t> slots, int n);
+  // What run(in) launches with, for a graph's key: the inputs' tensors and sizes (the cache, the
+  // workspace and the weights stay put for the session's life).
+  static void add_to(GraphKey& key, const ForwardInputs& in);
   // Copies t to `host` (resized) and waits for it.
   void read(const Tensor& t, std::vector<float>& host);
 

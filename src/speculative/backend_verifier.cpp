@@ -155,6 +155,12 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   Tensor used = grown_rows(be_, buffer_, DType::U8, static_cast<int64_t>(a.total), 1);
   be_.upload_into(host_.data(), used);
   const int64_t n_draft_rows = static_cast<int64_t>(n_drafts);
+  // The device ops' buffers, grown here so that those ops allocate nothing.
+  probs_round_ = Tensor{};
+  if (m > 0) {
+    probs_round_ = grown_rows(be_, probs_, DType::F32, static_cast<int64_t>(n_rows), V_);
+    grown_rows(be_, scratch_, DType::F32, m, verify_scratch(V_));
+  }
   if (on_device) {  // the drafter's rows in this round's order, on the backend's stream
     q_ = grown_rows(be_, gathered_q_, DType::F32, n_draft_rows, V_);
     if (n_draft_rows > 0)
@@ -194,9 +200,20 @@ Tensor BackendVerifier::moves(bool to, bool inputs) const {
 
 void BackendVerifier::write_drafts(Tensor& input_tokens) {
   check(staged_, "internal: BackendVerifier::write_drafts before stage");
-  if (!tokens_on_device_) return;
+  write_drafts(be_, launch(false), input_tokens);
+}
+
+void BackendVerifier::write_drafts(Backend& be, const VerifyLaunch& launch, Tensor& input_tokens) {
+  if (!launch.drafts.data) return;
   Tensor inputs = input_tokens.view({input_tokens.numel(), 1});
-  be_.copy_rows(device_inputs_, moves(false, true), inputs, moves(true, true));
+  be.copy_rows(launch.drafts, launch.inputs_from, inputs, launch.inputs_to);
+}
+
+void VerifyLaunch::add_to(GraphKey& key) const {
+  key.add(m).add(rows).add(greedy).add(guided);
+  for (const Tensor* t : {&probs, &scratch, &flag, &params, &nodes, &images, &verdicts, &carried,
+                          &q, &drafts, &inputs_from, &inputs_to})
+    key.add(*t);
 }
 
 std::span<const int32_t> BackendVerifier::carried(int j) const {
@@ -232,38 +249,68 @@ const int32_t* BackendVerifier::table_on_backend(
   return tables_.back().second.ptr<int32_t>();
 }
 
-const std::vector<DraftVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
-  check(staged_, "internal: BackendVerifier::verify before stage");
-  staged_ = false;
+VerifyLaunch BackendVerifier::launch(bool guided) const {
+  check(staged_, "internal: BackendVerifier::launch before stage");
+  const Layout& a = at_;
   const int m = m_, rows = rows_, width = rows - 1;
   const int64_t n_rows = static_cast<int64_t>(m) * rows;
-  check(logits.dtype == DType::F32 && logits.dim(-1) == V_ &&
-            logits.numel() >= (guided ? 2 : 1) * n_rows * V_,
+  VerifyLaunch l;
+  l.m = m;
+  l.rows = rows;
+  l.greedy = greedy_;
+  l.guided = guided;
+  if (m == 0) return l;
+  l.probs = probs_round_;
+  l.scratch = scratch_.rows(0, m);
+  l.flag = buffer_.bytes_as(a.flag, DType::I32, {1});
+  l.params = buffer_.bytes_as(a.params, DType::U8,
+                              {n_rows * static_cast<int64_t>(sizeof(DeviceSampleParams))});
+  l.nodes =
+      buffer_.bytes_as(a.nodes, DType::U8,
+                       {static_cast<int64_t>(m) * width * static_cast<int64_t>(sizeof(WalkNode))});
+  l.images = buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(RoundImage))});
+  l.verdicts =
+      buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(DraftVerdict))});
+  if (any_carry_)
+    l.carried = buffer_.bytes_as(a.carried, DType::I32, {static_cast<int64_t>(m) * width});
+  if (any_q_) l.q = q_;
+  if (tokens_on_device_ && a.input_moves > 0) {
+    l.drafts = device_inputs_;
+    l.inputs_from = moves(false, true);
+    l.inputs_to = moves(true, true);
+  }
+  return l;
+}
+
+void BackendVerifier::verify_on_device(Backend& be, const VerifyLaunch& l, const Tensor& logits) {
+  if (l.m == 0) return;
+  const int64_t n_rows = static_cast<int64_t>(l.m) * l.rows;
+  const int V = static_cast<int>(l.probs.dim(-1));
+  check(logits.dtype == DType::F32 && logits.dim(-1) == V &&
+            logits.numel() >= (l.guided ? 2 : 1) * n_rows * V,
         "internal: BackendVerifier logits shape");
+  Tensor probs = l.probs, flag = l.flag, scratch = l.scratch, verdicts = l.verdicts,
+         carried = l.carried;
+  const Tensor cond = logits.rows(0, n_rows);
+  const Tensor uncond = l.guided ? logits.rows(n_rows, n_rows) : Tensor{};
+  distribution_rows(be, cond, l.guided ? &uncond : nullptr, static_cast<int>(n_rows), l.params,
+                    probs, flag);
+  verify_images(be, probs, l.q.data ? &l.q : nullptr, l.nodes, l.images, l.m, l.rows - 1, l.greedy,
+                scratch, verdicts, carried.data ? &carried : nullptr);
+}
+
+const std::vector<DraftVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
+  verify_on_device(be_, launch(guided), logits);
+  return read();
+}
+
+const std::vector<DraftVerdict>& BackendVerifier::read() {
+  check(staged_, "internal: BackendVerifier::read before stage");
+  staged_ = false;
+  const int m = m_;
   verdicts_.resize(m);
   if (m == 0) return verdicts_;
   const Layout& a = at_;
-  Tensor probs = grown_rows(be_, probs_, DType::F32, n_rows, V_);
-  Tensor scratch = grown_rows(be_, scratch_, DType::F32, m, verify_scratch(V_));
-  Tensor flag = buffer_.bytes_as(a.flag, DType::I32, {1});
-  const Tensor cond = logits.rows(0, n_rows);
-  const Tensor uncond = guided ? logits.rows(n_rows, n_rows) : Tensor{};
-  const Tensor params = buffer_.bytes_as(
-      a.params, DType::U8, {n_rows * static_cast<int64_t>(sizeof(DeviceSampleParams))});
-  distribution_rows(be_, cond, guided ? &uncond : nullptr, static_cast<int>(n_rows), params, probs,
-                    flag);
-  const Tensor nodes =
-      buffer_.bytes_as(a.nodes, DType::U8,
-                       {static_cast<int64_t>(m) * width * static_cast<int64_t>(sizeof(WalkNode))});
-  const Tensor images =
-      buffer_.bytes_as(a.images, DType::U8, {m * static_cast<int64_t>(sizeof(RoundImage))});
-  Tensor verdicts =
-      buffer_.bytes_as(a.verdicts, DType::U8, {m * static_cast<int64_t>(sizeof(DraftVerdict))});
-  Tensor carried =
-      buffer_.bytes_as(a.carried, DType::I32, {any_carry_ ? static_cast<int64_t>(m) * width : 0});
-  verify_images(be_, probs, any_q_ ? &q_ : nullptr, nodes, images, m, width, greedy_, scratch,
-                verdicts, any_carry_ ? &carried : nullptr);
-  probs_round_ = probs;
   const Tensor back = buffer_.bytes_as(0, DType::U8, {static_cast<int64_t>(a.back)});
   be_.download(back, host_.data());  // the round's one copy back
   int32_t failed = 0;

@@ -34,6 +34,19 @@ struct DraftToVerify {
   bool carry = false;  // also the Jacobi carry-over draws of its node rows (carried())
 };
 
+// The device ops of a staged round (BackendVerifier::write_drafts and verify_on_device): the
+// tensors and sizes they launch with, fixed by stage(). Taken by value into a captured graph, they
+// are what its replays run with; rounds whose launches are equal (add_to) replay one graph, each
+// reading the buffers its own stage() wrote.
+struct VerifyLaunch {
+  int m = 0, rows = 0;
+  bool greedy = false, guided = false;
+  Tensor probs, scratch, flag, params, nodes, images, verdicts, carried, q;
+  // The drafts' device tokens and the copies into the target pass's inputs (undefined: none).
+  Tensor drafts, inputs_from, inputs_to;
+  void add_to(GraphKey& key) const;
+};
+
 class BackendVerifier {
  public:
   BackendVerifier(Backend& backend, int vocab);
@@ -57,6 +70,13 @@ class BackendVerifier {
   // wrote them (image j's row r at j * rows + r, the unconditional half after the conditional one
   // when guided). Blocks for the one copy back; throws Error when a logit is not finite.
   const std::vector<DraftVerdict>& verify(const Tensor& logits, bool guided);
+  // The same in parts, for a round whose target pass and verification run as one captured graph
+  // (SpeculativeDecoder): the staged launch; its device ops, which allocate, transfer and wait for
+  // nothing; then read, the one copy back.
+  VerifyLaunch launch(bool guided) const;
+  static void write_drafts(Backend& be, const VerifyLaunch& launch, Tensor& input_tokens);
+  static void verify_on_device(Backend& be, const VerifyLaunch& launch, const Tensor& logits);
+  const std::vector<DraftVerdict>& read();
   // Row r (0: the root's) of image j's target distributions in the last verify: the round's rows
   // are downloaded at the first call (a drafter that reads them, e.g. Jacobi's carry-over).
   std::span<const float> row(int j, int r);
@@ -98,7 +118,7 @@ class BackendVerifier {
   // probs: [m * rows, V]; scratch: [m, V] (residuals); q: [m * width, V], the drafter's rows
   // gathered from its DeviceDraftRows::q.
   Tensor buffer_, probs_, scratch_, gathered_q_;
-  Tensor probs_round_;         // the last verify's rows of probs_
+  Tensor probs_round_;         // the staged round's rows of probs_
   Tensor q_;                   // the round's q rows: in buffer_ or gathered_q_
   std::vector<uint8_t> host_;  // the buffer's bytes on the host
   std::vector<float> probs_host_;

@@ -110,6 +110,34 @@ bool SpeculativeDecoder::stage_on_backend(const std::vector<ImageState*>& active
   return true;
 }
 
+ForwardOutputs SpeculativeDecoder::verify_pass(const StepBatch& b) {
+  Backend& be = model_.backend();
+  ForwardInputs in = session_.prepare(b);  // copied into the ops, which write its tokens
+  const VerifyLaunch launch = verifier_->launch(cfg());
+  GraphKey key;
+  Session::add_to(key, in);
+  launch.add_to(key);
+  // A forward's launch is a few microseconds of host time for each of its kernels (GPT-XL's holds
+  // hundreds), a replayed graph's about one (notes/gpu_machine.md): vanilla's device loop replays
+  // its steps, and so does this pass. Shapes vary with --draft-len auto and the batch, so the
+  // graphs are bounded (GraphCache) and so is this table.
+  if (pass_outputs_.size() >= 256) {
+    pass_outputs_.clear();
+    graphs_.clear();
+  }
+  ForwardOutputs& out = pass_outputs_[key.bytes()];
+  const auto ops = [this, in, launch, &out]() mutable {
+    Backend& be = model_.backend();
+    // Drafts drawn on the device: their tokens go from the drafter's rows into the inputs there.
+    BackendVerifier::write_drafts(be, launch, in.tokens);
+    out = session_.run(in);
+    BackendVerifier::verify_on_device(be, launch, out.logits);
+  };
+  if (graphs_.replay_or_run(be, key, ops)) stats_.replayed_verify_rounds++;
+  session_.advance(b.slots, b.n_new);
+  return out;
+}
+
 void SpeculativeDecoder::remove(int id) {
   loop_.drafter->release(image(id));
   if (id < static_cast<int>(rules_.size())) rules_[id] = nullptr;  // the id is reused
@@ -224,11 +252,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   for (int r = 0; r < rows; ++r) b.output_at[r] = r;
   b.output_hidden = loop_.drafter->hidden_state() != HiddenState::None;
   const bool on_backend = stage_on_backend(active, rows);
-  // Drafts drawn on the device: their tokens go from the drafter's rows into the inputs there.
-  const ForwardOutputs outputs =
-      on_backend && verifier_->tokens_on_device()
-          ? session_.forward(b, [this](ForwardInputs& in) { verifier_->write_drafts(in.tokens); })
-          : session_.forward(b);
+  const ForwardOutputs outputs = on_backend ? verify_pass(b) : session_.forward(b);
   if (!on_backend) session_.read(outputs.logits, logits_);
   stats_.forward_passes++;
   ts = now_s();
@@ -237,7 +261,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   // there), read back in one copy.
   const std::vector<DraftVerdict>* verdicts = nullptr;
   if (on_backend) {
-    verdicts = &verifier_->verify(outputs.logits, cfg());
+    verdicts = &verifier_->read();
     for (int j = 0; j < m; ++j) {
       verifier_->complete(j, trees_[j]);
       depths_[j] = drafted_depth(trees_[j]);  // a static tree's missing nodes left out

@@ -9,8 +9,10 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "decode/decoder.h"
@@ -58,8 +60,16 @@ class SpeculativeDecoder final : public Decoder {
   // Whether this round verifies on the backend (verifier_): every image's rule has a walk
   // descriptor (a ratio rule or LANTERN); then its drafts, chains or trees, are staged.
   bool stage_on_backend(const std::vector<ImageState*>& active, int rows);
+  // The device loop's target pass over the staged drafts and their verification, as one graph
+  // per launch (GraphKey: the forward's inputs and the verifier's buffers), captured at the first
+  // round of its shape and replayed by the later ones; returns the forward's outputs.
+  ForwardOutputs verify_pass(const StepBatch& b);
   // The device loop's verifier (DecoderSettings::device_loop); null: the host walk.
   std::unique_ptr<BackendVerifier> verifier_;
+  GraphCache graphs_;
+  // Each graph's forward outputs (views of the session's workspace, where its replays write), by
+  // key: a replay runs none of the host code that returned them.
+  std::map<std::string, ForwardOutputs> pass_outputs_;
   std::vector<DraftToVerify> to_verify_;
   std::vector<std::optional<WalkRuleSource>> walk_rules_;  // per active image, this round
   std::vector<const AcceptanceRule*> rules_;               // by image id; null: the loop's

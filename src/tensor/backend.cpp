@@ -47,7 +47,22 @@ int64_t double_rows(Backend& backend, Tensor& store) {
 
 GraphCache::GraphCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
-bool GraphCache::replay_or_run(Backend& backend, int key, const std::function<void()>& ops) {
+GraphKey& GraphKey::add(int64_t value) {
+  bytes_.append(reinterpret_cast<const char*>(&value), sizeof value);
+  return *this;
+}
+
+GraphKey& GraphKey::add(const Tensor& t) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(t.data);
+  add(static_cast<int64_t>(at)).add(static_cast<int64_t>(t.dtype));
+  add(static_cast<int64_t>(t.layout)).add(t.ndim());
+  for (const int64_t d : t.shape) add(d);
+  return *this;
+}
+
+bool GraphCache::replay_or_run(Backend& backend, const GraphKey& graph_key,
+                               const std::function<void()>& ops) {
+  const std::string& key = graph_key.bytes();
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (graphs_.size() >= capacity_)

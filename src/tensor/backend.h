@@ -226,6 +226,22 @@ RowPairs upload_row_pairs(Backend& backend, Tensor& buffer, std::span<const int3
 // as it fills (drafters' feature rows).
 int64_t double_rows(Backend& backend, Tensor& store);
 
+// What a captured graph's launches depend on, spelled out: the host values and the tensors (their
+// addresses, types and shapes) its ops were given. Ops run with equal keys launch the same kernels
+// on the same memory, so one graph replays them all; a key that leaves something out would replay
+// a stale launch.
+class GraphKey {
+ public:
+  GraphKey() = default;
+  explicit GraphKey(int64_t value) { add(value); }
+  GraphKey& add(int64_t value);
+  GraphKey& add(const Tensor& t);  // undefined tensors included (their absence is part of a key)
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
 // Captured graphs by key (a step's or a draft chain's shape), at most `capacity` of them: a new
 // key past it drops the least recently used one (a GPU frees a graph still in flight when it
 // completes), so shapes that vary (--draft-len auto, batches that change size) do not pile up
@@ -236,7 +252,10 @@ class GraphCache {
   // Runs `ops` as the graph cached under `key` (captured at its first use), or runs them directly
   // when the backend records none (the CPU, or a failed capture). Returns whether a graph was
   // replayed. The ops must address only buffers that stay put while the key does.
-  bool replay_or_run(Backend& backend, int key, const std::function<void()>& ops);
+  bool replay_or_run(Backend& backend, const GraphKey& key, const std::function<void()>& ops);
+  bool replay_or_run(Backend& backend, int key, const std::function<void()>& ops) {
+    return replay_or_run(backend, GraphKey(key), ops);
+  }
   void clear() { graphs_.clear(); }  // after the buffers they address moved
   size_t size() const { return graphs_.size(); }
 
@@ -245,7 +264,7 @@ class GraphCache {
     std::unique_ptr<OpGraph> graph;  // null: the backend captured none, run the ops
     uint64_t used = 0;
   };
-  std::map<int, Entry> graphs_;
+  std::map<std::string, Entry> graphs_;
   uint64_t clock_ = 0;
   size_t capacity_;
 };
