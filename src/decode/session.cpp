@@ -63,7 +63,8 @@ Session::Session(const AutoregressiveModel& model, const SessionOptions& o)
   const SessionSizes z = session_sizes(model, o);
   const int max_rows = static_cast<int>(z.max_rows), max_out = static_cast<int>(z.max_out);
   workspace_ = model.make_workspace(max_rows, max_out);
-  index_buffer_ = model.backend().empty(DType::I32, {3 * z.max_rows + 2 * z.slots + z.max_out});
+  index_part_ = 3 * z.max_rows + 2 * z.slots + z.max_out;
+  index_buffer_ = model.backend().empty(DType::I32, {kIndexParts * index_part_});
 }
 
 int Session::acquire_slot() {
@@ -149,8 +150,9 @@ void Session::advance(std::span<const int32_t> slots, int n) {
   }
 }
 
-ForwardInputs Session::prepare(const StepBatch& b) {
+ForwardInputs Session::prepare(const StepBatch& b, int part) {
   Backend& be = backend();
+  check(part >= 0 && part < kIndexParts, "internal: Session::prepare part out of range");
   const int n_seq = static_cast<int>(b.slots.size()), n_new = b.n_new;
   const int rows = n_seq * n_new, n_out = n_seq * static_cast<int>(b.output_at.size());
   check(n_seq <= n_slots() && rows <= workspace_->max_rows() && n_out <= workspace_->max_outputs(),
@@ -200,7 +202,9 @@ ForwardInputs Session::prepare(const StepBatch& b) {
       }
     std::copy(b.parents.begin(), b.parents.end(), p + parents_at);
   }
-  Tensor used = index_buffer_.rows(0, static_cast<int64_t>(staging_.size()));
+  check(part == 0 || (!tree && b.mask.empty() && !b.mask_on_device && fd == 0),
+        "internal: a second part of inputs with a mask or features");
+  Tensor used = index_buffer_.rows(part * index_part_, static_cast<int64_t>(staging_.size()));
   be.upload_into(staging_.data(), used);
 
   ForwardInputs in;

@@ -85,7 +85,9 @@ class Session {
   // of the session's buffers whose addresses depend only on the batch's shape (a tree's mask
   // included: its stride is the capacity); run runs the model on them (once, or captured and
   // replayed); advance records n more cached positions for each slot.
-  ForwardInputs prepare(const StepBatch& batch);
+  // part 1 puts the inputs beside part 0's, for a graph that runs two forwards of different
+  // shapes (a draft chain's catch-up, then its steps; no mask or features there).
+  ForwardInputs prepare(const StepBatch& batch, int part = 0);
   ForwardOutputs run(const ForwardInputs& in);
   void advance(std::span<const int32_t> slots, int n);
   // What run(in) launches with, for a graph's key: the inputs' tensors and sizes (the cache, the
@@ -107,10 +109,14 @@ class Session {
   KVCache cache_;
   std::unique_ptr<ForwardWorkspace> workspace_;
   std::vector<uint8_t> in_use_;
-  Tensor index_buffer_;    // I32: tokens | positions | seq | past | output rows | tree parents
-  Tensor mask_buffer_;     // U8, reserved on first use
-  Tensor feature_buffer_;  // F32 [max rows, feature_dim], reserved on first use
-  Tensor features_;        // the prepared batch's rows of feature_buffer_
+  // I32, kIndexParts parts of index_part_: tokens | positions | seq | past | output rows | tree
+  // parents
+  static constexpr int kIndexParts = 2;
+  int64_t index_part_ = 0;
+  Tensor index_buffer_;
+  Tensor mask_buffer_;            // U8, reserved on first use
+  Tensor feature_buffer_;         // F32 [max rows, feature_dim], reserved on first use
+  Tensor features_;               // the prepared batch's rows of feature_buffer_
   std::vector<int32_t> staging_;  // host side of index_buffer_
   HiddenState hidden_states_ = HiddenState::None;
   int64_t forwards_ = 0;

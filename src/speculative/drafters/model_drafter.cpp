@@ -200,6 +200,18 @@ void ModelDrafter::release(const ImageState& image) {
 
 void ModelDrafter::run(const StepBatch& b, bool read_logits, std::span<const int32_t> token_moves) {
   Backend& be = model_.backend();
+  if (defer_catch_up_) {
+    // The device chain's catch-up: its inputs go up now (beside the chain's), its cache lengths
+    // advance now, and its forward runs first in the chain's graph (draft_on_device).
+    check(!read_logits && !b.features_on_device && token_moves.empty() && !deferred_.pending,
+          "internal: a deferred catch-up reads its logits, features or moved tokens");
+    deferred_.in = session_.prepare(b, 1);
+    deferred_.n_out = static_cast<int>(b.output_at.size());
+    deferred_.pending = true;
+    session_.advance(b.slots, b.n_new);
+    device_forwards_++;
+    return;
+  }
   Tensor index;
   if (b.features_on_device) {
     const auto n = static_cast<int64_t>(feature_rows_.size());
@@ -226,6 +238,15 @@ void ModelDrafter::run(const StepBatch& b, bool read_logits, std::span<const int
   if (read_logits) session_.read(last_.logits, logits_);
 }
 
+Tensor ModelDrafter::upload_roots_index(int m, int n_out, const std::vector<int>& out_row) {
+  const int R = params_.uses_cfg() ? 2 * m : m;
+  roots_host_.resize(R);
+  for (int r = 0; r < R; ++r) roots_host_[r] = r * n_out + out_row[r % m];
+  Tensor index = grown_rows(model_.backend(), roots_index_, DType::I32, R, 1).view({R});
+  model_.backend().upload_into(roots_host_.data(), index);
+  return index;
+}
+
 // Chains, static and dynamic trees alike read only the roots' rows of a catch-up: on the device
 // loop they are gathered first (one small upload, the index; one get_rows), so that a t2i EAGLE
 // drafter's first catch-up (a caption's pairs) is not ranked or drawn row by row.
@@ -234,10 +255,7 @@ int ModelDrafter::keep_roots(int m, int n_out, std::vector<int>& out_row) {
   if (n_out == 1 && !features) return n_out;
   Backend& be = model_.backend();
   const int R = params_.uses_cfg() ? 2 * m : m;
-  roots_host_.resize(R);
-  for (int r = 0; r < R; ++r) roots_host_[r] = r * n_out + out_row[r % m];
-  Tensor index = grown_rows(be, roots_index_, DType::I32, R, 1).view({R});
-  be.upload_into(roots_host_.data(), index);
+  const Tensor index = upload_roots_index(m, n_out, out_row);
   Tensor logits = grown_rows(be, device_roots_, DType::F32, R, model_.info().vocab_size);
   be.get_rows(last_.logits, index, logits);
   last_.logits = logits;
@@ -262,12 +280,15 @@ int ModelDrafter::keep_roots(int m, int n_out, std::vector<int>& out_row) {
 void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                                    std::span<const int> max_depth, int depth,
                                    const std::vector<int32_t>& slots,
-                                   std::vector<DraftTree>& trees) {
+                                   const std::vector<int>& out_row, std::vector<DraftTree>& trees) {
   Backend& be = model_.backend();
   const bool cfg = params_.uses_cfg(), features = reads_features();
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m, V = model_.info().vocab_size;
   const int N = model_.info().n_tokens, steps = depth - 1;  // forwards after the first draw
-  check(last_.logits.dim(0) == R, "internal: the device chain starts from one root row a slot");
+  const bool deferred = deferred_.pending;  // the catch-up's forward runs first, in the graph
+  deferred_.pending = false;
+  check(deferred || last_.logits.dim(0) == R,
+        "internal: the device chain starts from one root row a slot");
   const size_t drawn = static_cast<size_t>(depth) * m;
   const size_t flag_at = drawn * sizeof(int32_t), back = flag_at + sizeof(int32_t);
   const size_t params_at = aligned_offset(back);
@@ -295,35 +316,41 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
   Tensor io = grown_rows(be, device_io_, DType::U8, static_cast<int64_t>(io_host_.size()), 1);
   be.upload_into(io_host_.data(), io);
   grown_rows(be, device_q_, DType::F32, static_cast<int64_t>(drawn), V);
-  const Tensor root_logits = last_.logits;
+  // A deferred catch-up that gave a slot several rows (images catching up unevenly): the roots'
+  // rows are gathered in the graph, from an index uploaded now.
+  Tensor roots_index, roots;
+  if (deferred && deferred_.n_out > 1) {
+    roots_index = upload_roots_index(m, deferred_.n_out, out_row);
+    roots = grown_rows(be, device_roots_, DType::F32, R, V);
+  }
+  const Tensor root_logits = deferred ? Tensor{} : last_.logits;
   // EAGLE: f^ at the roots' rows (keep_roots'), which the first forward reads.
   const Tensor root_hidden = features ? last_.hidden : Tensor{};
   // A graph holds addresses: the buffers' growth retires every graph.
   if (device_io_.data != io_was || device_q_.data != q_was) graphs_.clear();
 
-  Tensor flag = device_io_.bytes_as(flag_at, DType::I32, {1});
-  auto params = [&](int step) {
-    const size_t bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
-    return device_io_.bytes_as(params_at + static_cast<size_t>(step) * bytes, DType::U8,
-                               {static_cast<int64_t>(bytes)});
-  };
-  auto tokens_of = [&](int step) {
-    return device_io_.bytes_as(static_cast<size_t>(step) * m * sizeof(int32_t), DType::I32, {m});
-  };
   // Draw `step` from `logits` (one row per slot): q rows and the tokens, into the next forward's
-  // inputs when there is one (then copied to the step's tokens), else straight to them.
-  auto draw = [&, m, cfg](int step, const Tensor& logits, const Tensor* next_tokens) {
+  // inputs when there is one (then copied to the step's tokens), else straight to them. It holds
+  // values, no references: a graph's replays (and a test's recorded ones) run it after this call.
+  const Tensor flag = device_io_.bytes_as(flag_at, DType::I32, {1});
+  auto draw = [this, m, cfg, params_at, flag](int step, const Tensor& logits,
+                                              const Tensor* next_tokens) {
+    Backend& be = model_.backend();
+    const size_t bytes = static_cast<size_t>(m) * sizeof(DeviceSampleParams);
+    Tensor p = device_io_.bytes_as(params_at + static_cast<size_t>(step) * bytes, DType::U8,
+                                   {static_cast<int64_t>(bytes)});
+    Tensor f = flag;
     const Tensor cond = logits.rows(0, m);
     const Tensor uncond = cfg ? logits.rows(m, m) : Tensor{};
-    Tensor p = params(step);
     Tensor q = device_q_.rows(static_cast<int64_t>(step) * m, m);
-    distribution_rows(be, cond, cfg ? &uncond : nullptr, m, p, q, flag);
+    distribution_rows(be, cond, cfg ? &uncond : nullptr, m, p, q, f);
     // The token drawn from q with the same settings and uniform as the host chain's.
     SampleRowsOut out;
-    Tensor mine = tokens_of(step);
+    Tensor mine =
+        device_io_.bytes_as(static_cast<size_t>(step) * m * sizeof(int32_t), DType::I32, {m});
     out.tokens = next_tokens ? *next_tokens : mine;
     out.mirror = next_tokens && cfg ? m : 0;
-    draw_rows(be, q, m, p, out, flag);
+    draw_rows(be, q, m, p, out, f);
     if (next_tokens) be.copy(next_tokens->rows(0, m), mine);
   };
 
@@ -343,32 +370,47 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
             "internal: a device draft past the draft cache's capacity");
     in = session_.prepare(b);
   }
-  draw(0, root_logits, steps > 0 ? &in.tokens : nullptr);
-  if (steps > 0) {
-    auto forwards = [this, in, draw, steps, R, positions_at, root_hidden]() mutable {
-      Backend& be = model_.backend();
-      Tensor f_hat = root_hidden;
-      for (int k = 1; k <= steps; ++k) {
-        // Forward k feeds draw k - 1's tokens at their positions; draw k reads its logits.
-        if (k > 1) {
-          const Tensor from = device_io_.bytes_as(
-              positions_at + static_cast<size_t>(k - 1) * R * sizeof(int32_t), DType::I32, {R});
-          Tensor to = in.positions;
-          be.copy(from, to);
-        }
-        if (in.features) {
-          Tensor to = *in.features;
-          be.copy(f_hat.rows(0, R), to);
-        }
-        const ForwardOutputs out = session_.run(in);
-        f_hat = out.hidden;
-        draw(k, out.logits, k < steps ? &in.tokens : nullptr);
-        Tensor past = in.attn.past;
-        be.add_scalar_i32(past, 1);
+  const ForwardInputs catch_up_in = deferred ? deferred_.in : ForwardInputs{};
+  // The catch-up's forward (deferred), the first draw, then each forward and its draw: one graph
+  // per shape on a GPU, captured once and replayed each round.
+  auto chain = [this, in, catch_up_in, deferred, roots_index, roots, root_logits, draw, steps, R,
+                positions_at, root_hidden]() mutable {
+    Backend& be = model_.backend();
+    Tensor root = root_logits;
+    if (deferred) {
+      root = session_.run(catch_up_in).logits;
+      if (roots_index.data) {
+        be.get_rows(root, roots_index, roots);
+        root = roots;
       }
-    };
-    const int key = device_chain_graph_key(m, depth, in.attn.key_visible != nullptr, N);
-    if (graphs_.replay_or_run(be, key, forwards)) device_drafts_counted_.replayed++;
+    }
+    draw(0, root, steps > 0 ? &in.tokens : nullptr);
+    Tensor f_hat = root_hidden;
+    for (int k = 1; k <= steps; ++k) {
+      // Forward k feeds draw k - 1's tokens at their positions; draw k reads its logits.
+      if (k > 1) {
+        const Tensor from = device_io_.bytes_as(
+            positions_at + static_cast<size_t>(k - 1) * R * sizeof(int32_t), DType::I32, {R});
+        Tensor to = in.positions;
+        be.copy(from, to);
+      }
+      if (in.features) {
+        Tensor to = *in.features;
+        be.copy(f_hat.rows(0, R), to);
+      }
+      const ForwardOutputs out = session_.run(in);
+      f_hat = out.hidden;
+      draw(k, out.logits, k < steps ? &in.tokens : nullptr);
+      Tensor past = in.attn.past;
+      be.add_scalar_i32(past, 1);
+    }
+  };
+  GraphKey key(device_chain_graph_key(m, depth, in.attn.key_visible != nullptr, N));
+  Session::add_to(key, in);
+  Session::add_to(key, catch_up_in);
+  key.add(roots_index).add(roots).add(root_logits).add(root_hidden).add(device_io_).add(device_q_);
+  if (graphs_.replay_or_run(be, key, chain)) device_drafts_counted_.replayed++;
+  if (steps > 0) {
     session_.advance(slots, steps);
     device_forwards_ += steps;
   }
@@ -541,6 +583,7 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
                            std::vector<DraftTree>& trees) {
   check_images_sampling(active, params_);
   device_rows_ = {};
+  deferred_.pending = false;
   if (shape_) {
     propose_tree(active, max_depth, trees);
     return;
@@ -558,11 +601,14 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   const int m = static_cast<int>(who.size()), R = cfg ? 2 * m : m;
   StepBatch b;
   std::vector<int> out_row;
+  // The device loop: the chain is drawn on the backend, only the tokens come back; a draft model
+  // that reads no features runs its catch-up's forward in the chain's graph.
+  defer_catch_up_ = device_drafts_ && !reads_features();
   int n_out = catch_up(active, who, b, out_row, device_drafts_);
-  // The device loop: the chain is drawn on the backend, only the tokens come back.
+  defer_catch_up_ = false;
   if (device_drafts_) {
-    keep_roots(m, n_out, out_row);
-    draft_on_device(active, who, max_depth, depth, b.slots, trees);
+    if (!deferred_.pending) keep_roots(m, n_out, out_row);
+    draft_on_device(active, who, max_depth, depth, b.slots, out_row, trees);
     return;
   }
   std::vector<int32_t> next(R);

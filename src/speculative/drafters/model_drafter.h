@@ -157,9 +157,12 @@ class ModelDrafter : public Drafter {
   // between them on the backend (an EAGLE drafter's reading f^ there), the distributions and
   // tokens in device_rows_ (node (step, i) at row step * m + i), left there; appends the nodes to
   // `trees`, their tokens kTokenOnDevice.
+  // A deferred catch-up (deferred_) runs first in the chain's graph, its roots at out_row.
   void draft_on_device(std::span<ImageState* const> active, const std::vector<int>& who,
                        std::span<const int> max_depth, int depth, const std::vector<int32_t>& slots,
-                       std::vector<DraftTree>& trees);
+                       const std::vector<int>& out_row, std::vector<DraftTree>& trees);
+  // Uploads the index of the roots' rows of a catch-up of n_out rows a slot (cond, then uncond).
+  Tensor upload_roots_index(int m, int n_out, const std::vector<int>& out_row);
   // Feature mode: appends the pairs (tokens[k], features of row cond_rows[k] of cond and
   // uncond_rows[k] of uncond, backend tensors [*, feature_dim]) to image id's pending ones.
   void queue_pairs(int id, std::span<const int32_t> tokens, const Tensor& cond,
@@ -180,6 +183,16 @@ class ModelDrafter : public Drafter {
   int max_new_ = 2;  // most rows per slot of one forward
   bool device_drafts_ = false;
   ForwardOutputs last_;  // the last forward's outputs
+  // The device loop's chains of a draft model that reads no features: run() then prepares the
+  // catch-up (Session::prepare's part 1) and advances its cache lengths without running it, and
+  // draft_on_device runs its forward first in the chain's graph.
+  struct DeferredCatchUp {
+    bool pending = false;
+    ForwardInputs in;
+    int n_out = 0;
+  };
+  bool defer_catch_up_ = false;
+  DeferredCatchUp deferred_;
   // The device loop: the round's draft distributions [depth * m, V], and one byte buffer holding
   // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
   // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).
