@@ -209,13 +209,20 @@ verify_cost() {
 METHODS=${GPU_CHECK_METHODS:-sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk}
 # The trees' rows: the same methods drafting trees on the device loop (EAGLE-2's dynamic trees
 # ranked there, static trees drawn there), `--tree` for every method of the run.
-TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1}
+# A row @len:N runs its methods with --draft-len N instead: a fixed length, so that a draft model's
+# chain rounds run in bursts on the device (the "in bursts" column).
+TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1 sd,lantern,cool-sd@len:5}
 MROWS=() MNOTE=""
-# methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE), its rows in MROWS.
+# methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE, or --draft-len N for
+# len:N), its rows in MROWS.
 methods_run() {
   [[ $HAS_DEVICE == 1 ]] || return
   local kept=() m quality=() tree=${2:-} tag="" extra=()
-  [[ -n $tree ]] && { tag=" (--tree $tree)"; extra=(--tree "$tree"); }
+  if [[ $tree == len:* ]]; then
+    tag=" (--draft-len ${tree#len:})"; extra=(--draft-len "${tree#len:}")
+  elif [[ -n $tree ]]; then
+    tag=" (--tree $tree)"; extra=(--tree "$tree")
+  fi
   for m in ${1//,/ }; do
     case $m in
       eagle|medusa|medusa-typical|hawk)
@@ -260,7 +267,8 @@ for r in d["methods"]:
     # there (those whose forwards replayed a graph).
     device = (f"{r.get('device_rounds', 0)}/{spec_rounds} ({r.get('replayed_verify_rounds', 0)});"
               f" drafted {r.get('device_drafted_rounds', 0)}"
-              f" ({r.get('replayed_draft_rounds', 0)})") if r["method"] != "vanilla" else "-"
+              f" ({r.get('replayed_draft_rounds', 0)}); burst {r.get('burst_rounds', 0)}"
+              if r["method"] != "vanilla" else "-")
     print(f"| {r['method']}{tag} | {r['tokens_per_s']:.0f} | {r['speedup_vs_vanilla']:.2f}x | "
           f"{r['mean_accepted_length']:.2f} | {ms['draft']:.3f} / {ms['target']:.3f} / "
           f"{ms['verify'] + ms['rules']:.3f} | {device} | "
@@ -319,7 +327,7 @@ for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
   if [[ ${#MROWS[@]} -gt 0 ]]; then
     echo "speculative methods on the emoji model (bench --methods, 4 images, batch 1; quality: top-1 with its 95% interval$MNOTE)"
     echo
-    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | rounds on the device: verified/all (graph); drafted (graph) | top-1 |"
+    echo "| method | tokens/s | vs vanilla | mean accepted length | ms per round: draft / target / verify | rounds on the device: verified/all (graph); drafted (graph); in bursts | top-1 |"
     echo "|---|---|---|---|---|---|---|"
     printf '%s\n' "${MROWS[@]}"
     echo

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -374,6 +375,7 @@ TEST(DeviceRounds, ARoundReadsBackOnce) {
     d.sampling = p;
     d.seed = 4;
     d.device_loop = DeviceLoop::On;
+    d.device_burst = 1;  // a round a step (ChainRoundsRunInBursts: a burst's one read)
     GenerateStats stats;
     speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
     const int a = dec.add(Condition::label(1), 0), b = dec.add(Condition::label(2), 1);
@@ -750,10 +752,13 @@ TEST(DeviceRounds, DraftChainGraphKeysNeverCollide) {
 
 namespace {
 
-// Nine whole images of the fixture, three at a time, through the speculative loop on `be`: a draft model's chains
-// ("chain") or static trees ("tree"), EAGLE's chains ("eagle", reading the target pass's hidden
-// states) or Jacobi's windows ("sjd", carrying draws over), exact rule, guided.
-Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where) {
+// Nine whole images of the fixture, three at a time, through the speculative loop on `be`: a draft
+// model's chains ("chain") or static trees ("tree"), EAGLE's chains ("eagle", reading the target
+// pass's hidden states) or Jacobi's windows ("sjd", carrying draws over), exact rule, guided. With
+// `drive`, it steps the decoder instead (no images returned).
+using Drive = std::function<void(speculative::SpeculativeDecoder&, GenerateStats&)>;
+Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
+                       const Drive& drive = {}) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   LlamaGen target(tc, be);
   std::unique_ptr<AutoregressiveModel> draft;
@@ -786,7 +791,10 @@ Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where) {
   d.device_loop = where;
   Generated out;
   speculative::SpeculativeDecoder dec(target, kBatch, d, loop, out.stats);
-  out.images = generate_labels(dec, kImages, out.stats);
+  if (drive)
+    drive(dec, out.stats);
+  else
+    out.images = generate_labels(dec, kImages, out.stats);
   return out;
 }
 
@@ -823,4 +831,65 @@ TEST(DeviceRounds, TargetPassesReplayTheirGraphs) {
       EXPECT_EQ(device.stats.replayed_draft_rounds, device.stats.device_drafted_rounds);
     }
   }
+}
+
+// A draft model's chain rounds repeat on the device in bursts (issue 42, item 1;
+// speculative/chain_commit.h): each round's commit appends the images' tokens to a history there
+// and moves the next round's inputs (the catch-up's tokens, every position, cached length, token
+// index, draw stream and round), so the next round is the same graphs again, and the host reads
+// the burst back once. The images and statistics are the host loop's, for the exact rule, LANTERN
+// and COOL-SD (its schedule reads the round's depth), sampled and greedy; under a backend that
+// records graphs and replays them with the values they were captured with, a step of several
+// rounds reads back once and never waits otherwise.
+TEST(DeviceRounds, ChainRoundsRunInBursts) {
+  struct Case {
+    SpeculativeOptions spec;
+    float temperature;
+  };
+  // The target drafting for itself: drafts accepted deep, so every draw of a chain counts.
+  SpeculativeOptions itself = method("sd");
+  itself.draft_model = kFix + "/llamagen/c2i_f32";
+  const std::vector<Case> cases = {
+      {method("sd"), 1.0f},
+      {method("sd"), 0.0f},
+      {method("lantern", {{"lantern.k", int64_t{5}}, {"lantern.delta", 0.4}}), 1.0f},
+      {method("cool-sd", {{"cool.delta", 1.5}}), 1.0f},
+      {itself, 1.0f},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec.method + " at temperature " + std::to_string(c.temperature));
+    const Generated host = run(c.spec, DeviceLoop::Off, c.temperature);
+    const Generated device = run(c.spec, DeviceLoop::On, c.temperature);
+    expect_same(device, host);
+    EXPECT_EQ(host.stats.burst_rounds, 0);
+    // Six images of 16 tokens in two batches, chains of 3: bursts of up to 3 rounds.
+    EXPECT_GE(device.stats.burst_rounds, device.stats.device_rounds / 3);
+  }
+
+  // One step, one burst, one read back.
+  const Generated host = whole_images("chain", cpu_backend(), DeviceLoop::Off);
+  test::CountingBackend recording;
+  recording.record_graphs = true;
+  int bursts = 0;
+  whole_images("chain", recording, DeviceLoop::On,
+               [&](speculative::SpeculativeDecoder& dec, GenerateStats& stats) {
+                 std::vector<int> ids;
+                 for (int i = 0; i < 3; ++i)
+                   ids.push_back(dec.add(Condition::label(i), static_cast<uint64_t>(i)));
+                 ASSERT_TRUE(dec.step());  // the prefills
+                 for (bool more = true; more;) {
+                   const GenerateStats before = stats;
+                   recording.downloads = recording.syncs = 0;
+                   more = dec.step();
+                   const int64_t rounds = stats.device_rounds - before.device_rounds;
+                   if (stats.burst_rounds - before.burst_rounds == 0) continue;
+                   ++bursts;
+                   EXPECT_GT(rounds, 1);
+                   EXPECT_EQ(stats.burst_rounds - before.burst_rounds, rounds);
+                   EXPECT_EQ(recording.downloads, 1) << "a burst of " << rounds << " rounds";
+                   EXPECT_EQ(recording.syncs, 0);
+                 }
+                 for (int i = 0; i < 3; ++i) EXPECT_EQ(dec.image(ids[i]).tokens, host.images[i]);
+               });
+  EXPECT_GE(bursts, 1);
 }

@@ -184,6 +184,9 @@ struct GenerateStats {
   int64_t replayed_draft_rounds = 0;  // ... of them with the chain's forwards a replayed graph
   // Device-loop rounds whose target pass and verification replayed a captured graph (a GPU).
   int64_t replayed_verify_rounds = 0;
+  // Device-loop rounds run in bursts: chains repeated on the device, committed there, the host
+  // reading back once a burst (DecoderSettings::device_burst rounds at most).
+  int64_t burst_rounds = 0;
   std::vector<ImageStats> per_image;  // in the order of the conditions
   // One-line notes for the user about the run (a lossy method outside the model's validated
   // settings, docs/quality.md); front-ends print them.

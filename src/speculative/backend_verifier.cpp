@@ -161,10 +161,12 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
     probs_round_ = grown_rows(be_, probs_, DType::F32, static_cast<int64_t>(n_rows), V_);
     grown_rows(be_, scratch_, DType::F32, m, verify_scratch(V_));
   }
-  if (on_device) {  // the drafter's rows in this round's order, on the backend's stream
+  // The drafter's rows in this round's order are gathered, and its tokens copied, by the pass's
+  // device ops (gather_drafts).
+  q_from_ = Tensor{};
+  if (on_device) {
     q_ = grown_rows(be_, gathered_q_, DType::F32, n_draft_rows, V_);
-    if (n_draft_rows > 0)
-      be_.get_rows(device->q, buffer_.bytes_as(a.q_rows, DType::I32, {n_draft_rows}), q_);
+    if (n_draft_rows > 0) q_from_ = device->q;
   } else {
     q_ = buffer_.bytes_as(a.q, DType::F32, {any_q_ ? n_draft_rows : 0, V_});
   }
@@ -174,8 +176,6 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
     // The target pass reads a missing child's token as padding (0), the walk as none (-1).
     device_inputs_ =
         device->inputs.data ? device->inputs.view({device->inputs.numel(), 1}) : device_tokens_;
-    Tensor words = buffer_.bytes_as(0, DType::I32, {static_cast<int64_t>(a.back / kWord), 1});
-    be_.copy_rows(device_tokens_, moves(false, false), words, moves(true, false));
   }
   staged_ = true;
   downloaded_ = false;
@@ -198,22 +198,48 @@ Tensor BackendVerifier::moves(bool to, bool inputs) const {
                           {inputs ? a.input_moves : a.node_moves});
 }
 
-void BackendVerifier::write_drafts(Tensor& input_tokens) {
-  check(staged_, "internal: BackendVerifier::write_drafts before stage");
-  write_drafts(be_, launch(false), input_tokens);
-}
-
 void BackendVerifier::write_drafts(Backend& be, const VerifyLaunch& launch, Tensor& input_tokens) {
   if (!launch.drafts.data) return;
   Tensor inputs = input_tokens.view({input_tokens.numel(), 1});
   be.copy_rows(launch.drafts, launch.inputs_from, inputs, launch.inputs_to);
 }
 
+void BackendVerifier::gather_drafts(Backend& be, const VerifyLaunch& l) {
+  if (l.q_from.data) {
+    Tensor q = l.q;
+    be.get_rows(l.q_from, l.q_index, q);
+  }
+  if (l.tokens.data) {
+    Tensor words = l.words;
+    be.copy_rows(l.tokens, l.nodes_from, words, l.nodes_to);
+  }
+}
+
 void VerifyLaunch::add_to(GraphKey& key) const {
   key.add(m).add(rows).add(greedy).add(guided);
-  for (const Tensor* t : {&probs, &scratch, &flag, &params, &nodes, &images, &verdicts, &carried,
-                          &q, &drafts, &inputs_from, &inputs_to})
+  for (const Tensor* t :
+       {&probs, &scratch, &flag, &params, &nodes, &images, &verdicts, &carried, &q, &q_from,
+        &q_index, &tokens, &words, &nodes_from, &nodes_to, &drafts, &inputs_from, &inputs_to})
     key.add(*t);
+}
+
+void BackendVerifier::burst_fields(std::vector<RoundField>& out) const {
+  check(staged_ && m_ > 0, "internal: a burst's fields of no staged round");
+  auto* base = static_cast<uint8_t*>(buffer_.data);
+  for (int j = 0; j < m_; ++j) {
+    for (int r = 0; r < rows_; ++r) {
+      uint8_t* p = base + at_.params +
+                   (static_cast<size_t>(j) * rows_ + r) * sizeof(DeviceSampleParams) +
+                   offsetof(DeviceSampleParams, token_index);
+      out.push_back(RoundField{reinterpret_cast<int32_t*>(p), j, RoundField::kCommitted, 0, 0});
+    }
+    uint8_t* im = base + at_.images + static_cast<size_t>(j) * sizeof(RoundImage);
+    out.push_back(RoundField{reinterpret_cast<int32_t*>(im + offsetof(RoundImage, base_token)), j,
+                             RoundField::kCommitted, 0, 0});
+    // The round's low word (little-endian): a burst is far from 2^31 rounds.
+    out.push_back(RoundField{reinterpret_cast<int32_t*>(im + offsetof(RoundImage, round)), j,
+                             RoundField::kConstant, 1, 0});
+  }
 }
 
 std::span<const int32_t> BackendVerifier::carried(int j) const {
@@ -274,6 +300,16 @@ VerifyLaunch BackendVerifier::launch(bool guided) const {
   if (any_carry_)
     l.carried = buffer_.bytes_as(a.carried, DType::I32, {static_cast<int64_t>(m) * width});
   if (any_q_) l.q = q_;
+  if (q_from_.data) {
+    l.q_from = q_from_;
+    l.q_index = buffer_.bytes_as(a.q_rows, DType::I32, {static_cast<int64_t>(m) * width});
+  }
+  if (tokens_on_device_) {
+    l.tokens = device_tokens_;
+    l.words = buffer_.bytes_as(0, DType::I32, {static_cast<int64_t>(a.back / sizeof(int32_t)), 1});
+    l.nodes_from = moves(false, false);
+    l.nodes_to = moves(true, false);
+  }
   if (tokens_on_device_ && a.input_moves > 0) {
     l.drafts = device_inputs_;
     l.inputs_from = moves(false, true);
@@ -300,7 +336,9 @@ void BackendVerifier::verify_on_device(Backend& be, const VerifyLaunch& l, const
 }
 
 const std::vector<DraftVerdict>& BackendVerifier::verify(const Tensor& logits, bool guided) {
-  verify_on_device(be_, launch(guided), logits);
+  const VerifyLaunch l = launch(guided);
+  gather_drafts(be_, l);
+  verify_on_device(be_, l, logits);
   return read();
 }
 

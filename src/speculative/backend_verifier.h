@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sampling/sample_rows.h"
+#include "speculative/chain_commit.h"
 #include "speculative/draft.h"
 #include "speculative/verify.h"
 #include "speculative/verify_images.h"
@@ -42,8 +43,11 @@ struct VerifyLaunch {
   int m = 0, rows = 0;
   bool greedy = false, guided = false;
   Tensor probs, scratch, flag, params, nodes, images, verdicts, carried, q;
-  // The drafts' device tokens and the copies into the target pass's inputs (undefined: none).
-  Tensor drafts, inputs_from, inputs_to;
+  // The drafter's q rows gathered into q (undefined: q was uploaded).
+  Tensor q_from, q_index;
+  // The drafts' device tokens and their copies into the walk's nodes (and the draws' flag into
+  // this buffer's), and into the target pass's inputs (undefined: none).
+  Tensor tokens, words, nodes_from, nodes_to, drafts, inputs_from, inputs_to;
   void add_to(GraphKey& key) const;
 };
 
@@ -60,23 +64,32 @@ class BackendVerifier {
   void stage(int rows, std::span<const DraftToVerify> drafts, bool greedy,
              const DeviceDraftRows* device = nullptr, int halves = 1);
   // Whether the staged drafts have tokens on the device: the target pass's inputs then need
-  // write_drafts, and the trees complete() after verify.
+  // write_drafts, and the trees complete() after read.
   bool tokens_on_device() const { return tokens_on_device_; }
-  // Writes the staged drafts' device tokens into the target pass's inputs (I32 [halves * m *
-  // rows], image j's row r at (h * m + j) * rows + r: node d's token at row d + 1), on the
-  // backend's stream, once Session::prepare has written the rest.
-  void write_drafts(Tensor& input_tokens);
-  // After it: the staged images' verdicts. logits: F32 [halves * m * rows, V] as the target pass
-  // wrote them (image j's row r at j * rows + r, the unconditional half after the conditional one
-  // when guided). Blocks for the one copy back; throws Error when a logit is not finite.
+  // After the target pass: the staged images' verdicts. logits: F32 [halves * m * rows, V] as the
+  // pass wrote them (image j's row r at j * rows + r, the unconditional half after the
+  // conditional one when guided). Blocks for the one copy back; throws Error when a logit is not
+  // finite. For drafts whose tokens stay on the device, use the parts below.
   const std::vector<DraftVerdict>& verify(const Tensor& logits, bool guided);
   // The same in parts, for a round whose target pass and verification run as one captured graph
-  // (SpeculativeDecoder): the staged launch; its device ops, which allocate, transfer and wait for
-  // nothing; then read, the one copy back.
+  // (SpeculativeDecoder::verify_pass): the staged launch; its device ops, which allocate,
+  // transfer and wait for nothing (gather_drafts and write_drafts before the target pass,
+  // verify_on_device after it); then read, the one copy back.
   VerifyLaunch launch(bool guided) const;
+  // The drafts' rows on the device brought to the walk: their q gathered, their tokens copied into
+  // its nodes.
+  static void gather_drafts(Backend& be, const VerifyLaunch& launch);
+  // The drafts' device tokens written into the target pass's inputs (I32 [halves * m * rows],
+  // image j's row r at (h * m + j) * rows + r: node d's token at row d + 1), once
+  // Session::prepare has written the rest.
   static void write_drafts(Backend& be, const VerifyLaunch& launch, Tensor& input_tokens);
   static void verify_on_device(Backend& be, const VerifyLaunch& launch, const Tensor& logits);
   const std::vector<DraftVerdict>& read();
+  // A burst (SpeculativeDecoder): the words of the staged round a commit moves for the next round
+  // (each row's token index, each image's base token and round), image j the j-th staged draft.
+  void burst_fields(std::vector<RoundField>& out) const;
+  // A burst's end: the staged round done without read() (its flag was read with the history).
+  void unstage() { staged_ = false; }
   // Row r (0: the root's) of image j's target distributions in the last verify: the round's rows
   // are downloaded at the first call (a drafter that reads them, e.g. Jacobi's carry-over).
   std::span<const float> row(int j, int r);
@@ -114,6 +127,7 @@ class BackendVerifier {
   bool tokens_on_device_ = false, any_carry_ = false;
   Tensor device_tokens_;  // the drafter's tokens [n + 1, 1] while tokens_on_device_
   Tensor device_inputs_;  // and as the target's inputs take them (DeviceDraftRows::inputs)
+  Tensor q_from_;         // the drafter's q rows this round gathers (DeviceDraftRows::q)
   Layout at_;
   // probs: [m * rows, V]; scratch: [m, V] (residuals); q: [m * width, V], the drafter's rows
   // gathered from its DeviceDraftRows::q.

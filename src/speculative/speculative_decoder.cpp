@@ -1,6 +1,7 @@
 #include "speculative/speculative_decoder.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/clock.h"
 #include "decode/guidance.h"
@@ -57,6 +58,10 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
   if (can_sample_rows(be, V) && (settings.device_loop == DeviceLoop::On ||
                                  (settings.device_loop == DeviceLoop::Auto && !be.host_memory())))
     verifier_ = std::make_unique<BackendVerifier>(be, V);
+  consecutive_positions_ = true;
+  for (int t = 1; t < target.info().n_tokens; ++t)
+    consecutive_positions_ =
+        consecutive_positions_ && target.token_position(t) == target.token_position(t - 1) + 1;
 }
 
 SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image,
@@ -128,13 +133,15 @@ ForwardOutputs SpeculativeDecoder::verify_pass(const StepBatch& b) {
   ForwardOutputs& out = pass_outputs_[key.bytes()];
   const auto ops = [this, in, launch, &out]() mutable {
     Backend& be = model_.backend();
-    // Drafts drawn on the device: their tokens go from the drafter's rows into the inputs there.
+    // Drafts drawn on the device: their rows go to the walk, their tokens into the inputs.
+    BackendVerifier::gather_drafts(be, launch);
     BackendVerifier::write_drafts(be, launch, in.tokens);
     out = session_.run(in);
     BackendVerifier::verify_on_device(be, launch, out.logits);
   };
   if (graphs_.replay_or_run(be, key, ops)) stats_.replayed_verify_rounds++;
   session_.advance(b.slots, b.n_new);
+  pass_ = {key, ops, in, launch};
   return out;
 }
 
@@ -167,6 +174,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   const bool greedy = settings_.sampling.temperature <= 0.0f;
   const int T = model_.info().prefix_len, N = model_.info().n_tokens;
   const int V = model_.info().vocab_size;
+  const int burst = burst_rounds(active);
   max_depth_.clear();
   round_len_.clear();
   carried_.clear();
@@ -257,6 +265,15 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   stats_.forward_passes++;
   ts = now_s();
   stats_.target_seconds += ts - te;
+  if (burst > 1 && on_backend && chains) {
+    fields_.clear();
+    bool full = loop_.drafter->burst_fields(fields_);
+    for (int j = 0; j < m && full; ++j) full = depths_[j] == depth_cap_;
+    if (full) {
+      run_burst(active, burst);
+      return;
+    }
+  }
   // The device loop: every draft's verdict from the backend (the target distributions and walks
   // there), read back in one copy.
   const std::vector<DraftVerdict>* verdicts = nullptr;
@@ -320,15 +337,7 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
         verdicts ? BackendVerifier::outcome((*verdicts)[j], tree, im.stats)
                  : verify_draft(vs, tree, target.dist, im.rng, im.round, base, im.stats);
     stats_.rule_seconds += now_s() - tr - dist_s;
-    for (size_t a = 0; a < out.accepted.size(); ++a) {
-      im.stats.accepted_depth[base + a] = static_cast<uint8_t>(std::min<size_t>(a + 1, 255));
-      if (const int v = tree[out.accepted[a]].vertical; v > 0) {
-        im.stats.accepted_vertical.resize(im.stats.accepted_depth.size(), 0);
-        im.stats.accepted_vertical[base + a] = static_cast<uint8_t>(std::min(v, 255));
-      }
-      im.tokens.push_back(tree[out.accepted[a]].token);
-    }
-    im.tokens.push_back(out.next_token);
+    append_tokens(im, tree, out);
     const int kept = static_cast<int>(out.accepted.size()) + 1;  // root + accepted drafts
     if (chains) {
       session_.remove(im.slot, T + base - 1 + kept);
@@ -348,16 +357,164 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
       loop_.policy->observe(acceptance_[im.id], depths_[j], carried_[j], kept - 1,
                             drafted_nodes(tree), value_sum);
     }
-    const size_t depth = static_cast<size_t>(depths_[j]);  // by depth: a tree has more nodes
-    if (im.stats.rounds_by_depth.size() <= depth) im.stats.rounds_by_depth.resize(depth + 1, 0);
-    im.stats.rounds_by_depth[depth]++;
-    im.stats.rounds++;
-    im.stats.draft_nodes += drafted_nodes(tree);
-    im.stats.target_forwards++;
-    im.stats.tokens = static_cast<int64_t>(im.tokens.size());
-    im.round++;
-    im.done = static_cast<int>(im.tokens.size()) >= N;
-    if (settings_.on_tokens) settings_.on_tokens(kept);
+    count_round(im, tree, depths_[j], kept);
+  }
+  stats_.verify_seconds += now_s() - ts;
+}
+
+void SpeculativeDecoder::append_tokens(ImageState& im, const DraftTree& tree,
+                                       const VerifyOutcome& out) {
+  const size_t base = im.tokens.size();
+  for (size_t a = 0; a < out.accepted.size(); ++a) {
+    im.stats.accepted_depth[base + a] = static_cast<uint8_t>(std::min<size_t>(a + 1, 255));
+    if (const int v = tree[out.accepted[a]].vertical; v > 0) {
+      im.stats.accepted_vertical.resize(im.stats.accepted_depth.size(), 0);
+      im.stats.accepted_vertical[base + a] = static_cast<uint8_t>(std::min(v, 255));
+    }
+    im.tokens.push_back(tree[out.accepted[a]].token);
+  }
+  im.tokens.push_back(out.next_token);
+}
+
+void SpeculativeDecoder::count_round(ImageState& im, const DraftTree& tree, int depth, int kept) {
+  const size_t d = static_cast<size_t>(depth);  // by depth: a tree has more nodes
+  if (im.stats.rounds_by_depth.size() <= d) im.stats.rounds_by_depth.resize(d + 1, 0);
+  im.stats.rounds_by_depth[d]++;
+  im.stats.rounds++;
+  im.stats.draft_nodes += drafted_nodes(tree);
+  im.stats.target_forwards++;
+  im.stats.tokens = static_cast<int64_t>(im.tokens.size());
+  im.round++;
+  im.done = static_cast<int>(im.tokens.size()) >= model_.info().n_tokens;
+  if (settings_.on_tokens) settings_.on_tokens(kept);
+}
+
+int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) const {
+  const int N = model_.info().n_tokens, k = depth_cap_;
+  if (!verifier_ || loop_.policy || settings_.device_burst <= 1 || k < 1 || active.empty() ||
+      !consecutive_positions_ || !loop_.drafter->can_burst())
+    return 1;
+  // No image may come within a chain of its end during the burst (a round commits at most k + 1
+  // tokens), so every round drafts the same chain of k for every image: no cap on the device.
+  int64_t burst = settings_.device_burst;
+  for (const ImageState* im : active) {
+    const int n = static_cast<int>(im->tokens.size());
+    if (n < 2 || N - 1 - k - n < 0 || !rule_of(*im).walk_rule()) return 1;
+    burst = std::min<int64_t>(burst, (N - 1 - k - n) / (k + 1) + 1);
+    if (loop_.max_rounds > 0) burst = std::min(burst, loop_.max_rounds - im->round);
+  }
+  return static_cast<int>(std::max<int64_t>(burst, 1));
+}
+
+// The burst's first round was drafted and its pass run from the host's inputs; its verdicts stay
+// on the device. Each round's commit (chain_commit.h) appends the images' tokens to the history
+// and moves the next round's inputs (fields_: the drafter's, the verifier's, the target pass's),
+// so that the next round is the same graphs again. One copy back at the end: the history, each
+// round's committed counts and the flag of a non-finite row.
+void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) {
+  const double t0 = now_s();
+  Backend& be = model_.backend();
+  const int m = static_cast<int>(active.size()), N = model_.info().n_tokens, k = depth_cap_;
+  const int T = model_.info().prefix_len, halves = cfg() ? 2 : 1, rows = k + 1;
+  verifier_->burst_fields(fields_);
+  const ForwardInputs& in = pass_.in;
+  check(in.attn.n_seq == halves * m && in.attn.n_new == rows,
+        "internal: a burst's pass is not a chain of every image");
+  for (int s = 0; s < halves * m; ++s) {
+    const int j = s % m;
+    fields_.push_back({in.tokens.ptr<int32_t>() + s * rows, j, RoundField::kToken, -1, 0});
+    for (int r = 0; r < rows; ++r)
+      fields_.push_back({in.positions.ptr<int32_t>() + s * rows + r, j, RoundField::kCommitted});
+    fields_.push_back({in.attn.past.ptr<int32_t>() + s, j, RoundField::kCommitted});
+  }
+  // One buffer: the counts, the history, each round's committed tokens, the fields.
+  const size_t flag_at = 0, state_at = sizeof(int32_t);
+  const size_t history_at = aligned_offset(state_at + m * sizeof(int32_t));
+  const size_t record_at =
+      aligned_offset(history_at + static_cast<size_t>(m) * N * sizeof(int32_t));
+  const size_t fields_at =
+      aligned_offset(record_at + static_cast<size_t>(burst) * m * sizeof(int32_t));
+  const size_t total = fields_at + fields_.size() * sizeof(RoundField);
+  burst_host_.assign(total, 0);
+  auto* n0 = reinterpret_cast<int32_t*>(burst_host_.data() + state_at);
+  auto* history = reinterpret_cast<int32_t*>(burst_host_.data() + history_at);
+  for (int j = 0; j < m; ++j) {
+    n0[j] = static_cast<int32_t>(active[j]->tokens.size());
+    std::copy(active[j]->tokens.begin(), active[j]->tokens.end(),
+              history + static_cast<size_t>(j) * N);
+  }
+  std::memcpy(burst_host_.data() + fields_at, fields_.data(), fields_.size() * sizeof(RoundField));
+  Tensor buffer = grown_rows(be, burst_buffer_, DType::U8, static_cast<int64_t>(total), 1);
+  be.upload_into(burst_host_.data(), buffer);
+  Tensor state = buffer.bytes_as(state_at, DType::I32, {m});
+  Tensor on_device = buffer.bytes_as(history_at, DType::I32, {m, N});
+  const Tensor fields = buffer.bytes_as(
+      fields_at, DType::U8, {static_cast<int64_t>(fields_.size() * sizeof(RoundField))});
+  const VerifyLaunch& launch = pass_.launch;
+  const Drafter::DeviceDrafts before = loop_.drafter->device_drafts();
+  const int64_t f0 = loop_.drafter->batched_forwards();
+  for (int r = 0; r < burst; ++r) {
+    if (r > 0) {
+      loop_.drafter->replay_burst_round();
+      if (graphs_.replay_or_run(be, pass_.key, pass_.ops)) stats_.replayed_verify_rounds++;
+    }
+    Tensor committed =
+        buffer.bytes_as(record_at + static_cast<size_t>(r) * m * sizeof(int32_t), DType::I32, {m});
+    commit_chain_round(be, launch.verdicts, launch.nodes, m, k, state, on_device, committed, fields,
+                       static_cast<int>(fields_.size()));
+  }
+  const Drafter::DeviceDrafts after = loop_.drafter->device_drafts();
+  stats_.device_drafted_rounds += after.rounds - before.rounds;
+  stats_.replayed_draft_rounds += after.replayed - before.replayed;
+  stats_.draft_forward_passes += loop_.drafter->batched_forwards() - f0;
+  // The burst's one copy back, the verifier's flag of a non-finite row with it.
+  Tensor flag = buffer.bytes_as(flag_at, DType::I32, {1});
+  be.copy(launch.flag, flag);
+  be.download(buffer.bytes_as(0, DType::U8, {static_cast<int64_t>(fields_at)}), burst_host_.data());
+  verifier_->unstage();
+  int32_t failed = 0;
+  std::memcpy(&failed, burst_host_.data() + flag_at, sizeof failed);
+  if (failed) throw Error(device_sample_failed());
+  stats_.forward_passes += burst - 1;
+  stats_.device_rounds += burst;
+  stats_.burst_rounds += burst;
+  stats_.target_seconds += now_s() - t0;  // the rounds after the first, on the device in one go
+
+  const double ts = now_s();
+  const auto* record = reinterpret_cast<const int32_t*>(burst_host_.data() + record_at);
+  DraftTree chain(static_cast<size_t>(k));
+  for (int c = 0; c < k; ++c) chain[c].parent = c - 1, chain[c].depth = c + 1;
+  for (int j = 0; j < m; ++j) {
+    ImageState& im = *active[j];
+    const int start = static_cast<int>(im.tokens.size());
+    int last_start = start;
+    for (int r = 0; r < burst; ++r) {
+      const int committed = record[static_cast<size_t>(r) * m + j];
+      const int n = static_cast<int>(im.tokens.size());
+      check(committed >= 1 && committed <= k + 1 && n + committed <= N,
+            "internal: a burst's round committed " + std::to_string(committed) + " tokens");
+      const int32_t* row = history + static_cast<size_t>(j) * N + n;
+      DraftVerdict v;
+      v.accepted = committed - 1;
+      v.last = v.accepted - 1;
+      v.next_token = row[v.accepted];
+      v.rejected = v.accepted < k ? 1 : 0;
+      for (int c = 0; c < k; ++c) chain[c].token = c < v.accepted ? row[c] : 0;
+      const VerifyOutcome out = BackendVerifier::outcome(v, chain, im.stats);
+      append_tokens(im, chain, out);
+      if (r > 0) im.stats.draft_forwards += k;  // the first round's were counted as drawn
+      last_start = n;
+      count_round(im, chain, k, committed);
+    }
+    // The caches as the device left them: the target's through the committed tokens but the last,
+    // the draft model's as its last round left them.
+    const int now = static_cast<int>(im.tokens.size());
+    for (int h = 0; h < halves; ++h) {
+      const int32_t slot = h == 0 ? im.slot : im.uncond_slot;
+      session_.remove(slot, T + start - 1);
+      session_.advance(std::span<const int32_t>(&slot, 1), now - start);
+    }
+    loop_.drafter->end_burst(im, last_start - start);
   }
   stats_.verify_seconds += now_s() - ts;
 }

@@ -70,6 +70,25 @@ class SpeculativeDecoder final : public Decoder {
   // Each graph's forward outputs (views of the session's workspace, where its replays write), by
   // key: a replay runs none of the host code that returned them.
   std::map<std::string, ForwardOutputs> pass_outputs_;
+  // Bursts of chain rounds on the device (chain_commit.h): how many rounds the next may run (1:
+  // none), and the burst after its first round's pass.
+  int burst_rounds(const std::vector<ImageState*>& active) const;
+  void run_burst(std::vector<ImageState*>& active, int burst);
+  // The host's side of an image's verified round: its tokens and statistics.
+  void append_tokens(ImageState& im, const DraftTree& tree, const VerifyOutcome& out);
+  void count_round(ImageState& im, const DraftTree& tree, int depth, int kept);
+  bool consecutive_positions_ = false;  // token t at position(0) + t (a burst moves positions)
+  std::vector<RoundField> fields_;
+  Tensor burst_buffer_;
+  std::vector<uint8_t> burst_host_;
+  // The last pass, for a burst to run again.
+  struct Pass {
+    GraphKey key;
+    std::function<void()> ops;
+    ForwardInputs in;
+    VerifyLaunch launch;
+  };
+  Pass pass_;
   std::vector<DraftToVerify> to_verify_;
   std::vector<std::optional<WalkRuleSource>> walk_rules_;  // per active image, this round
   std::vector<const AcceptanceRule*> rules_;               // by image id; null: the loop's

@@ -79,6 +79,7 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
       {"device_drafted_rounds", st.device_drafted_rounds},
       {"replayed_draft_rounds", st.replayed_draft_rounds},
       {"replayed_verify_rounds", st.replayed_verify_rounds},
+      {"burst_rounds", st.burst_rounds},
       {"acceptance_by_depth", st.acceptance_by_depth()},
       {"rounds_by_draft_depth", st.rounds_by_depth()},
       {"mean_draft_depth", st.mean_draft_depth()},

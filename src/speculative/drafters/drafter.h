@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/autoregressive_model.h"
+#include "speculative/chain_commit.h"
 #include "speculative/draft.h"
 #include "speculative/verify.h"
 #include "tensor/tensor.h"
@@ -90,6 +91,19 @@ class Drafter {
   // The image leaves the generation (done or removed): drop its state.
   virtual void release(const ImageState& image) = 0;
   virtual int64_t batched_forwards() const { return 0; }
+
+  // Bursts of chain rounds on the device (speculative/chain_commit.h; SpeculativeDecoder): whether
+  // this drafter's device chains can repeat without the host (a chain drawn on the device, its
+  // inputs a function of each image's committed count and round, nothing learnt from a round).
+  virtual bool can_burst() const { return false; }
+  // After a propose: whether it drew every active image's chain so that it can repeat, and then
+  // the words of its inputs the commit moves for the next round (image i: the i-th active image).
+  virtual bool burst_fields(std::vector<RoundField>& out) const { return (void)out, false; }
+  // That chain again from the inputs as the commit left them (a graph replay on a GPU).
+  virtual void replay_burst_round() {}
+  // After the burst: image's cache lengths as its last round left them, that round having started
+  // `tokens` committed tokens after the burst's first.
+  virtual void end_burst(const ImageState& image, int tokens) { (void)image, (void)tokens; }
 };
 
 }  // namespace tessera::speculative

@@ -270,6 +270,72 @@ int ModelDrafter::keep_roots(int m, int n_out, std::vector<int>& out_row) {
   return 1;
 }
 
+bool ModelDrafter::can_burst() const {
+  if (shape_ || dynamic_ || reads_features() ||
+      !can_sample_rows(model_.backend(), model_.info().vocab_size))
+    return false;
+  for (int t = 1; t < model_.info().n_tokens; ++t)  // a commit moves positions by its tokens
+    if (model_.token_position(t) != model_.token_position(t - 1) + 1) return false;
+  return true;
+}
+
+// The words a commit moves: the catch-up's two tokens (the last two committed), positions and
+// cached lengths; each draw's token index and stream; each forward's positions; the chain's
+// forward inputs' positions and cached lengths, which its graph leaves advanced by its steps.
+bool ModelDrafter::burst_fields(std::vector<RoundField>& out) const {
+  const DeviceChain& c = chain_;
+  if (!c.burstable) return false;
+  const int m = c.m, R = params_.uses_cfg() ? 2 * m : m, steps = c.depth - 1;
+  auto word = [](const Tensor& t, int64_t i) { return t.ptr<int32_t>() + i; };
+  auto add = [&](int32_t* w, int image, int32_t kind, int32_t value = 0) {
+    out.push_back(RoundField{w, image, kind, value, 0});
+  };
+  const ForwardInputs& up = c.catch_up_in;
+  for (int s = 0; s < R; ++s) {
+    add(word(up.tokens, 2 * s), s % m, RoundField::kToken, -2);
+    add(word(up.tokens, 2 * s + 1), s % m, RoundField::kToken, -1);
+    add(word(up.positions, 2 * s), s % m, RoundField::kCommitted);
+    add(word(up.positions, 2 * s + 1), s % m, RoundField::kCommitted);
+    add(word(up.attn.past, s), s % m, RoundField::kCommitted);
+  }
+  auto* io = static_cast<uint8_t*>(device_io_.data);
+  for (int step = 0; step < c.depth; ++step)
+    for (int i = 0; i < m; ++i) {
+      uint8_t* p =
+          io + c.params_at + (static_cast<size_t>(step) * m + i) * sizeof(DeviceSampleParams);
+      add(reinterpret_cast<int32_t*>(p + offsetof(DeviceSampleParams, token_index)), i,
+          RoundField::kCommitted);
+      add(reinterpret_cast<int32_t*>(p + offsetof(DeviceSampleParams, stream)), i,
+          RoundField::kConstant,
+          static_cast<int32_t>(stream_id(Stream::Draft, 1) - stream_id(Stream::Draft, 0)));
+    }
+  auto* positions = reinterpret_cast<int32_t*>(io + c.positions_at);
+  for (int k = 0; k < steps * R; ++k) add(positions + k, k % R % m, RoundField::kCommitted);
+  if (steps == 0) return true;
+  for (int s = 0; s < R; ++s) {
+    // The graph moved the first forward's positions to the last's, and its lengths by its steps.
+    add(word(c.in.positions, s), s % m, RoundField::kCommitted);
+    if (steps > 1) add(word(c.in.positions, s), s % m, RoundField::kConstant, -(steps - 1));
+    add(word(c.in.attn.past, s), s % m, RoundField::kCommitted);
+    add(word(c.in.attn.past, s), s % m, RoundField::kConstant, -steps);
+  }
+  return true;
+}
+
+void ModelDrafter::replay_burst_round() {
+  check(chain_.burstable, "internal: a burst of a chain that cannot repeat");
+  if (graphs_.replay_or_run(model_.backend(), chain_.key, chain_.ops))
+    device_drafts_counted_.replayed++;
+  device_drafts_counted_.rounds++;
+  device_forwards_ += chain_.depth;  // the catch-up and the chain's steps
+}
+
+void ModelDrafter::end_burst(const ImageState& image, int tokens) {
+  const Slots& s = slots_.at(image.id);
+  session_.advance(std::span<const int32_t>(&s.cond, 1), tokens);
+  if (s.uncond >= 0) session_.advance(std::span<const int32_t>(&s.uncond, 1), tokens);
+}
+
 // The device loop's chains (issue 42, items 1 and 3). Every step's host data goes up in one copy
 // before the first draw: the rows' sampling settings (the host chain's token index and stream)
 // and each forward's positions (clamped at the image's end as the host loop clamps them). Each
@@ -414,6 +480,11 @@ void ModelDrafter::draft_on_device(std::span<ImageState* const> active, const st
     session_.advance(slots, steps);
     device_forwards_ += steps;
   }
+  // A burst repeats this chain when every active image drew it after an even catch-up (two tokens
+  // each, its root the last row: no gather).
+  const bool burstable = deferred && !roots_index.data && m == static_cast<int>(active.size()) &&
+                         catch_up_in.attn.n_new == 2;
+  chain_ = {burstable, key, chain, in, catch_up_in, params_at, positions_at, m, depth};
   device_drafts_counted_.rounds++;
   device_rows_.q = device_q_.rows(0, static_cast<int64_t>(drawn));
   device_rows_.tokens = device_io_.bytes_as(0, DType::I32, {static_cast<int64_t>(drawn) + 1});
@@ -584,6 +655,7 @@ void ModelDrafter::propose(std::span<ImageState* const> active, std::span<const 
   check_images_sampling(active, params_);
   device_rows_ = {};
   deferred_.pending = false;
+  chain_.burstable = false;
   if (shape_) {
     propose_tree(active, max_depth, trees);
     return;

@@ -66,6 +66,10 @@ class ModelDrafter : public Drafter {
                     const TargetRound& target) override;
   void release(const ImageState& image) override;
   int64_t batched_forwards() const override { return session_.forwards() + device_forwards_; }
+  bool can_burst() const override;
+  bool burst_fields(std::vector<RoundField>& out) const override;
+  void replay_burst_round() override;
+  void end_burst(const ImageState& image, int tokens) override;
   void set_node_budget(NodeBudget budget) override { budget_ = std::move(budget); }
   // Chains (of a draft model or an EAGLE drafter) are drawn where the logits are; dynamic trees
   // rank their candidates there (rank_on_backend).
@@ -193,6 +197,17 @@ class ModelDrafter : public Drafter {
   };
   bool defer_catch_up_ = false;
   DeferredCatchUp deferred_;
+  // The last device chain, for a burst to run again (replay_burst_round) and to list the words
+  // its commit moves (burst_fields): its graph's key and ops, its inputs, its io's layout.
+  struct DeviceChain {
+    bool burstable = false;  // every image's chain, after an even catch-up run in the graph
+    GraphKey key;
+    std::function<void()> ops;
+    ForwardInputs in, catch_up_in;
+    size_t params_at = 0, positions_at = 0;
+    int m = 0, depth = 0;
+  };
+  DeviceChain chain_;
   // The device loop: the round's draft distributions [depth * m, V], and one byte buffer holding
   // the tokens drawn ([depth, m], then the non-finite flag), every step's row settings and every
   // forward's positions; the chain's forwards as graphs by (m, depth, key visibility).

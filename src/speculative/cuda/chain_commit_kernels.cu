@@ -1,0 +1,57 @@
+// One block: the images' commits (a thread each; a commit past the image's end sets nothing and
+// is left to the host's checks of the history), a barrier, then the fields (a thread each, in
+// strides). A burst's round has a few images and a few hundred fields: one block is enough.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "speculative/cuda/chain_commit_kernels.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tessera/error.h"
+
+namespace tessera::speculative {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    commit_chain_round_kernel(const DraftVerdict* verdicts, const WalkNode* nodes, int m, int width,
+                              int32_t* state, int32_t* history, int n_tokens, int32_t* committed,
+                              const RoundField* fields, int n_fields) {
+  for (int j = threadIdx.x; j < m; j += blockDim.x) {
+    const DraftVerdict v = verdicts[j];
+    int32_t n = state[j];
+    if (v.accepted < 0 || v.accepted > width || n + v.accepted + 1 > n_tokens) {
+      committed[j] = 0;  // the host sees no token (its check of the record fails)
+      continue;
+    }
+    committed[j] = commit_chain_image(v, nodes + static_cast<size_t>(j) * width,
+                                      history + static_cast<size_t>(j) * n_tokens, n);
+    state[j] = n;
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < n_fields; k += blockDim.x) {
+    const RoundField f = fields[k];
+    if (f.image < 0 || f.image >= m) continue;
+    apply_round_field(f, committed[f.image], history + static_cast<size_t>(f.image) * n_tokens,
+                      state[f.image]);
+  }
+}
+
+}  // namespace
+
+void launch_commit_chain_round(const DraftVerdict* verdicts, const WalkNode* nodes, int m,
+                               int width, int32_t* state, int32_t* history, int n_tokens,
+                               int32_t* committed, const RoundField* fields, int n_fields,
+                               CUstream_st* stream) {
+  if (m < 0 || width < 1 || n_fields < 0)
+    throw Error("device commit: " + std::to_string(m) + " images, width " + std::to_string(width) +
+                ", " + std::to_string(n_fields) + " fields");
+  if (m == 0) return;
+  commit_chain_round_kernel<<<1, kThreads, 0, stream>>>(verdicts, nodes, m, width, state, history,
+                                                        n_tokens, committed, fields, n_fields);
+  TESSERA_CUDA_LAUNCHED("commit_chain_round_kernel");
+}
+
+}  // namespace tessera::speculative
