@@ -14,7 +14,7 @@
 namespace tessera::test {
 
 // The CPU backend, counting the calls that allocate or move data between host and device.
-class CountingBackend final : public Backend {
+class CountingBackend : public Backend {
  public:
   int allocations = 0, uploads = 0, writes = 0, downloads = 0, syncs = 0, copies = 0, moves = 0;
   Backend& be = cpu_backend();
@@ -40,7 +40,9 @@ class CountingBackend final : public Backend {
   void synchronize() override { ++syncs, be.synchronize(); }
   bool host_memory() const override { return be.host_memory(); }
   // With record_graphs, a capture keeps the ops and a replay runs them again, as a CUDA graph
-  // replays its kernels: a step that read host values of its first burst would replay them.
+  // replays its kernels: a step that read host values of its first burst would replay them. Not
+  // a GPU's replay in full: the ops' host code runs again (a GPU runs only their kernels), and
+  // the ops run one after another (a kernel's threads do not).
   bool record_graphs = false;
   int captures = 0, replays = 0;
   struct Recorded : OpGraph {

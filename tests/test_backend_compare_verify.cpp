@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends_under_test.h"
+#include "speculative/chain_commit.h"
 #include "speculative/dynamic_frontier.h"
 #include "speculative/verify_images.h"
 
@@ -434,6 +435,70 @@ TEST_P(Verify, DynamicFrontiersAreTheCpus) {
   // set: the round went past its first feed.
   EXPECT_TRUE(std::any_of(want.feature_rows.begin(), want.feature_rows.end(),
                           [&](int32_t r) { return r >= halves * m; }));
+}
+
+// A burst's commit (speculative/chain_commit.h) on the backend under test: 5 images' verdicts
+// (every accepted count of chains of 4), their histories, counts and record, 300 fields of every
+// kind (one a word, in the backend's memory: more than the block's threads) and the flags, equal
+// to the CPU's.
+TEST_P(Verify, ChainCommitsAreTheCpus) {
+  constexpr int m = 5, width = 4, N = 40, n_words = 300;
+  std::mt19937 g(5);
+  std::vector<DraftVerdict> verdicts(m);
+  std::vector<WalkNode> nodes(m * width);
+  std::vector<int32_t> state(m), history(m * N, -1), words(n_words);
+  for (int j = 0; j < m; ++j) {
+    verdicts[j].accepted = j % (width + 1);
+    verdicts[j].last = verdicts[j].accepted - 1;
+    verdicts[j].next_token = 1000 + j;
+    state[j] = 2 + static_cast<int>(g() % 20);
+    for (int t = 0; t < state[j]; ++t) history[j * N + t] = static_cast<int32_t>(g() % 500);
+  }
+  for (WalkNode& w : nodes) w.token = static_cast<int32_t>(g() % 500);
+  for (int32_t& w : words) w = static_cast<int32_t>(g() % 100000);
+  struct Run {
+    std::vector<int32_t> state, history, committed, words, flag;
+  };
+  auto run = [&](Backend& be) {
+    auto up = [&](const void* data, size_t bytes) {
+      return be.upload(data, DType::U8, {static_cast<int64_t>(bytes)});
+    };
+    Tensor v = up(verdicts.data(), verdicts.size() * sizeof(DraftVerdict));
+    Tensor w = up(nodes.data(), nodes.size() * sizeof(WalkNode));
+    Tensor s = be.upload(state.data(), DType::I32, {m});
+    Tensor h = be.upload(history.data(), DType::I32, {m, N});
+    Tensor c = be.zeros(DType::I32, {m});
+    Tensor on_device = be.upload(words.data(), DType::I32, {n_words});
+    std::vector<RoundField> fields(n_words);
+    for (int k = 0; k < n_words; ++k) {
+      RoundField& f = fields[k];
+      f.word = on_device.ptr<int32_t>() + k;
+      f.image = k % m;
+      f.kind = k % 3;
+      f.add = f.kind == RoundField::kToken ? -1 - k % 2 : k % 7 - 3;
+    }
+    Tensor fs = up(fields.data(), fields.size() * sizeof(RoundField));
+    const int32_t raised = 1;
+    Tensor round_flag = be.upload(&raised, DType::I32, {1});
+    Tensor burst_flag = be.zeros(DType::I32, {1});
+    commit_chain_round(be, v, w, m, width, s, h, c, fs, n_words, round_flag, burst_flag);
+    Run r{std::vector<int32_t>(m), std::vector<int32_t>(m * N), std::vector<int32_t>(m),
+          std::vector<int32_t>(n_words), std::vector<int32_t>(1)};
+    be.download(s, r.state.data());
+    be.download(h, r.history.data());
+    be.download(c, r.committed.data());
+    be.download(on_device, r.words.data());
+    be.download(burst_flag, r.flag.data());
+    return r;
+  };
+  const Run want = run(ref()), got = run(backend());
+  EXPECT_EQ(got.committed, want.committed);
+  EXPECT_EQ(got.state, want.state);
+  EXPECT_EQ(got.history, want.history);
+  EXPECT_EQ(got.words, want.words);
+  EXPECT_EQ(got.flag, want.flag);
+  EXPECT_EQ(want.flag[0], 1);
+  for (int j = 0; j < m; ++j) EXPECT_EQ(want.committed[j], j % (width + 1) + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "counting_backend.h"
@@ -20,6 +22,7 @@
 #include "models/eagle_drafter.h"
 #include "models/llamagen.h"
 #include "models/medusa_heads.h"
+#include "speculative/chain_commit.h"
 #include "speculative/draft_length.h"
 #include "speculative/drafters/hawk_drafter.h"
 #include "speculative/drafters/jacobi_drafter.h"
@@ -892,4 +895,99 @@ TEST(DeviceRounds, ChainRoundsRunInBursts) {
                  for (int i = 0; i < 3; ++i) EXPECT_EQ(dec.image(ids[i]).tokens, host.images[i]);
                });
   EXPECT_GE(bursts, 1);
+}
+
+namespace {
+
+// Writes a NaN into the first logit of the `poison_at`-th forward output of `rows` x `width`.
+class PoisonedBackend final : public test::CountingBackend {
+ public:
+  int64_t rows = 0, width = 0;
+  int poison_at = -1, seen = 0;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) override {
+    CountingBackend::linear(x, w, b, y);
+    if (y.dim(0) == rows && y.dim(-1) == width && seen++ == poison_at) y.ptr<float>()[0] = NAN;
+  }
+};
+
+}  // namespace
+
+// A non-finite target row in any round of a burst fails it, as it fails the host loop, before any
+// of its tokens is committed on the host.
+TEST(DeviceRounds, ABurstReportsANonFiniteRowOfAnyRound) {
+  for (const int pass : {1, 2, 3}) {  // the burst's rounds: passes 1 to 3 of the first batch
+    SCOPED_TRACE("target pass " + std::to_string(pass));
+    PoisonedBackend poisoned;
+    poisoned.rows = 2 * 3 * 4;  // both halves of 3 images, root and 3 drafts
+    poisoned.width = load_model_config(kFix + "/llamagen/c2i_f32").gpt.vocab_size;
+    poisoned.poison_at = pass;
+    int64_t bursts = 0;
+    try {
+      whole_images("chain", poisoned, DeviceLoop::On,
+                   [&](speculative::SpeculativeDecoder& dec, GenerateStats& stats) {
+                     for (int i = 0; i < 3; ++i) dec.add(Condition::label(i), i);
+                     while (dec.step()) bursts = stats.burst_rounds;
+                   });
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      // The CPU's distributions throw at the row (a GPU's set the flag the commit keeps).
+      EXPECT_NE(std::string(e.what()).find("non-finite logits"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(bursts, 0) << "the burst returned before its error";
+  }
+}
+
+// The commit (speculative/chain_commit.h) on two images, chains of 3: each image's accepted drafts
+// (from its walk nodes) and next token appended to its history row at its count, which grows;
+// then each field moved: by the tokens committed plus its constant, by a constant, or set to the
+// history's token at n - 1 or n - 2; and the round's flag or-ed into the burst's (a later round's
+// clear one leaves it set).
+TEST(ChainCommit, AppendsTheTokensAndMovesTheFields) {
+  Backend& be = cpu_backend();
+  constexpr int m = 2, width = 3, N = 12;
+  std::vector<speculative::DraftVerdict> verdicts(m);
+  verdicts[0].accepted = 2, verdicts[0].next_token = 70;
+  verdicts[1].accepted = 0, verdicts[1].next_token = 80;
+  std::vector<speculative::WalkNode> nodes(m * width);
+  for (int i = 0; i < m * width; ++i) nodes[i].token = 10 + i;
+  std::vector<int32_t> state = {4, 6}, history(m * N, -1), committed(m, 0);
+  for (int j = 0; j < m; ++j)
+    for (int t = 0; t < state[j]; ++t) history[j * N + t] = 100 * (j + 1) + t;
+  std::vector<int32_t> words = {50, 60, 7, 0, 0, 3};
+  const std::vector<speculative::RoundField> fields = {
+      {&words[0], 0, speculative::RoundField::kCommitted, 0, 0},
+      {&words[1], 1, speculative::RoundField::kCommitted, -2, 0},
+      {&words[2], 1, speculative::RoundField::kConstant, 4096, 0},
+      {&words[3], 0, speculative::RoundField::kToken, -1, 0},
+      {&words[4], 0, speculative::RoundField::kToken, -2, 0},
+      {&words[5], 1, speculative::RoundField::kToken, -1, 0},
+  };
+  auto bytes = [](auto& v) {
+    using T = typename std::remove_reference_t<decltype(v)>::value_type;
+    return Tensor{DType::U8, Layout::RowMajor, {static_cast<int64_t>(v.size() * sizeof(T))},
+                  v.data(),  nullptr,          nullptr};
+  };
+  auto ints = [](std::vector<int32_t>& v, Shape shape) {
+    return Tensor{DType::I32, Layout::RowMajor, std::move(shape), v.data(), nullptr, nullptr};
+  };
+  Tensor s = ints(state, {m}), h = ints(history, {m, N}), c = ints(committed, {m});
+  std::vector<int32_t> round_flag = {1}, burst_flag = {0};
+  Tensor rf = ints(round_flag, {1}), bf = ints(burst_flag, {1});
+  std::vector<speculative::RoundField> f = fields;
+  speculative::commit_chain_round(be, bytes(verdicts), bytes(nodes), m, width, s, h, c, bytes(f),
+                                  static_cast<int>(f.size()), rf, bf);
+  EXPECT_EQ(committed, (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(state, (std::vector<int32_t>{7, 7}));
+  EXPECT_EQ(std::vector<int32_t>(history.begin() + 4, history.begin() + 7),
+            (std::vector<int32_t>{10, 11, 70}));
+  EXPECT_EQ(history[N + 6], 80);
+  EXPECT_EQ(history[N + 7], -1);
+  EXPECT_EQ(words, (std::vector<int32_t>{53, 59, 7 + 4096, 70, 11, 80}));
+  EXPECT_EQ(burst_flag[0], 1);
+  round_flag[0] = 0;
+  verdicts[0].accepted = 0;
+  speculative::commit_chain_round(be, bytes(verdicts), bytes(nodes), m, width, s, h, c, bytes(f),
+                                  static_cast<int>(f.size()), rf, bf);
+  EXPECT_EQ(burst_flag[0], 1) << "a clear round keeps the burst's flag";
+  EXPECT_EQ(state, (std::vector<int32_t>{8, 8}));
 }

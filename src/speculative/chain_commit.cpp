@@ -10,7 +10,7 @@ namespace tessera::speculative {
 
 void commit_chain_round(Backend& be, const Tensor& verdicts, const Tensor& nodes, int m, int width,
                         Tensor& state, Tensor& history, Tensor& committed, const Tensor& fields,
-                        int n_fields) {
+                        int n_fields, const Tensor& round_flag, Tensor& burst_flag) {
   check(m >= 0 && width >= 1 && n_fields >= 0, "internal: commit_chain_round sizes");
   check(verdicts.nbytes() >= static_cast<size_t>(m) * sizeof(DraftVerdict) &&
             nodes.nbytes() >= static_cast<size_t>(m) * width * sizeof(WalkNode),
@@ -20,12 +20,16 @@ void commit_chain_round(Backend& be, const Tensor& verdicts, const Tensor& nodes
         "internal: commit_chain_round state, record or history");
   check(fields.nbytes() >= static_cast<size_t>(n_fields) * sizeof(RoundField),
         "internal: commit_chain_round fields");
+  check(round_flag.dtype == DType::I32 && round_flag.numel() >= 1 &&
+            burst_flag.dtype == DType::I32 && burst_flag.numel() >= 1,
+        "internal: commit_chain_round flags");
   if (m == 0) return;
   const int n_tokens = static_cast<int>(history.dim(-1));
   const auto* v = static_cast<const DraftVerdict*>(verdicts.data);
   const auto* walk = static_cast<const WalkNode*>(nodes.data);
   const auto* f = static_cast<const RoundField*>(fields.data);
   if (be.host_memory()) {
+    *burst_flag.ptr<int32_t>() |= *round_flag.ptr<int32_t>();
     int32_t* n = state.ptr<int32_t>();
     int32_t* h = history.ptr<int32_t>();
     for (int j = 0; j < m; ++j) {
@@ -45,6 +49,7 @@ void commit_chain_round(Backend& be, const Tensor& verdicts, const Tensor& nodes
 #if defined(TESSERA_HAVE_CUDA)
   launch_commit_chain_round(v, walk, m, width, state.ptr<int32_t>(), history.ptr<int32_t>(),
                             n_tokens, committed.ptr<int32_t>(), f, n_fields,
+                            round_flag.ptr<int32_t>(), burst_flag.ptr<int32_t>(),
                             static_cast<CUstream_st*>(be.native_stream()));
 #else
   throw Error("internal: a burst's commit on " + be.name() + " in a build without CUDA");

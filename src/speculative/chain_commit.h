@@ -18,10 +18,12 @@
 
 namespace tessera::speculative {
 
-// One word of a round's inputs on the device, for image `image` of the burst.
+// One word of a round's inputs on the device, for image `image` of the burst. A word has one
+// field (a GPU applies the fields in parallel): a move by both the commit and a constant is one
+// kCommitted field with that constant as `add`.
 struct RoundField {
   enum Kind : int32_t {
-    kCommitted = 0,  // += the tokens the image committed this round
+    kCommitted = 0,  // += the tokens the image committed this round, + add
     kConstant = 1,   // += add (a round count: 1; a draw's stream: 1 << 12, streams.h)
     kToken = 2,      // = the image's token at n + add after the commit (add: -1, -2)
   };
@@ -47,7 +49,7 @@ TESSERA_HD inline int32_t commit_chain_image(const DraftVerdict& v, const WalkNo
 TESSERA_HD inline void apply_round_field(const RoundField& f, int32_t committed,
                                          const int32_t* history, int32_t n) {
   if (f.kind == RoundField::kCommitted)
-    *f.word += committed;
+    *f.word += committed + f.add;
   else if (f.kind == RoundField::kConstant)
     *f.word += f.add;
   else
@@ -58,9 +60,11 @@ TESSERA_HD inline void apply_round_field(const RoundField& f, int32_t committed,
 // DraftVerdict) and nodes (U8 of m * width WalkNode, image j's from j * width) as the verifier
 // left them; state: I32 [m], the committed counts, updated; history: I32 [m, n_tokens], appended;
 // committed: I32 [m], this round's tokens per image (the burst's record); fields: U8 of n_fields
-// RoundField, applied after every image's commit. Asynchronous on a GPU.
+// RoundField, each word once, applied after every image's commit; round_flag: I32 [1], the
+// round's flag of a failed draw or non-finite row (the next round's overwrites it), or-ed into
+// burst_flag. Asynchronous on a GPU.
 void commit_chain_round(Backend& be, const Tensor& verdicts, const Tensor& nodes, int m, int width,
                         Tensor& state, Tensor& history, Tensor& committed, const Tensor& fields,
-                        int n_fields);
+                        int n_fields, const Tensor& round_flag, Tensor& burst_flag);
 
 }  // namespace tessera::speculative

@@ -1,6 +1,7 @@
-// One block: the images' commits (a thread each; a commit past the image's end sets nothing and
-// is left to the host's checks of the history), a barrier, then the fields (a thread each, in
-// strides). A burst's round has a few images and a few hundred fields: one block is enough.
+// One block: the round's flag or-ed into the burst's, the images' commits (a thread each; a commit
+// past the image's end sets nothing and is left to the host's checks of the record), a barrier,
+// then the fields (a thread each, in strides: each word has one field, so no two threads write
+// one). A burst's round has a few images and a few hundred fields: one block is enough.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -18,7 +19,9 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads)
     commit_chain_round_kernel(const DraftVerdict* verdicts, const WalkNode* nodes, int m, int width,
                               int32_t* state, int32_t* history, int n_tokens, int32_t* committed,
-                              const RoundField* fields, int n_fields) {
+                              const RoundField* fields, int n_fields, const int32_t* round_flag,
+                              int32_t* burst_flag) {
+  if (threadIdx.x == 0) *burst_flag |= *round_flag;
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
     const DraftVerdict v = verdicts[j];
     int32_t n = state[j];
@@ -44,13 +47,15 @@ __global__ void __launch_bounds__(kThreads)
 void launch_commit_chain_round(const DraftVerdict* verdicts, const WalkNode* nodes, int m,
                                int width, int32_t* state, int32_t* history, int n_tokens,
                                int32_t* committed, const RoundField* fields, int n_fields,
+                               const int32_t* round_flag, int32_t* burst_flag,
                                CUstream_st* stream) {
   if (m < 0 || width < 1 || n_fields < 0)
     throw Error("device commit: " + std::to_string(m) + " images, width " + std::to_string(width) +
                 ", " + std::to_string(n_fields) + " fields");
   if (m == 0) return;
   commit_chain_round_kernel<<<1, kThreads, 0, stream>>>(verdicts, nodes, m, width, state, history,
-                                                        n_tokens, committed, fields, n_fields);
+                                                        n_tokens, committed, fields, n_fields,
+                                                        round_flag, burst_flag);
   TESSERA_CUDA_LAUNCHED("commit_chain_round_kernel");
 }
 

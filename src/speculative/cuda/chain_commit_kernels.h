@@ -14,6 +14,6 @@ namespace tessera::speculative {
 void launch_commit_chain_round(const DraftVerdict* verdicts, const WalkNode* nodes, int m,
                                int width, int32_t* state, int32_t* history, int n_tokens,
                                int32_t* committed, const RoundField* fields, int n_fields,
-                               CUstream_st* stream);
+                               const int32_t* round_flag, int32_t* burst_flag, CUstream_st* stream);
 
 }  // namespace tessera::speculative

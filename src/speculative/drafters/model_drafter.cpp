@@ -314,10 +314,8 @@ bool ModelDrafter::burst_fields(std::vector<RoundField>& out) const {
   if (steps == 0) return true;
   for (int s = 0; s < R; ++s) {
     // The graph moved the first forward's positions to the last's, and its lengths by its steps.
-    add(word(c.in.positions, s), s % m, RoundField::kCommitted);
-    if (steps > 1) add(word(c.in.positions, s), s % m, RoundField::kConstant, -(steps - 1));
-    add(word(c.in.attn.past, s), s % m, RoundField::kCommitted);
-    add(word(c.in.attn.past, s), s % m, RoundField::kConstant, -steps);
+    add(word(c.in.positions, s), s % m, RoundField::kCommitted, -(steps - 1));
+    add(word(c.in.attn.past, s), s % m, RoundField::kCommitted, -steps);
   }
   return true;
 }
