@@ -439,8 +439,9 @@ TEST_P(Verify, DynamicFrontiersAreTheCpus) {
 
 // A burst's commit (speculative/chain_commit.h) on the backend under test: 5 images' verdicts
 // (every accepted count of chains of 4), their histories, counts and record, 300 fields of every
-// kind (one a word, in the backend's memory: more than the block's threads) and the flags, equal
-// to the CPU's.
+// kind (one a word, in the backend's memory: more than the block's threads) and the flags, over
+// three rounds (clear, flagged, clear: after the flag nothing is committed or moved, and the
+// flag stays): equal to the CPU's after each.
 TEST_P(Verify, ChainCommitsAreTheCpus) {
   constexpr int m = 5, width = 4, N = 40, n_words = 300;
   std::mt19937 g(5);
@@ -478,27 +479,36 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
       f.add = f.kind == RoundField::kToken ? -1 - k % 2 : k % 7 - 3;
     }
     Tensor fs = up(fields.data(), fields.size() * sizeof(RoundField));
-    const int32_t raised = 1;
-    Tensor round_flag = be.upload(&raised, DType::I32, {1});
     Tensor burst_flag = be.zeros(DType::I32, {1});
-    commit_chain_round(be, v, w, m, width, s, h, c, fs, n_words, round_flag, burst_flag);
-    Run r{std::vector<int32_t>(m), std::vector<int32_t>(m * N), std::vector<int32_t>(m),
-          std::vector<int32_t>(n_words), std::vector<int32_t>(1)};
-    be.download(s, r.state.data());
-    be.download(h, r.history.data());
-    be.download(c, r.committed.data());
-    be.download(on_device, r.words.data());
-    be.download(burst_flag, r.flag.data());
-    return r;
+    std::vector<Run> rounds;
+    for (const int32_t raised : {0, 1, 0}) {
+      Tensor round_flag = be.upload(&raised, DType::I32, {1});
+      commit_chain_round(be, v, w, m, width, s, h, c, fs, n_words, round_flag, burst_flag);
+      Run r{std::vector<int32_t>(m), std::vector<int32_t>(m * N), std::vector<int32_t>(m),
+            std::vector<int32_t>(n_words), std::vector<int32_t>(1)};
+      be.download(s, r.state.data());
+      be.download(h, r.history.data());
+      be.download(c, r.committed.data());
+      be.download(on_device, r.words.data());
+      be.download(burst_flag, r.flag.data());
+      rounds.push_back(std::move(r));
+    }
+    return rounds;
   };
-  const Run want = run(ref()), got = run(backend());
-  EXPECT_EQ(got.committed, want.committed);
-  EXPECT_EQ(got.state, want.state);
-  EXPECT_EQ(got.history, want.history);
-  EXPECT_EQ(got.words, want.words);
-  EXPECT_EQ(got.flag, want.flag);
-  EXPECT_EQ(want.flag[0], 1);
-  for (int j = 0; j < m; ++j) EXPECT_EQ(want.committed[j], j % (width + 1) + 1);
+  const std::vector<Run> want = run(ref()), got = run(backend());
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    EXPECT_EQ(got[r].committed, want[r].committed);
+    EXPECT_EQ(got[r].state, want[r].state);
+    EXPECT_EQ(got[r].history, want[r].history);
+    EXPECT_EQ(got[r].words, want[r].words);
+    EXPECT_EQ(got[r].flag, want[r].flag);
+    EXPECT_EQ(want[r].flag[0], r == 0 ? 0 : 1);
+  }
+  for (int j = 0; j < m; ++j) EXPECT_EQ(want[0].committed[j], j % (width + 1) + 1);
+  EXPECT_EQ(want[2].committed, std::vector<int32_t>(m, 0));
+  EXPECT_EQ(want[2].words, want[0].words);
+  EXPECT_EQ(want[2].state, want[0].state);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Verify, ::testing::ValuesIn(kBackendNames), backend_param_name);

@@ -1,5 +1,7 @@
 #include "speculative/chain_commit.h"
 
+#include <algorithm>
+
 #include "tessera/error.h"
 
 #if defined(TESSERA_HAVE_CUDA)
@@ -29,7 +31,12 @@ void commit_chain_round(Backend& be, const Tensor& verdicts, const Tensor& nodes
   const auto* walk = static_cast<const WalkNode*>(nodes.data);
   const auto* f = static_cast<const RoundField*>(fields.data);
   if (be.host_memory()) {
-    *burst_flag.ptr<int32_t>() |= *round_flag.ptr<int32_t>();
+    int32_t& flag = *burst_flag.ptr<int32_t>();
+    flag |= *round_flag.ptr<int32_t>();
+    if (flag) {
+      std::fill_n(committed.ptr<int32_t>(), m, 0);
+      return;
+    }
     int32_t* n = state.ptr<int32_t>();
     int32_t* h = history.ptr<int32_t>();
     for (int j = 0; j < m; ++j) {

@@ -62,7 +62,9 @@ TESSERA_HD inline void apply_round_field(const RoundField& f, int32_t committed,
 // committed: I32 [m], this round's tokens per image (the burst's record); fields: U8 of n_fields
 // RoundField, each word once, applied after every image's commit; round_flag: I32 [1], the
 // round's flag of a failed draw or non-finite row (the next round's overwrites it), or-ed into
-// burst_flag. Asynchronous on a GPU.
+// burst_flag. Once burst_flag is set nothing is committed or moved (committed: 0), so that the
+// burst's later rounds replay inputs it has seen (a GPU's walk draws -1 from a zeroed row, which
+// the next round would feed) and the host reports the flag. Asynchronous on a GPU.
 void commit_chain_round(Backend& be, const Tensor& verdicts, const Tensor& nodes, int m, int width,
                         Tensor& state, Tensor& history, Tensor& committed, const Tensor& fields,
                         int n_fields, const Tensor& round_flag, Tensor& burst_flag);

@@ -1,7 +1,8 @@
-// One block: the round's flag or-ed into the burst's, the images' commits (a thread each; a commit
-// past the image's end sets nothing and is left to the host's checks of the record), a barrier,
-// then the fields (a thread each, in strides: each word has one field, so no two threads write
-// one). A burst's round has a few images and a few hundred fields: one block is enough.
+// One block: the round's flag or-ed into the burst's (once set, nothing is committed), the images'
+// commits (a thread each; a commit past the image's end sets nothing and is left to the host's
+// checks of the record), a barrier, then the fields of the images that committed (a thread each,
+// in strides: each word has one field, so no two threads write one). A burst's round has a few
+// images and a few hundred fields: one block is enough.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -21,12 +22,14 @@ __global__ void __launch_bounds__(kThreads)
                               int32_t* state, int32_t* history, int n_tokens, int32_t* committed,
                               const RoundField* fields, int n_fields, const int32_t* round_flag,
                               int32_t* burst_flag) {
-  if (threadIdx.x == 0) *burst_flag |= *round_flag;
+  __shared__ int32_t flag;
+  if (threadIdx.x == 0) flag = *burst_flag |= *round_flag;
+  __syncthreads();
   for (int j = threadIdx.x; j < m; j += blockDim.x) {
     const DraftVerdict v = verdicts[j];
     int32_t n = state[j];
-    if (v.accepted < 0 || v.accepted > width || n + v.accepted + 1 > n_tokens) {
-      committed[j] = 0;  // the host sees no token (its check of the record fails)
+    if (flag || v.accepted < 0 || v.accepted > width || n + v.accepted + 1 > n_tokens) {
+      committed[j] = 0;  // the host sees no token (the flag, or its check of the record)
       continue;
     }
     committed[j] = commit_chain_image(v, nodes + static_cast<size_t>(j) * width,
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int k = threadIdx.x; k < n_fields; k += blockDim.x) {
     const RoundField f = fields[k];
-    if (f.image < 0 || f.image >= m) continue;
+    if (f.image < 0 || f.image >= m || committed[f.image] == 0) continue;  // nothing committed
     apply_round_field(f, committed[f.image], history + static_cast<size_t>(f.image) * n_tokens,
                       state[f.image]);
   }
