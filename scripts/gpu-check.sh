@@ -332,6 +332,10 @@ for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
     printf '%s\n' "${MROWS[@]}"
     echo
   fi
+  # A graph that fails to capture runs its ops one by one (correct, slower): its reason is logged.
+  captured_not=$(grep -c "CUDA graph capture failed" "$LOG" || true)
+  echo "CUDA graph captures that failed (their ops ran one by one): ${captured_not:-0}$(grep -m1 "CUDA graph capture failed" "$LOG" | sed 's/^/; first: /')"
+  echo
   echo "total $((SECONDS - START)) s; $([[ $FAILED == 0 ]] && echo 'all passed' || echo 'FAILURES: see rows and log')"
 } | tee "$WORK/table.md"
 if [[ -n $REPORT && $DRY == 0 ]]; then
