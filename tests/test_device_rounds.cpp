@@ -77,6 +77,15 @@ SpeculativeOptions method(const std::string& name, MethodParams params = {},
   return s;
 }
 
+// A decoder's settings: sampling `p`, `seed`, the loop `where`.
+DecoderSettings settings(const SamplingParams& p, uint64_t seed, DeviceLoop where) {
+  DecoderSettings d;
+  d.sampling = p;
+  d.seed = seed;
+  d.device_loop = where;
+  return d;
+}
+
 void expect_same(const Generated& device, const Generated& host) {
   EXPECT_EQ(device.images, host.images);
   ASSERT_EQ(device.stats.per_image.size(), host.stats.per_image.size());
@@ -302,10 +311,7 @@ Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/sp
   loop.rule = rule.get();
   loop.drafter = &counting;
   loop.draft_len = 3;
-  DecoderSettings d;
-  d.sampling = p;
-  d.seed = 9;
-  d.device_loop = where;
+  DecoderSettings d = settings(p, 9, where);
   Drafted out;
   speculative::SpeculativeDecoder dec(target, kImages, d, loop, out.stats);
   out.images = generate_labels(dec, kImages, out.stats);
@@ -374,10 +380,7 @@ TEST(DeviceRounds, ARoundReadsBackOnce) {
     loop.rule = rule.get();
     loop.drafter = jacobi ? static_cast<speculative::Drafter*>(&jacobi_drafter) : &model_drafter;
     loop.draft_len = jacobi ? 5 : 3;
-    DecoderSettings d;
-    d.sampling = p;
-    d.seed = 4;
-    d.device_loop = DeviceLoop::On;
+    DecoderSettings d = settings(p, 4, DeviceLoop::On);
     d.device_burst = 1;  // a round a step (ChainRoundsRunInBursts: a burst's one read)
     GenerateStats stats;
     speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
@@ -445,10 +448,7 @@ TEST(DeviceRounds, DraftHeadsReadTheirFeaturesOnTheDevice) {
     loop.drafter = drafter.get();
     loop.draft_len = hawk ? 2 : 3;
     if (heads_of == kHawkAuto) loop.policy = &policy;
-    DecoderSettings d;
-    d.sampling = p;
-    d.seed = 4;
-    d.device_loop = DeviceLoop::On;
+    DecoderSettings d = settings(p, 4, DeviceLoop::On);
     GenerateStats stats;
     speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
     dec.add(Condition::label(1), 0);
@@ -513,10 +513,7 @@ TEST(DeviceRounds, TreesDraftWhereTheLogitsAre) {
         loop.rule = rule.get();
         loop.drafter = &drafter;
         loop.draft_len = 3;
-        DecoderSettings d;
-        d.sampling = p;
-        d.seed = 4;
-        d.device_loop = where;
+        DecoderSettings d = settings(p, 4, where);
         GenerateStats stats;
         speculative::SpeculativeDecoder dec(target, 2, d, loop, stats);
         dec.add(Condition::label(1), 0);
@@ -620,10 +617,7 @@ Recorded record_drafts(DeviceLoop where, const std::string& drafter_dir, const s
   loop.rule = rule.get();
   loop.drafter = &recorder;
   loop.draft_len = 3;
-  DecoderSettings d;
-  d.sampling = p;
-  d.seed = 9;
-  d.device_loop = where;
+  DecoderSettings d = settings(p, 9, where);
   Recorded r;
   speculative::SpeculativeDecoder dec(target, 3, d, loop, r.stats);
   dec.add(Condition::label(1), 0);
@@ -788,10 +782,7 @@ Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
   loop.rule = rule.get();
   loop.drafter = kind == "sjd" ? static_cast<speculative::Drafter*>(&jacobi) : &model_drafter;
   loop.draft_len = kind == "sjd" ? 5 : 3;
-  DecoderSettings d;
-  d.sampling = p;
-  d.seed = 6;
-  d.device_loop = where;
+  DecoderSettings d = settings(p, 6, where);
   Generated out;
   speculative::SpeculativeDecoder dec(target, kBatch, d, loop, out.stats);
   if (drive)

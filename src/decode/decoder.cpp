@@ -153,9 +153,8 @@ StepBatch vanilla_step(const AutoregressiveModel& model, const std::vector<Image
 // (EAGLE's), and samples where the backend can.
 bool device_loop_possible(const AutoregressiveModel& model) {
   const ArModelInfo& m = model.info();
-  for (int t = 1; t < m.n_tokens; ++t)
-    if (model.token_position(t) != model.token_position(t - 1) + 1) return false;
-  return m.feature_dim == 0 && can_sample_rows(model.backend(), m.vocab_size);
+  return consecutive_token_positions(model) && m.feature_dim == 0 &&
+         can_sample_rows(model.backend(), m.vocab_size);
 }
 }  // namespace
 

@@ -97,4 +97,12 @@ class AutoregressiveModel {
   virtual const Tensor& output_head() const = 0;
 };
 
+// Whether every generated token t sits at position(0) + t: a device loop that moves positions on
+// the device (by one a vanilla step, by the tokens a burst's round commits) needs it.
+inline bool consecutive_token_positions(const AutoregressiveModel& model) {
+  for (int t = 1; t < model.info().n_tokens; ++t)
+    if (model.token_position(t) != model.token_position(t - 1) + 1) return false;
+  return true;
+}
+
 }  // namespace tessera

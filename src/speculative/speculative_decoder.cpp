@@ -58,10 +58,7 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
   if (can_sample_rows(be, V) && (settings.device_loop == DeviceLoop::On ||
                                  (settings.device_loop == DeviceLoop::Auto && !be.host_memory())))
     verifier_ = std::make_unique<BackendVerifier>(be, V);
-  consecutive_positions_ = true;
-  for (int t = 1; t < target.info().n_tokens; ++t)
-    consecutive_positions_ =
-        consecutive_positions_ && target.token_position(t) == target.token_position(t - 1) + 1;
+  consecutive_positions_ = consecutive_token_positions(target);
 }
 
 SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image,
@@ -174,7 +171,6 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   const bool greedy = settings_.sampling.temperature <= 0.0f;
   const int T = model_.info().prefix_len, N = model_.info().n_tokens;
   const int V = model_.info().vocab_size;
-  const int burst = burst_rounds(active);
   max_depth_.clear();
   round_len_.clear();
   carried_.clear();
@@ -265,7 +261,8 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   stats_.forward_passes++;
   ts = now_s();
   stats_.target_seconds += ts - te;
-  if (burst > 1 && on_backend && chains) {
+  // A burst's bound reads the counts before this round's commit: images.tokens as yet unchanged.
+  if (const int burst = on_backend && chains ? burst_rounds(active) : 1; burst > 1) {
     fields_.clear();
     bool full = loop_.drafter->burst_fields(fields_);
     for (int j = 0; j < m && full; ++j) full = depths_[j] == depth_cap_;
@@ -389,9 +386,10 @@ void SpeculativeDecoder::count_round(ImageState& im, const DraftTree& tree, int 
   if (settings_.on_tokens) settings_.on_tokens(kept);
 }
 
+// After a round staged on the backend (so every image's rule has a walk descriptor).
 int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) const {
   const int N = model_.info().n_tokens, k = depth_cap_;
-  if (!verifier_ || loop_.policy || settings_.device_burst <= 1 || k < 1 || active.empty() ||
+  if (loop_.policy || settings_.device_burst <= 1 || k < 1 || active.empty() ||
       !consecutive_positions_ || !loop_.drafter->can_burst())
     return 1;
   // No image may come within a chain of its end during the burst (a round commits at most k + 1
@@ -399,7 +397,7 @@ int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) con
   int64_t burst = settings_.device_burst;
   for (const ImageState* im : active) {
     const int n = static_cast<int>(im->tokens.size());
-    if (n < 2 || N - 1 - k - n < 0 || !rule_of(*im).walk_rule()) return 1;
+    if (n < 2 || N - 1 - k - n < 0) return 1;
     burst = std::min<int64_t>(burst, (N - 1 - k - n) / (k + 1) + 1);
     if (loop_.max_rounds > 0) burst = std::min(burst, loop_.max_rounds - im->round);
   }

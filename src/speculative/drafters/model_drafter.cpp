@@ -80,7 +80,8 @@ ModelDrafter::ModelDrafter(const AutoregressiveModel& model, const SamplingParam
     : model_(model),
       params_(params),
       session_(model, draft_session(model, params, max_depth, max_images, tree)),
-      features_(features) {
+      features_(features),
+      consecutive_positions_(consecutive_token_positions(model)) {
   check((model.info().feature_dim > 0) == reads_features(),
         "internal: a drafter model reads features exactly when FeatureInputs names them");
   max_new_ = draft_session(model, params, max_depth, max_images, tree).max_new;
@@ -271,12 +272,8 @@ int ModelDrafter::keep_roots(int m, int n_out, std::vector<int>& out_row) {
 }
 
 bool ModelDrafter::can_burst() const {
-  if (shape_ || dynamic_ || reads_features() ||
-      !can_sample_rows(model_.backend(), model_.info().vocab_size))
-    return false;
-  for (int t = 1; t < model_.info().n_tokens; ++t)  // a commit moves positions by its tokens
-    if (model_.token_position(t) != model_.token_position(t - 1) + 1) return false;
-  return true;
+  return !shape_ && !dynamic_ && !reads_features() && consecutive_positions_ &&
+         can_sample_rows(model_.backend(), model_.info().vocab_size);
 }
 
 // The words a commit moves: the catch-up's two tokens (the last two committed), positions and

@@ -184,7 +184,8 @@ class ModelDrafter : public Drafter {
   std::optional<DynamicTree> dynamic_;
   std::vector<std::vector<int>> children_;  // shape node -> its children (index nodes: the root)
   FeatureInputs features_;
-  int max_new_ = 2;  // most rows per slot of one forward
+  bool consecutive_positions_;  // a burst's commit moves positions by the tokens committed
+  int max_new_ = 2;             // most rows per slot of one forward
   bool device_drafts_ = false;
   ForwardOutputs last_;  // the last forward's outputs
   // The device loop's chains of a draft model that reads no features: run() then prepares the
