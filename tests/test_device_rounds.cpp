@@ -279,12 +279,13 @@ struct Drafted {
   int64_t drafting_rounds = 0;
 };
 
-// Images of labels 0..n-1, image index i for label i, through `dec`.
-std::vector<std::vector<int32_t>> generate_labels(Decoder& dec, int n, GenerateStats& stats) {
+// Images of labels 0..n-1 (modulo `classes` if given), image index i for label i, through `dec`.
+std::vector<std::vector<int32_t>> generate_labels(Decoder& dec, int n, GenerateStats& stats,
+                                                  int classes = 0) {
   std::vector<Condition> conds;
   std::vector<const Condition*> ptrs;
   std::vector<uint64_t> index;
-  for (int i = 0; i < n; ++i) conds.push_back(Condition::label(i));
+  for (int i = 0; i < n; ++i) conds.push_back(Condition::label(classes > 0 ? i % classes : i));
   for (int i = 0; i < n; ++i) {
     ptrs.push_back(&conds[i]);
     index.push_back(static_cast<uint64_t>(i));
@@ -750,13 +751,22 @@ TEST(DeviceRounds, DraftChainGraphKeysNeverCollide) {
 namespace {
 
 // Nine whole images of the fixture, three at a time, through the speculative loop on `be`: a draft
-// model's chains ("chain") or static trees ("tree"), EAGLE's chains ("eagle", reading the target
-// pass's hidden states) or Jacobi's windows ("sjd", carrying draws over), exact rule, guided. With
-// `drive`, it steps the decoder instead (no images returned).
+// model's chains ("chain"; "micro": the four-token pair's) or static trees ("tree"), EAGLE's chains
+// ("eagle", reading the target pass's hidden states) or Jacobi's windows ("sjd", carrying draws
+// over), exact rule, guided. With `drive`, it steps the decoder instead (no images returned);
+// `configure` edits the loop's settings; `grid` > 0 makes the images grid x grid tokens (both
+// models' rotary tables).
 using Drive = std::function<void(speculative::SpeculativeDecoder&, GenerateStats&)>;
+using Configure = std::function<void(speculative::LoopSettings&)>;
 Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
-                       const Drive& drive = {}) {
-  const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
+                       const Drive& drive = {}, const Configure& configure = {}, int grid = 0) {
+  auto config = [grid](const std::string& dir) {
+    ModelConfig c = load_model_config(dir);
+    if (grid > 0) c.gpt.image_size = (c.gpt.grid = grid) * c.gpt.downsample;
+    return c;
+  };
+  const bool micro = kind == "micro";
+  const ModelConfig tc = config(kFix + (micro ? "/spec/micro_target" : "/llamagen/c2i_f32"));
   LlamaGen target(tc, be);
   std::unique_ptr<AutoregressiveModel> draft;
   speculative::FeatureInputs features;
@@ -766,7 +776,8 @@ Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
     features = {e->feature(), e->prefix_token()};
     draft = std::move(e);
   } else {
-    draft = std::make_unique<LlamaGen>(load_model_config(kFix + "/spec/tiny_draft"), be);
+    draft = std::make_unique<LlamaGen>(
+        config(kFix + (micro ? "/spec/micro_draft" : "/spec/tiny_draft")), be);
   }
   SamplingOptions so;
   so.cfg_scale = 3.0f;
@@ -782,13 +793,14 @@ Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
   loop.rule = rule.get();
   loop.drafter = kind == "sjd" ? static_cast<speculative::Drafter*>(&jacobi) : &model_drafter;
   loop.draft_len = kind == "sjd" ? 5 : 3;
+  if (configure) configure(loop);
   DecoderSettings d = settings(p, 6, where);
   Generated out;
   speculative::SpeculativeDecoder dec(target, kBatch, d, loop, out.stats);
   if (drive)
     drive(dec, out.stats);
   else
-    out.images = generate_labels(dec, kImages, out.stats);
+    out.images = generate_labels(dec, kImages, out.stats, tc.gpt.num_classes);
   return out;
 }
 
@@ -892,6 +904,55 @@ TEST(DeviceRounds, ChainRoundsRunInBursts) {
                  for (int i = 0; i < 3; ++i) EXPECT_EQ(dec.image(ids[i]).tokens, host.images[i]);
                });
   EXPECT_GE(bursts, 1);
+}
+
+// --draft-len auto's rounds burst too: the policy's depth is held for spans of rounds
+// (LoopSettings::hold_depth, DraftLengthPolicy::choose_held), a burst runs within a span at that
+// depth, and the policy observes each of its rounds afterwards, in order. With the host loop
+// holding its depths for the same spans, the images and statistics are the host loop's. The
+// four-token pair's drafts are accepted 70-85% of the time at each depth, where these costs (a
+// near-flat target pass, a dear draft step) put the choice between 2 and 3 drafts, so the depths
+// vary: a burst whose rounds the policy did not see, or a span miscounted, changes the later
+// choices. Unset, the hold is the burst length on the device loop and 1 (a choice every round) on
+// the host loop.
+TEST(DeviceRounds, AutoRoundsHoldTheirDepthInBursts) {
+  speculative::RoundCosts costs;
+  costs.verify = {1.0, 1.05, 1.1, 1.15};
+  costs.draft_step = 0.3;
+  const speculative::DraftLengthPolicy policy(costs, 3);
+  auto held = [&](int hold) {
+    return [&policy, hold](speculative::LoopSettings& loop) {
+      loop.policy = &policy;
+      loop.hold_depth = hold;
+    };
+  };
+  for (const int hold : {3, 5}) {
+    SCOPED_TRACE("hold " + std::to_string(hold));
+    const Generated host = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(hold), 8);
+    const Generated device =
+        whole_images("micro", cpu_backend(), DeviceLoop::On, {}, held(hold), 8);
+    expect_same(device, host);
+    EXPECT_GE(device.stats.burst_rounds, 10);  // 20 and 21 of about 100 rounds here
+    int depths = 0;  // the policy's choices vary: an image's rounds drafted 1, 2 and 3 here
+    for (const ImageStats& im : host.stats.per_image) {
+      int used = 0;
+      for (size_t d = 1; d < im.rounds_by_depth.size(); ++d) used += im.rounds_by_depth[d] > 0;
+      depths = std::max(depths, used);
+    }
+    EXPECT_GE(depths, 2);
+  }
+  // Unset: a choice every round on the host loop, held for a burst (32 rounds) on the device loop.
+  const Generated every = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(1), 8);
+  const Generated host = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(0), 8);
+  expect_same(host, every);
+  const Generated bursts = whole_images("micro", cpu_backend(), DeviceLoop::On, {}, held(0), 8);
+  const Generated hold32 = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(32), 8);
+  expect_same(bursts, hold32);
+  EXPECT_GT(bursts.stats.burst_rounds, 0);
+  // A choice every round on the device loop: no bursts (the depth may change each round).
+  const Generated device = whole_images("micro", cpu_backend(), DeviceLoop::On, {}, held(1), 8);
+  expect_same(device, every);
+  EXPECT_EQ(device.stats.burst_rounds, 0);
 }
 
 namespace {

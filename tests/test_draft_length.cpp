@@ -3,6 +3,7 @@
 // acceptance estimate follows a change in acceptance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -238,12 +239,12 @@ RoundCosts linear_costs(int max_depth, double per_position, double draft_step) {
 // d tokens, the first c of them carried over (the drafts the last round left unverified; always
 // 0 for a draft model), and accepts accepted(r, d, c) of them.
 std::vector<int> scripted_depths(const DraftLengthPolicy& policy, int cap, int rounds,
-                                 const std::function<int(int, int, int)>& accepted) {
+                                 const std::function<int(int, int, int)>& accepted, int hold = 1) {
   ImageAcceptance image = policy.start();
   std::vector<int> depths;
   int carried = 0;
   for (int r = 0; r < rounds; ++r) {
-    const int d = policy.choose(image, cap);
+    const int d = hold == 1 ? policy.choose(image, cap) : policy.choose_held(image, cap, hold);
     const int c = std::min(carried, d), a = accepted(r, d, c);
     policy.observe(image, d, c, a);
     carried = a < d ? d - a : 0;
@@ -279,6 +280,45 @@ TEST(DraftLengthPolicyRounds, DraftModelClimbsToTheCapAndFallsToOne) {
   EXPECT_EQ(scripted_depths(cheap, 8, 6, all_then_none(0)), repeated({2}, 1, 5));
   // A cap below the policy's choice binds.
   EXPECT_EQ(scripted_depths(cheap, 3, 4, all_then_none(4)), repeated({2}, 3, 3));
+}
+
+// A depth held for spans of rounds (choose_held, the device loop's bursts under auto): chosen at
+// each span's first round from every round before it (those held observed all the same). A
+// choice that repeats the last doubles the span, up to the hold; one that differs starts again at
+// a round, so that an image's first rounds, on the prior, and a change of acceptance are followed
+// as closely as with a choice every round. Held for one round it is the choice of every round.
+TEST(DraftLengthPolicyRounds, AHeldDepthIsChosenAtEachSpansStart) {
+  const DraftLengthPolicy policy(linear_costs(8, 0.3, 0.1), 8);
+  EXPECT_EQ(scripted_depths(policy, 8, 18, all_then_none(6), 1),
+            scripted_depths(policy, 8, 18, all_then_none(6)));
+  // Nothing observed: the prior's depth, chosen at rounds 0, 1, 3 and 7 (spans 1, 2, 4, 4).
+  ImageAcceptance image = policy.start();
+  std::vector<int> spans;
+  for (int r = 0; r < 11; ++r) {
+    const int held = image.held;
+    EXPECT_EQ(policy.choose_held(image, 8, 4), 1) << "round " << r;
+    if (held == 0) spans.push_back(image.span);
+  }
+  EXPECT_EQ(spans, (std::vector<int>{1, 2, 4, 4}));
+  // Acceptance seen in a span's rounds changes the next choice, which starts a span of one.
+  for (int r = 0; r < 6; ++r) policy.observe(image, 1, 0, 1);
+  EXPECT_EQ(image.held, 0);
+  ImageAcceptance copy = image;
+  const int deeper = policy.choose(copy, 8);
+  EXPECT_GT(deeper, 1);
+  EXPECT_EQ(policy.choose_held(image, 8, 4), deeper);
+  EXPECT_EQ(image.span, 1);
+  // The image's end caps a held depth, and a round with nothing to draft draws none.
+  EXPECT_EQ(policy.choose_held(image, 8, 4), deeper);  // chosen again: a span of 2
+  EXPECT_EQ(image.span, 2);
+  EXPECT_EQ(policy.choose_held(image, 1, 4), 1);
+  EXPECT_EQ(policy.choose_held(image, 0, 4), 0);
+  // Scripted: all accepted, then nothing; held or not, the depths climb and fall back to 1, held
+  // only within spans (a depth changes only where a span starts).
+  const std::vector<int> held = scripted_depths(policy, 8, 30, all_then_none(10), 8);
+  EXPECT_EQ(held.front(), 1);
+  EXPECT_EQ(*std::max_element(held.begin(), held.end()), 8);
+  EXPECT_EQ(held.back(), 1);
 }
 
 // A Jacobi window: its fresh positions hold random tokens (accepted with probability ~1/V), so

@@ -192,8 +192,12 @@ int DraftLengthPolicy::choose_jacobi(const JacobiAcceptance& acceptance, int cap
 }
 
 ImageAcceptance DraftLengthPolicy::start() const {
-  ImageAcceptance a{AcceptanceTracker(max_depth_), JacobiAcceptance(max_depth_), 0,
-                    ValueCalibration(), KeptNodes(max_depth_)};
+  ImageAcceptance a{AcceptanceTracker(max_depth_),
+                    JacobiAcceptance(max_depth_),
+                    0,
+                    ValueCalibration(),
+                    KeptNodes(max_depth_),
+                    0};
   a.depth = costs_.valued ? choose_valued(a, max_depth_) : choose(a.depths.estimate(), max_depth_);
   return a;
 }
@@ -204,6 +208,17 @@ int DraftLengthPolicy::choose(ImageAcceptance& image, int cap) const {
                 : costs_.valued ? choose_valued(image, cap)
                                 : choose(image.depths.estimate(), cap);
   return image.depth;
+}
+
+int DraftLengthPolicy::choose_held(ImageAcceptance& image, int cap, int hold) const {
+  if (image.held > 0 && cap > 0) {
+    image.held--;
+    return std::min(image.depth, cap);
+  }
+  const int last = image.depth, depth = choose(image, cap);
+  image.span = depth == last && image.span > 0 ? std::min(2 * image.span, std::max(hold, 1)) : 1;
+  image.held = image.span - 1;
+  return depth;
 }
 
 void DraftLengthPolicy::observe(ImageAcceptance& image, int drafted, int carried, int accepted,

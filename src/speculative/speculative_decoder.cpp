@@ -59,6 +59,10 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
                                  (settings.device_loop == DeviceLoop::Auto && !be.host_memory())))
     verifier_ = std::make_unique<BackendVerifier>(be, V);
   consecutive_positions_ = consecutive_token_positions(target);
+  check(loop.hold_depth >= 0, "internal: hold_depth must be at least 0");
+  hold_ = loop.hold_depth > 0                       ? loop.hold_depth
+          : verifier_ && loop_.drafter->can_burst() ? settings.device_burst
+                                                    : 1;
 }
 
 SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image,
@@ -180,7 +184,8 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     const int cap = drafting ? std::min(depth_cap_, left) : 0;
     round_len_.push_back(cap);
     // Auto: the choice reads only this image's past rounds, never this round's draws.
-    const int depth = loop_.policy ? loop_.policy->choose(acceptance_[im->id], cap) : cap;
+    const int depth =
+        loop_.policy ? loop_.policy->choose_held(acceptance_[im->id], cap, hold_) : cap;
     max_depth_.push_back(depth);
     carried_.push_back(std::min(loop_.drafter->carried_drafts(*im), depth));
   }
@@ -265,9 +270,9 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   if (const int burst = on_backend && chains ? burst_rounds(active) : 1; burst > 1) {
     fields_.clear();
     bool full = loop_.drafter->burst_fields(fields_);
-    for (int j = 0; j < m && full; ++j) full = depths_[j] == depth_cap_;
+    for (int j = 0; j < m && full; ++j) full = depths_[j] == max_depth_[0];
     if (full) {
-      run_burst(active, burst);
+      run_burst(active, burst, max_depth_[0]);
       return;
     }
   }
@@ -388,18 +393,22 @@ void SpeculativeDecoder::count_round(ImageState& im, const DraftTree& tree, int 
 
 // After a round staged on the backend (so every image's rule has a walk descriptor).
 int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) const {
-  const int N = model_.info().n_tokens, k = depth_cap_;
-  if (loop_.policy || settings_.device_burst <= 1 || k < 1 || active.empty() ||
-      !consecutive_positions_ || !loop_.drafter->can_burst())
+  const int N = model_.info().n_tokens;
+  const int k = max_depth_.empty() ? 0 : max_depth_[0];  // this round's chain, every image's
+  if (settings_.device_burst <= 1 || k < 1 || active.empty() || !consecutive_positions_ ||
+      !loop_.drafter->can_burst())
     return 1;
   // No image may come within a chain of its end during the burst (a round commits at most k + 1
   // tokens), so every round drafts the same chain of k for every image: no cap on the device.
+  // Under --draft-len auto, each image's depth is k for the rounds it is still held for.
   int64_t burst = settings_.device_burst;
-  for (const ImageState* im : active) {
+  for (size_t j = 0; j < active.size(); ++j) {
+    const ImageState* im = active[j];
     const int n = static_cast<int>(im->tokens.size());
-    if (n < 2 || N - 1 - k - n < 0) return 1;
+    if (max_depth_[j] != k || n < 2 || N - 1 - k - n < 0) return 1;
     burst = std::min<int64_t>(burst, (N - 1 - k - n) / (k + 1) + 1);
     if (loop_.max_rounds > 0) burst = std::min(burst, loop_.max_rounds - im->round);
+    if (loop_.policy) burst = std::min<int64_t>(burst, acceptance_[im->id].held + 1);
   }
   return static_cast<int>(std::max<int64_t>(burst, 1));
 }
@@ -409,10 +418,10 @@ int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) con
 // and moves the next round's inputs (fields_: the drafter's, the verifier's, the target pass's),
 // so that the next round is the same graphs again. One copy back at the end: the history, each
 // round's committed counts and the flag of a non-finite row.
-void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) {
+void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst, int k) {
   const double t0 = now_s();
   Backend& be = model_.backend();
-  const int m = static_cast<int>(active.size()), N = model_.info().n_tokens, k = depth_cap_;
+  const int m = static_cast<int>(active.size()), N = model_.info().n_tokens;
   const int T = model_.info().prefix_len, halves = cfg() ? 2 : 1, rows = k + 1;
   verifier_->burst_fields(fields_);
   const ForwardInputs& in = pass_.in;
@@ -509,8 +518,11 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
       append_tokens(im, chain, out);
       if (r > 0) im.stats.draft_forwards += k;  // the first round's were counted as drawn
       last_start = n;
+      // The policy sees every round, as the host loop's would (its depth held: nothing chosen).
+      if (loop_.policy) loop_.policy->observe(acceptance_[im.id], k, 0, v.accepted, k, 0.0);
       count_round(im, chain, k, committed);
     }
+    if (loop_.policy) acceptance_[im.id].held -= burst - 1;
     // The caches as the device left them: the target's through the committed tokens but the last,
     // the draft model's as its last round left them.
     const int now = static_cast<int>(im.tokens.size());

@@ -30,6 +30,11 @@ struct LoopSettings {
   // --draft-len auto: chooses each round's depth from the image's past acceptance (null: every
   // round drafts draft_len's depth).
   const DraftLengthPolicy* policy = nullptr;
+  // --draft-len auto: the rounds a chosen depth is held for (DraftLengthPolicy::choose_held), so
+  // that the device loop's bursts, which repeat one chain, cover auto's rounds too. 0: the burst
+  // length (DecoderSettings::device_burst) on the device loop for a drafter whose chains burst,
+  // else 1 (a choice every round).
+  int hold_depth = 0;
   int max_rounds = 0;  // > 0: afterwards the target finishes the image alone
 };
 
@@ -53,6 +58,7 @@ class SpeculativeDecoder final : public Decoder {
   LoopSettings loop_;
   int depth_cap_ = 0;
   int node_cap_ = 0;  // most draft nodes per image and round (the session's width - 1)
+  int hold_ = 1;      // LoopSettings::hold_depth, resolved
   // The settings an image's target distributions are verified with: its own, but greedy
   // verification sees the untempered distribution (unfiltered unless the rule keeps the filters).
   SamplingParams verify_params(const SamplingParams& image, const AcceptanceRule& rule) const;
@@ -73,7 +79,7 @@ class SpeculativeDecoder final : public Decoder {
   // Bursts of chain rounds on the device (chain_commit.h): how many rounds the next may run (1:
   // none), and the burst after its first round's pass.
   int burst_rounds(const std::vector<ImageState*>& active) const;
-  void run_burst(std::vector<ImageState*>& active, int burst);
+  void run_burst(std::vector<ImageState*>& active, int burst, int k);
   // The host's side of an image's verified round: its tokens and statistics.
   void append_tokens(ImageState& im, const DraftTree& tree, const VerifyOutcome& out);
   void count_round(ImageState& im, const DraftTree& tree, int depth, int kept);
