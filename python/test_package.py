@@ -88,6 +88,13 @@ def test_draft_costs_given_back_repeat_the_lengths_and_the_cli(pipe, tmp_path):
     images, stats = pipe.generate("red apple", seed=3, method="medusa", output="numpy",
                                   draft_costs=flat)
     assert stats["draft_costs"] == flat and stats["mean_draft_depth"] > 3.9
+    # The rounds a choice was held for: 1 (Medusa's trees choose every round), or as given back.
+    assert stats["draft_hold"] == 1
+    _, held = pipe.generate("red apple", seed=3, method="medusa", output="tokens",
+                            draft_costs=flat, draft_hold=4)
+    assert held["draft_hold"] == 4
+    with pytest.raises(tessera.ParameterError, match="^draft_hold is what"):
+        pipe.generate("red apple", method="medusa", draft_len=4, draft_hold=2)
     want = cli_images(tmp_path, "red apple", "--method", "medusa", "--seed", "3",
                       "--draft-costs", "0:" + ",".join(["0.001"] * 5), n=1)
     np.testing.assert_array_equal(images[0], want[0])

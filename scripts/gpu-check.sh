@@ -209,8 +209,9 @@ verify_cost() {
 METHODS=${GPU_CHECK_METHODS:-sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk}
 # The trees' rows: the same methods drafting trees on the device loop (EAGLE-2's dynamic trees
 # ranked there, static trees drawn there), `--tree` for every method of the run.
-# A row @len:N runs its methods with --draft-len N instead: a fixed length, so that a draft model's
-# chain rounds run in bursts on the device (the "in bursts" column).
+# A row @len:N runs its methods with --draft-len N instead: a fixed length, beside the default
+# rows' --draft-len auto, whose draft model's chain rounds burst on the device within the spans
+# the policy holds a length for (the "in bursts" column; docs/methods.md "Held lengths").
 TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1 sd,lantern,cool-sd@len:5}
 MROWS=() MNOTE=""
 # methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE, or --draft-len N for

@@ -162,6 +162,37 @@ TEST_F(CliReadme, StoredDraftCostsRepeatTheLengthsOnAnyMachine) {
   EXPECT_LT(depth("steep.json"), 1.1);
 }
 
+// --draft-len auto holds a chosen length for spans of rounds where a draft model's chains run in
+// bursts on the device loop (32 rounds at most; here --device-loop on, on the CPU), else it
+// chooses every round (a hold of 1). Every image stores the hold it used, so --from-png repeats its
+// lengths, hence its image, on the other loop (the CPU's default host loop); and the hold decides:
+// a replay held for 1 round draws other tokens.
+TEST_F(CliReadme, StoredDraftHoldRepeatsTheLengthsOnEitherLoop) {
+  std::string costs = "0.0003:";  // verification 8% dearer a position: lengths 1 to 16 pay
+  for (int k = 0; k < 17; ++k) {
+    if (k > 0) costs += ',';
+    costs += std::to_string(0.001 * (1 + 0.08 * k));
+  }
+  const std::string png = tmp("held.png");
+  const CliResult r = run({"generate", "-m", kTarget, "--class", "3", "--method", "sd", "-t", "1",
+                           "--device-loop", "on", "--draft-costs", costs, "-o", png, "--tokens-out",
+                           tmp("held.npy"), "--stats-out", tmp("held.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(png_text(png, "parameters").find("; draft_hold=32; "), std::string::npos)
+      << png_text(png, "parameters");
+  const nlohmann::json stats = nlohmann::json::parse(slurp(tmp("held.json")));
+  EXPECT_EQ(stats.at("draft_hold").get<int>(), 32);
+  EXPECT_GT(stats.at("burst_rounds").get<int>(), 0);
+  const CliResult again = run({"generate", "--from-png", png, "-o", tmp("again.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(slurp(png) == slurp(tmp("again.png")));
+  const CliResult one = run({"generate", "--from-png", png, "--draft-hold", "1", "-o",
+                             tmp("one.png"), "--tokens-out", tmp("one.npy")});
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_NE(png_text(tmp("one.png"), "parameters").find("; draft_hold=1; "), std::string::npos);
+  EXPECT_FALSE(slurp(tmp("held.npy")) == slurp(tmp("one.npy")));
+}
+
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {
   // --draft none: Jacobi drafts, said so, stored so that --from-png repeats them.
   const CliResult j = run({"generate", "-m", kTarget, "--class", "3", "--method", "lantern",

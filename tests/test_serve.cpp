@@ -223,6 +223,13 @@ TEST(Serve, BadRequestsAre4xxJson) {
       {R"({"prompt": "red apple", "draft_len": "auto",
            "draft_costs": {"verify": [1], "draft_step": 0, "x": 2}})",
        400, "draft_costs", "as a response's tessera.draft_costs"},
+      // draft_hold: a response's tessera.draft_hold, for draft_len "auto" only.
+      {R"({"prompt": "red apple", "method": "lantern", "draft_len": 3, "draft_hold": 2})", 400,
+       "draft_hold", "applies to draft_len \"auto\""},
+      {R"({"prompt": "red apple", "method": "lantern", "draft_len": "auto", "draft_hold": 0})", 400,
+       "draft_hold", "[1, 1024]"},
+      {R"({"prompt": "red apple", "method": "lantern", "draft_len": "auto", "draft_hold": 1.5})",
+       400, "draft_hold", "[1, 1024]"},
       // Only the engine knows how many it needs (a cost for each length it may choose).
       {R"({"prompt": "red apple", "method": "lantern", "draft_len": "auto",
            "draft_costs": {"draft_step": 0.001, "verify": [0.01, 0.02]}})",
@@ -264,7 +271,7 @@ TEST(Serve, BadRequestsAre4xxJson) {
   const httplib::Result m = c.Get("/metrics");
   ASSERT_TRUE(m);
   for (const std::string want :
-       {"tessera_requests_total{code=\"400\"} 32", "tessera_requests_total{code=\"413\"} 1",
+       {"tessera_requests_total{code=\"400\"} 35", "tessera_requests_total{code=\"413\"} 1",
         "tessera_images_total 1", "tessera_tokens_total 256", "tessera_request_seconds_count 1",
         "tessera_mean_accepted_length{method=\"vanilla\"} 1", "tessera_queue_images 0"})
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
@@ -460,7 +467,7 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
 // draft_len "auto": a response gives the costs its batch chose by (the server's calibration), and a
 // request that passes them back runs on them without calibrating: the same costs as that batch's,
 // so it joins it, and makes the same image for the same seed. Other costs get a batch of their
-// own; a batch with a fixed draft length reports none.
+// own; a batch with a fixed draft length reports none. The hold of the lengths likewise.
 TEST(Serve, DraftCostsComeBackAndGoBackIn) {
   auto pipe = load(kFix + "llamagen/c2i_f32");
   serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
@@ -491,6 +498,12 @@ TEST(Serve, DraftCostsComeBackAndGoBackIn) {
   EXPECT_TRUE(wait_for_metric(srv, "tessera_settings 2"));  // a batch of its own
   const json fixed = post({{"class", 1}, {"seed", 3}, {"draft_len", 2}});
   EXPECT_FALSE(fixed["tessera"].contains("draft_costs"));
+  // The rounds a chosen length was held for come back too (1 here: the CPU's host loop chooses
+  // every round), and go back in.
+  EXPECT_EQ(first["tessera"]["draft_hold"], 1);
+  EXPECT_FALSE(fixed["tessera"].contains("draft_hold"));
+  const json held = post({{"class", 1}, {"seed", 3}, {"draft_costs", costs}, {"draft_hold", 4}});
+  EXPECT_EQ(held["tessera"]["draft_hold"], 4);
 }
 
 // Every served method starts at bind() too (drafter loaded, costs calibrated): lantern, drafting

@@ -92,6 +92,11 @@ struct SpeculativeOptions {
   // fixed length, to reproduce images on another machine).
   int max_auto_len = 0;
   DraftCosts auto_costs;
+  // kDraftLenAuto: the most rounds a chosen length is held for (0: 32 where a draft model's chain
+  // rounds run in bursts on the device loop, which repeats one length, else 1: a choice every
+  // round). A held length doubles its span while the choice repeats; the lengths, hence the
+  // images, repeat where the hold does (GenerateStats::draft_hold gives it back).
+  int auto_hold = 0;
   std::string resample;  // "" (method default) | vanilla | optimal (G*, COOL-SD Eq. 5)
   // "": chain drafts (Medusa methods: the chain of the heads' top-1 tokens). Else a draft tree,
   // verified in one target forward by any rule: static (EAGLE-1, LANTERN++ static trees): chain:N,
@@ -198,6 +203,10 @@ struct GenerateStats {
   // this machine's calibration); empty for a fixed length. Given back as auto_costs, they repeat
   // the run's lengths, hence its images, on any machine.
   DraftCosts draft_costs;
+  // The hold those lengths were chosen with (SpeculativeOptions::auto_hold, resolved); 0 for a
+  // fixed length. Given back as auto_hold with the costs, they repeat the run's lengths on either
+  // loop.
+  int draft_hold = 0;
 
   int64_t rounds() const;
   int64_t target_forwards() const;

@@ -101,7 +101,9 @@ class Pipeline:
         (lantern_k=10, lantern_delta=0.2). Other keywords: draft (a draft model directory, or
         "none" for Jacobi drafts; default the model's own), draft_len (int or "auto"),
         draft_costs (what "auto" chooses from, as stats["draft_costs"] gives them: passed back,
-        they repeat a run's lengths, hence its images, on any machine), max_auto_len, tree, resample, max_rounds, cfg, cfg_interval, temperature, top_k, top_p,
+        they repeat a run's lengths, hence its images, on any machine), draft_hold (the rounds
+        "auto" holds a length for, as stats["draft_hold"] gives it: passed back with the costs,
+        the lengths repeat on either loop), max_auto_len, tree, resample, max_rounds, cfg, cfg_interval, temperature, top_k, top_p,
         batch (images at once; default all, at most 16), image_index, max_tokens, device_loop;
         MAR: steps, cfg_schedule. A keyword left out, or None, keeps the model's default.
 

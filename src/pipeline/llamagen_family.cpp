@@ -370,6 +370,7 @@ struct LlamaGenFamily::Run final : GenerationRun {
     // given would calibrate anew.
     if (spec.auto_costs != opts.spec.auto_costs && spec.auto_costs != costs)
       return "other auto_costs";
+    if (spec.auto_hold != opts.spec.auto_hold) return "other auto_hold";
     return "";
   }
 };
@@ -425,6 +426,11 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   ls.drafter = drafter.get();
   ls.draft_len = draft_len;
   ls.max_rounds = opts.spec.max_rounds;
+  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= 1024, "auto_hold",
+              "must be in [1, 1024] rounds, got " + std::to_string(opts.spec.auto_hold));
+  check_param(opts.spec.auto_hold == 0 || method.auto_len, "auto_hold",
+              "is what --draft-len auto holds its lengths for; this draft length is fixed");
+  ls.hold_depth = opts.spec.auto_hold;
   if (method.auto_len) {
     int depth = drafter->draft_depth(draft_len);
     speculative::RoundCosts rc;
@@ -470,6 +476,7 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   st.tree = prep.tree_spec;
   auto decoder =
       std::make_unique<speculative::SpeculativeDecoder>(*d_->gpt, max_images, ds, ls, st);
+  if (method.auto_len) st.draft_hold = decoder->hold();
   run->speculative = decoder.get();
   run->decoder_ = std::move(decoder);
   return run;

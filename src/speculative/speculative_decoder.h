@@ -49,6 +49,9 @@ class SpeculativeDecoder final : public Decoder {
   // resampled tokens from the rule's distribution: methods that share a drafter differ only in
   // their rule, so their images share every forward. The rule must outlive the image.
   void set_rule(int id, const AcceptanceRule* rule);
+  // The rounds --draft-len auto holds a chosen depth for at most (LoopSettings::hold_depth,
+  // resolved).
+  int hold() const { return hold_; }
 
  protected:
   void prefill(std::vector<ImageState*>& fresh) override;

@@ -143,7 +143,8 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
   });
   std::string names = join(methods, ",");
   // The speculative flags a command has (bench has no --draft-costs).
-  for (const char* f : {"--draft", "--draft-len", "--draft-costs", "--resample", "--tree"}) {
+  for (const char* f :
+       {"--draft", "--draft-len", "--draft-costs", "--draft-hold", "--resample", "--tree"}) {
     const CLI::Option* given = cmd.get_option_no_throw(f);
     if (!given || given->count() == 0) continue;
     if (!any_drafts)
@@ -155,6 +156,8 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
       throw Error("--tree is for LlamaGen methods; MAR's cspd methods draft continuous windows");
     if (mar && std::string(f) == "--draft-costs")
       throw Error("--draft-costs is for LlamaGen methods; MAR's --draft-len auto is 8 steps");
+    if (mar && std::string(f) == "--draft-hold")
+      throw Error("--draft-hold is for LlamaGen methods; MAR's --draft-len auto is 8 steps");
   }
   for (const FlagParam& f : flag_params()) {
     const std::string flag = flag_of(f.info.name);
@@ -174,6 +177,7 @@ void check_method_flags(const CLI::App& cmd, const std::vector<std::string>& met
 
 std::string flag_of(const std::string& param) {
   if (param == "auto_costs") return "--draft-costs";  // the library's name for them
+  if (param == "auto_hold") return "--draft-hold";
   std::string f = "--" + param;
   std::replace(f.begin(), f.end(), '.', '-');
   std::replace(f.begin(), f.end(), '_', '-');

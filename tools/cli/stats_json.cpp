@@ -96,6 +96,7 @@ nlohmann::json stats_json(const GenerateStats& st, const std::string& method) {
   if (!st.draft_costs.verify.empty())
     j["draft_costs"] = {{"draft_step", st.draft_costs.draft_step},
                         {"verify", st.draft_costs.verify}};
+  if (st.draft_hold > 0) j["draft_hold"] = st.draft_hold;  // and the rounds a choice was held for
   // Hawk: where its vertical proposals were accepted (Hawk §5.2's claim: in detailed regions).
   if (nlohmann::json v = vertical_shares(images); !v.is_null())
     j["vertical_proposals_accepted"] = v;

@@ -99,6 +99,7 @@ bool sampling_arg(const std::string& key, nb::handle v, SamplingOptions& s) {
 
 std::string keyword(const std::string& param) {
   if (param == "auto_costs") return "draft_costs";  // SpeculativeOptions::auto_costs
+  if (param == "auto_hold") return "draft_hold";
   std::string k = param;
   for (char& c : k)
     if (c == '.' || c == '-') c = '_';
@@ -173,6 +174,8 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
         g.spec.auto_costs.draft_step = number<double>(d["draft_step"], "draft_costs");
     } else if (key == "max_auto_len") {
       g.spec.max_auto_len = number<int>(v, "max_auto_len");
+    } else if (key == "draft_hold") {
+      g.spec.auto_hold = number<int>(v, "draft_hold");
     } else if (key == "tree") {
       g.spec.tree = text(v, "tree");
     } else if (key == "resample") {

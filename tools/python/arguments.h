@@ -26,9 +26,10 @@ std::string keyword(const std::string& param);
 void register_errors(nb::module_& m);
 
 // The keyword arguments of a generation not taken by name: sampling (cfg, cfg_interval,
-// temperature, top_k, top_p), drafting (draft, draft_len, max_auto_len, tree, resample,
-// max_rounds), batch, image_index, max_tokens, device_loop, MAR's steps and cfg_schedule, and
-// every method parameter by keyword. A keyword nothing knows raises TypeError, as Python does.
+// temperature, top_k, top_p), drafting (draft, draft_len, draft_costs, draft_hold, max_auto_len,
+// tree, resample, max_rounds), batch, image_index, max_tokens, device_loop, MAR's steps and
+// cfg_schedule, and every method parameter by keyword. A keyword nothing knows raises TypeError, as
+// Python does.
 struct RunArgs {
   GenerateOptions gen;
   MarGenerateOptions mar;

@@ -323,8 +323,10 @@ struct Engine::Impl {
       unjoinable.clear();  // they may join this one
       return;
     } catch (const ParameterError& e) {
-      // Named as the request names it: the costs are its draft_costs.
-      auto spell = [](const std::string& s) { return s == "auto_costs" ? "draft_costs" : s; };
+      // Named as the request names it: the costs are its draft_costs, the hold its draft_hold.
+      auto spell = [](const std::string& s) {
+        return s == "auto_costs" ? "draft_costs" : s == "auto_hold" ? "draft_hold" : s;
+      };
       why = e.message(spell);
       param = spell(e.param());
     } catch (const Error& e) {
@@ -353,6 +355,7 @@ struct Engine::Impl {
       job.tokens[i] = std::move(f.tokens);
       job.stats[i] = f.stats;
       job.draft_costs = lane.gen->stats().draft_costs;
+      job.draft_hold = lane.gen->stats().draft_hold;
       job.done++;
       if (job.stream) job.events.push_back({"", static_cast<int>(i)});
       metrics.images++;
@@ -365,9 +368,9 @@ struct Engine::Impl {
   }
 
   // A streamed image's event: its pixels so far, tokens and acceptance map; a finished one's
-  // with its batch's draft_len "auto" costs (`costs`, when it chose by them).
+  // with its batch's draft_len "auto" costs and hold (`costs`, `hold`, when it chose by them).
   json image_event(const Job& job, size_t i, const std::vector<uint8_t>& px, const ImageStats& s,
-                   const DraftCosts* costs = nullptr) const {
+                   const DraftCosts* costs = nullptr, int hold = 0) const {
     const int64_t total = static_cast<int64_t>(grid) * grid;
     std::vector<int> depth(s.accepted_depth.begin(), s.accepted_depth.end());
     const bool done = s.tokens >= total;
@@ -388,6 +391,7 @@ struct Engine::Impl {
                     {"mean_accepted_length", mean_accepted(s)},
                     {"seconds", std::chrono::duration<double>(Clock::now() - job.start).count()}}}};
     if (costs && !costs->verify.empty()) event["tessera"]["draft_costs"] = costs_json(*costs);
+    if (costs && !costs->verify.empty() && hold > 0) event["tessera"]["draft_hold"] = hold;
     return event;
   }
 
@@ -511,6 +515,8 @@ struct Engine::Impl {
     const double seconds = std::chrono::duration<double>(Clock::now() - job->start).count();
     json tessera = {{"method", job->opts.spec.method}, {"seconds", seconds}, {"images", per}};
     if (!job->draft_costs.verify.empty()) tessera["draft_costs"] = costs_json(job->draft_costs);
+    if (!job->draft_costs.verify.empty() && job->draft_hold > 0)
+      tessera["draft_hold"] = job->draft_hold;
     Reply r = reply(200, {{"created", static_cast<int64_t>(std::time(nullptr))},
                           {"data", data},
                           {"tessera", tessera}});
@@ -533,6 +539,7 @@ struct Engine::Impl {
     std::vector<std::string> events;
     std::vector<std::pair<size_t, ImageStats>> finished;  // decoded below, unlocked
     const DraftCosts costs = job->draft_costs;
+    const int hold = job->draft_hold;
     for (Job::Event& e : queued)
       if (e.finished >= 0) {
         finished.push_back({static_cast<size_t>(e.finished), job->stats[e.finished]});
@@ -557,7 +564,7 @@ struct Engine::Impl {
       if (e.empty() && next < finished.size()) {
         const auto& [i, stats] = finished[next++];
         e = sse("image_generation.completed",
-                image_event(*job, i, pipe.decode(job->tokens[i], 1), stats, &costs));
+                image_event(*job, i, pipe.decode(job->tokens[i], 1), stats, &costs, hold));
       }
     if (events.empty() && !end) events.push_back(": waiting\n\n");
     for (const std::string& e : events)

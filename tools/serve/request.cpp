@@ -106,6 +106,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
         g.spec.draft_len = own.draft_len;
         g.spec.max_auto_len = own.max_auto_len;
         g.spec.auto_costs = own.auto_costs;
+        g.spec.auto_hold = own.auto_hold;
         g.spec.tree = own.tree;
         g.spec.max_rounds = own.max_rounds;
       }
@@ -171,6 +172,14 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       if (k != "verify" && k != "draft_step") throw HttpError{400, shape, "draft_costs"};
     g.spec.auto_costs = std::move(costs);
   }
+  if (const json* v = field("draft_hold")) {
+    // As a response gives it (tessera.draft_hold): with the costs, the lengths repeat.
+    if (g.spec.draft_len != kDraftLenAuto)
+      throw HttpError{400, "draft_hold applies to draft_len \"auto\"", "draft_hold"};
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 1024)
+      throw HttpError{400, "draft_hold must be an integer in [1, 1024] (rounds)", "draft_hold"};
+    g.spec.auto_hold = v->get<int>();
+  }
   // As the CLI refuses --draft-len there: a method that drafts nothing has no draft length.
   if (field("draft_len") && find_method(g.spec.method)->drafts == DraftSource::None)
     throw HttpError{
@@ -214,6 +223,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       {"draft_len", g.spec.draft_len},
       {"draft_costs",
        {{"draft_step", g.spec.auto_costs.draft_step}, {"verify", g.spec.auto_costs.verify}}},
+      {"draft_hold", g.spec.auto_hold},
       {"tree", g.spec.tree},
       {"resample", g.spec.resample},
       {"params", params},

@@ -37,6 +37,7 @@ struct Job {
   // The draft_len "auto" costs its batch chose by (calibrated once per batch, or the request's):
   // answered so that a client can pass them back and skip the calibration.
   DraftCosts draft_costs;
+  int draft_hold = 0;  // and the rounds it held a chosen length for (GenerateStats::draft_hold)
   size_t added = 0, done = 0;
   bool cancelled = false, failed = false;
   int error_status = 500;
