@@ -16,6 +16,7 @@
 #include "cli_harness.h"
 #include "tessera/config.h"
 #include "tessera/error.h"
+#include "tessera/image_io.h"
 #include "tessera/tessera.h"
 
 using namespace tessera;
@@ -191,6 +192,19 @@ TEST_F(CliReadme, StoredDraftHoldRepeatsTheLengthsOnEitherLoop) {
   ASSERT_EQ(one.code, 0) << one.err;
   EXPECT_NE(png_text(tmp("one.png"), "parameters").find("; draft_hold=1; "), std::string::npos);
   EXPECT_FALSE(slurp(tmp("held.npy")) == slurp(tmp("one.npy")));
+  // An image stored before the hold was (its costs, no draft_hold) chose every round: so does its
+  // replay, on the device loop too.
+  int w = 0, h = 0;
+  std::vector<std::pair<std::string, std::string>> text;
+  const std::vector<uint8_t> rgb = read_png(tmp("one.png"), w, h, &text);
+  for (auto& [k, v] : text)
+    if (k == "parameters") v.erase(v.find("draft_hold=1; "), 14);
+  write_png(tmp("old.png"), rgb.data(), w, h, text);
+  EXPECT_EQ(png_text(tmp("old.png"), "parameters").find("draft_hold"), std::string::npos);
+  const CliResult old = run({"generate", "--from-png", tmp("old.png"), "--device-loop", "on", "-o",
+                             tmp("old-again.png"), "--tokens-out", tmp("old.npy")});
+  ASSERT_EQ(old.code, 0) << old.err;
+  EXPECT_TRUE(slurp(tmp("one.npy")) == slurp(tmp("old.npy")));
 }
 
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {

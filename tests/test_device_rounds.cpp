@@ -920,17 +920,23 @@ TEST(DeviceRounds, AutoRoundsHoldTheirDepthInBursts) {
   costs.verify = {1.0, 1.05, 1.1, 1.15};
   costs.draft_step = 0.3;
   const speculative::DraftLengthPolicy policy(costs, 3);
-  auto held = [&](int hold) {
-    return [&policy, hold](speculative::LoopSettings& loop) {
+  auto held = [&](int hold, const speculative::AcceptanceRule* rule = nullptr) {
+    return [&policy, hold, rule](speculative::LoopSettings& loop) {
       loop.policy = &policy;
       loop.hold_depth = hold;
+      if (rule) loop.rule = rule;
     };
   };
-  for (const int hold : {3, 5}) {
-    SCOPED_TRACE("hold " + std::to_string(hold));
-    const Generated host = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(hold), 8);
+  // COOL-SD's schedule reads each round's cap (its L: the maximum depth, or the image's end), so a
+  // burst must end while every round's cap is still the first's.
+  const auto cool = speculative::make_cool_sd_rule(1.5f, -1.0f);
+  for (const int hold : {3, 5, -5}) {
+    const speculative::AcceptanceRule* rule = hold < 0 ? cool.get() : nullptr;
+    SCOPED_TRACE("hold " + std::to_string(std::abs(hold)) + (rule ? ", cool-sd" : ""));
+    const Generated host =
+        whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(std::abs(hold), rule), 8);
     const Generated device =
-        whole_images("micro", cpu_backend(), DeviceLoop::On, {}, held(hold), 8);
+        whole_images("micro", cpu_backend(), DeviceLoop::On, {}, held(std::abs(hold), rule), 8);
     expect_same(device, host);
     EXPECT_GE(device.stats.burst_rounds, 10);  // 20 and 21 of about 100 rounds here
     int depths = 0;  // the policy's choices vary: an image's rounds drafted 1, 2 and 3 here

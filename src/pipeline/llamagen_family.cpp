@@ -304,6 +304,7 @@ struct LlamaGenFamily::Run final : GenerationRun {
   std::unique_ptr<speculative::Drafter> drafter;
   std::optional<speculative::DraftLengthPolicy> policy;
   DraftCosts costs;  // --draft-len auto: the costs its policy chooses by (given or calibrated)
+  int hold = 0;      // and the rounds it holds a chosen length for (resolved)
   std::unique_ptr<Decoder> decoder_;
   speculative::SpeculativeDecoder* speculative = nullptr;  // decoder_, when the method drafts
   // Other methods asked for, prepared once: prep is null for one that drafts otherwise (why).
@@ -370,7 +371,7 @@ struct LlamaGenFamily::Run final : GenerationRun {
     // given would calibrate anew.
     if (spec.auto_costs != opts.spec.auto_costs && spec.auto_costs != costs)
       return "other auto_costs";
-    if (spec.auto_hold != opts.spec.auto_hold) return "other auto_hold";
+    if (spec.auto_hold != opts.spec.auto_hold && spec.auto_hold != hold) return "other auto_hold";
     return "";
   }
 };
@@ -397,6 +398,13 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   ds.max_tokens = opts.max_tokens;
   ds.device_loop = opts.device_loop;
   ds.on_tokens = std::move(on_tokens);
+  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= 1024, "auto_hold",
+              "must be in [1, 1024] rounds (0: the loop's default), got " +
+                  std::to_string(opts.spec.auto_hold));
+  check_param(opts.spec.auto_hold == 0 || (method.rule && method.auto_len), "auto_hold",
+              method.rule ? "is what --draft-len auto holds its lengths for; this draft length "
+                            "is fixed"
+                          : "is for speculative methods; vanilla drafts nothing");
   if (!method.rule) {
     run->decoder_ = std::make_unique<VanillaDecoder>(*d_->gpt, max_images, ds, st);
     return run;  // lossless: no note
@@ -426,10 +434,6 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   ls.drafter = drafter.get();
   ls.draft_len = draft_len;
   ls.max_rounds = opts.spec.max_rounds;
-  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= 1024, "auto_hold",
-              "must be in [1, 1024] rounds, got " + std::to_string(opts.spec.auto_hold));
-  check_param(opts.spec.auto_hold == 0 || method.auto_len, "auto_hold",
-              "is what --draft-len auto holds its lengths for; this draft length is fixed");
   ls.hold_depth = opts.spec.auto_hold;
   if (method.auto_len) {
     int depth = drafter->draft_depth(draft_len);
@@ -476,7 +480,7 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   st.tree = prep.tree_spec;
   auto decoder =
       std::make_unique<speculative::SpeculativeDecoder>(*d_->gpt, max_images, ds, ls, st);
-  if (method.auto_len) st.draft_hold = decoder->hold();
+  if (method.auto_len) st.draft_hold = run->hold = decoder->hold();
   run->speculative = decoder.get();
   run->decoder_ = std::move(decoder);
   return run;

@@ -211,9 +211,11 @@ int DraftLengthPolicy::choose(ImageAcceptance& image, int cap) const {
 }
 
 int DraftLengthPolicy::choose_held(ImageAcceptance& image, int cap, int hold) const {
-  if (image.held > 0 && cap > 0) {
+  // Near the image's end a cap below the held depth chooses afresh (image.depth stays the
+  // round's depth, which a dynamic tree's node budget reads).
+  if (image.held > 0 && image.depth <= cap) {
     image.held--;
-    return std::min(image.depth, cap);
+    return image.depth;
   }
   const int last = image.depth, depth = choose(image, cap);
   image.span = depth == last && image.span > 0 ? std::min(2 * image.span, std::max(hold, 1)) : 1;

@@ -170,11 +170,12 @@ class DraftLengthPolicy {
   ImageAcceptance start() const;
   // The depth of the image's next round (at most cap), from its past rounds only.
   int choose(ImageAcceptance& image, int cap) const;
-  // The same, held for spans of rounds (at most cap): the device loop's bursts repeat one chain
-  // shape (LoopSettings::hold_depth). A choice equal to the last doubles the span, up to `hold`;
+  // The same, held for spans of rounds: the device loop's bursts repeat one chain shape
+  // (LoopSettings::hold_depth). A choice equal to the last doubles the span, up to `hold`;
   // another starts a span of one, so that an image's first rounds (on the prior) and a change of
-  // acceptance are followed as closely as before. Past rounds only still: a held depth was chosen
-  // before the round's drafts were drawn, so a lossless rule stays exact.
+  // acceptance are followed as closely as before; a cap below the held depth chooses afresh. Past
+  // rounds only still: a held depth was chosen before the round's drafts were drawn, so a
+  // lossless rule stays exact.
   int choose_held(ImageAcceptance& image, int cap, int hold) const;
   // A round of the image that drafted `drafted` tokens, the first `carried` of them carried over,
   // and accepted the first `accepted`. A dynamic tree's round also gives its `nodes` and the sum

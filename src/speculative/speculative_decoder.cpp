@@ -60,9 +60,9 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
     verifier_ = std::make_unique<BackendVerifier>(be, V);
   consecutive_positions_ = consecutive_token_positions(target);
   check(loop.hold_depth >= 0, "internal: hold_depth must be at least 0");
-  hold_ = loop.hold_depth > 0                       ? loop.hold_depth
-          : verifier_ && loop_.drafter->can_burst() ? settings.device_burst
-                                                    : 1;
+  // By default a length is held only where chains can burst.
+  const bool bursts = verifier_ && loop_.drafter->can_burst() && consecutive_positions_;
+  hold_ = loop.hold_depth > 0 ? loop.hold_depth : bursts ? settings.device_burst : 1;
 }
 
 SamplingParams SpeculativeDecoder::verify_params(const SamplingParams& image,
@@ -398,15 +398,17 @@ int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) con
   if (settings_.device_burst <= 1 || k < 1 || active.empty() || !consecutive_positions_ ||
       !loop_.drafter->can_burst())
     return 1;
-  // No image may come within a chain of its end during the burst (a round commits at most k + 1
-  // tokens), so every round drafts the same chain of k for every image: no cap on the device.
+  // Every round of the burst starts more than the cap's chain (depth_cap_ >= k) from its image's
+  // end (a round commits at most k + 1 tokens), so each round's cap is the first's (the L of
+  // COOL-SD's schedule, staged once) and every round drafts the same chain of k for every image.
   // Under --draft-len auto, each image's depth is k for the rounds it is still held for.
+  const int K = depth_cap_;
   int64_t burst = settings_.device_burst;
   for (size_t j = 0; j < active.size(); ++j) {
     const ImageState* im = active[j];
     const int n = static_cast<int>(im->tokens.size());
-    if (max_depth_[j] != k || n < 2 || N - 1 - k - n < 0) return 1;
-    burst = std::min<int64_t>(burst, (N - 1 - k - n) / (k + 1) + 1);
+    if (max_depth_[j] != k || n < 2 || N - 1 - K - n < 0) return 1;
+    burst = std::min<int64_t>(burst, (N - 1 - K - n) / (k + 1) + 1);
     if (loop_.max_rounds > 0) burst = std::min(burst, loop_.max_rounds - im->round);
     if (loop_.policy) burst = std::min<int64_t>(burst, acceptance_[im->id].held + 1);
   }

@@ -150,6 +150,11 @@ std::vector<std::string> settings_to_args(const StoredRun& run, const std::strin
     args.push_back(flag);
     args.push_back(v);
   }
+  // --draft-len auto's costs recorded before the hold was: those lengths were chosen every round.
+  if (!run.value("draft_costs").empty() && run.value("draft_hold").empty()) {
+    args.push_back("--draft-hold");
+    args.push_back("1");
+  }
   // Jacobi drafts recorded before a model could name its draft: keep them Jacobi drafts.
   if (run.value("drafter") == "jacobi" && run.value("draft").empty() &&
       uses_draft_model(run.value("method"))) {
