@@ -211,16 +211,20 @@ METHODS=${GPU_CHECK_METHODS:-sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk}
 # ranked there, static trees drawn there), `--tree` for every method of the run.
 # A row @len:N runs its methods with --draft-len N instead: a fixed length, beside the default
 # rows' --draft-len auto, whose draft model's chain rounds burst on the device within the spans
-# the policy holds a length for (the "in bursts" column; docs/methods.md "Held lengths").
-TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1 sd,lantern,cool-sd@len:5}
+# the policy holds a length for (the "in bursts" column; docs/methods.md "Held lengths"). A row
+# @hold:N runs auto with --draft-hold N: hold:1 chooses every round and never bursts, so against
+# the default rows it measures what the bursts save.
+TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1 sd,lantern,cool-sd@len:5 sd,lantern@hold:1}
 MROWS=() MNOTE=""
-# methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE, or --draft-len N for
-# len:N), its rows in MROWS.
+# methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE, --draft-len N for
+# len:N or --draft-hold N for hold:N), its rows in MROWS.
 methods_run() {
   [[ $HAS_DEVICE == 1 ]] || return
   local kept=() m quality=() tree=${2:-} tag="" extra=()
   if [[ $tree == len:* ]]; then
     tag=" (--draft-len ${tree#len:})"; extra=(--draft-len "${tree#len:}")
+  elif [[ $tree == hold:* ]]; then
+    tag=" (--draft-hold ${tree#hold:})"; extra=(--draft-hold "${tree#hold:}")
   elif [[ -n $tree ]]; then
     tag=" (--tree $tree)"; extra=(--tree "$tree")
   fi

@@ -162,6 +162,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       GenerateOptions o = options_of(run);
       o.batch = c.batch;
       o.spec.draft_len = c.draft_len;
+      if (c.draft_len != kDraftLenAuto) o.spec.auto_hold = 0;  // --draft-hold: the auto rows'
       try {
         pipe->validate(o);
       } catch (const ParameterError& e) {
@@ -188,6 +189,7 @@ void bench_methods(const MethodsBenchOptions& b) {
       GenerateOptions o = options_of(run);
       o.batch = c.batch;
       o.spec.draft_len = m == "vanilla" ? 0 : c.draft_len;
+      if (o.spec.draft_len != kDraftLenAuto) o.spec.auto_hold = 0;
       if (floor) o.seed = b.gen.seed + kNoiseFloorSeedOffset;
       if (!b.quiet)
         std::fprintf(stderr, "bench: %s (threads %d, batch %d, draft-len %s, tree %s) ...\n",

@@ -263,6 +263,13 @@ int run_bench(BenchArgs& a, const CLI::App& b) {
     for (const auto& x : split_list(a.batches)) mo.batches.push_back(parse_int(x, "--batches"));
     for (const auto& x : split_list(a.draft_lens))
       mo.draft_lens.push_back(parse_draft_len(x, "--draft-lens"));
+    const std::vector<int> lens =
+        mo.draft_lens.empty() ? std::vector<int>{a.gen.spec.draft_len} : mo.draft_lens;
+    if (a.gen.spec.auto_hold > 0 &&
+        std::find(lens.begin(), lens.end(), kDraftLenAuto) == lens.end())
+      throw Error(
+          "--draft-hold is what --draft-len auto holds its lengths for; no length of this "
+          "bench is auto");
     mo.trees = a.trees;
     mo.classifier = classifier;
     mo.legend = a.legend;

@@ -39,7 +39,6 @@ struct GenerateArgs {
   std::string text_encoder, caption_out, preprocessing = "clean";  // t2i prompts
   std::vector<std::string> prompt_words;  // the positional prompt: unquoted words are one prompt
   std::string draft_costs;                // --draft-costs D:V1,V2,...
-  int draft_hold = 0;                     // --draft-hold N
   size_t output_begin = 0;
   MarOnly mar;
 };
@@ -141,12 +140,9 @@ int run_generate(GenerateArgs& a, const CLI::App& g) {
                   draft_len_text(gen.spec.draft_len) + " is fixed");
     gen.spec.auto_costs = parse_draft_costs(a.draft_costs, "--draft-costs");
   }
-  if (a.draft_hold > 0) {
-    if (gen.spec.draft_len != kDraftLenAuto)
-      throw Error("--draft-hold is what --draft-len auto holds its lengths for; --draft-len " +
-                  draft_len_text(gen.spec.draft_len) + " is fixed");
-    gen.spec.auto_hold = a.draft_hold;
-  }
+  if (gen.spec.auto_hold > 0 && gen.spec.draft_len != kDraftLenAuto)
+    throw Error("--draft-hold is what --draft-len auto holds its lengths for; --draft-len " +
+                draft_len_text(gen.spec.draft_len) + " is fixed");
   gen.seed = resolve_seed(a.seed);
   // Where the drafts come from: --draft, the draft the model's config.json names, or Jacobi
   // iteration; stored as what they are, printed with where that came from.
@@ -486,12 +482,6 @@ Command add_generate(CLI::App& app, const ModelDefaults& md) {
                 "(default: measured on this machine); every image stores those it used, so "
                 "--from-png repeats its lengths on any machine")
       ->type_name("D:V1,V2,...");
-  g->add_option("--draft-hold", a->draft_hold,
-                "The most rounds --draft-len auto holds a chosen length for, doubling while the "
-                "choice repeats (default: 32 where a draft model's chains run in bursts on the "
-                "device loop, else 1); every image stores the one it used, so --from-png repeats "
-                "its lengths on either loop")
-      ->check(CLI::Range(1, 1024));
   g->add_option("--stats-out", a->stats_out,
                 "Write the settings and per-image and aggregate statistics (NFE, accepted "
                 "lengths, ...) as JSON");

@@ -224,9 +224,10 @@ int run_tune(TuneArgs& a, const CLI::App& cmd) {
   auto point_options = [&](const std::vector<ParamValue>& values) {
     GenerateOptions o = a.gen;
     for (size_t i = 0; i < axes.size(); ++i) {
-      if (axes[i].name == "draft_len")
+      if (axes[i].name == "draft_len") {
         o.spec.draft_len = static_cast<int>(std::get<int64_t>(values[i]));
-      else
+        if (o.spec.draft_len != kDraftLenAuto) o.spec.auto_hold = 0;  // --draft-hold: auto's
+      } else
         o.spec.params[axes[i].name] = values[i];
     }
     return o;

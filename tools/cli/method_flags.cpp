@@ -279,6 +279,12 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
          "round (with Jacobi drafts the window incl. the last token); MAR: steps per draft "
          "window (auto: 8)")
       ->type_name("auto|INT");
+  cmd->add_option("--draft-hold", o.auto_hold,
+                  "The most rounds --draft-len auto holds a chosen length for, doubling while the "
+                  "choice repeats (default: 32 where a draft model's chains run in bursts on the "
+                  "device loop, else 1); generate stores the one it used with each image, so "
+                  "--from-png repeats its lengths on either loop")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--resample", o.resample,
                   "Resampling at a rejection: vanilla (the method's own) or optimal (G*, COOL-SD "
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");
