@@ -60,8 +60,10 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
     verifier_ = std::make_unique<BackendVerifier>(be, V);
   consecutive_positions_ = consecutive_token_positions(target);
   check(loop.hold_depth >= 0, "internal: hold_depth must be at least 0");
-  // By default a length is held only where chains can burst.
-  const bool bursts = verifier_ && loop_.drafter->can_burst() && consecutive_positions_;
+  // By default a length is held only where chains can burst (the loop's rule walked on the
+  // device: GSD under G* is not).
+  const bool bursts = verifier_ && loop_.drafter->can_burst() && consecutive_positions_ &&
+                      loop_.rule->walk_rule().has_value();
   hold_ = loop.hold_depth > 0 ? loop.hold_depth : bursts ? settings.device_burst : 1;
 }
 
