@@ -205,6 +205,14 @@ TEST_F(CliReadme, StoredDraftHoldRepeatsTheLengthsOnEitherLoop) {
                              tmp("old-again.png"), "--tokens-out", tmp("old.npy")});
   ASSERT_EQ(old.code, 0) << old.err;
   EXPECT_TRUE(slurp(tmp("one.npy")) == slurp(tmp("old.npy")));
+  // A fixed --draft-len over the stored auto: the costs and the hold auto chose by go with it.
+  const CliResult fixed =
+      run({"generate", "--from-png", png, "--draft-len", "4", "-o", tmp("fixed.png")});
+  ASSERT_EQ(fixed.code, 0) << fixed.err;
+  const std::string params = png_text(tmp("fixed.png"), "parameters");
+  EXPECT_NE(params.find("draft_len=4; "), std::string::npos) << params;
+  EXPECT_EQ(params.find("draft_costs"), std::string::npos) << params;
+  EXPECT_EQ(params.find("draft_hold"), std::string::npos) << params;
 }
 
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {

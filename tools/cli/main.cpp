@@ -137,13 +137,17 @@ std::vector<std::string> expand_from_png(const CLI::App& app, std::vector<std::s
                                                  {named, sibling}, "draft", "--draft");
     if (dir != named) stored.insert(stored.end(), {"--draft", dir});
   }
+  // A fixed --draft-len given over a stored auto one: the costs and hold auto chose by go too.
+  const std::string len = value_given("draft-len");
+  const bool fixed_len = !len.empty() && len != "auto";
   for (size_t i = 0; i < stored.size(); ++i) {
     const CLI::Option* o = gen->get_option_no_throw(stored[i]);
     const bool takes_value = i + 1 < stored.size() && stored[i + 1].rfind("--", 0) != 0;
     const bool overridden =
         !o || std::find(given.begin(), given.end(), o) != given.end() ||
         (prompt_given && (o->check_lname("class") || o->check_lname("uncond") ||
-                          o->check_lname("caption") || o->check_lname("prompt")));
+                          o->check_lname("caption") || o->check_lname("prompt"))) ||
+        (fixed_len && (o->check_lname("draft-costs") || o->check_lname("draft-hold")));
     if (!o && stored[i] != "--uncond")
       throw Error("--from-png " + png + ": unknown setting " + stored[i] +
                   " (made by another tessera version?)");
