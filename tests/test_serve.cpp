@@ -506,6 +506,26 @@ TEST(Serve, DraftCostsComeBackAndGoBackIn) {
   EXPECT_EQ(held["tessera"]["draft_hold"], 4);
 }
 
+// A server's --draft-hold holds its auto lengths; a request with a fixed draft_len has none.
+TEST(Serve, AServersHoldIsForItsAutoLengths) {
+  auto pipe = load(kFix + "llamagen/c2i_f32");
+  serve::ServeOptions o = options(kFix + "llamagen/c2i_f32", "sd", 2);
+  o.gen.spec.draft_len = kDraftLenAuto;
+  o.gen.spec.max_auto_len = 3;
+  o.gen.spec.auto_hold = 4;
+  Running srv(*pipe, o);
+  auto post = [&srv](const json& body) {
+    const httplib::Result r =
+        srv.client().Post("/v1/images/generations", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  EXPECT_EQ(post({{"class", 1}, {"seed", 3}})["tessera"]["draft_hold"], 4);
+  EXPECT_FALSE(
+      post({{"class", 1}, {"seed", 3}, {"draft_len", 2}})["tessera"].contains("draft_hold"));
+}
+
 // Every served method starts at bind() too (drafter loaded, costs calibrated): lantern, drafting
 // with the server's draft model and length, joins sd's batch; sjd (Jacobi) gets a batch of its own
 // while max_settings allows. Requests naming one go to its batch. --separate-methods gives

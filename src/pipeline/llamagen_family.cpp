@@ -240,6 +240,13 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   // The model's validated settings are its defaults (config.json "quality"); flags given win.
   const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
   r.method = speculative::make_method(spec, d_->config.dir, d_->config.gpt, *d_->backend);
+  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= 1024, "auto_hold",
+              "must be in [1, 1024] rounds (0: the loop's default), got " +
+                  std::to_string(opts.spec.auto_hold));
+  check_param(opts.spec.auto_hold == 0 || (r.method.rule && r.method.auto_len), "auto_hold",
+              r.method.rule ? "is what --draft-len auto holds its lengths for; this draft length "
+                              "is fixed"
+                            : "is for speculative methods; vanilla drafts nothing");
   if (r.method.rule)
     check_param(opts.max_tokens == 0 || opts.max_tokens == N, "tokens",
                 "{tokens} (a partial grid) is only supported by {method} vanilla");
@@ -398,13 +405,6 @@ std::unique_ptr<GenerationRun> LlamaGenFamily::start(const GenerateOptions& opts
   ds.max_tokens = opts.max_tokens;
   ds.device_loop = opts.device_loop;
   ds.on_tokens = std::move(on_tokens);
-  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= 1024, "auto_hold",
-              "must be in [1, 1024] rounds (0: the loop's default), got " +
-                  std::to_string(opts.spec.auto_hold));
-  check_param(opts.spec.auto_hold == 0 || (method.rule && method.auto_len), "auto_hold",
-              method.rule ? "is what --draft-len auto holds its lengths for; this draft length "
-                            "is fixed"
-                          : "is for speculative methods; vanilla drafts nothing");
   if (!method.rule) {
     run->decoder_ = std::make_unique<VanillaDecoder>(*d_->gpt, max_images, ds, st);
     return run;  // lossless: no note

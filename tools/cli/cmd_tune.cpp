@@ -97,6 +97,10 @@ std::vector<Axis> make_axes(const MethodInfo& m, const std::string& grid, bool d
       axes.push_back(a);
     }
     if (cmd.count("--draft-len") == 0) {
+      if (cmd.count("--draft-hold") > 0)
+        throw Error(
+            "--draft-hold is what --draft-len auto holds its lengths for; tune sweeps "
+            "fixed lengths here (give --draft-len auto to tune the rest with it)");
       Axis a{"draft_len", {}};
       for (int x : draft_model ? kDraftLenTuneGrid : kJacobiWindowTuneGrid)
         a.values.push_back(int64_t{x});

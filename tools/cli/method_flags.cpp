@@ -112,7 +112,7 @@ std::string param_text(const ParamValue& v) {
 
 std::vector<std::string> given_method_flags(const CLI::App& cmd) {
   std::vector<std::string> out;
-  for (const char* f : {"--draft", "--draft-len", "--resample", "--tree"})
+  for (const char* f : {"--draft", "--draft-len", "--draft-hold", "--resample", "--tree"})
     if (cmd.count(f) > 0) out.push_back(f);
   for (const FlagParam& f : flag_params())
     if (cmd.count(flag_of(f.info.name)) > 0) out.push_back(flag_of(f.info.name));

@@ -142,6 +142,7 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
       g.spec.draft_len = kDraftLenAuto;
     } else if (v->is_number_integer() && v->get<int64_t>() >= 1 && v->get<int64_t>() <= 64) {
       g.spec.draft_len = v->get<int>();
+      g.spec.auto_hold = 0;  // the server's hold is for its auto lengths
     } else {
       throw HttpError{400, "draft_len must be an integer in [1, 64] or \"auto\"", "draft_len"};
     }
