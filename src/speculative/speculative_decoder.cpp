@@ -272,9 +272,9 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
   if (const int burst = on_backend && chains ? burst_rounds(active) : 1; burst > 1) {
     fields_.clear();
     bool full = loop_.drafter->burst_fields(fields_);
-    for (int j = 0; j < m && full; ++j) full = depths_[j] == max_depth_[0];
+    for (int j = 0; j < m && full; ++j) full = depths_[j] == max_depth_[j];
     if (full) {
-      run_burst(active, burst, max_depth_[0]);
+      run_burst(active, burst);
       return;
     }
   }
@@ -396,20 +396,20 @@ void SpeculativeDecoder::count_round(ImageState& im, const DraftTree& tree, int 
 // After a round staged on the backend (so every image's rule has a walk descriptor).
 int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) const {
   const int N = model_.info().n_tokens;
-  const int k = max_depth_.empty() ? 0 : max_depth_[0];  // this round's chain, every image's
-  if (settings_.device_burst <= 1 || k < 1 || active.empty() || !consecutive_positions_ ||
+  if (settings_.device_burst <= 1 || active.empty() || !consecutive_positions_ ||
       !loop_.drafter->can_burst())
     return 1;
   // Every round of the burst starts more than the cap's chain (depth_cap_ >= k) from its image's
-  // end (a round commits at most k + 1 tokens), so each round's cap is the first's (the L of
-  // COOL-SD's schedule, staged once) and every round drafts the same chain of k for every image.
-  // Under --draft-len auto, each image's depth is k for the rounds it is still held for.
+  // end (an image's round commits at most its chain k + 1 tokens), so each round's cap is the
+  // first's (the L of COOL-SD's schedule, staged once) and every round drafts the same chains: k
+  // for each image, its depth this round (under --draft-len auto, held for the rounds the image
+  // still holds it; images of a batch may hold different ones).
   const int K = depth_cap_;
   int64_t burst = settings_.device_burst;
   for (size_t j = 0; j < active.size(); ++j) {
     const ImageState* im = active[j];
-    const int n = static_cast<int>(im->tokens.size());
-    if (max_depth_[j] != k || n < 2 || N - 1 - K - n < 0) return 1;
+    const int n = static_cast<int>(im->tokens.size()), k = max_depth_[j];
+    if (k < 1 || n < 2 || N - 1 - K - n < 0) return 1;
     burst = std::min<int64_t>(burst, (N - 1 - K - n) / (k + 1) + 1);
     if (loop_.max_rounds > 0) burst = std::min(burst, loop_.max_rounds - im->round);
     if (loop_.policy) burst = std::min<int64_t>(burst, acceptance_[im->id].held + 1);
@@ -422,11 +422,13 @@ int SpeculativeDecoder::burst_rounds(const std::vector<ImageState*>& active) con
 // and moves the next round's inputs (fields_: the drafter's, the verifier's, the target pass's),
 // so that the next round is the same graphs again. One copy back at the end: the history, each
 // round's committed counts and the flag of a non-finite row.
-void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst, int k) {
+void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) {
   const double t0 = now_s();
   Backend& be = model_.backend();
   const int m = static_cast<int>(active.size()), N = model_.info().n_tokens;
-  const int T = model_.info().prefix_len, halves = cfg() ? 2 : 1, rows = k + 1;
+  // Image j's chain is max_depth_[j]; the pass's width the longest (shorter chains padded).
+  const int width = *std::max_element(max_depth_.begin(), max_depth_.end());
+  const int T = model_.info().prefix_len, halves = cfg() ? 2 : 1, rows = width + 1;
   verifier_->burst_fields(fields_);
   const ForwardInputs& in = pass_.in;
   check(in.attn.n_seq == halves * m && in.attn.n_new == rows,
@@ -478,8 +480,8 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst, 
     }
     Tensor committed =
         buffer.bytes_as(record_at + static_cast<size_t>(r) * m * sizeof(int32_t), DType::I32, {m});
-    commit_chain_round(be, launch.verdicts, launch.nodes, m, k, state, on_device, committed, fields,
-                       static_cast<int>(fields_.size()), launch.flag, flag);
+    commit_chain_round(be, launch.verdicts, launch.nodes, m, width, state, on_device, committed,
+                       fields, static_cast<int>(fields_.size()), launch.flag, flag);
   }
   const Drafter::DeviceDrafts after = loop_.drafter->device_drafts();
   stats_.device_drafted_rounds += after.rounds - before.rounds;
@@ -500,10 +502,12 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst, 
 
   const double ts = now_s();
   const auto* record = reinterpret_cast<const int32_t*>(burst_host_.data() + record_at);
-  DraftTree chain(static_cast<size_t>(k));
-  for (int c = 0; c < k; ++c) chain[c].parent = c - 1, chain[c].depth = c + 1;
+  DraftTree chain;
   for (int j = 0; j < m; ++j) {
     ImageState& im = *active[j];
+    const int k = max_depth_[j];
+    chain.resize(static_cast<size_t>(k));
+    for (int c = 0; c < k; ++c) chain[c].parent = c - 1, chain[c].depth = c + 1;
     const int start = static_cast<int>(im.tokens.size());
     int last_start = start;
     for (int r = 0; r < burst; ++r) {

@@ -82,7 +82,7 @@ class SpeculativeDecoder final : public Decoder {
   // Bursts of chain rounds on the device (chain_commit.h): how many rounds the next may run (1:
   // none), and the burst after its first round's pass.
   int burst_rounds(const std::vector<ImageState*>& active) const;
-  void run_burst(std::vector<ImageState*>& active, int burst, int k);
+  void run_burst(std::vector<ImageState*>& active, int burst);
   // The host's side of an image's verified round: its tokens and statistics.
   void append_tokens(ImageState& im, const DraftTree& tree, const VerifyOutcome& out);
   void count_round(ImageState& im, const DraftTree& tree, int depth, int kept);
