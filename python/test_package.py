@@ -155,6 +155,8 @@ def test_mar_latents_match_the_cli(tmp_path):
     assert stats["method"] == "cspd" and stats["drafted"] > 0
     with pytest.raises(tessera.Error, match="cspd needs a draft model: give draft DIR"):
         p.generate(2, method="cspd")
+    with pytest.raises(tessera.ParameterError, match="^draft_hold is for LlamaGen methods"):
+        p.generate(2, method="cspd", draft=draft, draft_hold=4)
 
 
 def test_errors_name_the_keyword(pipe):

@@ -158,6 +158,10 @@ RunArgs run_args(const std::string& model_dir, const ModelConfig& config, const 
         g.spec.draft_len = kDraftLenAuto;
       else
         g.spec.draft_len = a.mar.spec.draft_len = number<int>(v, "draft_len");
+    } else if (mar && (key == "draft_costs" || key == "draft_hold")) {
+      // As the CLI refuses --draft-costs and --draft-hold there.
+      throw ParameterError(key == "draft_costs" ? "auto_costs" : "auto_hold",
+                           "is for LlamaGen methods; MAR's draft_len \"auto\" is 8 steps");
     } else if (key == "draft_costs") {
       // As a run's stats give them: {"draft_step": s, "verify": [s, ...]}.
       if (!nb::isinstance<nb::dict>(v) || !nb::cast<nb::dict>(v).contains("verify"))
