@@ -949,6 +949,35 @@ TEST(DeviceRounds, AutoRoundsHoldTheirDepthInBursts) {
     }
     EXPECT_GE(depths, 2);
   }
+  // Some bursts hold images of different lengths (chains padded to the longest): a step whose
+  // burst added rounds of two depths. Three batches of three, as above.
+  int mixed = 0;
+  whole_images(
+      "micro", cpu_backend(), DeviceLoop::On,
+      [&](speculative::SpeculativeDecoder& dec, GenerateStats& stats) {
+        for (int b = 0; b < 3; ++b) {
+          std::vector<int> ids;
+          for (int i = 3 * b; i < 3 * b + 3; ++i)
+            ids.push_back(dec.add(Condition::label(i % 3), i));
+          for (bool more = true; more;) {
+            std::vector<std::vector<int64_t>> before;
+            for (const int id : ids) before.push_back(dec.image(id).stats.rounds_by_depth);
+            const int64_t bursts = stats.burst_rounds;
+            more = dec.step();
+            if (stats.burst_rounds == bursts) continue;
+            std::set<size_t> depths;
+            for (size_t i = 0; i < ids.size(); ++i) {
+              const std::vector<int64_t>& now = dec.image(ids[i]).stats.rounds_by_depth;
+              for (size_t d = 1; d < now.size(); ++d)
+                if (now[d] > (d < before[i].size() ? before[i][d] : 0)) depths.insert(d);
+            }
+            mixed += depths.size() > 1;
+          }
+          for (const int id : ids) dec.remove(id);
+        }
+      },
+      held(5), 8);
+  EXPECT_GT(mixed, 0);
   // Unset: a choice every round on the host loop, held for a burst (32 rounds) on the device loop.
   const Generated every = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(1), 8);
   const Generated host = whole_images("micro", cpu_backend(), DeviceLoop::Off, {}, held(0), 8);
