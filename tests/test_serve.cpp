@@ -464,6 +464,18 @@ TEST(Serve, TheDefaultSettingStartsBeforeTheFirstRequest) {
   }
 }
 
+namespace {
+// A generation request that must succeed: its answer.
+json generated(Running& srv, const json& body) {
+  const httplib::Result r =
+      srv.client().Post("/v1/images/generations", body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return json::object();
+  EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body);
+}
+}  // namespace
+
 // draft_len "auto": a response gives the costs its batch chose by (the server's calibration), and a
 // request that passes them back runs on them without calibrating: the same costs as that batch's,
 // so it joins it, and makes the same image for the same seed. Other costs get a batch of their
@@ -474,13 +486,7 @@ TEST(Serve, DraftCostsComeBackAndGoBackIn) {
   o.gen.spec.draft_len = kDraftLenAuto;
   o.gen.spec.max_auto_len = 3;
   Running srv(*pipe, o);
-  auto post = [&srv](const json& body) {
-    const httplib::Result r =
-        srv.client().Post("/v1/images/generations", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body);
-  };
+  auto post = [&srv](const json& body) { return generated(srv, body); };
   const json first = post({{"class", 1}, {"seed", 3}});
   ASSERT_TRUE(first["tessera"].contains("draft_costs")) << first["tessera"].dump();
   const json costs = first["tessera"]["draft_costs"];
@@ -514,13 +520,7 @@ TEST(Serve, AServersHoldIsForItsAutoLengths) {
   o.gen.spec.max_auto_len = 3;
   o.gen.spec.auto_hold = 4;
   Running srv(*pipe, o);
-  auto post = [&srv](const json& body) {
-    const httplib::Result r =
-        srv.client().Post("/v1/images/generations", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body);
-  };
+  auto post = [&srv](const json& body) { return generated(srv, body); };
   EXPECT_EQ(post({{"class", 1}, {"seed", 3}})["tessera"]["draft_hold"], 4);
   EXPECT_FALSE(
       post({{"class", 1}, {"seed", 3}, {"draft_len", 2}})["tessera"].contains("draft_hold"));
