@@ -526,11 +526,17 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
       append_tokens(im, chain, out);
       if (r > 0) im.stats.draft_forwards += k;  // the first round's were counted as drawn
       last_start = n;
-      // The policy sees every round, as the host loop's would (its depth held: nothing chosen).
-      if (loop_.policy) loop_.policy->observe(acceptance_[im.id], k, 0, v.accepted, k, 0.0);
+      // The policy sees every round as the host loop's would: each later round's choice (the
+      // held depth: burst_rounds kept the burst within the image's span, a cap away from its end),
+      // then its outcome.
+      if (loop_.policy) {
+        if (r > 0)
+          check(loop_.policy->choose_held(acceptance_[im.id], depth_cap_, hold_) == k,
+                "internal: a burst's round past its image's held depth");
+        loop_.policy->observe(acceptance_[im.id], k, 0, v.accepted, k, 0.0);
+      }
       count_round(im, chain, k, committed);
     }
-    if (loop_.policy) acceptance_[im.id].held -= burst - 1;
     // The caches as the device left them: the target's through the committed tokens but the last,
     // the draft model's as its last round left them.
     const int now = static_cast<int>(im.tokens.size());
