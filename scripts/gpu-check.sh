@@ -214,7 +214,7 @@ METHODS=${GPU_CHECK_METHODS:-sd,sjd,gsd,lantern,cool-sd,eagle,medusa,hawk}
 # the policy holds a length for (the "in bursts" column; docs/methods.md "Held lengths"). A row
 # @hold:N runs auto with --draft-hold N: hold:1 chooses every round and never bursts, so against
 # the default rows it measures what the bursts save.
-TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1 sd,lantern,cool-sd@len:5 sd,lantern@hold:1}
+TREES=${GPU_CHECK_TREES:-sd,eagle@dynamic lantern,eagle@kary:2,2,1 sd,lantern,cool-sd@len:5 sd,lantern,sjd@hold:1}
 MROWS=() MNOTE=""
 # methods_run LIST [TREE]: one bench --methods run of LIST (with --tree TREE, --draft-len N for
 # len:N or --draft-hold N for hold:N), its rows in MROWS.

@@ -438,10 +438,11 @@ TEST_P(Verify, DynamicFrontiersAreTheCpus) {
 }
 
 // A burst's commit (speculative/chain_commit.h) on the backend under test: 5 images' verdicts
-// (every accepted count of chains of 4), their histories, counts and record, 300 fields of every
-// kind (one a word, in the backend's memory: more than the block's threads) and the flags, over
-// three rounds (clear, flagged, clear: after the flag nothing is committed or moved, and the
-// flag stays): equal to the CPU's after each.
+// (every accepted count of chains of 4), their histories, counts and record, their Jacobi windows
+// (refilled from carry-over draws and fresh uniform tokens), 300 fields of every kind (one a word,
+// in the backend's memory: more than the block's threads) and the flags, over three rounds
+// (clear, flagged, clear: after the flag nothing is committed, refilled or moved, and the flag
+// stays): equal to the CPU's after each.
 TEST_P(Verify, ChainCommitsAreTheCpus) {
   constexpr int m = 5, width = 4, N = 40, n_words = 300;
   std::mt19937 g(5);
@@ -452,13 +453,20 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
     verdicts[j].accepted = j % (width + 1);
     verdicts[j].last = verdicts[j].accepted - 1;
     verdicts[j].next_token = 1000 + j;
+    verdicts[j].rejected = verdicts[j].accepted < width ? 1 : 0;
     state[j] = 2 + static_cast<int>(g() % 20);
     for (int t = 0; t < state[j]; ++t) history[j * N + t] = static_cast<int32_t>(g() % 500);
   }
   for (WalkNode& w : nodes) w.token = static_cast<int32_t>(g() % 500);
   for (int32_t& w : words) w = static_cast<int32_t>(g() % 100000);
+  constexpr int V = 500, n_window = m * width * kWindowWords;
+  std::vector<int32_t> carried(m * width);
+  for (int32_t& t : carried) t = static_cast<int32_t>(g() % V);
+  std::vector<WindowImage> windows(m);
+  for (int j = 0; j < m; ++j) windows[j] = {9, static_cast<uint64_t>(j), 3 + j, width, 5 * j};
   struct Run {
-    std::vector<int32_t> state, history, committed, words, flag;
+    std::vector<int32_t> state, history, committed, words, flag, window;
+    std::vector<int64_t> rounds;
   };
   auto run = [&](Backend& be) {
     auto up = [&](const void* data, size_t bytes) {
@@ -470,22 +478,33 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
     Tensor h = be.upload(history.data(), DType::I32, {m, N});
     Tensor c = be.zeros(DType::I32, {m});
     Tensor on_device = be.upload(words.data(), DType::I32, {n_words});
+    JacobiWindows jacobi{be.upload(carried.data(), DType::I32, {m * width}),
+                         up(windows.data(), windows.size() * sizeof(WindowImage)),
+                         be.zeros(DType::I32, {n_window}), V};
     std::vector<RoundField> fields(n_words);
     for (int k = 0; k < n_words; ++k) {
       RoundField& f = fields[k];
       f.word = on_device.ptr<int32_t>() + k;
       f.image = k % m;
-      f.kind = k % 3;
-      f.add = f.kind == RoundField::kToken ? -1 - k % 2 : k % 7 - 3;
+      f.kind = k % 4;
+      f.add = f.kind == RoundField::kToken    ? -1 - k % 2
+              : f.kind == RoundField::kWindow ? k % n_window
+                                              : k % 7 - 3;
     }
     Tensor fs = up(fields.data(), fields.size() * sizeof(RoundField));
     Tensor burst_flag = be.zeros(DType::I32, {1});
     std::vector<Run> rounds;
     for (const int32_t raised : {0, 1, 0}) {
       Tensor round_flag = be.upload(&raised, DType::I32, {1});
-      commit_chain_round(be, v, w, m, width, s, h, c, fs, n_words, round_flag, burst_flag);
-      Run r{std::vector<int32_t>(m), std::vector<int32_t>(m * N), std::vector<int32_t>(m),
-            std::vector<int32_t>(n_words), std::vector<int32_t>(1)};
+      commit_chain_round(be, v, w, m, width, s, h, c, fs, n_words, round_flag, burst_flag, &jacobi);
+      Run r{std::vector<int32_t>(m), std::vector<int32_t>(m * N),
+            std::vector<int32_t>(m), std::vector<int32_t>(n_words),
+            std::vector<int32_t>(1), std::vector<int32_t>(n_window),
+            std::vector<int64_t>(m)};
+      std::vector<WindowImage> images(m);
+      be.download(jacobi.images, images.data());
+      for (int j = 0; j < m; ++j) r.rounds[j] = images[j].round;
+      be.download(jacobi.words, r.window.data());
       be.download(s, r.state.data());
       be.download(h, r.history.data());
       be.download(c, r.committed.data());
@@ -503,7 +522,10 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
     EXPECT_EQ(got[r].history, want[r].history);
     EXPECT_EQ(got[r].words, want[r].words);
     EXPECT_EQ(got[r].flag, want[r].flag);
+    EXPECT_EQ(got[r].window, want[r].window);
+    EXPECT_EQ(got[r].rounds, want[r].rounds);
     EXPECT_EQ(want[r].flag[0], r == 0 ? 0 : 1);
+    EXPECT_EQ(want[r].rounds[0], 4);  // refilled once, in the clear round
   }
   for (int j = 0; j < m; ++j) EXPECT_EQ(want[0].committed[j], j % (width + 1) + 1);
   EXPECT_EQ(want[2].committed, std::vector<int32_t>(m, 0));

@@ -753,9 +753,9 @@ namespace {
 // Nine whole images of the fixture, three at a time, through the speculative loop on `be`: a draft
 // model's chains ("chain"; "micro": the four-token pair's) or static trees ("tree"), EAGLE's chains
 // ("eagle", reading the target pass's hidden states) or Jacobi's windows ("sjd", carrying draws
-// over), exact rule, guided. With `drive`, it steps the decoder instead (no images returned);
-// `configure` edits the loop's settings; `grid` > 0 makes the images grid x grid tokens (both
-// models' rotary tables).
+// over; "micro-sjd": the four-token target's), exact rule, guided. With `drive`, it steps the
+// decoder instead (no images returned); `configure` edits the loop's settings; `grid` > 0 makes the
+// images grid x grid tokens (both models' rotary tables).
 using Drive = std::function<void(speculative::SpeculativeDecoder&, GenerateStats&)>;
 using Configure = std::function<void(speculative::LoopSettings&)>;
 Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
@@ -765,7 +765,8 @@ Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
     if (grid > 0) c.gpt.image_size = (c.gpt.grid = grid) * c.gpt.downsample;
     return c;
   };
-  const bool micro = kind == "micro";
+  const bool micro = kind == "micro" || kind == "micro-sjd";
+  const bool windows = kind == "sjd" || kind == "micro-sjd";
   const ModelConfig tc = config(kFix + (micro ? "/spec/micro_target" : "/llamagen/c2i_f32"));
   LlamaGen target(tc, be);
   std::unique_ptr<AutoregressiveModel> draft;
@@ -791,8 +792,8 @@ Generated whole_images(const std::string& kind, Backend& be, DeviceLoop where,
   const auto rule = speculative::make_exact_rule();
   speculative::LoopSettings loop;
   loop.rule = rule.get();
-  loop.drafter = kind == "sjd" ? static_cast<speculative::Drafter*>(&jacobi) : &model_drafter;
-  loop.draft_len = kind == "sjd" ? 5 : 3;
+  loop.drafter = windows ? static_cast<speculative::Drafter*>(&jacobi) : &model_drafter;
+  loop.draft_len = windows ? 5 : 3;
   if (configure) configure(loop);
   DecoderSettings d = settings(p, 6, where);
   Generated out;
@@ -865,6 +866,9 @@ TEST(DeviceRounds, ChainRoundsRunInBursts) {
       {method("cool-sd", {{"cool.delta", 1.5}}), 1.0f},
       {itself, 1.0f},
       {capped, 1.0f},
+      {method("sjd"), 1.0f},
+      {method("sjd"), 0.0f},
+      {method("gsd"), 1.0f},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec.method + " at temperature " + std::to_string(c.temperature));
@@ -904,6 +908,45 @@ TEST(DeviceRounds, ChainRoundsRunInBursts) {
                  for (int i = 0; i < 3; ++i) EXPECT_EQ(dec.image(ids[i]).tokens, host.images[i]);
                });
   EXPECT_GE(bursts, 1);
+}
+
+// Jacobi windows (SJD; GSD on them) burst too: each round's commit refills every image's next
+// window on the device (chain_commit.h, refill_jacobi_window) as JacobiDrafter::propose makes it,
+// the draws of the rows past the rejection carried over with those rows as their q, the other
+// positions fresh (uniform, one-hot q), and the burst's last round hands its carry-over to the
+// drafter. The four-token target accepts its carried draws often, so windows hold fresh positions
+// and carried ones, and some rounds accept the whole window. Under a backend that replays captured
+// graphs with the values they were captured with, the images and statistics are the host loop's.
+TEST(DeviceRounds, JacobiWindowsRunInBursts) {
+  const Generated host = whole_images("micro-sjd", cpu_backend(), DeviceLoop::Off, {}, {}, 8);
+  test::CountingBackend recording;
+  recording.record_graphs = true;
+  const Generated device = whole_images("micro-sjd", recording, DeviceLoop::On, {}, {}, 8);
+  expect_same(device, host);
+  EXPECT_GE(device.stats.burst_rounds, device.stats.device_rounds / 2);  // 63 of 91 here
+
+  // Under --draft-len auto, held for spans of up to 5 rounds: the window's model learns from each
+  // burst round's carried drafts and acceptance, as the host loop's rounds tell it.
+  speculative::RoundCosts costs;
+  costs.verify = {1.0, 1.1, 1.25, 1.45, 1.7};
+  const speculative::DraftLengthPolicy policy(costs, 4, true);
+  const auto held = [&](speculative::LoopSettings& loop) {
+    loop.policy = &policy;
+    loop.hold_depth = 5;
+  };
+  const Generated auto_host =
+      whole_images("micro-sjd", cpu_backend(), DeviceLoop::Off, {}, held, 8);
+  const Generated auto_device =
+      whole_images("micro-sjd", cpu_backend(), DeviceLoop::On, {}, held, 8);
+  expect_same(auto_device, auto_host);
+  int depths = 0;
+  for (const ImageStats& im : auto_host.stats.per_image) {
+    int used = 0;
+    for (size_t d = 1; d < im.rounds_by_depth.size(); ++d) used += im.rounds_by_depth[d] > 0;
+    depths = std::max(depths, used);
+  }
+  EXPECT_GT(auto_device.stats.burst_rounds, 0);  // 34 of 108 here
+  EXPECT_GE(depths, 2);                          // windows of 1, 2 and 3 drafts here
 }
 
 // --draft-len auto's rounds burst too: the policy's depth is held for spans of rounds
@@ -1096,4 +1139,76 @@ TEST(ChainCommit, AppendsTheTokensAndMovesTheFields) {
     EXPECT_EQ(history, kept);
     EXPECT_EQ(words, moved);
   }
+}
+
+// A burst's commit with Jacobi windows (chain_commit.h, refill_jacobi_window): after each image's
+// commit its next window is written to the window words, then kWindow fields copy them. Image 0
+// (depth 4, its rows from 10) rejected at depth 2: its first 3 drafts are the carry-over draws of
+// rows 2..4 with those rows (12..14) as q, its last a fresh position; image 1 (depth 3 of
+// width 4) accepted its whole window: every position fresh, uniform over the vocabulary at its
+// token index in the next round's JacobiInit stream, one-hot q. Each refill moves the round.
+TEST(ChainCommit, RefillsJacobiWindows) {
+  Backend& be = cpu_backend();
+  constexpr int m = 2, width = 4, N = 20, V = 7;
+  std::vector<speculative::DraftVerdict> verdicts(m);
+  verdicts[0].accepted = 1, verdicts[0].rejected = 1, verdicts[0].next_token = 6;
+  verdicts[1].accepted = 3, verdicts[1].rejected = 0, verdicts[1].next_token = 5;
+  std::vector<speculative::WalkNode> nodes(m * width);
+  for (int i = 0; i < m * width; ++i) nodes[i].token = i % V;
+  std::vector<int32_t> state = {4, 6}, history(m * N, 0), committed(m, 0);
+  std::vector<int32_t> carried = {1, 2, 3, 4, 5, 6, 0, 1};  // image j's row r at j * width + r - 1
+  std::vector<speculative::WindowImage> images = {{11, 3, 7, 4, 10}, {11, 8, 2, 3, 15}};
+  std::vector<int32_t> window(m * width * speculative::kWindowWords, -9);
+  std::vector<int32_t> words(3, -1);
+  std::vector<speculative::RoundField> fields = {
+      {&words[0], 0, speculative::RoundField::kWindow, 3 * speculative::kWindowWords, 0},
+      {&words[1], 1, speculative::RoundField::kWindow, 5 * speculative::kWindowWords, 0},
+      {&words[2], 0, speculative::RoundField::kWindow,
+       speculative::kWindowWords + speculative::kWindowRow, 0},
+  };
+  auto tensor = [](auto& v, DType dtype, Shape shape) {
+    return Tensor{dtype, Layout::RowMajor, std::move(shape), v.data(), nullptr, nullptr};
+  };
+  auto bytes = [&](auto& v) {
+    using T = typename std::remove_reference_t<decltype(v)>::value_type;
+    return tensor(v, DType::U8, {static_cast<int64_t>(v.size() * sizeof(T))});
+  };
+  Tensor s = tensor(state, DType::I32, {m}), h = tensor(history, DType::I32, {m, N}),
+         c = tensor(committed, DType::I32, {m});
+  std::vector<int32_t> round_flag = {0}, burst_flag = {0};
+  Tensor rf = tensor(round_flag, DType::I32, {1}), bf = tensor(burst_flag, DType::I32, {1});
+  speculative::JacobiWindows w{tensor(carried, DType::I32, {m * width}), bytes(images),
+                               tensor(window, DType::I32, {m * width * speculative::kWindowWords}),
+                               V};
+  speculative::commit_chain_round(be, bytes(verdicts), bytes(nodes), m, width, s, h, c,
+                                  bytes(fields), static_cast<int>(fields.size()), rf, bf, &w);
+  EXPECT_EQ(state, (std::vector<int32_t>{6, 10}));
+  EXPECT_EQ(images[0].round, 8);
+  EXPECT_EQ(images[1].round, 3);
+  auto slot = [&](int j, int c) {
+    const int32_t* p = window.data() + (j * width + c) * speculative::kWindowWords;
+    return std::vector<int32_t>(p, p + speculative::kWindowWords);
+  };
+  auto fresh = [&](int j, int c) {
+    const speculative::WindowImage& im = images[j];
+    const double u =
+        counter_uniform(im.seed, im.image, static_cast<uint32_t>(state[j] + c),
+                        speculative::stream_id(speculative::Stream::JacobiInit, im.round));
+    return std::vector<int32_t>{std::min(static_cast<int32_t>(u * V), V - 1),
+                                speculative::WalkNode::kOneHot, 0};
+  };
+  // Image 0: rows 2, 3, 4 carried (their draws at 1, 2, 3), then one fresh position.
+  EXPECT_EQ(slot(0, 0), (std::vector<int32_t>{2, 0, 12}));
+  EXPECT_EQ(slot(0, 1), (std::vector<int32_t>{3, 0, 13}));
+  EXPECT_EQ(slot(0, 2), (std::vector<int32_t>{4, 0, 14}));
+  EXPECT_EQ(slot(0, 3), fresh(0, 3));
+  // Image 1: three fresh positions, its padding slot untouched.
+  std::set<int32_t> tokens;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(slot(1, k), fresh(1, k));
+    tokens.insert(slot(1, k)[0]);
+  }
+  EXPECT_GT(tokens.size(), 1u);  // three uniform draws over 7 tokens, not one token
+  EXPECT_EQ(slot(1, 3), std::vector<int32_t>(speculative::kWindowWords, -9));
+  EXPECT_EQ(words, (std::vector<int32_t>{slot(0, 3)[0], slot(1, 1)[0], 13}));
 }

@@ -44,6 +44,9 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
   check(device_tokens == 0 || !device->inputs.data || device->inputs.numel() >= token_rows,
         "internal: draft inputs shorter than the drafter's tokens");
   tokens_on_device_ = device_tokens > 0;
+  draft_counts_.clear();
+  for (const DraftToVerify& c : drafts)
+    draft_counts_.push_back(static_cast<int32_t>(c.tree->size()));
   any_carry_ =
       std::any_of(drafts.begin(), drafts.end(), [](const DraftToVerify& c) { return c.carry; });
   const size_t V = static_cast<size_t>(V_), n_rows = static_cast<size_t>(m) * rows,
@@ -240,6 +243,31 @@ void BackendVerifier::burst_fields(std::vector<RoundField>& out) const {
     out.push_back(RoundField{reinterpret_cast<int32_t*>(im + offsetof(RoundImage, round)), j,
                              RoundField::kConstant, 1, 0});
   }
+}
+
+bool BackendVerifier::gathers_own_rows() const {
+  // The same memory (the rows a round writes are where the next gathers from), covering this
+  // round's rows: a batch that lost images gathers from the larger view of the same rows.
+  return staged_ && q_from_.data && q_from_.data == probs_round_.data &&
+         q_from_.dim(0) >= probs_round_.dim(0) && q_from_.dim(-1) == probs_round_.dim(-1);
+}
+
+void BackendVerifier::window_fields(std::vector<RoundField>& out) const {
+  check(gathers_own_rows(), "internal: a window's fields of a round that does not gather its rows");
+  auto* base = static_cast<uint8_t*>(buffer_.data);
+  const int width = rows_ - 1;
+  for (int j = 0; j < m_; ++j)
+    for (int c = 0; c < draft_counts_[j]; ++c) {
+      const size_t slot = static_cast<size_t>(j) * width + c;
+      const int32_t word = static_cast<int32_t>(slot) * kWindowWords;
+      uint8_t* node = base + at_.nodes + slot * sizeof(WalkNode);
+      out.push_back({reinterpret_cast<int32_t*>(node + offsetof(WalkNode, token)), j,
+                     RoundField::kWindow, word + kWindowToken, 0});
+      out.push_back({reinterpret_cast<int32_t*>(node + offsetof(WalkNode, flags)), j,
+                     RoundField::kWindow, word + kWindowFlags, 0});
+      out.push_back({reinterpret_cast<int32_t*>(base + at_.q_rows + slot * sizeof(int32_t)), j,
+                     RoundField::kWindow, word + kWindowRow, 0});
+    }
 }
 
 std::span<const int32_t> BackendVerifier::carried(int j) const {

@@ -88,6 +88,13 @@ class BackendVerifier {
   // A burst (SpeculativeDecoder): the words of the staged round a commit moves for the next round
   // (each row's token index, each image's base token and round), image j the j-th staged draft.
   void burst_fields(std::vector<RoundField>& out) const;
+  // A burst of Jacobi windows (chain_commit.h, JacobiWindows): whether the staged round gathers
+  // its drafts' q rows from the rows of its own distributions (the last round's, laid out as this
+  // round's), so that each round's window can name rows of the round before it; and the words of
+  // the staged nodes a window's refill sets (each node's token, flags and q row), image j's node c
+  // from window word (j * width + c) * kWindowWords + the word's.
+  bool gathers_own_rows() const;
+  void window_fields(std::vector<RoundField>& out) const;
   // A burst's end: the staged round done without read() (its flag was read with the history).
   void unstage() { staged_ = false; }
   // Row r (0: the root's) of image j's target distributions in the last verify: the round's rows
@@ -125,7 +132,8 @@ class BackendVerifier {
   int m_ = 0, rows_ = 0;
   bool greedy_ = false, any_q_ = false, staged_ = false, downloaded_ = false;
   bool tokens_on_device_ = false, any_carry_ = false;
-  Tensor device_tokens_;  // the drafter's tokens [n + 1, 1] while tokens_on_device_
+  std::vector<int32_t> draft_counts_;  // the staged drafts' nodes, by image
+  Tensor device_tokens_;               // the drafter's tokens [n + 1, 1] while tokens_on_device_
   Tensor device_inputs_;  // and as the target's inputs take them (DeviceDraftRows::inputs)
   Tensor q_from_;         // the drafter's q rows this round gathers (DeviceDraftRows::q)
   Layout at_;

@@ -273,6 +273,10 @@ void SpeculativeDecoder::round(std::vector<ImageState*>& active) {
     fields_.clear();
     bool full = loop_.drafter->burst_fields(fields_);
     for (int j = 0; j < m && full; ++j) full = depths_[j] == max_depth_[j];
+    // A Jacobi window's next one names rows of its round's distributions: this round's gather
+    // must read those rows, laid out as its own (the round before was verified on the device in
+    // this round's shape, and some image carried drafts over).
+    if (loop_.drafter->carries_drafts()) full = full && verifier_->gathers_own_rows();
     if (full) {
       run_burst(active, burst);
       return;
@@ -433,9 +437,17 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
   const ForwardInputs& in = pass_.in;
   check(in.attn.n_seq == halves * m && in.attn.n_new == rows,
         "internal: a burst's pass is not a chain of every image");
+  // Jacobi windows (SJD, GSD on it): the target drafts for itself, so each round's commit refills
+  // every image's window (refill_jacobi_window) and its tokens go to the walk's nodes (with their
+  // flags and q rows) and to the pass's rows after the root.
+  const bool windows = loop_.drafter->carries_drafts();
+  if (windows) verifier_->window_fields(fields_);
   for (int s = 0; s < halves * m; ++s) {
     const int j = s % m;
     fields_.push_back({in.tokens.ptr<int32_t>() + s * rows, j, RoundField::kToken, -1, 0});
+    for (int c = 0; windows && c < max_depth_[j]; ++c)
+      fields_.push_back({in.tokens.ptr<int32_t>() + s * rows + 1 + c, j, RoundField::kWindow,
+                         (j * width + c) * kWindowWords + kWindowToken, 0});
     for (int r = 0; r < rows; ++r)
       fields_.push_back({in.positions.ptr<int32_t>() + s * rows + r, j, RoundField::kCommitted});
     fields_.push_back({in.attn.past.ptr<int32_t>() + s, j, RoundField::kCommitted});
@@ -446,13 +458,18 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
   std::sort(words.begin(), words.end());
   check(std::adjacent_find(words.begin(), words.end()) == words.end(),
         "internal: a burst's input word with two fields");
-  // One buffer: the flag, the counts, the history, each round's committed tokens, the fields.
+  // One buffer: the flag, the counts, the history, each round's committed tokens, the windows
+  // (the last refill's words come back: the next round's window), the fields.
   const size_t flag_at = 0, state_at = sizeof(int32_t);
   const size_t history_at = aligned_offset(state_at + m * sizeof(int32_t));
   const size_t record_at =
       aligned_offset(history_at + static_cast<size_t>(m) * N * sizeof(int32_t));
-  const size_t fields_at =
+  const size_t window_images_at =
       aligned_offset(record_at + static_cast<size_t>(burst) * m * sizeof(int32_t));
+  const size_t n_window_words = windows ? static_cast<size_t>(m) * width * kWindowWords : 0;
+  const size_t window_words_at =
+      aligned_offset(window_images_at + (windows ? m * sizeof(WindowImage) : 0));
+  const size_t fields_at = aligned_offset(window_words_at + n_window_words * sizeof(int32_t));
   const size_t total = fields_at + fields_.size() * sizeof(RoundField);
   burst_host_.assign(total, 0);
   auto* n0 = reinterpret_cast<int32_t*>(burst_host_.data() + state_at);
@@ -461,6 +478,12 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
     n0[j] = static_cast<int32_t>(active[j]->tokens.size());
     std::copy(active[j]->tokens.begin(), active[j]->tokens.end(),
               history + static_cast<size_t>(j) * N);
+  }
+  if (windows) {
+    auto* w = reinterpret_cast<WindowImage*>(burst_host_.data() + window_images_at);
+    for (int j = 0; j < m; ++j)
+      w[j] = {active[j]->rng.seed(), active[j]->rng.image_index(), active[j]->round, max_depth_[j],
+              j * rows};
   }
   std::memcpy(burst_host_.data() + fields_at, fields_.data(), fields_.size() * sizeof(RoundField));
   Tensor buffer = grown_rows(be, burst_buffer_, DType::U8, static_cast<int64_t>(total), 1);
@@ -471,6 +494,16 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
   const Tensor fields = buffer.bytes_as(
       fields_at, DType::U8, {static_cast<int64_t>(fields_.size() * sizeof(RoundField))});
   const VerifyLaunch& launch = pass_.launch;
+  JacobiWindows jacobi;
+  if (windows) {
+    check(launch.carried.data, "internal: a burst of windows without their carry-over draws");
+    jacobi.carried = launch.carried;
+    jacobi.images = buffer.bytes_as(window_images_at, DType::U8,
+                                    {static_cast<int64_t>(m * sizeof(WindowImage))});
+    jacobi.words =
+        buffer.bytes_as(window_words_at, DType::I32, {static_cast<int64_t>(n_window_words)});
+    jacobi.vocab = model_.info().vocab_size;
+  }
   const Drafter::DeviceDrafts before = loop_.drafter->device_drafts();
   const int64_t f0 = loop_.drafter->batched_forwards();
   for (int r = 0; r < burst; ++r) {
@@ -481,7 +514,8 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
     Tensor committed =
         buffer.bytes_as(record_at + static_cast<size_t>(r) * m * sizeof(int32_t), DType::I32, {m});
     commit_chain_round(be, launch.verdicts, launch.nodes, m, width, state, on_device, committed,
-                       fields, static_cast<int>(fields_.size()), launch.flag, flag);
+                       fields, static_cast<int>(fields_.size()), launch.flag, flag,
+                       windows ? &jacobi : nullptr);
   }
   const Drafter::DeviceDrafts after = loop_.drafter->device_drafts();
   stats_.device_drafted_rounds += after.rounds - before.rounds;
@@ -502,6 +536,7 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
 
   const double ts = now_s();
   const auto* record = reinterpret_cast<const int32_t*>(burst_host_.data() + record_at);
+  const auto* window = reinterpret_cast<const int32_t*>(burst_host_.data() + window_words_at);
   DraftTree chain;
   for (int j = 0; j < m; ++j) {
     ImageState& im = *active[j];
@@ -510,6 +545,8 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
     for (int c = 0; c < k; ++c) chain[c].parent = c - 1, chain[c].depth = c + 1;
     const int start = static_cast<int>(im.tokens.size());
     int last_start = start;
+    int carried = carried_[j];  // the round's drafts carried over (a Jacobi window's)
+    VerifyOutcome out;
     for (int r = 0; r < burst; ++r) {
       const int committed = record[static_cast<size_t>(r) * m + j];
       const int n = static_cast<int>(im.tokens.size());
@@ -522,9 +559,11 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
       v.next_token = row[v.accepted];
       v.rejected = v.accepted < k ? 1 : 0;
       for (int c = 0; c < k; ++c) chain[c].token = c < v.accepted ? row[c] : 0;
-      const VerifyOutcome out = BackendVerifier::outcome(v, chain, im.stats);
+      out = BackendVerifier::outcome(v, chain, im.stats);
       append_tokens(im, chain, out);
-      if (r > 0) im.stats.draft_forwards += k;  // the first round's were counted as drawn
+      // A draft model's later rounds drew k steps each (the first round's were counted as drawn);
+      // a Jacobi window none.
+      if (r > 0 && !windows) im.stats.draft_forwards += k;
       last_start = n;
       // The policy sees every round as the host loop's would: each later round's choice (the
       // held depth: burst_rounds kept the burst within the image's span, a cap away from its end),
@@ -533,8 +572,9 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
         if (r > 0)
           check(loop_.policy->choose_held(acceptance_[im.id], depth_cap_, hold_) == k,
                 "internal: a burst's round past its image's held depth");
-        loop_.policy->observe(acceptance_[im.id], k, 0, v.accepted, k, 0.0);
+        loop_.policy->observe(acceptance_[im.id], k, carried, v.accepted, k, 0.0);
       }
+      carried = windows && v.rejected ? k - v.accepted : 0;
       count_round(im, chain, k, committed);
     }
     // The caches as the device left them: the target's through the committed tokens but the last,
@@ -546,6 +586,20 @@ void SpeculativeDecoder::run_burst(std::vector<ImageState*>& active, int burst) 
       session_.advance(std::span<const int32_t>(&slot, 1), now - start);
     }
     loop_.drafter->end_burst(im, last_start - start);
+    // A Jacobi window carries over what the burst's last round left, as the host loop's
+    // finish_round of that round: the draws of its rows past the rejection (the last refill's
+    // first `carried` tokens), with those rows of its distributions as their q.
+    if (windows) {
+      std::vector<int32_t> draws(static_cast<size_t>(k), 0);
+      for (int c = 0; c < carried; ++c)
+        draws[static_cast<size_t>(k - carried + c)] =
+            window[(static_cast<size_t>(j) * width + c) * kWindowWords + kWindowToken];
+      TargetRound target;
+      target.device_dist = &verifier_->distributions();
+      target.device_row0 = static_cast<int64_t>(j) * rows;
+      target.carried = draws;
+      loop_.drafter->finish_round(im, chain, out, target);
+    }
   }
   stats_.verify_seconds += now_s() - ts;
 }

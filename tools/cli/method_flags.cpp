@@ -281,8 +281,9 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
       ->type_name("auto|INT");
   cmd->add_option("--draft-hold", o.auto_hold,
                   "The most rounds --draft-len auto holds a chosen length for, doubling while the "
-                  "choice repeats (default: 32 where a draft model's chains run in bursts on the "
-                  "device loop, else 1); generate stores the one it used with each image, so "
+                  "choice repeats (default: 32 where rounds run in bursts on the device loop: a "
+                  "draft model's chains, Jacobi windows; else 1); generate stores the one it used "
+                  "with each image, so "
                   "--from-png repeats its lengths on either loop")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--resample", o.resample,

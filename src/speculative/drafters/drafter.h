@@ -102,7 +102,9 @@ class Drafter {
   // That chain again from the inputs as the commit left them (a graph replay on a GPU).
   virtual void replay_burst_round() {}
   // After the burst: image's cache lengths as its last round left them, that round having started
-  // `tokens` committed tokens after the burst's first.
+  // `tokens` committed tokens after the burst's first. A drafter that carries drafts (a Jacobi
+  // window, refilled by each round's commit) then gets the last round's finish_round, its
+  // carry-over draws from the last refill.
   virtual void end_burst(const ImageState& image, int tokens) { (void)image, (void)tokens; }
 };
 

@@ -6,7 +6,8 @@
 // random over the vocabulary with one-hot q. Needs no model: the target verifies and drafts.
 // On the device loop the carry-over stays on the device: its draws are made there with the
 // verdicts (TargetRound::carried) and q is the verifier's row of that round (DraftNode::q_row into
-// device_rows()), so nothing of the window comes back but its tokens.
+// device_rows()), so nothing of the window comes back but its tokens; in a burst of rounds the
+// window is refilled there too (chain_commit.h).
 #pragma once
 
 #include <map>
@@ -35,6 +36,13 @@ class JacobiDrafter : public Drafter {
   void release(const ImageState& image) override { carried_.erase(image.id); }
   void set_device_drafts(bool on) override { device_drafts_ = on; }
   const DeviceDraftRows* device_rows() const override { return rows_.q.data ? &rows_ : nullptr; }
+  // Bursts (chain_commit.h): the window needs no model, so its rounds repeat on the device as
+  // long as the verifier walks them there; each round's commit refills the next window
+  // (refill_jacobi_window), and the decoder hands the burst's last round to finish_round.
+  bool can_burst() const override { return true; }
+  bool burst_fields(std::vector<RoundField>& out) const override {
+    return (void)out, device_drafts_;
+  }
 
  private:
   struct Carried {
