@@ -75,6 +75,7 @@ struct DraftCosts {
 
 // draft_len value: choose each round's draft length from measured costs and past acceptance.
 inline constexpr int kDraftLenAuto = -1;
+inline constexpr int kMaxDraftHold = 1024;  // SpeculativeOptions::auto_hold's largest
 
 // Speculative decoding (docs/methods.md). A method is a drafter (a draft model, or Jacobi
 // iteration) plus an acceptance rule and its resampling distribution; tessera/methods.h lists the
@@ -92,10 +93,11 @@ struct SpeculativeOptions {
   // fixed length, to reproduce images on another machine).
   int max_auto_len = 0;
   DraftCosts auto_costs;
-  // kDraftLenAuto: the most rounds a chosen length is held for (0: 32 where a draft model's chain
-  // rounds run in bursts on the device loop, which repeats one length, else 1: a choice every
-  // round). A held length doubles its span while the choice repeats; the lengths, hence the
-  // images, repeat where the hold does (GenerateStats::draft_hold gives it back).
+  // kDraftLenAuto: the most rounds a chosen length is held for, at most kMaxDraftHold (0: 32 where
+  // rounds run in bursts on the device loop, which repeats one length: a draft model's chains,
+  // Jacobi windows; else 1: a choice every round). A held length doubles its span while the
+  // choice repeats; the lengths, hence the images, repeat where the hold does
+  // (GenerateStats::draft_hold gives it back).
   int auto_hold = 0;
   std::string resample;  // "" (method default) | vanilla | optimal (G*, COOL-SD Eq. 5)
   // "": chain drafts (Medusa methods: the chain of the heads' top-1 tokens). Else a draft tree,

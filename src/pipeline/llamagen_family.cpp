@@ -240,9 +240,9 @@ LlamaGenFamily::Prepared LlamaGenFamily::prepare(const GenerateOptions& opts) {
   // The model's validated settings are its defaults (config.json "quality"); flags given win.
   const SpeculativeOptions spec = speculative::with_model_defaults(opts.spec, d_->config.quality);
   r.method = speculative::make_method(spec, d_->config.dir, d_->config.gpt, *d_->backend);
-  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= 1024, "auto_hold",
-              "must be in [1, 1024] rounds (0: the loop's default), got " +
-                  std::to_string(opts.spec.auto_hold));
+  check_param(opts.spec.auto_hold >= 0 && opts.spec.auto_hold <= kMaxDraftHold, "auto_hold",
+              "must be in [1, " + std::to_string(kMaxDraftHold) +
+                  "] rounds (0: the loop's default), got " + std::to_string(opts.spec.auto_hold));
   check_param(opts.spec.auto_hold == 0 || (r.method.rule && r.method.auto_len), "auto_hold",
               r.method.rule ? "is what --draft-len auto holds its lengths for; this draft length "
                               "is fixed"

@@ -285,7 +285,7 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
                   "draft model's chains, Jacobi windows; else 1); generate stores the one it used "
                   "with each image, so "
                   "--from-png repeats its lengths on either loop")
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, kMaxDraftHold));
   cmd->add_option("--resample", o.resample,
                   "Resampling at a rejection: vanilla (the method's own) or optimal (G*, COOL-SD "
                   "Eq. 5); default: optimal for cool-sd/uniform-rsd, vanilla otherwise");

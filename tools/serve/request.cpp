@@ -177,8 +177,11 @@ std::shared_ptr<Job> parse_request(const std::string& body, const RequestContext
     // As a response gives it (tessera.draft_hold): with the costs, the lengths repeat.
     if (g.spec.draft_len != kDraftLenAuto)
       throw HttpError{400, "draft_hold applies to draft_len \"auto\"", "draft_hold"};
-    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 1024)
-      throw HttpError{400, "draft_hold must be an integer in [1, 1024] (rounds)", "draft_hold"};
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > kMaxDraftHold)
+      throw HttpError{
+          400,
+          "draft_hold must be an integer in [1, " + std::to_string(kMaxDraftHold) + "] (rounds)",
+          "draft_hold"};
     g.spec.auto_hold = v->get<int>();
   }
   // As the CLI refuses --draft-len there: a method that drafts nothing has no draft length.
