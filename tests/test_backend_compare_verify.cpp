@@ -463,7 +463,9 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
   std::vector<int32_t> carried(m * width);
   for (int32_t& t : carried) t = static_cast<int32_t>(g() % V);
   std::vector<WindowImage> windows(m);
-  for (int j = 0; j < m; ++j) windows[j] = {9, static_cast<uint64_t>(j), 3 + j, width, 5 * j};
+  // Every other window shorter than the round's width: its padding slots stay as they were.
+  for (int j = 0; j < m; ++j)
+    windows[j] = {9, static_cast<uint64_t>(j), 3 + j, width - j % 2, 5 * j};
   struct Run {
     std::vector<int32_t> state, history, committed, words, flag, window;
     std::vector<int64_t> rounds;
@@ -478,9 +480,10 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
     Tensor h = be.upload(history.data(), DType::I32, {m, N});
     Tensor c = be.zeros(DType::I32, {m});
     Tensor on_device = be.upload(words.data(), DType::I32, {n_words});
+    const std::vector<int32_t> unset(n_window, -7);
     JacobiWindows jacobi{be.upload(carried.data(), DType::I32, {m * width}),
                          up(windows.data(), windows.size() * sizeof(WindowImage)),
-                         be.zeros(DType::I32, {n_window}), V};
+                         be.upload(unset.data(), DType::I32, {n_window}), V};
     std::vector<RoundField> fields(n_words);
     for (int k = 0; k < n_words; ++k) {
       RoundField& f = fields[k];
@@ -528,6 +531,9 @@ TEST_P(Verify, ChainCommitsAreTheCpus) {
     EXPECT_EQ(want[r].rounds[0], 4);  // refilled once, in the clear round
   }
   for (int j = 0; j < m; ++j) EXPECT_EQ(want[0].committed[j], j % (width + 1) + 1);
+  // Image 1's window of 3 left its padding slot, and a window of 4 wrote its last.
+  EXPECT_EQ(want[0].window[(1 * width + 3) * kWindowWords], -7);
+  EXPECT_NE(want[0].window[(0 * width + 3) * kWindowWords], -7);
   EXPECT_EQ(want[2].committed, std::vector<int32_t>(m, 0));
   EXPECT_EQ(want[2].words, want[0].words);
   EXPECT_EQ(want[2].state, want[0].state);

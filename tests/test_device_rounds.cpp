@@ -97,6 +97,11 @@ void expect_same(const Generated& device, const Generated& host) {
     EXPECT_EQ(device.stats.per_image[i].draft_nodes, host.stats.per_image[i].draft_nodes) << i;
     EXPECT_EQ(device.stats.per_image[i].rounds_by_depth, host.stats.per_image[i].rounds_by_depth)
         << i;
+    EXPECT_EQ(device.stats.per_image[i].rounds, host.stats.per_image[i].rounds) << i;
+    EXPECT_EQ(device.stats.per_image[i].draft_forwards, host.stats.per_image[i].draft_forwards)
+        << i;
+    EXPECT_EQ(device.stats.per_image[i].target_forwards, host.stats.per_image[i].target_forwards)
+        << i;
   }
   EXPECT_EQ(host.stats.device_rounds, 0);
 }
@@ -1146,7 +1151,8 @@ TEST(ChainCommit, AppendsTheTokensAndMovesTheFields) {
 // (depth 4, its rows from 10) rejected at depth 2: its first 3 drafts are the carry-over draws of
 // rows 2..4 with those rows (12..14) as q, its last a fresh position; image 1 (depth 3 of
 // width 4) accepted its whole window: every position fresh, uniform over the vocabulary at its
-// token index in the next round's JacobiInit stream, one-hot q. Each refill moves the round.
+// token index in the next round's JacobiInit stream, one-hot q, as JacobiDrafter::propose draws
+// them. Each refill moves the round.
 TEST(ChainCommit, RefillsJacobiWindows) {
   Backend& be = cpu_backend();
   constexpr int m = 2, width = 4, N = 20, V = 7;
@@ -1157,7 +1163,7 @@ TEST(ChainCommit, RefillsJacobiWindows) {
   for (int i = 0; i < m * width; ++i) nodes[i].token = i % V;
   std::vector<int32_t> state = {4, 6}, history(m * N, 0), committed(m, 0);
   std::vector<int32_t> carried = {1, 2, 3, 4, 5, 6, 0, 1};  // image j's row r at j * width + r - 1
-  std::vector<speculative::WindowImage> images = {{11, 3, 7, 4, 10}, {11, 8, 2, 3, 15}};
+  std::vector<speculative::WindowImage> images = {{11, 3, 7, 4, 10}, {11, 8, 2, 3, 5}};
   std::vector<int32_t> window(m * width * speculative::kWindowWords, -9);
   std::vector<int32_t> words(3, -1);
   std::vector<speculative::RoundField> fields = {
@@ -1209,6 +1215,18 @@ TEST(ChainCommit, RefillsJacobiWindows) {
     tokens.insert(slot(1, k)[0]);
   }
   EXPECT_GT(tokens.size(), 1u);  // three uniform draws over 7 tokens, not one token
+  // The host drafter's fresh window for image 1 at its next round: the same tokens.
+  speculative::JacobiDrafter jacobi(V, SamplingParams{});
+  ImageState im;
+  im.rng = CounterRng(images[1].seed, images[1].image);
+  im.tokens.assign(static_cast<size_t>(state[1]), 0);
+  im.round = images[1].round;
+  ImageState* active[] = {&im};
+  const int depth[] = {3};
+  std::vector<speculative::DraftTree> trees;
+  jacobi.propose(active, depth, trees);
+  ASSERT_EQ(trees.at(0).size(), 3u);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(trees[0][k].token, slot(1, k)[0]) << k;
   EXPECT_EQ(slot(1, 3), std::vector<int32_t>(speculative::kWindowWords, -9));
   EXPECT_EQ(words, (std::vector<int32_t>{slot(0, 3)[0], slot(1, 1)[0], 13}));
 }
