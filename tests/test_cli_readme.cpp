@@ -215,6 +215,30 @@ TEST_F(CliReadme, StoredDraftHoldRepeatsTheLengthsOnEitherLoop) {
   EXPECT_EQ(params.find("draft_hold"), std::string::npos) << params;
 }
 
+// sjd's windows burst on the device loop too (chain_commit.h's refill): its image, stored with the
+// hold the device loop used, repeats byte for byte on the host loop.
+TEST_F(CliReadme, JacobiBurstsRepeatOnTheHostLoop) {
+  // Jacobi drafts cost no draft step; verification 5% dearer a position, windows up to 32.
+  std::string costs = "0:";
+  for (int k = 0; k < 32; ++k) {
+    if (k > 0) costs += ',';
+    costs += std::to_string(0.001 * (1 + 0.05 * k));
+  }
+  const std::string png = tmp("sjd.png");
+  const CliResult r =
+      run({"generate", "-m", kTarget, "--class", "5", "--method", "sjd", "-t", "1", "--device-loop",
+           "on", "--draft-costs", costs, "-o", png, "--stats-out", tmp("sjd.json")});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(png_text(png, "parameters").find("; draft_hold=32; "), std::string::npos)
+      << png_text(png, "parameters");
+  const nlohmann::json stats = nlohmann::json::parse(slurp(tmp("sjd.json")));
+  EXPECT_GT(stats.at("burst_rounds").get<int>(), 0);
+  const CliResult again =
+      run({"generate", "--from-png", png, "--device-loop", "off", "-o", tmp("sjd-again.png")});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(slurp(png) == slurp(tmp("sjd-again.png")));
+}
+
 TEST_F(CliReadme, DraftFlagOverridesTheNamedDraft) {
   // --draft none: Jacobi drafts, said so, stored so that --from-png repeats them.
   const CliResult j = run({"generate", "-m", kTarget, "--class", "3", "--method", "lantern",
