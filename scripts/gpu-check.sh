@@ -202,7 +202,7 @@ verify_cost() {
 # and its companion drafters, with top-1 quality, the mean round's milliseconds by phase (the
 # draft, the target forward, verification: target distributions and rules; with the device loop
 # the target forward's launch only, verification waits for it) and the rounds the device loop
-# verified (chains and trees under every rule but GSD under G*).
+# verified (chains and trees under every rule).
 # A trip packed by scripts/gpu-trip.sh leaves the emoji heads and the quality classifier here:
 # the methods whose heads did not travel are named in the table instead of failing the run, and
 # quality is off without the classifier.

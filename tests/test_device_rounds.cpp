@@ -1,9 +1,8 @@
 // The speculative device loop (speculative/backend_verifier.h, issue 42) on the CPU backend, where
 // it must give the host loop's images and statistics bit for bit: the same target distributions
 // (distribution_rows) and the same walk (verify_rows), run where the logits are. So the
-// CPU tests check the wiring a GPU runs. Rounds it does not cover (GSD under G*) stay on the
-// host. Per-request methods and settings in
-// one batch: test_generation.cpp's "-device" cases.
+// CPU tests check the wiring a GPU runs. Rounds under a rule without a walk descriptor stay on the
+// host. Per-request methods and settings in one batch: test_generation.cpp's "-device" cases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -227,16 +226,44 @@ TEST(DeviceRounds, MakeTheHostLoopsImages) {
   EXPECT_GT(sibling_tests, 50) << "siblings tested after a rejection";
 }
 
-// Rules without a walk descriptor (GSD under G*, whose residual would run the grouping at every
-// token): those rounds verify on the host under --device-loop on, with the host loop's images.
-TEST(DeviceRounds, RoundsTheyDoNotCoverStayOnTheHost) {
-  SpeculativeOptions gsd_g = method("gsd");
+// GSD under G* (each f(y) from one ranking of the row, gsd_math.h) verifies on the device, its
+// Jacobi windows in bursts, with the host loop's images: the carried drafts' q are whole rows, so
+// a rejection's G* ranks the row.
+TEST(DeviceRounds, GsdUnderGStarVerifiesOnTheDevice) {
+  SpeculativeOptions gsd_g = method("gsd", {{"gsd.g", int64_t{6}}});
   gsd_g.resample = "optimal";
   const Generated host = run(gsd_g, DeviceLoop::Off, 1.0f);
   const Generated device = run(gsd_g, DeviceLoop::On, 1.0f);
   expect_same(device, host);
-  EXPECT_EQ(device.stats.device_rounds, 0);
+  const int64_t prefills = 2;  // 6 images, 3 at a time
+  EXPECT_EQ(device.stats.device_rounds, device.stats.forward_passes - prefills);
+  EXPECT_GT(device.stats.burst_rounds, 0) << "GSD under G* bursts";
+  int64_t rejected = 0;
+  for (const ImageStats& im : host.stats.per_image)
+    for (size_t d = 0; d < im.proposed.size(); ++d)
+      rejected += im.proposed[d] - (d < im.accepted.size() ? im.accepted[d] : 0);
+  EXPECT_GT(rejected, 50) << "rejections resampled from G*";
 }
+
+namespace {
+
+// A rule the walk has no descriptor for: the exact rule, verified on the host.
+class HostOnlyRule final : public speculative::AcceptanceRule {
+ public:
+  std::string name() const override { return "host-only"; }
+  double accept_probability(const speculative::NodeView& n) const override {
+    return exact_->accept_probability(n);
+  }
+  void residual(const speculative::NodeView& n, std::span<float> out) const override {
+    exact_->residual(n, out);
+  }
+  std::optional<speculative::WalkRuleSource> walk_rule() const override { return std::nullopt; }
+
+ private:
+  std::unique_ptr<speculative::AcceptanceRule> exact_ = speculative::make_exact_rule();
+};
+
+}  // namespace
 
 // GSD with a window wider than the one-pass form holds (gsd_math.h: the host rule's heaps, the
 // walk's passes) verifies on the device, with the host loop's images.
@@ -300,7 +327,8 @@ std::vector<std::vector<int32_t>> generate_labels(Decoder& dec, int n, GenerateS
 
 // Four images of the tiny fixture, sd with a draft model (chains of 3), through the loop. The
 // tiny draft is rejected at once; the target drafting for itself is accepted.
-Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/spec/tiny_draft") {
+Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/spec/tiny_draft",
+                         const speculative::AcceptanceRule* with_rule = nullptr) {
   const ModelConfig tc = load_model_config(kFix + "/llamagen/c2i_f32");
   const ModelConfig dc = load_model_config(kFix + draft_model);
   LlamaGen target(tc, cpu_backend()), draft(dc, cpu_backend());
@@ -314,7 +342,7 @@ Drafted draft_and_verify(DeviceLoop where, const std::string& draft_model = "/sp
   DeviceDraftCounter counting(drafter);
   const auto rule = speculative::make_exact_rule();
   speculative::LoopSettings loop;
-  loop.rule = rule.get();
+  loop.rule = with_rule ? with_rule : rule.get();
   loop.drafter = &counting;
   loop.draft_len = 3;
   DecoderSettings d = settings(p, 9, where);
@@ -355,6 +383,18 @@ TEST(DeviceRounds, DraftModelChainsDraftOnTheDevice) {
   // drawn on the device (which reach the host only with the verdicts).
   EXPECT_GT(draft_and_verify(DeviceLoop::On, "/llamagen/c2i_f32").stats.mean_accepted_length(),
             2.0);
+}
+
+// A rule without a walk descriptor: its rounds verify on the host under --device-loop on, with
+// the host loop's images.
+TEST(DeviceRounds, RulesWithoutAWalkStayOnTheHost) {
+  const HostOnlyRule rule;
+  const Drafted host = draft_and_verify(DeviceLoop::Off, "/llamagen/c2i_f32", &rule);
+  const Drafted device = draft_and_verify(DeviceLoop::On, "/llamagen/c2i_f32", &rule);
+  EXPECT_EQ(device.images, host.images);
+  EXPECT_EQ(device.stats.device_rounds, 0);
+  EXPECT_EQ(device.stats.burst_rounds, 0);
+  EXPECT_GT(device.stats.mean_accepted_length(), 2.0);
 }
 
 // A round the device loop drafts and verifies reads back once (issue 42's "at most one copy back

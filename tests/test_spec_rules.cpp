@@ -19,6 +19,7 @@
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "speculative/latent_neighbours.h"
+#include "speculative/rules/gsd_math.h"
 #include "speculative/rules/rules.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tessera/error.h"
@@ -256,6 +257,61 @@ TEST(SpecRulesOptimalResidual, DecoratorForwards) {
   optimal_residual(*inner, node(2, p, q), g);
   const Vec got = residual_of(*r, node(2, p, q));
   for (int y = 0; y < 6; ++y) EXPECT_FLOAT_EQ(got[y], g[y]);
+}
+
+// GSD's G* ranks the row once (GsdRule::g_star, gsd_math.h) where optimal_residual groups around
+// every token with q > 0: the same floats, bit for bit, for vocabularies that are and are not a
+// power of two (the sort pads them), ties in p (the ranking breaks them by id), windows within
+// and past the one-pass form's bound, both forms (the reference one rejects near the bottom), q
+// with and without zeros, and one-hot drafts.
+TEST(SpecRulesOptimalResidual, GsdRanksTheRowOnce) {
+  std::mt19937 rng(2611);
+  std::normal_distribution<float> normal;
+  std::bernoulli_distribution cut(0.3), tie(0.4);
+  int cases = 0, lowered = 0, rejected_low = 0, partial = 0;
+  for (const int V : {1, 2, 3, 5, 16, 24, 100, 300}) {
+    const int dim = 2;
+    std::vector<float> emb(static_cast<size_t>(V) * dim);
+    for (float& x : emb) x = normal(rng);
+    const auto shared = std::make_shared<const std::vector<float>>(emb);
+    for (const int g : {0, 2, 5, 10, 14, 2 * kGsdMaxHalf + 4})
+      for (const bool reference : {false, true})
+        for (int t = 0; t < 6; ++t) {
+          SCOPED_TRACE("V " + std::to_string(V) + " G " + std::to_string(g) +
+                       (reference ? " reference" : "") + " trial " + std::to_string(t));
+          const GsdParams gp{
+              .g = g, .d = 3.0f, .delta = t % 2 ? 0.02f : 1.0f, .reference = reference};
+          const auto r = make_gsd_rule(gp, shared, dim);
+          // p on a coarse grid, so that ties are common; q with zeros or without.
+          Vec p(V), q(V);
+          float pt = 0.0f, qt = 0.0f;
+          for (int y = 0; y < V; ++y) {
+            pt += p[y] = tie(rng) ? 0.25f : std::abs(normal(rng));
+            qt += q[y] = t % 3 == 0 && cut(rng) ? 0.0f : std::abs(normal(rng)) + 0.01f;
+          }
+          for (int y = 0; y < V; ++y) p[y] /= pt, q[y] /= qt;
+          const int x = static_cast<int>(rng() % V);
+          for (const bool one_hot : {false, true}) {
+            const NodeView n = one_hot ? node(x, p) : node(x, p, q);
+            Vec want(V, -1.0f), got(V, -2.0f);
+            optimal_residual(*r, n, want);
+            r->g_star(n, got);
+            for (int y = 0; y < V; ++y) ASSERT_EQ(got[y], want[y]) << "y " << y;
+            ++cases;
+            for (int y = 0; y < V; ++y) lowered += got[y] < p[y];
+          }
+          // f(y) from the ranking as the grouping pass gives it (the cases G* saw above).
+          for (int y = 0; y < V; ++y) {
+            const double f = r->accept_probability(node(y, p, q));
+            rejected_low += reference && f == 0.0;
+            partial += f > 0.0 && f < 1.0;
+          }
+        }
+  }
+  EXPECT_EQ(cases, 8 * 6 * 2 * 6 * 2);
+  EXPECT_GT(lowered, 2000) << "entries G* lowered below p";
+  EXPECT_GT(rejected_low, 100) << "reference windows cut at the bottom";
+  EXPECT_GT(partial, 1000) << "tokens with 0 < f < 1";
 }
 
 // ---------------------------------------------------------------- LANTERN

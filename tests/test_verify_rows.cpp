@@ -7,9 +7,11 @@
 // descriptors: which rules have one, and what it holds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -264,6 +266,9 @@ TEST(VerifyRows, RowsWalkIsVerifyDraft) {
   rules.push_back({"typical G*", with_optimal_resampling(make_typical_rule(0.09f, 0.3f))});
   for (Case& c : lantern_rules(random_table(V)))
     rules.push_back({c.name + " G*", with_optimal_resampling(std::move(c.rule))});
+  // GSD's G* from one ranking of the row (V = 24 pads the sort to 32).
+  for (Case& c : gsd_rules(V))
+    rules.push_back({c.name + " G*", with_optimal_resampling(std::move(c.rule))});
   for (const Case& c : rules) {
     const std::optional<WalkRuleSource> source = c.rule->walk_rule();
     ASSERT_TRUE(source) << c.name;
@@ -374,6 +379,68 @@ TEST(VerifyRows, GsdWindowsAreTheHostRules) {
   EXPECT_GT(partial, trials / 10);
 }
 
+// GSD's ranking for G* (gsd_rank_row, a bitonic sort over a power-of-two span) is the stable
+// ascending sort of p, on one lane and split as blocks of 7 and 32 lanes, for vocabularies that
+// pad the span and one that fills it, with ties (broken by id); and f from it
+// (gsd_accept_probability_ranked) is the grouping pass's f, also past the one-pass bound.
+TEST(VerifyRows, GsdRanksTheRowAsAStableSort) {
+  std::mt19937 g(808);
+  std::normal_distribution<float> normal;
+  int ties = 0, checked = 0;
+  for (const int V : {1, 2, 3, 7, 64, 100, 300}) {
+    const int dim = 2;
+    auto emb = std::make_shared<std::vector<float>>(static_cast<size_t>(V) * dim);
+    for (float& x : *emb) x = normal(g);
+    for (int trial = 0; trial < 20; ++trial) {
+      SCOPED_TRACE("V " + std::to_string(V) + " trial " + std::to_string(trial));
+      std::vector<float> p(V), q = random_distribution(g, V);
+      for (float& x : p) x = std::exp(std::round(2.0f * normal(g)) / 2.0f);  // coarse: ties
+      std::vector<int> want(V);
+      std::iota(want.begin(), want.end(), 0);
+      std::stable_sort(want.begin(), want.end(), [&](int a, int b) { return p[a] < p[b]; });
+      for (int i = 1; i < V; ++i) ties += p[want[i]] == p[want[i - 1]];
+      const int span = gsd_rank_span(V);
+      ASSERT_GE(span, V);
+      ASSERT_LT(span, 2 * std::max(V, 1));
+      std::vector<std::vector<float>> outs;
+      auto rank_with = [&](const auto& lanes) {
+        std::vector<float> scratch(static_cast<size_t>(gsd_rank_scratch(V)), -1.0f);
+        gsd_rank_row(lanes, p.data(), V, scratch.data(), scratch.data() + span);
+        outs.push_back(scratch);
+      };
+      rank_with(SerialLanes{});
+      rank_with(ChunkedLanes<7>{});
+      rank_with(ChunkedLanes<32>{});
+      for (const std::vector<float>& s : outs) {
+        for (int i = 0; i < V; ++i) {
+          ASSERT_EQ(static_cast<int>(s[i]), want[i]) << "position " << i;
+          ASSERT_EQ(static_cast<int>(s[span + want[i]]), i) << "rank of " << want[i];
+        }
+        for (int i = V; i < span; ++i) ASSERT_EQ(static_cast<int>(s[i]), i) << "padding";
+      }
+      for (const int group : {4, 10, 2 * kGsdMaxHalf + 6})
+        for (const bool reference : {false, true}) {
+          const auto rule = make_gsd_rule(
+              {.g = group, .d = 5.0f, .delta = 0.5f, .reference = reference}, emb, dim);
+          const GsdRuleData w = rule->walk_rule()->rule.gsd;
+          for (int x = 0; x < V; ++x) {
+            NodeView n;
+            n.token = x;
+            n.p = p;
+            n.q = q;
+            ASSERT_EQ(gsd_accept_probability_ranked(w, p.data(), q.data(), x, V, outs[0].data(),
+                                                    outs[0].data() + span),
+                      rule->accept_probability(n))
+                << "x " << x << " G " << group << (reference ? " reference" : "");
+            ++checked;
+          }
+        }
+    }
+  }
+  EXPECT_GT(ties, 1000) << "tied probabilities ranked by id";
+  EXPECT_GT(checked, 10000);
+}
+
 // A device loop's static tree holds the children drawn without a token left (a suffix of a
 // node's children, draw_children_rows' -1) and the nodes below them: the walk stops at the first
 // such child as if the node had no more, and outcome() counts the tests as verify_draft does on
@@ -460,7 +527,7 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_FALSE(make_typical_rule(0.3f, 0.09f)->ratio());
   EXPECT_FALSE(with_optimal_resampling(make_typical_rule(0.3f, 0.09f))->ratio());
   // The walk's descriptors: ratio rules, LANTERN with its table, typical acceptance, the last two
-  // under G* too; not GSD under G* (a grouping over the vocabulary at every token).
+  // under G* too, and GSD under G*.
   EXPECT_EQ(make_exact_rule()->walk_rule()->rule.kind, WalkRule::Kind::Ratio);
   const auto table = random_table(24);
   const auto lantern =
@@ -500,7 +567,13 @@ TEST(VerifyRows, RatioDescriptors) {
   EXPECT_EQ(gsd->rule.gsd.rows, 24);
   // A window wider than the one-pass form's arrays: the walk's passes have no bound.
   EXPECT_TRUE(make_gsd_rule({.g = 2 * kGsdMaxHalf + 2}, emb, 2)->walk_rule());
-  EXPECT_FALSE(with_optimal_resampling(make_gsd_rule({.g = 12}, emb, 2))->walk_rule());
+  // GSD under G*: its descriptor with the flag (the walk ranks the row once).
+  const auto gsd_g = with_optimal_resampling(make_gsd_rule({.g = 12}, emb, 2))->walk_rule();
+  ASSERT_TRUE(gsd_g);
+  EXPECT_EQ(gsd_g->rule.kind, WalkRule::Kind::Gsd);
+  EXPECT_EQ(gsd_g->rule.optimal, 1);
+  EXPECT_EQ(gsd_g->embedding, emb);
+  EXPECT_EQ(gsd->rule.optimal, 0);
 }
 
 // The batched form (verify_images.h) on the CPU backend: each image of a round, with chains and

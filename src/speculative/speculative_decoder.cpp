@@ -61,7 +61,7 @@ SpeculativeDecoder::SpeculativeDecoder(const AutoregressiveModel& target, int ma
   consecutive_positions_ = consecutive_token_positions(target);
   check(loop.hold_depth >= 0, "internal: hold_depth must be at least 0");
   // By default a length is held only where chains can burst (the loop's rule walked on the
-  // device: GSD under G* is not).
+  // device).
   const bool bursts = verifier_ && loop_.drafter->can_burst() && consecutive_positions_ &&
                       loop_.rule->walk_rule().has_value();
   hold_ = loop.hold_depth > 0 ? loop.hold_depth : bursts ? settings.device_burst : 1;

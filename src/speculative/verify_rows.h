@@ -36,27 +36,34 @@ struct DraftVerdict {
 };
 
 // The scratch floats verify_rows needs: the current residual, the next one, q without the rejected
-// siblings.
+// siblings, and GSD's ranking of a row for its G* (gsd_rank_row).
 TESSERA_HD inline int64_t verify_scratch(int V) {
-  return 3 * static_cast<int64_t>(V);
+  return 3 * static_cast<int64_t>(V) + gsd_rank_scratch(V);
 }
 
-// G* = [p - q f]+ (COOL-SD §3.2, Eq. 5) for LANTERN or typical acceptance, unnormalised, into
-// out[V], as optimal_residual (acceptance_rule.h) computes it: f(y), the rule's acceptance had y
-// been drafted, only where q(y) > 0 (q null: one-hot at x, q(x) = 1); p(y) elsewhere. Typical
-// acceptance's threshold depends on p alone: the caller's, from its test of x on the same p.
+// G* = [p - q f]+ (COOL-SD §3.2, Eq. 5) for LANTERN, GSD or typical acceptance, unnormalised,
+// into out[V], as optimal_residual (acceptance_rule.h) computes it: f(y), the rule's acceptance had
+// y been drafted, only where q(y) > 0 (q null: one-hot at x, q(x) = 1); p(y) elsewhere. fx: the
+// caller's f(x) from its test on the same p; typical acceptance's threshold depends on p alone,
+// also the caller's. GSD ranks p once into rank_scratch (gsd_rank_scratch(V) floats).
 template <class Lanes>
 TESSERA_HD void optimal_residual_row(const Lanes& lanes, const WalkRule& rule, const float* p,
-                                     const float* q, int x, int V, double threshold, float* out) {
-  const bool typical = rule.kind == WalkRule::Kind::Typical;
+                                     const float* q, int x, int V, double threshold, double fx,
+                                     float* rank_scratch, float* out) {
+  const bool typical = rule.kind == WalkRule::Kind::Typical, gsd = rule.kind == WalkRule::Kind::Gsd;
+  const float* order = rank_scratch;
+  const float* rank = rank_scratch + gsd_rank_span(V);
+  if (gsd && q) gsd_rank_row(lanes, p, V, rank_scratch, rank_scratch + gsd_rank_span(V));
   lanes.each(V, [&](int y) {
     const float qy = q ? q[y] : (y == x ? 1.0f : 0.0f);
     if (qy <= 0.0f) {
       out[y] = p[y];
       return;
     }
-    const double f = typical ? typical_accept_above(p[y], threshold)
-                             : lantern_accept_probability(rule.lantern, p, y, qy);
+    const double f =
+        typical ? typical_accept_above(p[y], threshold)
+        : gsd   ? (q ? gsd_accept_probability_ranked(rule.gsd, p, q, y, V, order, rank) : fx)
+                : lantern_accept_probability(rule.lantern, p, y, qy);
     const double d = sub_rn(static_cast<double>(p[y]), mul_rn(static_cast<double>(qy), f));
     out[y] = static_cast<float>(d > 0.0 ? d : 0.0);
   });
@@ -118,8 +125,9 @@ TESSERA_HD inline DraftVerdict verify_rows_on(const Lanes& lanes, const WalkRule
         if (!ok) {
           // p <- G (the rule's resampling distribution), normalised; p where G has no mass.
           float* residual = dist == scratch ? scratch + V : scratch;
-          if ((lantern || typical) && rule.optimal) {
-            optimal_residual_row(lanes, rule, dist, qc, x, V, threshold, residual);
+          if (rule.optimal && (lantern || typical || gsd)) {
+            optimal_residual_row(lanes, rule, dist, qc, x, V, threshold, f,
+                                 scratch + 3 * static_cast<int64_t>(V), residual);
           } else if (lantern) {
             lantern_residual(lanes, rule.lantern, dist, qc, x, V, residual);
           } else if (typical) {  // Medusa resamples from the target itself

@@ -14,6 +14,10 @@ bool AcceptanceRule::greedy_accept(const NodeView& n) const {
   return n.token == tessera::argmax(n.p);
 }
 
+void AcceptanceRule::g_star(const NodeView& n, std::span<float> out) const {
+  optimal_residual(*this, n, out);
+}
+
 void ratio_residual(const RatioRule& r, const NodeView& n, std::span<float> out) {
   const double omega = ratio_omega(r, n.position, n.draft_len);
   const size_t V = n.p.size();

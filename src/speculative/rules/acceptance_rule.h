@@ -62,9 +62,14 @@ class AcceptanceRule {
   // nullopt for the rules that read tables or whole distributions (LANTERN, GSD, typical).
   virtual std::optional<RatioRule> ratio() const { return std::nullopt; }
 
+  // G* = [p - q f]+ at a node (COOL-SD §3.2, Eq. 5; "--resample optimal"), unnormalised, into out
+  // (size V): by default optimal_residual below, f evaluated token by token. A rule whose f(y)
+  // shares work across tokens overrides it with the same values (GSD ranks the row once).
+  virtual void g_star(const NodeView& n, std::span<float> out) const;
+
   // The rule as the device loop's walk applies it (walk_rule.h): a ratio rule's descriptor,
   // LANTERN's with its neighbour table, GSD's with its embedding, typical acceptance's; nullopt
-  // for rules that verify on the host only (GSD under G*).
+  // for rules that verify on the host only.
   virtual std::optional<WalkRuleSource> walk_rule() const {
     const std::optional<RatioRule> r = ratio();
     if (!r) return std::nullopt;

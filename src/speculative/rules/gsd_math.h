@@ -8,6 +8,10 @@
 
 #include <cstdint>
 #include <type_traits>
+#if !defined(__CUDA_ARCH__)
+#include <algorithm>
+#include <vector>
+#endif
 
 #include "common/host_device.h"
 #include "common/rounding.h"
@@ -123,6 +127,85 @@ TESSERA_HD double gsd_accept_probability_on(const Lanes& lanes, const GsdRuleDat
     gsd_add_member(r, p, q, x, y, &pc, &qc);
     last = y;
   }
+  return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
+}
+
+// G* = [p - q f]+ (COOL-SD §3.2, Eq. 5) needs f(y) for every y with q(y) > 0, each a cluster
+// around y in the same ranking. Ranking the row once makes each f(y) O(G) (its window is a slice
+// of the order) where a pass a token would be O(V) (O(V^2) a row). The ranking lives in the walk's
+// float scratch: ids and positions as floats, exact below 2^24 (kGsdMaxRankedVocab).
+inline constexpr int kGsdMaxRankedVocab = 1 << 24;
+
+// The length the ranking is sorted in: the smallest power of two >= V (a bitonic sort's).
+TESSERA_HD inline int gsd_rank_span(int V) {
+  int n = 1;
+  while (n < V) n <<= 1;
+  return n;
+}
+
+// The scratch gsd_rank_row needs: the order, then the positions.
+TESSERA_HD inline int64_t gsd_rank_scratch(int V) {
+  return 2 * static_cast<int64_t>(gsd_rank_span(V));
+}
+
+// Id a sorts after id b in the ascending ranking of p's V tokens; ids >= V pad the sort's span
+// and sort after every token.
+TESSERA_HD inline bool gsd_ranked_after(const float* p, int V, int a, int b) {
+  if (a >= V || b >= V) return a >= V && (b < V || a > b);
+  return gsd_below(p, b, a);
+}
+
+// order[i]: the id at position i of GSD's ascending ranking of p (Alg. 3 line 2, gsd_below), for
+// i < V; rank[y]: y's position. order holds gsd_rank_span(V) entries, rank V. A bitonic sort on
+// `lanes` (walk_lanes.h): each pass compares disjoint pairs (i, i ^ j), so no two lanes touch one
+// entry, and under a strict total order the result is the one sorted order however the passes
+// are split. One host thread sorts with std::sort instead (the same order; O(V log V), where the
+// bitonic passes run serially would be O(V log^2 V)).
+template <class Lanes>
+TESSERA_HD void gsd_rank_row(const Lanes& lanes, const float* p, int V, float* order, float* rank) {
+  const int n = gsd_rank_span(V);
+#if !defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<std::decay_t<Lanes>, SerialLanes>) {
+    std::vector<int> ids(static_cast<size_t>(V));
+    for (int y = 0; y < V; ++y) ids[y] = y;
+    std::sort(ids.begin(), ids.end(), [p](int a, int b) { return gsd_below(p, a, b); });
+    for (int i = 0; i < n; ++i) order[i] = static_cast<float>(i < V ? ids[i] : i);
+    for (int i = 0; i < V; ++i) rank[ids[i]] = static_cast<float>(i);
+    return;
+  }
+#endif
+  lanes.each(n, [&](int i) { order[i] = static_cast<float>(i); });
+  for (int k = 2; k <= n; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1)
+      lanes.each(n, [&](int i) {
+        const int l = i ^ j;
+        if (l <= i) return;
+        const int a = static_cast<int>(order[i]), b = static_cast<int>(order[l]);
+        // Ascending where bit k of i is clear, descending where it is set.
+        if (gsd_ranked_after(p, V, a, b) == ((i & k) == 0)) {
+          order[i] = static_cast<float>(b);
+          order[l] = static_cast<float>(a);
+        }
+      });
+  lanes.each(V, [&](int i) { rank[static_cast<int>(order[i])] = static_cast<float>(i); });
+}
+
+// gsd_accept_probability of token x from the row's ranking (gsd_rank_row): its window is the
+// slice of the order around x's position, the members added nearest first, those below x~ before
+// those above, as every form adds them, so f is the same bits. No bound on G.
+TESSERA_HD inline double gsd_accept_probability_ranked(const GsdRuleData& r, const float* p,
+                                                       const float* q, int x, int V,
+                                                       const float* order, const float* rank) {
+  const int half = r.g / 2 > 0 ? r.g / 2 : 0;
+  const int n_down = half, n_up = half > 0 ? half - 1 : 0;
+  const int at = static_cast<int>(rank[x]);
+  const int nd = n_down < at ? n_down : at, nu = n_up < V - 1 - at ? n_up : V - 1 - at;
+  if (r.reference && nd < n_down) return 0.0;  // the code's negative slice start: NaN, rejected
+  double pc = p[x], qc = q ? static_cast<double>(q[x]) : 1.0;
+  for (int k = 0; k < nd; ++k)
+    gsd_add_member(r, p, q, x, static_cast<int>(order[at - 1 - k]), &pc, &qc);
+  for (int k = 0; k < nu; ++k)
+    gsd_add_member(r, p, q, x, static_cast<int>(order[at + 1 + k]), &pc, &qc);
   return ratio_accept(pc, qc);  // Alg. 3 line 16: accept iff u <= min(1, p'(C)/q'(C))
 }
 

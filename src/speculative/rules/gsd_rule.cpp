@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "speculative/rules/rules.h"
+#include "speculative/verify_rows.h"
 #include "tessera/error.h"
 
 namespace tessera::speculative {
@@ -45,6 +46,24 @@ class GsdRule final : public AcceptanceRule {
 
   // Alg. 3 line 17: the token-level residual of SJD, not a cluster-level one.
   void residual(const NodeView& n, std::span<float> out) const override { exact_residual(n, out); }
+
+  // G* (COOL-SD Eq. 5) with every f(y) from one ranking of the row: the device walk's function
+  // (verify_rows.h), O(V log^2 V + V G) where a grouping a token would be O(V^2). The values are
+  // optimal_residual's (tests/test_spec_rules.cpp).
+  void g_star(const NodeView& n, std::span<float> out) const override {
+    check_rows(n.p.size());
+    const int V = static_cast<int>(n.p.size());
+    check(V < kGsdMaxRankedVocab, "GSD: G* ranks at most 2^24 tokens");
+    WalkRule rule;
+    rule.kind = WalkRule::Kind::Gsd;
+    rule.gsd = data();
+    rule.optimal = 1;
+    const float* q = n.q.empty() ? nullptr : n.q.data();
+    const double fx = q ? 0.0 : accept_probability(n);  // one-hot: only f(x~) is needed
+    std::vector<float> ranking(q ? static_cast<size_t>(gsd_rank_scratch(V)) : 0);
+    optimal_residual_row(SerialLanes{}, rule, n.p.data(), q, n.token, V, 0.0, fx, ranking.data(),
+                         out.data());
+  }
 
   // The device walk: GSD's acceptance with the exact rule's residual.
   std::optional<WalkRuleSource> walk_rule() const override {

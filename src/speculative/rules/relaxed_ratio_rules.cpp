@@ -42,18 +42,14 @@ class OptimalResampling final : public AcceptanceRule {
   double accept_probability(const NodeView& n) const override {
     return inner_->accept_probability(n);
   }
-  void residual(const NodeView& n, std::span<float> out) const override {
-    optimal_residual(*inner_, n, out);
-  }
+  void residual(const NodeView& n, std::span<float> out) const override { inner_->g_star(n, out); }
   bool greedy_accept(const NodeView& n) const override { return inner_->greedy_accept(n); }
   bool greedy_filtered() const override { return inner_->greedy_filtered(); }
-  // The device walk's G* (verify_rows.h, optimal_residual_row) for LANTERN and typical
-  // acceptance: an O(k) or O(1) f per token. GSD's f is a grouping over the vocabulary per token:
-  // its G* stays on the host.
+  // The device walk's G* (verify_rows.h, optimal_residual_row) for LANTERN, GSD and typical
+  // acceptance: an O(k), O(G) (the row ranked once) or O(1) f per token.
   std::optional<WalkRuleSource> walk_rule() const override {
     std::optional<WalkRuleSource> s = inner_->walk_rule();
-    if (!s || (s->rule.kind != WalkRule::Kind::Lantern && s->rule.kind != WalkRule::Kind::Typical))
-      return std::nullopt;
+    if (!s || s->rule.kind == WalkRule::Kind::Ratio) return std::nullopt;
     s->rule.optimal = 1;
     return s;
   }

@@ -1,8 +1,8 @@
 // The acceptance rules the device loop's walk applies (speculative/verify_rows.h), as plain
 // data: a ratio rule (ratio_rule.h), LANTERN over its neighbour table (lantern_math.h) or GSD's
-// grouping over its embedding (gsd_math.h) or Medusa's typical acceptance (typical_math.h). A rule
-// gives its descriptor through AcceptanceRule::walk_rule(); rules without one (GSD under G*, whose
-// G* would run the grouping at every token) verify on the host.
+// grouping over its embedding (gsd_math.h) or Medusa's typical acceptance (typical_math.h), each
+// with its own residual or G*. A rule gives its descriptor through AcceptanceRule::walk_rule();
+// a rule without one verifies on the host.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +25,8 @@ struct WalkRule {
   LanternRuleData lantern;  // its table points at the host's rows until the verifier uploads them
   GsdRuleData gsd;          // its embedding likewise
   TypicalRuleData typical;  // Medusa's typical acceptance (resamples from p itself)
-  // LANTERN and typical acceptance: resample from G* = [p - q f]+ (COOL-SD Eq. 5) instead of
-  // their own residual (a ratio rule carries this in `ratio`).
+  // LANTERN, GSD and typical acceptance: resample from G* = [p - q f]+ (COOL-SD Eq. 5) instead
+  // of their own residual (a ratio rule carries this in `ratio`).
   int32_t optimal = 0;
 };
 
