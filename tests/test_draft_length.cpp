@@ -286,20 +286,24 @@ TEST(DraftLengthPolicyRounds, DraftModelClimbsToTheCapAndFallsToOne) {
 // each span's first round from every round before it (those held observed all the same). A
 // choice that repeats the last doubles the span, up to the hold; one that differs starts again at
 // a round, so that an image's first rounds, on the prior, and a change of acceptance are followed
-// as closely as with a choice every round. Held for one round it is the choice of every round.
+// as closely as with a choice every round. A span of s ends where the image's round count reaches
+// a multiple of s. Held for one round it is the choice of every round.
 TEST(DraftLengthPolicyRounds, AHeldDepthIsChosenAtEachSpansStart) {
   const DraftLengthPolicy policy(linear_costs(8, 0.3, 0.1), 8);
   EXPECT_EQ(scripted_depths(policy, 8, 18, all_then_none(6), 1),
             scripted_depths(policy, 8, 18, all_then_none(6)));
-  // Nothing observed: the prior's depth, chosen at rounds 0, 1, 3 and 7 (spans 1, 2, 4, 4).
+  // Nothing observed: the prior's depth, chosen at rounds 0, 1, 2, 4 and 8 (spans 1, 2, 4, 4, 4;
+  // the span of 2 from round 1 and the first of 4 from round 2 end at round 2's and 4's
+  // multiples).
   ImageAcceptance image = policy.start();
-  std::vector<int> spans;
-  for (int r = 0; r < 11; ++r) {
+  std::vector<int> spans, chosen_at;
+  for (int r = 0; r < 12; ++r) {
     const int held = image.held;
     EXPECT_EQ(policy.choose_held(image, 8, 4), 1) << "round " << r;
-    if (held == 0) spans.push_back(image.span);
+    if (held == 0) spans.push_back(image.span), chosen_at.push_back(r);
   }
-  EXPECT_EQ(spans, (std::vector<int>{1, 2, 4, 4}));
+  EXPECT_EQ(spans, (std::vector<int>{1, 2, 4, 4, 4}));
+  EXPECT_EQ(chosen_at, (std::vector<int>{0, 1, 2, 4, 8}));
   // Acceptance seen in a span's rounds changes the next choice, which starts a span of one.
   for (int r = 0; r < 6; ++r) policy.observe(image, 1, 0, 1);
   EXPECT_EQ(image.held, 0);
@@ -319,6 +323,42 @@ TEST(DraftLengthPolicyRounds, AHeldDepthIsChosenAtEachSpansStart) {
   EXPECT_EQ(held.front(), 1);
   EXPECT_EQ(*std::max_element(held.begin(), held.end()), 8);
   EXPECT_EQ(held.back(), 1);
+}
+
+// Spans end on their multiples: two images of a batch that started together, one whose
+// acceptance changes (its choices restart at spans of one) and one whose does not, hold their
+// top spans over the same rounds, so a burst, which ends where the first image's span does, runs
+// the whole span. Every span, short or long, ends at a round r with (r + 1) % span == 0.
+TEST(DraftLengthPolicyRounds, HeldSpansEndTogetherAcrossImages) {
+  const DraftLengthPolicy policy(linear_costs(8, 0.3, 0.1), 8);
+  constexpr int kHold = 8, kRounds = 120;
+  ImageAcceptance steady = policy.start(), changing = policy.start();
+  int both_top = 0, top_ends_apart = 0;
+  std::vector<int> steady_choices;
+  for (int r = 0; r < kRounds; ++r) {
+    for (ImageAcceptance* im : {&steady, &changing}) {
+      const int held_before = im->held;
+      const int d = policy.choose_held(*im, 8, kHold);
+      if (held_before == 0) {
+        // A new span: its last round is r + held.
+        EXPECT_EQ((r + im->held + 1) % im->span, 0) << "round " << r << " span " << im->span;
+        if (im == &steady) steady_choices.push_back(r);
+      }
+      // The changing image accepts everything for 20 rounds, then nothing for 20, and so on.
+      const bool accept = im == &steady || (r / 20) % 2 == 0;
+      policy.observe(*im, d, 0, accept ? d : 0);
+    }
+    if (steady.span == kHold && changing.span == kHold) {
+      ++both_top;
+      top_ends_apart += steady.held != changing.held;
+    }
+  }
+  EXPECT_GT(both_top, 20) << "rounds where both images hold their top span";
+  EXPECT_EQ(top_ends_apart, 0) << "top spans that end at different rounds";
+  // Once its depth settles, the steady image chooses every 8th round, on the multiples.
+  ASSERT_GE(steady_choices.size(), 6u);
+  for (size_t i = steady_choices.size() - 5; i < steady_choices.size(); ++i)
+    EXPECT_EQ(steady_choices[i], kRounds - kHold * static_cast<int>(steady_choices.size() - i));
 }
 
 // A Jacobi window: its fresh positions hold random tokens (accepted with probability ~1/V), so

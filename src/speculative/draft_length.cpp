@@ -211,6 +211,7 @@ int DraftLengthPolicy::choose(ImageAcceptance& image, int cap) const {
 }
 
 int DraftLengthPolicy::choose_held(ImageAcceptance& image, int cap, int hold) const {
+  const int round = image.rounds++;
   // Near the image's end a cap below the held depth chooses afresh (image.depth stays the
   // round's depth, which a dynamic tree's node budget reads).
   if (image.held > 0 && image.depth <= cap) {
@@ -219,7 +220,8 @@ int DraftLengthPolicy::choose_held(ImageAcceptance& image, int cap, int hold) co
   }
   const int last = image.depth, depth = choose(image, cap);
   image.span = depth == last && image.span > 0 ? std::min(2 * image.span, std::max(hold, 1)) : 1;
-  image.held = image.span - 1;
+  // Held up to the next multiple of the span (aligned across images that started together).
+  image.held = image.span - 1 - round % image.span;
   return depth;
 }
 

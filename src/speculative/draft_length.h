@@ -126,8 +126,9 @@ struct ImageAcceptance {
   int depth = 0;
   ValueCalibration values;
   KeptNodes kept;
-  int held = 0;  // rounds `depth` is still held for (choose_held)
-  int span = 0;  // the rounds the last choice was held for
+  int held = 0;    // rounds `depth` is still held for (choose_held)
+  int span = 0;    // the span of the last choice (its rounds: up to the next multiple of it)
+  int rounds = 0;  // the image's rounds so far (choose_held's calls)
 };
 
 class DraftLengthPolicy {
@@ -173,9 +174,12 @@ class DraftLengthPolicy {
   // The same, held for spans of rounds: the device loop's bursts repeat one chain shape
   // (LoopSettings::hold_depth). A choice equal to the last doubles the span, up to `hold`;
   // another starts a span of one, so that an image's first rounds (on the prior) and a change of
-  // acceptance are followed as closely as before; a cap below the held depth chooses afresh. Past
-  // rounds only still: a held depth was chosen before the round's drafts were drawn, so a
-  // lossless rule stays exact.
+  // acceptance are followed as closely as before; a cap below the held depth chooses afresh. A
+  // span of s ends where the image's round count reaches a multiple of s, so the images of a
+  // batch that started together end their spans together, and a burst (which ends where the
+  // first image's span does) is not cut short by another image's offset. The rounds are the
+  // image's own: an image's lengths do not depend on its batch. Past rounds only still: a held
+  // depth was chosen before the round's drafts were drawn, so a lossless rule stays exact.
   int choose_held(ImageAcceptance& image, int cap, int hold) const;
   // A round of the image that drafted `drafted` tokens, the first `carried` of them carried over,
   // and accepted the first `accepted`. A dynamic tree's round also gives its `nodes` and the sum
