@@ -35,6 +35,7 @@
 #include <numbers>
 #include <string>
 
+#include "cspd_exactness.h"
 #include "decode/mar_sampler.h"
 #include "sampling/rng.h"
 #include "speculative/continuous/cspd_loop.h"
@@ -44,6 +45,7 @@
 #include "tessera/tessera.h"
 
 using namespace tessera;
+using namespace tessera::cspd_test;
 
 namespace {
 
@@ -96,13 +98,6 @@ MarSamplingOptions sampling(int num_iter) {
   return s;
 }
 
-// What the verification saw for one token (copied out of CspdTokenTrace).
-struct Token {
-  int image, position;
-  std::vector<float> mp, sp, mq, sq, x, decided;
-  bool accepted;
-};
-
 struct CspdRun {
   std::vector<Token> tokens;
   std::vector<std::vector<float>> images;
@@ -118,12 +113,7 @@ CspdRun run_cspd(const std::string& draft, cspd::Variant v, int num_iter, int dr
   spec.prefill = prefill;
   spec.test_step = test_step;
   CspdRun r;
-  spec.on_decision = [&](const CspdTokenTrace& t) {
-    auto vec = [](std::span<const float> s) { return std::vector<float>(s.begin(), s.end()); };
-    r.tokens.push_back({t.image, t.position, vec(t.target.mean), vec(t.target.std),
-                        vec(t.draft.mean), vec(t.draft.std), vec(t.draft_value), vec(t.decided),
-                        t.accepted});
-  };
+  spec.on_decision = record_into(r.tokens);
   std::vector<uint64_t> idx(images);
   for (int i = 0; i < images; ++i) idx[i] = static_cast<uint64_t>(i);
   const PhiloxMarNoise noise(seed, idx);
@@ -131,81 +121,6 @@ CspdRun run_cspd(const std::string& draft, cspd::Variant v, int num_iter, int dr
       cspd_generate(*model(target).model, *model(draft).model, diffusion(), cpu_backend(),
                     std::vector<int>(images, 3), sampling(num_iter), spec, noise, {}, r.stats);
   return r;
-}
-
-// ---- statistics ---------------------------------------------------------------------------------
-
-double chi2_16_cdf(double s) {
-  return 1.0 - test_stats::gamma_q(8.0, s / 2.0);
-}
-
-struct Fit {
-  double stat = 0.0, p_value = 1.0;
-};
-
-// One-sample KS against Phi (asymptotic Kolmogorov distribution, Stephens' correction).
-Fit ks_normal(std::vector<double> z) {
-  std::sort(z.begin(), z.end());
-  const double n = static_cast<double>(z.size());
-  double d = 0.0;
-  for (size_t i = 0; i < z.size(); ++i) {
-    const double f = 0.5 * std::erfc(-z[i] / std::sqrt(2.0));
-    d = std::max({d, f - static_cast<double>(i) / n, static_cast<double>(i + 1) / n - f});
-  }
-  const double sn = std::sqrt(n);
-  return {d, test_stats::kolmogorov_q((sn + 0.12 + 0.11 / sn) * d)};
-}
-
-// Pearson chi-square of ||z||^2 against chi^2_16, bins cut at these CDF values.
-Fit chi2_radius(const std::vector<double>& r2) {
-  static const double cuts[] = {0.001, 0.01, 0.05, 0.1,  0.2,  0.35, 0.5,
-                                0.65,  0.8,  0.9,  0.95, 0.99, 0.999};
-  constexpr int bins = 14;
-  std::vector<double> count(bins, 0.0);
-  for (double s : r2) {
-    const double u = chi2_16_cdf(s);
-    count[std::upper_bound(std::begin(cuts), std::end(cuts), u) - std::begin(cuts)] += 1.0;
-  }
-  const double n = static_cast<double>(r2.size());
-  Fit f;
-  double prev = 0.0;
-  for (int b = 0; b < bins; ++b) {
-    const double hi = b + 1 < bins ? cuts[b] : 1.0, e = (hi - prev) * n;
-    prev = hi;
-    f.stat += (count[b] - e) * (count[b] - e) / e;
-  }
-  f.p_value = test_stats::gamma_q((bins - 1) / 2.0, f.stat / 2.0);
-  return f;
-}
-
-struct Exactness {
-  Fit ks, chi2;
-  double min_p() const { return std::min(ks.p_value, chi2.p_value); }
-};
-
-// The statistics of values xs[i] (one per token) against the target's test-step Gaussians.
-Exactness exactness(const std::vector<Token>& tokens,
-                    const std::function<const std::vector<float>&(size_t)>& value) {
-  std::vector<double> z, r2;
-  for (size_t k = 0; k < tokens.size(); ++k) {
-    const Token& t = tokens[k];
-    const std::vector<float>& x = value(k);
-    double acc = 0.0;
-    for (int i = 0; i < kD; ++i) {
-      const double zi = (static_cast<double>(x[i]) - t.mp[i]) / t.sp[i];
-      z.push_back(zi);
-      acc += zi * zi;
-    }
-    r2.push_back(acc);
-  }
-  return {ks_normal(std::move(z)), chi2_radius(r2)};
-}
-
-std::string describe(const Exactness& e) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "KS(z) D %.4f p %.3g, chi2(|z|^2) %.1f p %.3g", e.ks.stat,
-                e.ks.p_value, e.chi2.stat, e.chi2.p_value);
-  return buf;
 }
 
 // Mutated residual samplers, replayed on a recorded token with a Philox stream of their own:
