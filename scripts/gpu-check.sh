@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One unattended check of the CUDA backend on a fresh GPU machine (issue 40): unpack the carried
 # -dev packages, build -DTESSERA_CUDA=ON, run the `cuda` tests, then time tessera on the GPU
-# against the PyTorch reference (eager and torch.compile) and print one markdown table; then every
-# speculative method against vanilla on the GPU in one `tessera bench --methods` run, with quality
-# and each round's cost by phase (issue 42), as a second table.
+# against the PyTorch reference (eager and torch.compile) and print one markdown table (with a
+# round's cost at fixed acceptance on GPT-XL with a GPT-B draft, issue 42's 1.3x target); then
+# every speculative method against vanilla on the GPU in one `tessera bench --methods` run, with
+# quality and each round's cost by phase (issue 42), as a second table.
 #
 # The device call (a session holding a GPU; first, here: scripts/gpu-deps.sh, then
 # scripts/gpu-trip.sh pack to fit the 64 MiB that travels, and scripts/gpu-trip.sh unpack after):
@@ -198,6 +199,28 @@ verify_cost() {
   elif [[ $HAS_DEVICE == 1 ]]; then row "GPT-XL verify cost | skipped: time budget | | | | |"; fi
 }
 
+# 5b. A round's cost at fixed acceptance (issue 42's target: at most 1.3x one target step plus k
+# draft steps): random GPT-XL with the random GPT-B as its draft model, `addition` with ε = 1
+# (f = min(1, (p + 1)/q) = 1: every draft accepted whatever the random models say, so each round
+# is k draft steps, one target pass of k + 1 positions and the walk), fixed lengths 4 and 8 (their
+# rounds burst on the device loop), against the same run's vanilla step and GPT-B's own step.
+round_cost() {
+  [[ $HAS_DEVICE == 1 ]] || return
+  if [[ $(left) -lt 60 && $DRY == 0 ]]; then row "GPT-XL round cost | skipped: time budget | | | | |"; return; fi
+  local draft_ms="" r
+  if run "$TESSERA" bench -m "${DIR[GPT-B]}" -n 1 --cfg 4 --json --device cuda; then
+    [[ $DRY == 1 ]] || draft_ms=$(awk -v t="$(field '["tokens_per_s"]')" 'BEGIN{ if (t > 0) printf "%.5f", 1e3 / t }')
+  fi
+  [[ -n $draft_ms || $DRY == 1 ]] || { fail "round cost: GPT-B step"; row "GPT-XL round cost | **FAILED: GPT-B step** | | | | |"; return; }
+  if run "$TESSERA" bench -m "${DIR[GPT-XL]}" --draft "${DIR[GPT-B]}" --methods addition --addition-eps 1 \
+       --draft-lens 4,8 -n 1 --cfg 4 --quality off --json --device cuda; then
+    [[ $DRY == 1 ]] && return
+    r=$($PY scripts/round_cost.py "$LOG.cur" "$draft_ms")
+    [[ -n $r ]] && row "GPT-XL round at fixed acceptance (GPT-B draft, every draft accepted): round ms / (target step + k draft steps), target <= 1.3x | $r | | | | |" ||
+      { fail "round cost output"; row "GPT-XL round cost | **FAILED: no JSON** | | | | |"; }
+  else fail "round cost"; row "GPT-XL round cost | **FAILED** (rc $?) | | | | |"; fi
+}
+
 # 6. Speculative methods on the GPU (issue 42): each against vanilla in one run on the emoji model
 # and its companion drafters, with top-1 quality, the mean round's milliseconds by phase (the
 # draft, the target forward, verification: target distributions and rules; with the device loop
@@ -316,6 +339,7 @@ mar_row() {
 # batches: a spent budget cuts the latter.
 for item in $PLAN; do [[ $item == *:1 ]] && timed_row "$item"; done
 verify_cost
+round_cost
 methods_table
 mar_row
 for item in $PLAN; do [[ $item == *:1 ]] || timed_row "$item"; done
