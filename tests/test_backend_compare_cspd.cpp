@@ -61,6 +61,8 @@ TEST_P(CspdStatistical, ExactDecisionsFollowTargetGaussians) {
   EXPECT_GT(st.accepted, st.drafted / 4);
   EXPECT_GT(st.drafted - st.accepted, st.drafted / 4) << "the residual path is exercised";
   EXPECT_EQ(st.fallbacks, 0);
+  for (const Token& t : tokens)
+    if (t.accepted) ASSERT_EQ(t.decided, t.x) << "an accepted draft keeps its value";
   const Exactness e =
       exactness(tokens, [&](size_t k) -> const std::vector<float>& { return tokens[k].decided; });
   const Exactness d =

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "speculative/draft_length.h"
 
@@ -328,37 +331,44 @@ TEST(DraftLengthPolicyRounds, AHeldDepthIsChosenAtEachSpansStart) {
 // Spans end on their multiples: two images of a batch that started together, one whose
 // acceptance changes (its choices restart at spans of one) and one whose does not, hold their
 // top spans over the same rounds, so a burst, which ends where the first image's span does, runs
-// the whole span. Every span, short or long, ends at a round r with (r + 1) % span == 0.
+// the whole span. Every span, short or long, is a power of two (the largest within the hold at
+// most: 8 of 8, 4 of 5, 16 of 24) and ends at a round r with (r + 1) % span == 0.
 TEST(DraftLengthPolicyRounds, HeldSpansEndTogetherAcrossImages) {
   const DraftLengthPolicy policy(linear_costs(8, 0.3, 0.1), 8);
-  constexpr int kHold = 8, kRounds = 120;
-  ImageAcceptance steady = policy.start(), changing = policy.start();
-  int both_top = 0, top_ends_apart = 0;
-  std::vector<int> steady_choices;
-  for (int r = 0; r < kRounds; ++r) {
-    for (ImageAcceptance* im : {&steady, &changing}) {
-      const int held_before = im->held;
-      const int d = policy.choose_held(*im, 8, kHold);
-      if (held_before == 0) {
-        // A new span: its last round is r + held.
-        EXPECT_EQ((r + im->held + 1) % im->span, 0) << "round " << r << " span " << im->span;
-        if (im == &steady) steady_choices.push_back(r);
+  constexpr int kRounds = 160;
+  for (const auto [hold, top] : {std::pair{8, 8}, std::pair{5, 4}, std::pair{24, 16}}) {
+    SCOPED_TRACE("hold " + std::to_string(hold));
+    ImageAcceptance steady = policy.start(), changing = policy.start();
+    int both_top = 0, top_ends_apart = 0, longest = 0;
+    std::vector<int> steady_choices;
+    for (int r = 0; r < kRounds; ++r) {
+      for (ImageAcceptance* im : {&steady, &changing}) {
+        const int held_before = im->held;
+        const int d = policy.choose_held(*im, 8, hold);
+        if (held_before == 0) {
+          // A new span: its last round is r + held.
+          EXPECT_EQ((r + im->held + 1) % im->span, 0) << "round " << r << " span " << im->span;
+          EXPECT_EQ(im->span & (im->span - 1), 0) << "a span of " << im->span;
+          longest = std::max(longest, im->span);
+          if (im == &steady) steady_choices.push_back(r);
+        }
+        // The changing image accepts everything for 20 rounds, then nothing for 20, and so on.
+        const bool accept = im == &steady || (r / 20) % 2 == 0;
+        policy.observe(*im, d, 0, accept ? d : 0);
       }
-      // The changing image accepts everything for 20 rounds, then nothing for 20, and so on.
-      const bool accept = im == &steady || (r / 20) % 2 == 0;
-      policy.observe(*im, d, 0, accept ? d : 0);
+      if (steady.span == top && changing.span == top) {
+        ++both_top;
+        top_ends_apart += steady.held != changing.held;
+      }
     }
-    if (steady.span == kHold && changing.span == kHold) {
-      ++both_top;
-      top_ends_apart += steady.held != changing.held;
-    }
+    EXPECT_EQ(longest, top);
+    EXPECT_GT(both_top, 20) << "rounds where both images hold their top span";
+    EXPECT_EQ(top_ends_apart, 0) << "top spans that end at different rounds";
+    // Once its depth settles, the steady image chooses every top-th round, on the multiples.
+    ASSERT_GE(steady_choices.size(), 6u);
+    for (size_t i = steady_choices.size() - 5; i < steady_choices.size(); ++i)
+      EXPECT_EQ(steady_choices[i], kRounds - top * static_cast<int>(steady_choices.size() - i));
   }
-  EXPECT_GT(both_top, 20) << "rounds where both images hold their top span";
-  EXPECT_EQ(top_ends_apart, 0) << "top spans that end at different rounds";
-  // Once its depth settles, the steady image chooses every 8th round, on the multiples.
-  ASSERT_GE(steady_choices.size(), 6u);
-  for (size_t i = steady_choices.size() - 5; i < steady_choices.size(); ++i)
-    EXPECT_EQ(steady_choices[i], kRounds - kHold * static_cast<int>(steady_choices.size() - i));
 }
 
 // A Jacobi window: its fresh positions hold random tokens (accepted with probability ~1/V), so

@@ -261,9 +261,10 @@ TEST(SpecRulesOptimalResidual, DecoratorForwards) {
 
 // GSD's G* ranks the row once (GsdRule::g_star, gsd_math.h) where optimal_residual groups around
 // every token with q > 0: the same floats, bit for bit, for vocabularies that are and are not a
-// power of two (the sort pads them), ties in p (the ranking breaks them by id), windows within
-// and past the one-pass form's bound, both forms (the reference one rejects near the bottom), q
-// with and without zeros, and one-hot drafts.
+// power of two (the sort pads them), ties in p (the ranking breaks them by id), p over many orders
+// of magnitude (where the order the members are summed in shows), windows within and past the
+// one-pass form's bound, both forms (the reference one rejects near the bottom), q with and
+// without zeros, and one-hot drafts.
 TEST(SpecRulesOptimalResidual, GsdRanksTheRowOnce) {
   std::mt19937 rng(2611);
   std::normal_distribution<float> normal;
@@ -286,7 +287,9 @@ TEST(SpecRulesOptimalResidual, GsdRanksTheRowOnce) {
           Vec p(V), q(V);
           float pt = 0.0f, qt = 0.0f;
           for (int y = 0; y < V; ++y) {
-            pt += p[y] = tie(rng) ? 0.25f : std::abs(normal(rng));
+            pt += p[y] = tie(rng) ? 0.25f
+                         : t >= 3 ? std::exp(8.0f * normal(rng))  // wide magnitudes
+                                  : std::abs(normal(rng));
             qt += q[y] = t % 3 == 0 && cut(rng) ? 0.0f : std::abs(normal(rng)) + 0.01f;
           }
           for (int y = 0; y < V; ++y) p[y] /= pt, q[y] /= qt;

@@ -381,8 +381,10 @@ TEST(VerifyRows, GsdWindowsAreTheHostRules) {
 
 // GSD's ranking for G* (gsd_rank_row, a bitonic sort over a power-of-two span) is the stable
 // ascending sort of p, on one lane and split as blocks of 7 and 32 lanes, for vocabularies that
-// pad the span and one that fills it, with ties (broken by id); and f from it
-// (gsd_accept_probability_ranked) is the grouping pass's f, also past the one-pass bound.
+// pad the span and one that fills it, with ties (broken by id); f from it
+// (gsd_accept_probability_ranked) is the grouping pass's f, also past the one-pass bound, on rows
+// with ties and on rows over many orders of magnitude (where the order the members are summed in
+// shows); and G* from the chunked lanes' ranking (optimal_residual_row) is the host rule's.
 TEST(VerifyRows, GsdRanksTheRowAsAStableSort) {
   std::mt19937 g(808);
   std::normal_distribution<float> normal;
@@ -394,7 +396,9 @@ TEST(VerifyRows, GsdRanksTheRowAsAStableSort) {
     for (int trial = 0; trial < 20; ++trial) {
       SCOPED_TRACE("V " + std::to_string(V) + " trial " + std::to_string(trial));
       std::vector<float> p(V), q = random_distribution(g, V);
-      for (float& x : p) x = std::exp(std::round(2.0f * normal(g)) / 2.0f);  // coarse: ties
+      const bool wide = trial % 2 == 1;  // over many orders of magnitude, else coarse: ties
+      for (float& x : p)
+        x = wide ? std::exp(8.0f * normal(g)) : std::exp(std::round(2.0f * normal(g)) / 2.0f);
       std::vector<int> want(V);
       std::iota(want.begin(), want.end(), 0);
       std::stable_sort(want.begin(), want.end(), [&](int a, int b) { return p[a] < p[b]; });
@@ -434,6 +438,21 @@ TEST(VerifyRows, GsdRanksTheRowAsAStableSort) {
                 << "x " << x << " G " << group << (reference ? " reference" : "");
             ++checked;
           }
+          // G* at one token, ranked on 7 chunked lanes, entry by entry against the host rule's.
+          const auto g_star = with_optimal_resampling(make_gsd_rule(
+              {.g = group, .d = 5.0f, .delta = 0.5f, .reference = reference}, emb, dim));
+          WalkRule walk = g_star->walk_rule()->rule;
+          const int x = static_cast<int>(g() % V);
+          NodeView n;
+          n.token = x;
+          n.p = p;
+          n.q = q;
+          std::vector<float> want(V), got(V, -1.0f);
+          std::vector<float> rank_scratch(static_cast<size_t>(gsd_rank_scratch(V)));
+          g_star->residual(n, want);
+          optimal_residual_row(ChunkedLanes<7>{}, walk, p.data(), q.data(), x, V, 0.0,
+                               rule->accept_probability(n), rank_scratch.data(), got.data());
+          for (int y = 0; y < V; ++y) ASSERT_EQ(got[y], want[y]) << "G* at y " << y;
         }
     }
   }

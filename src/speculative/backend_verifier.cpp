@@ -105,6 +105,9 @@ void BackendVerifier::stage(int rows, std::span<const DraftToVerify> drafts, boo
     if (im.rule.kind == WalkRule::Kind::Gsd) {
       check(c.rule.embedding && im.rule.gsd.rows >= V_ && im.rule.gsd.dim > 0,
             "internal: GSD's embedding does not cover the vocabulary");
+      // G* ranks the row with ids as floats (gsd_math.h).
+      check(!im.rule.optimal || V_ <= kGsdMaxRankedVocab,
+            "GSD: G* ranks at most 2^24 tokens on the device loop");
       im.rule.gsd.embedding = embedding_on_backend(c.rule.embedding, im.rule.gsd.dim);
     }
     im.seed = c.seed;

@@ -219,7 +219,11 @@ int DraftLengthPolicy::choose_held(ImageAcceptance& image, int cap, int hold) co
     return image.depth;
   }
   const int last = image.depth, depth = choose(image, cap);
-  image.span = depth == last && image.span > 0 ? std::min(2 * image.span, std::max(hold, 1)) : 1;
+  // Spans are powers of two, so that every span ends where every longer one may: up to the
+  // largest power of two within the hold.
+  int top = 1;
+  while (2 * top <= hold) top *= 2;
+  image.span = depth == last && image.span > 0 ? std::min(2 * image.span, top) : 1;
   // Held up to the next multiple of the span (aligned across images that started together).
   image.held = image.span - 1 - round % image.span;
   return depth;

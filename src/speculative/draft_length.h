@@ -172,7 +172,8 @@ class DraftLengthPolicy {
   // The depth of the image's next round (at most cap), from its past rounds only.
   int choose(ImageAcceptance& image, int cap) const;
   // The same, held for spans of rounds: the device loop's bursts repeat one chain shape
-  // (LoopSettings::hold_depth). A choice equal to the last doubles the span, up to `hold`;
+  // (LoopSettings::hold_depth). A choice equal to the last doubles the span, up to the largest
+  // power of two within `hold`;
   // another starts a span of one, so that an image's first rounds (on the prior) and a change of
   // acceptance are followed as closely as before; a cap below the held depth chooses afresh. A
   // span of s ends where the image's round count reaches a multiple of s, so the images of a

@@ -281,10 +281,10 @@ void add_method_flags(CLI::App* cmd, SpeculativeOptions& o, const ModelDefaults&
       ->type_name("auto|INT");
   cmd->add_option("--draft-hold", o.auto_hold,
                   "The most rounds --draft-len auto holds a chosen length for, doubling while the "
-                  "choice repeats (default: 32 where rounds run in bursts on the device loop: a "
+                  "choice repeats (spans are powers of two up to this, each ending on a multiple "
+                  "of its length; default: 32 where rounds run in bursts on the device loop: a "
                   "draft model's chains, Jacobi windows; else 1); generate stores the one it used "
-                  "with each image, so "
-                  "--from-png repeats its lengths on either loop")
+                  "with each image, so --from-png repeats its lengths on either loop")
       ->check(CLI::Range(1, kMaxDraftHold));
   cmd->add_option("--resample", o.resample,
                   "Resampling at a rejection: vanilla (the method's own) or optimal (G*, COOL-SD "

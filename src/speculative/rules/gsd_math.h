@@ -133,13 +133,14 @@ TESSERA_HD double gsd_accept_probability_on(const Lanes& lanes, const GsdRuleDat
 // G* = [p - q f]+ (COOL-SD §3.2, Eq. 5) needs f(y) for every y with q(y) > 0, each a cluster
 // around y in the same ranking. Ranking the row once makes each f(y) O(G) (its window is a slice
 // of the order) where a pass a token would be O(V) (O(V^2) a row). The ranking lives in the walk's
-// float scratch: ids and positions as floats, exact below 2^24 (kGsdMaxRankedVocab).
+// float scratch: ids and positions as floats, exact up to 2^24 (kGsdMaxRankedVocab).
 inline constexpr int kGsdMaxRankedVocab = 1 << 24;
 
-// The length the ranking is sorted in: the smallest power of two >= V (a bitonic sort's).
+// The length the ranking is sorted in: the smallest power of two >= V (a bitonic sort's); V is at
+// most kGsdMaxRankedVocab where a ranking is made (larger V: the bound's, never used).
 TESSERA_HD inline int gsd_rank_span(int V) {
   int n = 1;
-  while (n < V) n <<= 1;
+  while (n < V && n < kGsdMaxRankedVocab) n <<= 1;
   return n;
 }
 

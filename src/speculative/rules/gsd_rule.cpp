@@ -53,12 +53,12 @@ class GsdRule final : public AcceptanceRule {
   void g_star(const NodeView& n, std::span<float> out) const override {
     check_rows(n.p.size());
     const int V = static_cast<int>(n.p.size());
-    check(V < kGsdMaxRankedVocab, "GSD: G* ranks at most 2^24 tokens");
+    const float* q = n.q.empty() ? nullptr : n.q.data();
+    check(!q || V <= kGsdMaxRankedVocab, "GSD: G* ranks at most 2^24 tokens");
     WalkRule rule;
     rule.kind = WalkRule::Kind::Gsd;
     rule.gsd = data();
     rule.optimal = 1;
-    const float* q = n.q.empty() ? nullptr : n.q.data();
     const double fx = q ? 0.0 : accept_probability(n);  // one-hot: only f(x~) is needed
     std::vector<float> ranking(q ? static_cast<size_t>(gsd_rank_scratch(V)) : 0);
     optimal_residual_row(SerialLanes{}, rule, n.p.data(), q, n.token, V, 0.0, fx, ranking.data(),
