@@ -270,19 +270,14 @@ methods_run() {
     [[ $DRY == 1 ]] && return
     local got=()
     mapfile -t got < <($PY - "$LOG.cur" "$tag" <<'PYEOF'
-import json, re, sys
-text = open(sys.argv[1]).read()
-for m in reversed(list(re.finditer(r"^\{", text, re.M))):
-    try:
-        d, _ = json.JSONDecoder().raw_decode(text[m.start():])
-    except ValueError:
-        continue
-    if "methods" in d:
-        break
-else:
+import sys
+sys.path.insert(0, "scripts")
+from bench_json import last_methods
+rows = last_methods(open(sys.argv[1]).read())
+if rows is None:
     sys.exit(0)
 tag = sys.argv[2]
-for r in d["methods"]:
+for r in rows:
     if tag and r["method"] == "vanilla":
         continue  # the first table's
     rounds = max(1, r["batched_target_forwards"])

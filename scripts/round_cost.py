@@ -12,20 +12,11 @@ round / (target step + k * DRAFT_STEP_MS). Prints one line, e.g.
 "k=4: round 12.100 ms = 0.95x (target 9.800 + 4 x 0.800 ms), MAL 5.00; k=8: ...", or nothing
 when there is no such output.
 """
-import json
-import re
+import os
 import sys
 
-
-def last_methods(text):
-    for m in reversed(list(re.finditer(r"^\{", text, re.M))):
-        try:
-            d, _ = json.JSONDecoder().raw_decode(text[m.start():])
-        except ValueError:
-            continue
-        if "methods" in d:
-            return d["methods"]
-    return None
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_json import last_methods  # noqa: E402
 
 
 def ms_per_forward(r):
