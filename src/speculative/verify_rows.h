@@ -51,9 +51,9 @@ TESSERA_HD void optimal_residual_row(const Lanes& lanes, const WalkRule& rule, c
                                      const float* q, int x, int V, double threshold, double fx,
                                      float* rank_scratch, float* out) {
   const bool typical = rule.kind == WalkRule::Kind::Typical, gsd = rule.kind == WalkRule::Kind::Gsd;
-  const float* order = rank_scratch;
-  const float* rank = rank_scratch + gsd_rank_span(V);
-  if (gsd && q) gsd_rank_row(lanes, p, V, rank_scratch, rank_scratch + gsd_rank_span(V));
+  float* const order = rank_scratch;
+  float* const rank = rank_scratch + gsd_rank_span(V);
+  if (gsd && q) gsd_rank_row(lanes, p, V, order, rank);
   lanes.each(V, [&](int y) {
     const float qy = q ? q[y] : (y == x ? 1.0f : 0.0f);
     if (qy <= 0.0f) {

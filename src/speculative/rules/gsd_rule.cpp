@@ -55,9 +55,7 @@ class GsdRule final : public AcceptanceRule {
     const int V = static_cast<int>(n.p.size());
     const float* q = n.q.empty() ? nullptr : n.q.data();
     check(!q || V <= kGsdMaxRankedVocab, "GSD: G* ranks at most 2^24 tokens");
-    WalkRule rule;
-    rule.kind = WalkRule::Kind::Gsd;
-    rule.gsd = data();
+    WalkRule rule = walk();
     rule.optimal = 1;
     const double fx = q ? 0.0 : accept_probability(n);  // one-hot: only f(x~) is needed
     std::vector<float> ranking(q ? static_cast<size_t>(gsd_rank_scratch(V)) : 0);
@@ -68,10 +66,17 @@ class GsdRule final : public AcceptanceRule {
   // The device walk: GSD's acceptance with the exact rule's residual.
   std::optional<WalkRuleSource> walk_rule() const override {
     WalkRuleSource s;
-    s.rule.kind = WalkRule::Kind::Gsd;
-    s.rule.gsd = data();
+    s.rule = walk();
     s.embedding = emb_;
     return s;
+  }
+
+  // The walk's descriptor: GSD over this embedding (the exact rule's residual).
+  WalkRule walk() const {
+    WalkRule w;
+    w.kind = WalkRule::Kind::Gsd;
+    w.gsd = data();
+    return w;
   }
 
   GsdRuleData data() const {
